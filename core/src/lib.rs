@@ -1,0 +1,52 @@
+//! # pacer-core
+//!
+//! Decides whether a **new** upstream connection may open now, after a
+//! bounded wait, or must be refused with a retry-after hint — for a proxy
+//! running many agents on one account.
+//!
+//! **No allocation, no lock, no clock, no `std`.** The crate never
+//! allocates (it does not link `alloc`), never blocks, and never reads a
+//! clock: every call takes `now_ms`, the caller's monotonic milliseconds.
+//! Admission is one atomic load and one compare-and-swap on a 128-bit word
+//! (native on x86_64 and AArch64; see [`Pacer::is_lock_free`]).
+//!
+//! - [`Pacer`] — `reserve` / `release`, the rule of SPEC §4 in `pacer.rs`.
+//! - [`settings::resolve`] — settings strings to a [`Budget`], with notices.
+//! - [`budget`] — the derived quantities (wait bound, hint, can-refuse).
+//! - [`Notice`], [`NoticeRegistry`] — once-per-key notices and their text.
+//! - [`frame`] — the refusal as an SSE error event.
+//! - [`Counters`] — optional decision counters, off the admission path.
+//!
+//! ```
+//! use pacer_core::{Config, Decision, Pacer};
+//!
+//! let pacer = Pacer::new(&Config::DEFAULT, 0).unwrap();
+//! match pacer.reserve(0) {
+//!     Decision::Admitted(a) => assert_eq!(a.wait_ms, 0),
+//!     Decision::Refused(_) => unreachable!("a fresh pacer holds a burst"),
+//! }
+//! ```
+//!
+//! The derivations and invariant proofs are in `docs/design.md`.
+
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod budget;
+mod counters;
+pub mod frame;
+mod notice;
+mod pacer;
+pub mod settings;
+mod sync;
+mod text;
+
+pub use budget::Budget;
+pub use counters::{CounterSnapshot, Counters};
+pub use notice::{Notice, NoticeKey, NoticeKind, NoticeRegistry};
+pub use pacer::{
+    AdmitPath, Admission, Config, ConfigError, Decision, Mode, Pacer, Refusal, ReleasePolicy,
+    StateView, Ticket, MAX_BURST, UNITS_PER_TOKEN,
+};
+pub use settings::{resolve, Parsed, Resolution, Settings};

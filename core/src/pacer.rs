@@ -1,0 +1,474 @@
+//! When is a new connection admitted? The whole rule (SPEC §4–§5).
+//!
+//! # Units
+//! One token is [`UNITS_PER_TOKEN`] = 60000 units, and one millisecond
+//! refills `rate_per_min` units, so a refill of `rate/60000` tokens per ms is
+//! exact integer arithmetic. The debt floor is `bound_ms · rate` units
+//! (`bound · rate/60000` tokens). No floats anywhere.
+//!
+//! # State
+//! One 128-bit atomic word: the high 64 bits are the clock high-water mark
+//! (the latest `now_ms` a state change was made at); the low 64 bits hold
+//! the token level at that instant (signed, 40 bits, in units) above a
+//! 24-bit release stack counter used by the `strict` policy. Every field is
+//! in the one word, so a decision is: load, compute, compare-and-swap.
+//!
+//! # Orderings
+//! `Relaxed` is enough: all the state lives in one atomic location, whose
+//! modification order is total, and the pacer publishes no other memory.
+//! A caller never learns anything from a decision beyond the decision.
+//!
+//! # Clock
+//! A reading behind the high-water mark is treated as the high-water mark:
+//! it refills nothing and drains nothing. Refusals and zero-debit
+//! admissions only read; everything that writes moves the mark forward.
+
+use crate::budget::{self, Budget, MAX_RATE_PER_MIN};
+use crate::sync::{AtomicU128, Ordering};
+
+/// One token, in the pacer's integer units (see the module doc).
+pub const UNITS_PER_TOKEN: i64 = 60_000;
+/// The largest burst a pacer holds (the token level is a 40-bit field).
+pub const MAX_BURST: u32 = 1_000_000;
+
+const SEQ_BITS: u32 = 24;
+const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+
+/// What happens to a ticket's debit when it is released.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum ReleasePolicy {
+    /// Always refund (capped at capacity). Each refund permits one extra
+    /// admission at that instant; the design record's behaviour.
+    #[default]
+    Refund = 0,
+    /// Refund only while every debit made after the ticket has itself been
+    /// refunded, so the window bound holds with no cancellation term.
+    Strict = 1,
+}
+
+/// The pacer's parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Config {
+    /// New connections per minute, `0..=600`; 0 turns pacing off.
+    pub rate_per_min: u32,
+    /// Connections admitted with no wait after an idle spell; 0 means 1.
+    pub burst: u32,
+    /// The request's no-data deadline, ms (sizes the wait bound).
+    pub idle_timeout_ms: u64,
+    /// The client's retry count, at most the ladder ceiling of the deadline.
+    pub max_retries: u32,
+    /// What a release refunds.
+    pub release_policy: ReleasePolicy,
+}
+
+impl Config {
+    /// The defaults of SPEC §2 with the refund policy.
+    pub const DEFAULT: Config = Config::from_budget(&Budget::DEFAULT, budget::DEFAULT_BURST);
+
+    /// A config pacing with a resolved budget.
+    pub const fn from_budget(budget: &Budget, burst: u32) -> Config {
+        Config {
+            rate_per_min: budget.rate_per_min,
+            burst,
+            idle_timeout_ms: budget.idle_timeout_ms,
+            max_retries: budget.max_retries,
+            release_policy: ReleasePolicy::Refund,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::DEFAULT
+    }
+}
+
+/// Why a [`Config`] was rejected. Numbers are part of the C ABI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum ConfigError {
+    /// `rate_per_min` above 600.
+    RateTooHigh = 1,
+    /// `burst` above [`MAX_BURST`].
+    BurstTooLarge = 2,
+    /// `max_retries` above the ladder ceiling of `idle_timeout_ms`: the
+    /// retry ladder alone would overrun the deadline.
+    RetriesExceedLadder = 3,
+}
+
+/// How a pacer answers a request that cannot be admitted within the bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Mode {
+    /// Rate 0 or no room to wait: everything is admitted at once.
+    Disabled = 0,
+    /// Overflow is refused with a retry-after hint.
+    Refusing = 1,
+    /// Retries cannot outlast the wait for a slot at this rate: overflow is
+    /// shaped (waits the bound) down to the debt floor, then admitted.
+    ShapingLowRate = 2,
+    /// No retries: the same shaping, since nothing would retry a refusal.
+    ShapingNoRetry = 3,
+}
+
+/// Which rule admitted a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum AdmitPath {
+    /// Pacing is off; nothing was debited.
+    Disabled = 0,
+    /// A whole token, now or after a wait within the bound.
+    Paced = 1,
+    /// Overflow in a shaping mode: debited down to the floor, waits the bound.
+    Shaped = 2,
+    /// Overflow in a shaping mode with the floor reached: admitted at once,
+    /// nothing debited.
+    Overflow = 3,
+}
+
+/// The right to a refund of one admission's debit. Not `Clone`: in Rust a
+/// ticket is released at most once by construction.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Ticket {
+    seq: u32,
+    debit_units: u32,
+}
+
+impl Ticket {
+    /// The debit this ticket refunds, in units (60000 = one token).
+    pub const fn debit_units(&self) -> u32 {
+        self.debit_units
+    }
+
+    /// The ticket's position in the pacer's 24-bit release stack.
+    pub const fn seq(&self) -> u32 {
+        self.seq
+    }
+
+    /// Flattens the ticket for storage across a language boundary.
+    pub const fn into_raw(self) -> (u32, u32) {
+        (self.seq, self.debit_units)
+    }
+
+    /// Rebuilds a ticket from [`Ticket::into_raw`]. The holder answers for
+    /// releasing it at most once; a forged ticket can refund at most one
+    /// token and never past capacity.
+    pub const fn from_raw(seq: u32, debit_units: u32) -> Ticket {
+        Ticket { seq, debit_units }
+    }
+}
+
+/// An admission: wait `wait_ms` (0 = now), then open the connection.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Admission {
+    /// How long to wait before opening, ms.
+    pub wait_ms: u64,
+    /// The refund right, when something was debited.
+    pub ticket: Option<Ticket>,
+    /// Which rule admitted it.
+    pub path: AdmitPath,
+    /// `now_ms` was behind the high-water mark (and treated as it).
+    pub clock_regressed: bool,
+}
+
+impl Admission {
+    /// Whether the caller must wait before opening.
+    pub const fn queued(&self) -> bool {
+        self.wait_ms > 0
+    }
+}
+
+/// A refusal: answer the client with a retryable rate limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Refusal {
+    /// The wait the rate would have needed, ms (diagnostics).
+    pub required_wait_ms: u64,
+    /// The hint the client is asked to honour, whole seconds.
+    pub retry_after_s: u64,
+    /// `now_ms` was behind the high-water mark (and treated as it).
+    pub clock_regressed: bool,
+}
+
+/// The answer to [`Pacer::reserve`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub enum Decision {
+    /// Open after the wait.
+    Admitted(Admission),
+    /// Do not open; tell the client to retry.
+    Refused(Refusal),
+}
+
+/// A read-only view of the state word, for diagnostics and tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StateView {
+    /// The clock high-water mark, ms.
+    pub high_water_ms: u64,
+    /// Tokens at the high-water mark, in units (may be negative).
+    pub tokens_units: i64,
+    /// The strict policy's release stack counter (24 bits).
+    pub seq: u32,
+}
+
+impl StateView {
+    const fn pack(self) -> u128 {
+        let low = ((self.tokens_units as u64) << SEQ_BITS) | (self.seq as u64 & SEQ_MASK);
+        ((self.high_water_ms as u128) << 64) | low as u128
+    }
+
+    const fn unpack(word: u128) -> StateView {
+        let low = word as u64;
+        StateView {
+            high_water_ms: (word >> 64) as u64,
+            tokens_units: (low as i64) >> SEQ_BITS,
+            seq: (low & SEQ_MASK) as u32,
+        }
+    }
+}
+
+/// The derived, immutable parameters a pacer decides with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Params {
+    /// Refill per ms in units (= new connections per minute).
+    rate: u32,
+    capacity_units: i64,
+    max_debt_units: i64,
+    bound_ms: u64,
+    mode: Mode,
+    release_policy: ReleasePolicy,
+}
+
+/// What one reservation does at a given token level.
+enum Step {
+    Debit { wait_ms: u64, units: i64, path: AdmitPath },
+    AdmitFree,
+    Refuse { required_wait_ms: u64 },
+}
+
+impl Params {
+    const fn plan(config: &Config) -> Result<Params, ConfigError> {
+        if config.rate_per_min > MAX_RATE_PER_MIN {
+            return Err(ConfigError::RateTooHigh);
+        }
+        if config.burst > MAX_BURST {
+            return Err(ConfigError::BurstTooLarge);
+        }
+        if config.max_retries > budget::ladder_ceiling(config.idle_timeout_ms) {
+            return Err(ConfigError::RetriesExceedLadder);
+        }
+        let burst = if config.burst == 0 { 1 } else { config.burst };
+        let bound_ms = budget::wait_bound_ms(config.idle_timeout_ms, config.max_retries);
+        let rate = config.rate_per_min;
+        let mode = if !budget::pacing_enabled(rate, bound_ms) {
+            Mode::Disabled
+        } else if budget::can_refuse(rate, config.max_retries, bound_ms) {
+            Mode::Refusing
+        } else if config.max_retries > 0 {
+            Mode::ShapingLowRate
+        } else {
+            Mode::ShapingNoRetry
+        };
+        Ok(Params {
+            rate,
+            capacity_units: burst as i64 * UNITS_PER_TOKEN,
+            // bound ≤ 15000 and rate ≤ 600: at most 9e6 units.
+            max_debt_units: bound_ms as i64 * rate as i64,
+            bound_ms,
+            mode,
+            release_policy: config.release_policy,
+        })
+    }
+
+    /// The clock reading to act at, and whether `now_ms` was behind.
+    fn effective_now(state: &StateView, now_ms: u64) -> (u64, bool) {
+        if now_ms < state.high_water_ms {
+            (state.high_water_ms, true)
+        } else {
+            (now_ms, false)
+        }
+    }
+
+    /// Tokens at `at_ms ≥ high_water_ms`: refilled, capped at capacity.
+    fn refill(&self, state: &StateView, at_ms: u64) -> i64 {
+        let elapsed_ms = at_ms - state.high_water_ms;
+        let gain = elapsed_ms.saturating_mul(self.rate as u64);
+        let room = (self.capacity_units - state.tokens_units) as u64;
+        if gain >= room {
+            self.capacity_units
+        } else {
+            state.tokens_units + gain as i64
+        }
+    }
+
+    /// SPEC §4 steps 3–6 at token level `tokens` (never below the floor).
+    fn step(&self, tokens: i64) -> Step {
+        if tokens >= UNITS_PER_TOKEN {
+            return Step::Debit { wait_ms: 0, units: UNITS_PER_TOKEN, path: AdmitPath::Paced };
+        }
+        let wait_ms = ((UNITS_PER_TOKEN - tokens) as u64).div_ceil(self.rate as u64);
+        if wait_ms <= self.bound_ms {
+            return Step::Debit { wait_ms, units: UNITS_PER_TOKEN, path: AdmitPath::Paced };
+        }
+        if let Mode::Refusing = self.mode {
+            return Step::Refuse { required_wait_ms: wait_ms };
+        }
+        let above_floor = tokens + self.max_debt_units;
+        let units = if above_floor < UNITS_PER_TOKEN { above_floor } else { UNITS_PER_TOKEN };
+        if units > 0 {
+            Step::Debit { wait_ms: self.bound_ms, units, path: AdmitPath::Shaped }
+        } else {
+            Step::AdmitFree
+        }
+    }
+}
+
+/// A lock-free, allocation-free pacer for new connections. Place it where
+/// you like (a `static`, the stack, shared memory); every call takes the
+/// caller's monotonic clock in ms.
+#[derive(Debug)]
+pub struct Pacer {
+    params: Params,
+    state: AtomicU128,
+}
+
+impl Pacer {
+    /// A pacer created full (burst tokens available) at `now_ms`.
+    #[cfg(not(loom))]
+    pub const fn new(config: &Config, now_ms: u64) -> Result<Pacer, ConfigError> {
+        match Params::plan(config) {
+            Ok(params) => Ok(Pacer { params, state: AtomicU128::new(Self::initial(&params, now_ms)) }),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// A pacer created full (burst tokens available) at `now_ms`.
+    #[cfg(loom)]
+    pub fn new(config: &Config, now_ms: u64) -> Result<Pacer, ConfigError> {
+        let params = Params::plan(config)?;
+        Ok(Pacer { params, state: AtomicU128::new(Self::initial(&params, now_ms)) })
+    }
+
+    const fn initial(params: &Params, now_ms: u64) -> u128 {
+        StateView { high_water_ms: now_ms, tokens_units: params.capacity_units, seq: 0 }.pack()
+    }
+
+    /// Whether 128-bit atomics are native here (no lock anywhere). A pacer
+    /// in memory shared between processes needs this.
+    pub fn is_lock_free() -> bool {
+        AtomicU128::is_lock_free()
+    }
+
+    /// How this pacer answers overflow.
+    pub const fn mode(&self) -> Mode {
+        self.params.mode
+    }
+
+    /// The longest wait it grants, ms.
+    pub const fn wait_bound_ms(&self) -> u64 {
+        self.params.bound_ms
+    }
+
+    /// The debt floor, in units.
+    pub const fn max_debt_units(&self) -> i64 {
+        self.params.max_debt_units
+    }
+
+    /// The capacity (burst), in units.
+    pub const fn capacity_units(&self) -> i64 {
+        self.params.capacity_units
+    }
+
+    /// The release policy.
+    pub const fn release_policy(&self) -> ReleasePolicy {
+        self.params.release_policy
+    }
+
+    /// The current state word, decoded.
+    pub fn state(&self) -> StateView {
+        StateView::unpack(self.state.load(Ordering::Relaxed))
+    }
+
+    /// Asks to open one new connection at `now_ms`.
+    pub fn reserve(&self, now_ms: u64) -> Decision {
+        let params = &self.params;
+        if let Mode::Disabled = params.mode {
+            return Decision::Admitted(Admission {
+                wait_ms: 0,
+                ticket: None,
+                path: AdmitPath::Disabled,
+                clock_regressed: false,
+            });
+        }
+        let mut word = self.state.load(Ordering::Relaxed);
+        loop {
+            let state = StateView::unpack(word);
+            let (at_ms, clock_regressed) = Params::effective_now(&state, now_ms);
+            let tokens = params.refill(&state, at_ms);
+            let (wait_ms, units, path) = match params.step(tokens) {
+                Step::Refuse { required_wait_ms } => {
+                    return Decision::Refused(Refusal {
+                        required_wait_ms,
+                        retry_after_s: budget::retry_after_s(required_wait_ms, params.bound_ms),
+                        clock_regressed,
+                    })
+                }
+                Step::AdmitFree => {
+                    return Decision::Admitted(Admission {
+                        wait_ms: 0,
+                        ticket: None,
+                        path: AdmitPath::Overflow,
+                        clock_regressed,
+                    })
+                }
+                Step::Debit { wait_ms, units, path } => (wait_ms, units, path),
+            };
+            let seq = state.seq.wrapping_add(1) & SEQ_MASK as u32;
+            let next = StateView { high_water_ms: at_ms, tokens_units: tokens - units, seq };
+            match self.state.compare_exchange_weak(word, next.pack(), Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    return Decision::Admitted(Admission {
+                        wait_ms,
+                        ticket: Some(Ticket { seq, debit_units: units as u32 }),
+                        path,
+                        clock_regressed,
+                    })
+                }
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Gives back an admission's debit (the caller will not open the
+    /// connection), capped at capacity. Returns whether the policy allowed
+    /// the refund — `true` even when the cap absorbed it; `false`, with
+    /// nothing changed, for a refused strict refund or an invalid ticket.
+    pub fn release(&self, ticket: Ticket, now_ms: u64) -> bool {
+        let params = &self.params;
+        let debit = ticket.debit_units as i64;
+        if let Mode::Disabled = params.mode {
+            return false;
+        }
+        if debit <= 0 || debit > UNITS_PER_TOKEN || ticket.seq as u64 > SEQ_MASK {
+            return false;
+        }
+        let strict = matches!(params.release_policy, ReleasePolicy::Strict);
+        let mut word = self.state.load(Ordering::Relaxed);
+        loop {
+            let state = StateView::unpack(word);
+            if strict && state.seq != ticket.seq {
+                return false;
+            }
+            let (at_ms, _) = Params::effective_now(&state, now_ms);
+            let tokens = params.refill(&state, at_ms) + debit;
+            let next = StateView {
+                high_water_ms: at_ms,
+                tokens_units: if tokens < params.capacity_units { tokens } else { params.capacity_units },
+                seq: if strict { state.seq.wrapping_sub(1) & SEQ_MASK as u32 } else { state.seq },
+            };
+            match self.state.compare_exchange_weak(word, next.pack(), Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+}

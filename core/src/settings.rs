@@ -1,0 +1,195 @@
+//! Resolving the four settings strings into a [`Budget`] (SPEC §2).
+//!
+//! Settings arrive as environment-variable text. A bad value never fails a
+//! request: it keeps the default (or is clamped) and yields a [`Notice`].
+
+use crate::budget::*;
+use crate::notice::{Notice, NoticeKind};
+
+/// Most notices one resolution can produce: one per setting, the pair rule,
+/// and one of `disabled` / `norefuse`.
+pub const MAX_NOTICES: usize = 6;
+
+/// The raw settings text; `None` (or blank text) means unset.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Settings<'a> {
+    /// New connections per minute.
+    pub rate_per_min: Option<&'a str>,
+    /// No-data deadline per request, ms.
+    pub idle_timeout_ms: Option<&'a str>,
+    /// Total deadline per request, ms.
+    pub total_timeout_ms: Option<&'a str>,
+    /// Client retry count.
+    pub max_retries: Option<&'a str>,
+}
+
+/// How one settings string reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// Missing, empty or only whitespace.
+    Unset,
+    /// Plain ASCII decimal digits that fit a `u64`.
+    Value(u64),
+    /// Anything else: signs, exponents, hex, fractions, separators, words,
+    /// or a number past `u64::MAX`.
+    Malformed,
+}
+
+/// Reads a setting strictly: surrounding whitespace trimmed, then only ASCII
+/// digits (`1e2`, `0x10`, `-0`, `+5`, `12.5`, `1,000`, `NaN` are malformed).
+pub fn parse_setting(raw: Option<&str>) -> Parsed {
+    let text = match raw {
+        None => return Parsed::Unset,
+        Some(text) => text.trim(),
+    };
+    if text.is_empty() {
+        return Parsed::Unset;
+    }
+    let mut value: u64 = 0;
+    for byte in text.bytes() {
+        if !byte.is_ascii_digit() {
+            return Parsed::Malformed;
+        }
+        value = match value
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(u64::from(byte - b'0')))
+        {
+            Some(v) => v,
+            None => return Parsed::Malformed,
+        };
+    }
+    Parsed::Value(value)
+}
+
+/// A resolved budget and the notices resolving it produced, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolution<'a> {
+    /// The budget to pace with.
+    pub budget: Budget,
+    /// What was ignored, clamped or switched off, for the caller to show
+    /// (deduplicated through a [`crate::NoticeRegistry`]).
+    pub notices: heapless::Vec<Notice<'a>, MAX_NOTICES>,
+}
+
+impl<'a> Resolution<'a> {
+    fn push(&mut self, notice: Notice<'a>) {
+        // Capacity is sized for the worst case above; a full list would be a
+        // bug, and dropping a notice must still never fail a request.
+        let _ = self.notices.push(notice);
+    }
+}
+
+/// Where a clamped or defaulted setting landed.
+struct Resolved {
+    value: u64,
+    /// A valid number was given (possibly clamped).
+    explicit: bool,
+}
+
+fn resolve_range<'a>(
+    raw: Option<&'a str>,
+    default: u64,
+    min: u64,
+    max: u64,
+    malformed: NoticeKind,
+    clamped: NoticeKind,
+    out: &mut Resolution<'a>,
+) -> Resolved {
+    let text = raw.unwrap_or("");
+    match parse_setting(raw) {
+        Parsed::Unset => Resolved { value: default, explicit: false },
+        Parsed::Malformed => {
+            out.push(Notice::new(malformed, text, [default, 0, 0]));
+            Resolved { value: default, explicit: false }
+        }
+        Parsed::Value(v) => {
+            let value = v.clamp(min, max);
+            if value != v {
+                out.push(Notice::new(clamped, text, [value, 0, 0]));
+            }
+            Resolved { value, explicit: true }
+        }
+    }
+}
+
+/// Resolves the settings: parse, clamp, apply the timeout pair rule, cap the
+/// retry count at the ladder ceiling of the final idle timeout, then report
+/// whether pacing switched itself off or cannot refuse.
+pub fn resolve<'a>(settings: &Settings<'a>) -> Resolution<'a> {
+    let mut out = Resolution { budget: Budget::DEFAULT, notices: heapless::Vec::new() };
+
+    let rate_text = settings.rate_per_min.unwrap_or("");
+    let rate_per_min = match parse_setting(settings.rate_per_min) {
+        Parsed::Unset => DEFAULT_RATE_PER_MIN,
+        Parsed::Malformed => {
+            out.push(Notice::new(NoticeKind::RateMalformed, rate_text, [DEFAULT_RATE_PER_MIN as u64, 0, 0]));
+            DEFAULT_RATE_PER_MIN
+        }
+        Parsed::Value(v) if v > MAX_RATE_PER_MIN as u64 => {
+            out.push(Notice::new(NoticeKind::RateClamped, rate_text, [MAX_RATE_PER_MIN as u64, 0, 0]));
+            MAX_RATE_PER_MIN
+        }
+        Parsed::Value(v) => v as u32,
+    };
+
+    let idle = resolve_range(
+        settings.idle_timeout_ms,
+        DEFAULT_IDLE_TIMEOUT_MS,
+        MIN_IDLE_TIMEOUT_MS,
+        MAX_IDLE_TIMEOUT_MS,
+        NoticeKind::IdleMalformed,
+        NoticeKind::IdleClamped,
+        &mut out,
+    );
+    let total = resolve_range(
+        settings.total_timeout_ms,
+        DEFAULT_TOTAL_TIMEOUT_MS,
+        MIN_TOTAL_TIMEOUT_MS,
+        MAX_TOTAL_TIMEOUT_MS,
+        NoticeKind::TotalMalformed,
+        NoticeKind::TotalClamped,
+        &mut out,
+    );
+
+    let (mut idle_ms, mut total_ms) = (idle.value, total.value);
+    if total_ms < idle_ms {
+        if idle.explicit && !total.explicit {
+            out.push(Notice::new(NoticeKind::TotalRaised, "", [total_ms, idle_ms, 0]));
+            total_ms = idle_ms;
+        } else {
+            out.push(Notice::new(NoticeKind::IdleLowered, "", [idle_ms, total_ms, 0]));
+            idle_ms = total_ms;
+        }
+    }
+
+    let ceiling = ladder_ceiling(idle_ms);
+    let default_retries = if DEFAULT_MAX_RETRIES < ceiling { DEFAULT_MAX_RETRIES } else { ceiling };
+    let retries_text = settings.max_retries.unwrap_or("");
+    let max_retries = match parse_setting(settings.max_retries) {
+        Parsed::Unset => default_retries,
+        Parsed::Malformed => {
+            out.push(Notice::new(NoticeKind::RetriesMalformed, retries_text, [default_retries as u64, 0, 0]));
+            default_retries
+        }
+        Parsed::Value(v) if v > ceiling as u64 => {
+            out.push(Notice::new(NoticeKind::RetriesClamped, retries_text, [ceiling as u64, idle_ms, 0]));
+            ceiling
+        }
+        Parsed::Value(v) => v as u32,
+    };
+
+    let budget = Budget {
+        rate_per_min,
+        idle_timeout_ms: idle_ms,
+        total_timeout_ms: total_ms,
+        max_retries,
+    };
+    let bound = budget.wait_bound_ms();
+    if rate_per_min > 0 && bound == 0 {
+        out.push(Notice::new(NoticeKind::PacingDisabled, "", [max_retries as u64, idle_ms, rate_per_min as u64]));
+    } else if budget.pacing_enabled() && max_retries > 0 && !budget.can_refuse() {
+        out.push(Notice::new(NoticeKind::NoRefuse, "", [rate_per_min as u64, max_retries as u64, bound]));
+    }
+    out.budget = budget;
+    out
+}
