@@ -217,7 +217,9 @@ pub struct NoticeRegistry<const N: usize = 32> {
 impl<const N: usize> NoticeRegistry<N> {
     /// An empty registry.
     pub const fn new() -> Self {
-        NoticeRegistry { seen: heapless::Vec::new() }
+        NoticeRegistry {
+            seen: heapless::Vec::new(),
+        }
     }
 
     /// `true` the first time a notice's key is seen (emit it), `false` after.

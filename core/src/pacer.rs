@@ -240,9 +240,15 @@ struct Params {
 
 /// What one reservation does at a given token level.
 enum Step {
-    Debit { wait_ms: u64, units: i64, path: AdmitPath },
+    Debit {
+        wait_ms: u64,
+        units: i64,
+        path: AdmitPath,
+    },
     AdmitFree,
-    Refuse { required_wait_ms: u64 },
+    Refuse {
+        required_wait_ms: u64,
+    },
 }
 
 impl Params {
@@ -303,19 +309,37 @@ impl Params {
     /// SPEC §4 steps 3–6 at token level `tokens` (never below the floor).
     fn step(&self, tokens: i64) -> Step {
         if tokens >= UNITS_PER_TOKEN {
-            return Step::Debit { wait_ms: 0, units: UNITS_PER_TOKEN, path: AdmitPath::Paced };
+            return Step::Debit {
+                wait_ms: 0,
+                units: UNITS_PER_TOKEN,
+                path: AdmitPath::Paced,
+            };
         }
         let wait_ms = ((UNITS_PER_TOKEN - tokens) as u64).div_ceil(self.rate as u64);
         if wait_ms <= self.bound_ms {
-            return Step::Debit { wait_ms, units: UNITS_PER_TOKEN, path: AdmitPath::Paced };
+            return Step::Debit {
+                wait_ms,
+                units: UNITS_PER_TOKEN,
+                path: AdmitPath::Paced,
+            };
         }
         if let Mode::Refusing = self.mode {
-            return Step::Refuse { required_wait_ms: wait_ms };
+            return Step::Refuse {
+                required_wait_ms: wait_ms,
+            };
         }
         let above_floor = tokens + self.max_debt_units;
-        let units = if above_floor < UNITS_PER_TOKEN { above_floor } else { UNITS_PER_TOKEN };
+        let units = if above_floor < UNITS_PER_TOKEN {
+            above_floor
+        } else {
+            UNITS_PER_TOKEN
+        };
         if units > 0 {
-            Step::Debit { wait_ms: self.bound_ms, units, path: AdmitPath::Shaped }
+            Step::Debit {
+                wait_ms: self.bound_ms,
+                units,
+                path: AdmitPath::Shaped,
+            }
         } else {
             Step::AdmitFree
         }
@@ -336,7 +360,10 @@ impl Pacer {
     #[cfg(not(loom))]
     pub const fn new(config: &Config, now_ms: u64) -> Result<Pacer, ConfigError> {
         match Params::plan(config) {
-            Ok(params) => Ok(Pacer { params, state: AtomicU128::new(Self::initial(&params, now_ms)) }),
+            Ok(params) => Ok(Pacer {
+                params,
+                state: AtomicU128::new(Self::initial(&params, now_ms)),
+            }),
             Err(error) => Err(error),
         }
     }
@@ -345,11 +372,19 @@ impl Pacer {
     #[cfg(loom)]
     pub fn new(config: &Config, now_ms: u64) -> Result<Pacer, ConfigError> {
         let params = Params::plan(config)?;
-        Ok(Pacer { params, state: AtomicU128::new(Self::initial(&params, now_ms)) })
+        Ok(Pacer {
+            params,
+            state: AtomicU128::new(Self::initial(&params, now_ms)),
+        })
     }
 
     const fn initial(params: &Params, now_ms: u64) -> u128 {
-        StateView { high_water_ms: now_ms, tokens_units: params.capacity_units, seq: 0 }.pack()
+        StateView {
+            high_water_ms: now_ms,
+            tokens_units: params.capacity_units,
+            seq: 0,
+        }
+        .pack()
     }
 
     /// Whether 128-bit atomics are native here (no lock anywhere). A pacer
@@ -420,15 +455,31 @@ impl Pacer {
                         clock_regressed,
                     })
                 }
-                Step::Debit { wait_ms, units, path } => (wait_ms, units, path),
+                Step::Debit {
+                    wait_ms,
+                    units,
+                    path,
+                } => (wait_ms, units, path),
             };
             let seq = state.seq.wrapping_add(1) & SEQ_MASK as u32;
-            let next = StateView { high_water_ms: at_ms, tokens_units: tokens - units, seq };
-            match self.state.compare_exchange_weak(word, next.pack(), Ordering::Relaxed, Ordering::Relaxed) {
+            let next = StateView {
+                high_water_ms: at_ms,
+                tokens_units: tokens - units,
+                seq,
+            };
+            match self.state.compare_exchange_weak(
+                word,
+                next.pack(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => {
                     return Decision::Admitted(Admission {
                         wait_ms,
-                        ticket: Some(Ticket { seq, debit_units: units as u32 }),
+                        ticket: Some(Ticket {
+                            seq,
+                            debit_units: units as u32,
+                        }),
                         path,
                         clock_regressed,
                     })
@@ -462,10 +513,23 @@ impl Pacer {
             let tokens = params.refill(&state, at_ms) + debit;
             let next = StateView {
                 high_water_ms: at_ms,
-                tokens_units: if tokens < params.capacity_units { tokens } else { params.capacity_units },
-                seq: if strict { state.seq.wrapping_sub(1) & SEQ_MASK as u32 } else { state.seq },
+                tokens_units: if tokens < params.capacity_units {
+                    tokens
+                } else {
+                    params.capacity_units
+                },
+                seq: if strict {
+                    state.seq.wrapping_sub(1) & SEQ_MASK as u32
+                } else {
+                    state.seq
+                },
             };
-            match self.state.compare_exchange_weak(word, next.pack(), Ordering::Relaxed, Ordering::Relaxed) {
+            match self.state.compare_exchange_weak(
+                word,
+                next.pack(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return true,
                 Err(actual) => word = actual,
             }

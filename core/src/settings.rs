@@ -97,17 +97,26 @@ fn resolve_range<'a>(
 ) -> Resolved {
     let text = raw.unwrap_or("");
     match parse_setting(raw) {
-        Parsed::Unset => Resolved { value: default, explicit: false },
+        Parsed::Unset => Resolved {
+            value: default,
+            explicit: false,
+        },
         Parsed::Malformed => {
             out.push(Notice::new(malformed, text, [default, 0, 0]));
-            Resolved { value: default, explicit: false }
+            Resolved {
+                value: default,
+                explicit: false,
+            }
         }
         Parsed::Value(v) => {
             let value = v.clamp(min, max);
             if value != v {
                 out.push(Notice::new(clamped, text, [value, 0, 0]));
             }
-            Resolved { value, explicit: true }
+            Resolved {
+                value,
+                explicit: true,
+            }
         }
     }
 }
@@ -116,17 +125,28 @@ fn resolve_range<'a>(
 /// retry count at the ladder ceiling of the final idle timeout, then report
 /// whether pacing switched itself off or cannot refuse.
 pub fn resolve<'a>(settings: &Settings<'a>) -> Resolution<'a> {
-    let mut out = Resolution { budget: Budget::DEFAULT, notices: heapless::Vec::new() };
+    let mut out = Resolution {
+        budget: Budget::DEFAULT,
+        notices: heapless::Vec::new(),
+    };
 
     let rate_text = settings.rate_per_min.unwrap_or("");
     let rate_per_min = match parse_setting(settings.rate_per_min) {
         Parsed::Unset => DEFAULT_RATE_PER_MIN,
         Parsed::Malformed => {
-            out.push(Notice::new(NoticeKind::RateMalformed, rate_text, [DEFAULT_RATE_PER_MIN as u64, 0, 0]));
+            out.push(Notice::new(
+                NoticeKind::RateMalformed,
+                rate_text,
+                [DEFAULT_RATE_PER_MIN as u64, 0, 0],
+            ));
             DEFAULT_RATE_PER_MIN
         }
         Parsed::Value(v) if v > MAX_RATE_PER_MIN as u64 => {
-            out.push(Notice::new(NoticeKind::RateClamped, rate_text, [MAX_RATE_PER_MIN as u64, 0, 0]));
+            out.push(Notice::new(
+                NoticeKind::RateClamped,
+                rate_text,
+                [MAX_RATE_PER_MIN as u64, 0, 0],
+            ));
             MAX_RATE_PER_MIN
         }
         Parsed::Value(v) => v as u32,
@@ -154,25 +174,45 @@ pub fn resolve<'a>(settings: &Settings<'a>) -> Resolution<'a> {
     let (mut idle_ms, mut total_ms) = (idle.value, total.value);
     if total_ms < idle_ms {
         if idle.explicit && !total.explicit {
-            out.push(Notice::new(NoticeKind::TotalRaised, "", [total_ms, idle_ms, 0]));
+            out.push(Notice::new(
+                NoticeKind::TotalRaised,
+                "",
+                [total_ms, idle_ms, 0],
+            ));
             total_ms = idle_ms;
         } else {
-            out.push(Notice::new(NoticeKind::IdleLowered, "", [idle_ms, total_ms, 0]));
+            out.push(Notice::new(
+                NoticeKind::IdleLowered,
+                "",
+                [idle_ms, total_ms, 0],
+            ));
             idle_ms = total_ms;
         }
     }
 
     let ceiling = ladder_ceiling(idle_ms);
-    let default_retries = if DEFAULT_MAX_RETRIES < ceiling { DEFAULT_MAX_RETRIES } else { ceiling };
+    let default_retries = if DEFAULT_MAX_RETRIES < ceiling {
+        DEFAULT_MAX_RETRIES
+    } else {
+        ceiling
+    };
     let retries_text = settings.max_retries.unwrap_or("");
     let max_retries = match parse_setting(settings.max_retries) {
         Parsed::Unset => default_retries,
         Parsed::Malformed => {
-            out.push(Notice::new(NoticeKind::RetriesMalformed, retries_text, [default_retries as u64, 0, 0]));
+            out.push(Notice::new(
+                NoticeKind::RetriesMalformed,
+                retries_text,
+                [default_retries as u64, 0, 0],
+            ));
             default_retries
         }
         Parsed::Value(v) if v > ceiling as u64 => {
-            out.push(Notice::new(NoticeKind::RetriesClamped, retries_text, [ceiling as u64, idle_ms, 0]));
+            out.push(Notice::new(
+                NoticeKind::RetriesClamped,
+                retries_text,
+                [ceiling as u64, idle_ms, 0],
+            ));
             ceiling
         }
         Parsed::Value(v) => v as u32,
@@ -186,9 +226,17 @@ pub fn resolve<'a>(settings: &Settings<'a>) -> Resolution<'a> {
     };
     let bound = budget.wait_bound_ms();
     if rate_per_min > 0 && bound == 0 {
-        out.push(Notice::new(NoticeKind::PacingDisabled, "", [max_retries as u64, idle_ms, rate_per_min as u64]));
+        out.push(Notice::new(
+            NoticeKind::PacingDisabled,
+            "",
+            [max_retries as u64, idle_ms, rate_per_min as u64],
+        ));
     } else if budget.pacing_enabled() && max_retries > 0 && !budget.can_refuse() {
-        out.push(Notice::new(NoticeKind::NoRefuse, "", [rate_per_min as u64, max_retries as u64, bound]));
+        out.push(Notice::new(
+            NoticeKind::NoRefuse,
+            "",
+            [rate_per_min as u64, max_retries as u64, bound],
+        ));
     }
     out.budget = budget;
     out

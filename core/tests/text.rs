@@ -1,0 +1,253 @@
+//! Notices, their dedupe registry, the refusal frame and counters. Expected
+//! texts are written out by hand from SPEC §2, §7 and §9.
+
+use pacer_core::frame::{write_refusal_body, REFUSAL_CONTENT_TYPE, REFUSAL_STATUS};
+use pacer_core::settings::{parse_setting, resolve, Parsed, Settings};
+use pacer_core::{Config, CounterSnapshot, Counters, Notice, NoticeKind, NoticeRegistry, Pacer};
+
+fn render(notice: &Notice<'_>) -> String {
+    let mut buf = [0u8; 512];
+    let n = notice.render(&mut buf).unwrap();
+    String::from_utf8(buf[..n].to_vec()).unwrap()
+}
+
+#[test]
+fn parse_is_strict_decimal() {
+    assert_eq!(parse_setting(None), Parsed::Unset);
+    assert_eq!(parse_setting(Some("")), Parsed::Unset);
+    assert_eq!(parse_setting(Some(" \t\n")), Parsed::Unset);
+    assert_eq!(parse_setting(Some(" 42 ")), Parsed::Value(42));
+    assert_eq!(parse_setting(Some("007")), Parsed::Value(7));
+    assert_eq!(
+        parse_setting(Some("18446744073709551615")),
+        Parsed::Value(u64::MAX)
+    );
+    for bad in [
+        "18446744073709551616",
+        "1e2",
+        "0x10",
+        "-0",
+        "+1",
+        "12.5",
+        "1,000",
+        "1_000",
+        "Infinity",
+        "NaN",
+        "4 2",
+        "٤",
+    ] {
+        assert_eq!(parse_setting(Some(bad)), Parsed::Malformed, "{bad:?}");
+    }
+}
+
+#[test]
+fn norefuse_notice_text_at_one_per_minute() {
+    // SPEC §7 / the design record: "a 5-retry schedule spans only 20000ms …
+    // the 60000ms wait".
+    let resolution = resolve(&Settings {
+        rate_per_min: Some("1"),
+        ..Settings::default()
+    });
+    assert_eq!(resolution.notices.len(), 1);
+    assert_eq!(
+        render(&resolution.notices[0]),
+        "pacing new connections at 1/minute without refusing overflow: a 5-retry schedule spans only 20000ms, \
+         which cannot outlast the 60000ms wait for a free connection slot, so excess connections are admitted late rather than failed"
+    );
+}
+
+#[test]
+fn disabled_notice_text() {
+    let resolution = resolve(&Settings {
+        idle_timeout_ms: Some("14001"),
+        ..Settings::default()
+    });
+    assert_eq!(
+        render(&resolution.notices[0]),
+        "not pacing new connections: a 3-retry budget leaves no room to queue inside the resolved 14001ms request deadline"
+    );
+}
+
+#[test]
+fn malformed_text_is_quoted_and_escaped() {
+    let resolution = resolve(&Settings {
+        rate_per_min: Some("1e2\n"),
+        ..Settings::default()
+    });
+    assert_eq!(
+        render(&resolution.notices[0]),
+        "ignoring new-connection rate \"1e2\\n\": not a whole number of connections per minute; using 60/minute"
+    );
+}
+
+#[test]
+fn render_reports_needed_length_when_short() {
+    let notice = Notice::new(NoticeKind::RateClamped, "601", [600, 0, 0]);
+    let full = render(&notice);
+    let mut small = [0u8; 8];
+    assert_eq!(notice.render(&mut small), Err(full.len()));
+    let mut exact = vec![0u8; full.len()];
+    assert_eq!(notice.render(&mut exact), Ok(full.len()));
+    assert_eq!(notice.render(&mut []), Err(full.len()));
+}
+
+#[test]
+fn each_notice_once_per_key() {
+    let mut registry: NoticeRegistry = NoticeRegistry::new();
+    let a = Notice::new(NoticeKind::RateMalformed, "abc", [60, 0, 0]);
+    let b = Notice::new(NoticeKind::RateMalformed, "abd", [60, 0, 0]);
+    assert!(registry.first_time(&a));
+    assert!(!registry.first_time(&a));
+    assert!(registry.first_time(&b));
+    let disabled = Notice::new(NoticeKind::PacingDisabled, "", [3, 14001, 60]);
+    assert!(registry.first_time(&disabled));
+    assert!(!registry.first_time(&disabled));
+    assert!(registry.first_time(&Notice::new(NoticeKind::PacingDisabled, "", [2, 14001, 60])));
+    assert_eq!(registry.len(), 4);
+}
+
+#[test]
+fn hostile_setting_cannot_suppress_disabled_notice() {
+    // The design record's bug: a rate text equal to the disabled notice's key
+    // suppressed the one notice that must never go missing.
+    let resolution = resolve(&Settings {
+        rate_per_min: Some("disabled:3:14001"),
+        idle_timeout_ms: Some("14001"),
+        ..Settings::default()
+    });
+    let mut registry: NoticeRegistry<8> = NoticeRegistry::new();
+    let emitted: Vec<NoticeKind> = resolution
+        .notices
+        .iter()
+        .filter(|n| registry.first_time(n))
+        .map(|n| n.kind)
+        .collect();
+    assert_eq!(
+        emitted,
+        vec![NoticeKind::RateMalformed, NoticeKind::PacingDisabled]
+    );
+    // Texts that look like another namespace's key stay in their own.
+    for raw in ["disabled:3:14001", "norefuse:1:5:4833", "idle:abc"] {
+        assert!(registry.first_time(&Notice::new(NoticeKind::IdleMalformed, raw, [120000, 0, 0])));
+    }
+}
+
+#[test]
+fn full_registry_lets_notices_through() {
+    let mut registry: NoticeRegistry<2> = NoticeRegistry::new();
+    let notices = [
+        Notice::new(NoticeKind::RateMalformed, "a", [60, 0, 0]),
+        Notice::new(NoticeKind::RateMalformed, "b", [60, 0, 0]),
+        Notice::new(NoticeKind::RateMalformed, "c", [60, 0, 0]),
+    ];
+    for n in &notices {
+        assert!(registry.first_time(n));
+    }
+    assert!(!registry.first_time(&notices[0]));
+    assert!(
+        registry.first_time(&notices[2]),
+        "unremembered notice repeats rather than vanishing"
+    );
+}
+
+const PREFIX: &str = "clodex is limiting how fast it opens new OpenAI connections to reduce the chance of an upstream rate limit";
+
+#[test]
+fn refusal_frame_is_byte_exact() {
+    let mut buf = [0u8; 512];
+    let n = write_refusal_body(PREFIX, 4, &mut buf).unwrap();
+    let expected = "data: {\"type\":\"error\",\"sequence_number\":0,\"error\":{\"type\":\"rate_limit_error\",\"code\":\"429\",\
+\"message\":\"clodex is limiting how fast it opens new OpenAI connections to reduce the chance of an upstream rate limit; retry after 4s\",\
+\"param\":null,\"retry_after_seconds\":4}}\n\n";
+    assert_eq!(std::str::from_utf8(&buf[..n]).unwrap(), expected);
+    assert_eq!(REFUSAL_STATUS, 200);
+    assert_eq!(REFUSAL_CONTENT_TYPE, "text/event-stream; charset=utf-8");
+}
+
+#[test]
+fn refusal_frame_escapes_and_parses_as_json() {
+    let prefix = "say \"no\" \\ twice\n\ttab\u{1}é";
+    let mut buf = [0u8; 512];
+    let n = write_refusal_body(prefix, 15, &mut buf).unwrap();
+    let text = std::str::from_utf8(&buf[..n]).unwrap();
+    let json = text
+        .strip_prefix("data: ")
+        .unwrap()
+        .strip_suffix("\n\n")
+        .unwrap();
+    let value: serde_json::Value = serde_json::from_str(json).unwrap();
+    assert_eq!(
+        value["error"]["message"],
+        format!("{prefix}; retry after 15s")
+    );
+    assert_eq!(value["error"]["retry_after_seconds"], 15);
+    assert!(text.contains("\\u0001"));
+}
+
+#[test]
+fn refusal_frame_reports_needed_length() {
+    let mut buf = [0u8; 512];
+    let full = write_refusal_body("x", 1, &mut buf).unwrap();
+    let mut short = vec![0u8; full - 1];
+    assert_eq!(write_refusal_body("x", 1, &mut short), Err(full));
+    assert_eq!(write_refusal_body("x", 1, &mut []), Err(full));
+}
+
+#[test]
+fn counters_count_each_path() {
+    // rate 60, burst 1, bound 2000: now, 1000, 2000, then refusals.
+    let config = Config {
+        burst: 1,
+        idle_timeout_ms: 30000,
+        max_retries: 3,
+        ..Config::DEFAULT
+    };
+    let pacer = Pacer::new(&config, 100).unwrap();
+    let counters = Counters::new();
+    let mut tickets = Vec::new();
+    for _ in 0..5 {
+        let decision = pacer.reserve(100);
+        counters.record(&decision);
+        if let pacer_core::Decision::Admitted(a) = decision {
+            tickets.push(a.ticket.unwrap());
+        }
+    }
+    counters.record(&pacer.reserve(50)); // behind the mark: refused, regressed
+    let refunded = pacer.release(tickets.pop().unwrap(), 100);
+    counters.record_release(refunded);
+    assert_eq!(
+        counters.snapshot(),
+        CounterSnapshot {
+            admitted: 3,
+            admitted_after_wait: 2,
+            refused: 3,
+            shaped: 0,
+            released: 1,
+            refunded: 1,
+            clock_regressions: 1,
+        }
+    );
+    // Shaping at 1/min: #10 is shaped (waits the bound), #11 passes the floor.
+    let pacer = Pacer::new(
+        &Config {
+            rate_per_min: 1,
+            ..Config::DEFAULT
+        },
+        0,
+    )
+    .unwrap();
+    let counters = Counters::new();
+    for _ in 0..12 {
+        counters.record(&pacer.reserve(0));
+    }
+    let snap = counters.snapshot();
+    assert_eq!(
+        (
+            snap.admitted,
+            snap.admitted_after_wait,
+            snap.shaped,
+            snap.refused
+        ),
+        (12, 1, 2, 0)
+    );
+}
