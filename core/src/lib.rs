@@ -36,6 +36,8 @@
 pub mod budget;
 mod counters;
 pub mod frame;
+#[cfg(all(test, loom))]
+mod loom_tests;
 mod notice;
 mod pacer;
 pub mod settings;
@@ -46,7 +48,7 @@ pub use budget::Budget;
 pub use counters::{CounterSnapshot, Counters};
 pub use notice::{Notice, NoticeKey, NoticeKind, NoticeRegistry};
 pub use pacer::{
-    AdmitPath, Admission, Config, ConfigError, Decision, Mode, Pacer, Refusal, ReleasePolicy,
+    Admission, AdmitPath, Config, ConfigError, Decision, Mode, Pacer, Refusal, ReleasePolicy,
     StateView, Ticket, MAX_BURST, UNITS_PER_TOKEN,
 };
 pub use settings::{resolve, Parsed, Resolution, Settings};

@@ -1,0 +1,17 @@
+//! The `pacer` command's library: the simulator, the matrix checker, the
+//! trace replayer and the settings explainer. `main.rs` is only the
+//! argument parsing around these.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod client;
+pub mod explain;
+pub mod gate;
+pub mod matrix;
+pub mod plot;
+pub mod progress;
+pub mod replay;
+pub mod rng;
+pub mod sim;
+pub mod stats;

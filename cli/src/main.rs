@@ -1,0 +1,435 @@
+//! `pacer`: simulate, check, replay and explain the pacing core.
+//! Usage: `pacer --help`; the replay format is in `cli/README.md`.
+
+use std::io::{BufReader, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use pacer_cli::matrix::{self, Fault, MatrixOptions};
+use pacer_cli::sim::{self, Arrivals, Design, Load, OnRefusal, SimConfig};
+use pacer_cli::{explain, plot, progress, replay};
+use pacer_core::MAX_BURST;
+use pacer_core::{resolve, ReleasePolicy, Settings};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "pacer",
+    version,
+    about = "Simulate, check, replay and explain the new-connection pacer"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Simulate agents (closed loop) or offered load (open loop) through the
+    /// pacer and the SDK client's retry rule, on a virtual clock.
+    Simulate(SimulateArgs),
+    /// Check the design record's reviewer matrix (SPEC §6.4, §6.5), or with
+    /// --exhaustive the §3 inequalities over every resolvable budget.
+    Matrix(MatrixArgs),
+    /// Drive the core from JSON lines (file or stdin), one JSON line out per
+    /// operation; see cli/README.md for the format.
+    Replay(ReplayArgs),
+    /// Resolve the settings (NAME=value arguments over the environment) and
+    /// show the budget, bound, hint cap, schedule, notices and §3 check.
+    Explain(ExplainArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum DesignArg {
+    /// This design (the core's pacer).
+    Paced,
+    /// The rejected design: past the bound, wait the bound, open anyway.
+    AdmitAnyway,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum PolicyArg {
+    Refund,
+    Strict,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ArrivalsArg {
+    /// Evenly spaced: request k at floor(k · interval).
+    Periodic,
+    /// Exponential gaps with the same mean (seeded).
+    Poisson,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum OnRefusalArg {
+    /// Retry on the hint per the SDK rule, within the retry count.
+    Retry,
+    /// Give up at once (the design record's sustained-overload test).
+    Drop,
+}
+
+#[derive(Args, Debug)]
+struct SimulateArgs {
+    /// Closed loop: agents, each running one turn at a time.
+    #[arg(long, default_value_t = 20, conflicts_with_all = ["offered_per_min", "offered_every_ms"])]
+    agents: u32,
+    /// Open loop: new requests per minute, whatever happens to earlier ones.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "offered_every_ms")]
+    offered_per_min: Option<u64>,
+    /// Open loop: one new request every this many ms.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    offered_every_ms: Option<u64>,
+    /// Open loop: arrival pattern.
+    #[arg(long, value_enum, default_value_t = ArrivalsArg::Periodic)]
+    arrivals: ArrivalsArg,
+    /// Open loop: what a refused request does.
+    #[arg(long, value_enum, default_value_t = OnRefusalArg::Retry)]
+    on_refusal: OnRefusalArg,
+    /// New connections per minute (0 = unpaced; above 600 clamps, with a notice).
+    #[arg(long, allow_negative_numbers = true)]
+    rate: Option<u64>,
+    /// Connections admitted with no wait after idle.
+    #[arg(long, default_value_t = 10)]
+    burst: u32,
+    /// No-data deadline shared by all attempts of a request, ms.
+    #[arg(long, allow_negative_numbers = true)]
+    idle_timeout_ms: Option<u64>,
+    /// Total deadline of a request, ms.
+    #[arg(long, allow_negative_numbers = true)]
+    total_timeout_ms: Option<u64>,
+    /// The client's retry count (clamped to the ladder ceiling).
+    #[arg(long, allow_negative_numbers = true)]
+    max_retries: Option<u64>,
+    /// What releasing a ticket refunds.
+    #[arg(long, value_enum, default_value_t = PolicyArg::Refund)]
+    release_policy: PolicyArg,
+    /// Which admission design to simulate.
+    #[arg(long, value_enum, default_value_t = DesignArg::Paced)]
+    design: DesignArg,
+    /// Turn length from connection open to the end of the turn, ms.
+    #[arg(long, default_value_t = 3000)]
+    turn_ms: u64,
+    /// Each turn lasts turn-ms ± this (uniform, seeded), ms. Default: a
+    /// third of --turn-ms. 0 makes every turn identical, which puts every
+    /// agent's events on the same milliseconds (a degenerate case).
+    #[arg(long)]
+    turn_jitter_ms: Option<u64>,
+    /// Time from connection open to the first stream part, ms.
+    #[arg(long, default_value_t = 0)]
+    first_byte_ms: u64,
+    /// Closed loop: pause between turns, ms.
+    #[arg(long, default_value_t = 0)]
+    think_ms: u64,
+    /// Closed loop: spread the first turns uniformly over this many ms.
+    #[arg(long, default_value_t = 0)]
+    stagger_ms: u64,
+    /// Virtual run length, ms (no new turn or request starts after it).
+    #[arg(long, default_value_t = 600_000)]
+    duration_ms: u64,
+    /// Seed for jitter, staggering, Poisson arrivals and cancellations.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Percent of waiting requests cancelled during their wait (releases).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    cancel_percent: u32,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Also print the minute-by-minute table.
+    #[arg(long)]
+    per_minute: bool,
+    /// Write a chart (offered vs admitted per minute, turn latency) to this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FaultArg {
+    OneFewerRetry,
+}
+
+#[derive(Args, Debug)]
+struct MatrixArgs {
+    /// Check the §3 inequalities for every idle value in range × every
+    /// retry count × every rate, instead of the 88-combination matrix.
+    #[arg(long)]
+    exhaustive: bool,
+    /// Lowest rate (default 1 for the matrix, 0 with --exhaustive).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=600))]
+    rate_min: Option<u32>,
+    /// Highest rate.
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u32).range(0..=600))]
+    rate_max: u32,
+    /// --exhaustive: lowest idle timeout, ms.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(10_000..=3_600_000))]
+    idle_min: u64,
+    /// --exhaustive: highest idle timeout, ms.
+    #[arg(long, default_value_t = 3_600_000, value_parser = clap::value_parser!(u64).range(10_000..=3_600_000))]
+    idle_max: u64,
+    /// Worker threads (default: the number of cores).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    threads: Option<u64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Break the modelled client on purpose (shows the checker can fail).
+    #[arg(long, value_enum, hide = true)]
+    fault: Option<FaultArg>,
+}
+
+#[derive(Args, Debug)]
+struct ReplayArgs {
+    /// Trace file of JSON lines; stdin when absent or "-".
+    file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct ExplainArgs {
+    /// Settings as NAME=value: PACER_RATE_PER_MIN, PACER_IDLE_TIMEOUT_MS,
+    /// PACER_TOTAL_TIMEOUT_MS, PACER_MAX_RETRIES. They override the
+    /// environment variables of the same names.
+    #[arg(value_name = "NAME=value")]
+    settings: Vec<String>,
+    /// Ignore the environment; use only the arguments.
+    #[arg(long)]
+    no_env: bool,
+    /// Burst, for the pacer lines (debt floor, first refusal).
+    #[arg(long, default_value_t = 10)]
+    burst: u32,
+    /// Print as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A failure: message for stderr and exit code.
+struct Failure {
+    message: String,
+    code: u8,
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure { message, code: 2 }
+    }
+}
+
+fn print(text: &str) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|_| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        // A closed pipe (`| head`) is not an error worth a message.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(format!("cannot write output: {e}").into()),
+    }
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<String, Failure> {
+    serde_json::to_string(value)
+        .map(|mut text| {
+            text.push('\n');
+            text
+        })
+        .map_err(|e| Failure::from(format!("cannot encode JSON: {e}")))
+}
+
+fn simulate(args: SimulateArgs) -> Result<(), Failure> {
+    if args.burst > MAX_BURST {
+        return Err(format!("--burst {} is above the maximum {MAX_BURST}", args.burst).into());
+    }
+    let (rate, idle, total, retries) = (
+        args.rate.map(|v| v.to_string()),
+        args.idle_timeout_ms.map(|v| v.to_string()),
+        args.total_timeout_ms.map(|v| v.to_string()),
+        args.max_retries.map(|v| v.to_string()),
+    );
+    let resolution = resolve(&Settings {
+        rate_per_min: rate.as_deref(),
+        idle_timeout_ms: idle.as_deref(),
+        total_timeout_ms: total.as_deref(),
+        max_retries: retries.as_deref(),
+    });
+    let notices: Vec<String> = resolution.notices.iter().map(|n| n.to_string()).collect();
+    let load = match (args.offered_per_min, args.offered_every_ms) {
+        (None, None) => Load::Closed {
+            agents: args.agents,
+            think_ms: args.think_ms,
+            stagger_ms: args.stagger_ms,
+        },
+        (per_min, every) => {
+            let (num, den) = match (per_min, every) {
+                (Some(n), _) => (60_000, n),
+                (_, Some(ms)) => (ms, 1),
+                (None, None) => unreachable!("matched above"),
+            };
+            let arrivals = match args.arrivals {
+                ArrivalsArg::Periodic => Arrivals::Periodic {
+                    every_num: num,
+                    every_den: den,
+                },
+                ArrivalsArg::Poisson => Arrivals::Poisson {
+                    mean_num: num,
+                    mean_den: den,
+                },
+            };
+            let on_refusal = match args.on_refusal {
+                OnRefusalArg::Retry => OnRefusal::Retry,
+                OnRefusalArg::Drop => OnRefusal::Drop,
+            };
+            Load::Open {
+                arrivals,
+                on_refusal,
+            }
+        }
+    };
+    let config = SimConfig {
+        budget: resolution.budget,
+        burst: args.burst,
+        release_policy: match args.release_policy {
+            PolicyArg::Refund => ReleasePolicy::Refund,
+            PolicyArg::Strict => ReleasePolicy::Strict,
+        },
+        design: match args.design {
+            DesignArg::Paced => Design::Paced,
+            DesignArg::AdmitAnyway => Design::AdmitAnyway,
+        },
+        load,
+        turn_ms: args.turn_ms,
+        // Identical turns keep the agents in lockstep, tied to the same
+        // milliseconds as each other and the refill; the order of those ties
+        // then decides who is refused (1 ms of jitter moves the default
+        // run's terminal errors from 12% to 31%). Real turns vary, so the
+        // default spreads them by a third of their length.
+        turn_jitter_ms: args.turn_jitter_ms.unwrap_or(args.turn_ms / 3),
+        first_byte_ms: args.first_byte_ms,
+        duration_ms: args.duration_ms,
+        seed: args.seed,
+        cancel_percent: args.cancel_percent,
+    };
+    let long_run = args.duration_ms >= 30 * 60_000 || args.agents >= 200;
+    let bar = progress::bar(args.duration_ms, "simulating", long_run);
+    let result = sim::run(&config, &mut |now| bar.set_position(now));
+    bar.finish_and_clear();
+    let mut report = result?;
+    report.notices = notices;
+    if let Some(path) = &args.plot {
+        plot::write_svg(&report, path)?;
+    }
+    if args.json {
+        print(&to_json(&report)?)
+    } else {
+        print(&sim::render(&report, args.per_minute))
+    }
+}
+
+fn run_matrix(args: MatrixArgs) -> Result<(), Failure> {
+    let threads = args
+        .threads
+        .map(|t| t as usize)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let options = MatrixOptions {
+        rate_min: args.rate_min.unwrap_or(if args.exhaustive { 0 } else { 1 }),
+        rate_max: args.rate_max,
+        threads,
+        fault: args
+            .fault
+            .map(|FaultArg::OneFewerRetry| Fault::OneFewerRetry),
+        idle_min: args.idle_min,
+        idle_max: args.idle_max,
+    };
+    if options.rate_min > options.rate_max {
+        return Err(format!(
+            "--rate-min {} is above --rate-max {}",
+            options.rate_min, options.rate_max
+        )
+        .into());
+    }
+    if options.idle_min > options.idle_max {
+        return Err(format!(
+            "--idle-min {} is above --idle-max {}",
+            options.idle_min, options.idle_max
+        )
+        .into());
+    }
+    let report = if args.exhaustive {
+        let bar = progress::bar(options.idle_max - options.idle_min + 1, "exhaustive", true);
+        let report = matrix::run_exhaustive(&options, &|n| bar.inc(n));
+        bar.finish_and_clear();
+        report
+    } else {
+        let rates = u64::from(options.rate_max - options.rate_min) + 1;
+        let bar = progress::bar(88 * rates, "matrix", true);
+        let report = matrix::run_matrix(&options, &|n| bar.inc(n));
+        bar.finish_and_clear();
+        report
+    };
+    if args.json {
+        print(&to_json(&report)?)?;
+    } else {
+        print(&matrix::render(&report, &options))?;
+    }
+    if report.counterexample_count > 0 {
+        return Err(Failure {
+            message: format!("{} counterexample(s) found", report.counterexample_count),
+            code: 1,
+        });
+    }
+    Ok(())
+}
+
+fn run_replay(args: ReplayArgs) -> Result<(), Failure> {
+    let stdout = std::io::stdout();
+    let output = std::io::LineWriter::new(stdout.lock());
+    let result = match &args.file {
+        Some(path) if path.as_os_str() != "-" => {
+            let file = std::fs::File::open(path)
+                .map_err(|e| Failure::from(format!("cannot open {}: {e}", path.display())))?;
+            replay::run(BufReader::new(file), output)
+        }
+        _ => replay::run(std::io::stdin().lock(), output),
+    };
+    result.map_err(|message| {
+        let prefix = match &args.file {
+            Some(path) if path.as_os_str() != "-" => format!("{}: ", path.display()),
+            _ => String::new(),
+        };
+        Failure::from(format!("{prefix}{message}"))
+    })
+}
+
+fn run_explain(args: ExplainArgs) -> Result<(), Failure> {
+    let no_env = args.no_env;
+    let raws = explain::collect(&args.settings, |name| {
+        if no_env {
+            None
+        } else {
+            std::env::var(name).ok()
+        }
+    })?;
+    let explanation = explain::explain(&raws, args.burst)?;
+    if args.json {
+        print(&to_json(&explanation)?)
+    } else {
+        print(&explain::render(&explanation))
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => simulate(args),
+        Command::Matrix(args) => run_matrix(args),
+        Command::Replay(args) => run_replay(args),
+        Command::Explain(args) => run_explain(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("pacer: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! `simulate --plot FILE.svg`: offered vs admitted per minute, and turn
+//! latency per minute, as one SVG (plotters, SVG backend only).
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::sim::{MinuteRow, SimReport};
+
+/// A line on a chart: label, colour, and the value it reads from a minute.
+type Series<T> = (&'static str, RGBColor, fn(&MinuteRow) -> T);
+
+fn err<E: std::fmt::Display>(error: E) -> String {
+    format!("cannot draw the plot: {error}")
+}
+
+/// Writes the chart for `report` to `path`.
+pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
+    let rows = &report.per_minute;
+    let minutes = rows.len().max(1) as f64;
+    let root = SVGBackend::new(path, (960, 760)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let title = format!(
+        "{} — {} · rate {}/min · burst {} · bound {} ms",
+        match report.settings.load {
+            "closed" => format!("{} agents", report.settings.agents.unwrap_or(0)),
+            _ => format!(
+                "offered {:.1}/min",
+                report.settings.offered_per_min.unwrap_or(0.0)
+            ),
+        },
+        match report.settings.design {
+            crate::sim::Design::Paced => "this design",
+            crate::sim::Design::AdmitAnyway => "admit anyway",
+        },
+        report.settings.rate_per_min,
+        report.settings.burst,
+        report.settings.bound_ms,
+    );
+    let root = root.titled(&title, ("sans-serif", 22)).map_err(err)?;
+    let (top, bottom) = root.split_vertically(360);
+
+    // Per-minute counts, drawn at the middle of their minute.
+    let count_max = rows
+        .iter()
+        .map(|row| row.offered.max(row.attempts).max(row.admitted))
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    let mut counts = ChartBuilder::on(&top)
+        .caption(
+            "per minute: offered, attempts, admitted (connections opened)",
+            ("sans-serif", 16),
+        )
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0f64..minutes, 0f64..count_max * 1.1)
+        .map_err(err)?;
+    counts
+        .configure_mesh()
+        .x_desc("minute")
+        .y_desc("count per minute")
+        .draw()
+        .map_err(err)?;
+    let series: [Series<u64>; 3] = [
+        ("offered (new requests)", BLUE, |row| row.offered),
+        ("attempts (with retries)", RGBColor(150, 150, 150), |row| {
+            row.attempts
+        }),
+        ("admitted (opened)", RED, |row| row.admitted),
+    ];
+    for (label, color, value) in series {
+        let points: Vec<(f64, f64)> = rows
+            .iter()
+            .map(|row| (row.minute as f64 + 0.5, value(row) as f64))
+            .collect();
+        counts
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(err)?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        counts
+            .draw_series(
+                points
+                    .into_iter()
+                    .map(|point| Circle::new(point, 3, color.filled())),
+            )
+            .map_err(err)?;
+    }
+    counts
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.85))
+        .position(SeriesLabelPosition::MiddleRight)
+        .draw()
+        .map_err(err)?;
+
+    // Turn latency of the turns completed in each minute.
+    let latency_max = rows
+        .iter()
+        .filter_map(|row| row.latency_max_ms)
+        .max()
+        .unwrap_or(1000)
+        .max(1000) as f64
+        / 1000.0;
+    let mut latency = ChartBuilder::on(&bottom)
+        .caption(
+            "turn latency of turns completed in the minute, s",
+            ("sans-serif", 16),
+        )
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0f64..minutes, 0f64..latency_max * 1.1)
+        .map_err(err)?;
+    latency
+        .configure_mesh()
+        .x_desc("minute")
+        .y_desc("seconds")
+        .draw()
+        .map_err(err)?;
+    let latency_series: [Series<Option<u64>>; 2] = [
+        ("p50", RGBColor(0, 120, 0), |row| row.latency_p50_ms),
+        ("max", RGBColor(200, 120, 0), |row| row.latency_max_ms),
+    ];
+    for (label, color, value) in latency_series {
+        let points: Vec<(f64, f64)> = rows
+            .iter()
+            .filter_map(|row| value(row).map(|ms| (row.minute as f64 + 0.5, ms as f64 / 1000.0)))
+            .collect();
+        latency
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(err)?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        latency
+            .draw_series(
+                points
+                    .into_iter()
+                    .map(|point| Circle::new(point, 3, color.filled())),
+            )
+            .map_err(err)?;
+    }
+    latency
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.85))
+        .position(SeriesLabelPosition::MiddleRight)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}

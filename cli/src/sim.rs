@@ -1,0 +1,1049 @@
+//! A deterministic, virtual-clock simulation of requests that each need a
+//! new upstream connection, going through a gate (this design's pacer or
+//! the rejected admit-anyway model) and the SDK client of SPEC §8.
+//!
+//! # The model, and why
+//! - **Time** is virtual milliseconds; events at the same millisecond run in
+//!   the order they were scheduled, so a run is a pure function of its
+//!   options and seed.
+//! - **A request** is one SDK call that needs a new connection. Its first
+//!   attempt asks the gate. Admitted after `wait`: the proxy sleeps `wait`,
+//!   opens the connection, the first stream part arrives `first_byte_ms`
+//!   later and the turn ends `turn_ms` after opening. Refused: the client
+//!   waits per §8 (the hint, substituted for its rung) and tries again; a
+//!   refusal on its last attempt is terminal — a rate-limit error.
+//! - **One no-data deadline** (`idle`) per request, started with its first
+//!   attempt and shared by every retry, as the record describes: if the
+//!   first stream part has not arrived when it fires (still backing off,
+//!   still waiting for its slot, or opened too late), the request fails as a
+//!   deadline overrun. A request aborted while waiting for its slot releases
+//!   its ticket, as a binding's abort signal would.
+//! - **Closed loop** (`agents`): each agent runs one turn at a time and
+//!   starts the next as soon as the previous one ends, however it ended — a
+//!   coding agent keeps working after a failed turn. Every turn needs a new
+//!   connection (the record's fan-out: new connections move with the number
+//!   of concurrent agents). No new turn starts at or after `duration`; turns
+//!   in flight then run to their end, so every started turn has an outcome.
+//! - **Open loop** (`offered per minute`): requests arrive on a fixed
+//!   schedule (or Poisson) whatever happens to earlier ones. A refused
+//!   request either retries like any SDK call (`retry`, the default) or is
+//!   dropped (`drop`: the record's sustained-overload test, which counts
+//!   what one offer per 732 ms gets admitted, with no client behind it).
+//! - **Turn lengths** vary uniformly by `turn_jitter_ms` around `turn_ms`
+//!   (the command's default is a third of the turn). With identical turns
+//!   every agent's events land on the same milliseconds as each other's and
+//!   the refill, and the order of those ties decides who is refused — a
+//!   degenerate case, kept available as `--turn-jitter-ms 0`.
+//! - **Cancellations** (`cancel_percent`, default 0): a share of the
+//!   requests that must wait is cancelled at a random instant of the wait
+//!   and releases its ticket — the only thing that exercises the release
+//!   policy here, since a correctly sized bound never lets the deadline
+//!   fire during a wait.
+//! - **Admissions per minute** count connections *opened* (admission time
+//!   plus wait), the quantity the record's traffic analysis and its
+//!   sustained-rate test count.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use pacer_core::{Budget, Config, Mode, ReleasePolicy};
+use serde::Serialize;
+
+use crate::client::{Client, ClientStep, RetryHeaders};
+use crate::gate::{AdmitAnywayGate, CoreGate, Gate, GateDecision};
+use crate::rng::SplitMix64;
+use crate::stats::{count_in, percentile, PerMinute};
+
+/// Which admission design to simulate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Design {
+    /// This design: the core's pacer.
+    Paced,
+    /// The rejected design: past the bound, wait the bound and open anyway.
+    AdmitAnyway,
+}
+
+/// What a refused request does in open-loop mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnRefusal {
+    /// Retry per the SDK rule (§8) within the budget's retry count.
+    Retry,
+    /// Give up at once: the offer is lost (the record's overload test).
+    Drop,
+}
+
+/// When open-loop requests arrive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrivals {
+    /// Request `k` at `floor(k · every_num / every_den)` ms.
+    Periodic {
+        /// Interval numerator, ms.
+        every_num: u64,
+        /// Interval denominator (≥ 1).
+        every_den: u64,
+    },
+    /// Exponential gaps with mean `mean_num / mean_den` ms.
+    Poisson {
+        /// Mean interval numerator, ms.
+        mean_num: u64,
+        /// Mean interval denominator (≥ 1).
+        mean_den: u64,
+    },
+}
+
+/// Where requests come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Load {
+    /// A fixed number of agents, one turn at a time.
+    Closed {
+        /// Number of agents.
+        agents: u32,
+        /// Pause between the end of a turn and the next, ms.
+        think_ms: u64,
+        /// First turns start uniformly in `[0, stagger_ms)` (0: all at once).
+        stagger_ms: u64,
+    },
+    /// Requests on a schedule, independent of earlier outcomes.
+    Open {
+        /// The schedule.
+        arrivals: Arrivals,
+        /// What a refused request does.
+        on_refusal: OnRefusal,
+    },
+}
+
+/// Everything a run depends on.
+#[derive(Clone, Copy, Debug)]
+pub struct SimConfig {
+    /// The resolved budget (rate, deadline, retries).
+    pub budget: Budget,
+    /// Pacer burst (0 is treated as 1, as by the core).
+    pub burst: u32,
+    /// What a release refunds.
+    pub release_policy: ReleasePolicy,
+    /// Which design admits.
+    pub design: Design,
+    /// Where requests come from.
+    pub load: Load,
+    /// Time from connection open to the end of the turn, ms.
+    pub turn_ms: u64,
+    /// Each turn lasts `turn_ms ± turn_jitter_ms` (uniform).
+    pub turn_jitter_ms: u64,
+    /// Time from connection open to the first stream part, ms (capped at
+    /// the turn's length).
+    pub first_byte_ms: u64,
+    /// New requests start only before this, ms.
+    pub duration_ms: u64,
+    /// Seeds jitter, staggering, Poisson arrivals and cancellations.
+    pub seed: u64,
+    /// Percent of waiting requests cancelled during their wait.
+    pub cancel_percent: u32,
+}
+
+/// One minute of a run.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct MinuteRow {
+    /// Minute index (`[minute·60 s, (minute+1)·60 s)`).
+    pub minute: u64,
+    /// New requests (turns) started.
+    pub offered: u64,
+    /// Attempts, retries included.
+    pub attempts: u64,
+    /// Attempts refused.
+    pub refused: u64,
+    /// Connections opened.
+    pub admitted: u64,
+    /// Turns completed in this minute.
+    pub completed: u64,
+    /// Median latency of the turns completed in this minute, ms.
+    pub latency_p50_ms: Option<u64>,
+    /// Longest latency of the turns completed in this minute, ms.
+    pub latency_max_ms: Option<u64>,
+}
+
+/// The settings a run used, as resolved.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RunSettings {
+    /// `paced` or `admit-anyway`.
+    pub design: Design,
+    /// The pacer's mode (`disabled`, `refusing`, `shaping-low-rate`, `shaping-no-retry`).
+    pub mode: &'static str,
+    /// New connections per minute.
+    pub rate_per_min: u32,
+    /// Burst.
+    pub burst: u32,
+    /// Wait bound, ms.
+    pub bound_ms: u64,
+    /// Hint cap, s.
+    pub hint_cap_s: u64,
+    /// Client retry count (the budget's).
+    pub max_retries: u32,
+    /// No-data deadline, ms.
+    pub idle_timeout_ms: u64,
+    /// Total deadline, ms (resolved; not enforced by the model).
+    pub total_timeout_ms: u64,
+    /// `refund` or `strict`.
+    pub release_policy: &'static str,
+    /// `closed` or `open`.
+    pub load: &'static str,
+    /// Agents (closed loop).
+    pub agents: Option<u32>,
+    /// Think time between turns (closed loop), ms.
+    pub think_ms: Option<u64>,
+    /// Start spread (closed loop), ms.
+    pub stagger_ms: Option<u64>,
+    /// Offered requests per minute (open loop).
+    pub offered_per_min: Option<f64>,
+    /// `periodic` or `poisson` (open loop).
+    pub arrivals: Option<&'static str>,
+    /// `retry` or `drop` (open loop).
+    pub on_refusal: Option<OnRefusal>,
+    /// Turn length after the connection opens, ms.
+    pub turn_ms: u64,
+    /// Turn length jitter, ms.
+    pub turn_jitter_ms: u64,
+    /// Time to first stream part, ms.
+    pub first_byte_ms: u64,
+    /// Run length, ms.
+    pub duration_ms: u64,
+    /// Seed.
+    pub seed: u64,
+    /// Percent of waits cancelled.
+    pub cancel_percent: u32,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SimReport {
+    /// The settings.
+    pub settings: RunSettings,
+    /// Turns (requests) started.
+    pub turns_started: u64,
+    /// Turns that got their connection and finished.
+    pub turns_completed: u64,
+    /// Turns that ended in a terminal rate-limit error (refused on the last
+    /// attempt, or on the only one in `drop` mode).
+    pub terminal_rate_limit_errors: u64,
+    /// Turns whose no-data deadline fired before the first stream part.
+    pub deadline_overruns: u64,
+    /// Turns cancelled while waiting for a slot.
+    pub cancelled: u64,
+    /// Terminal rate-limit errors as a percentage of turns started.
+    pub terminal_error_percent: f64,
+    /// Turn latency of completed turns (start to end), nearest-rank p50, ms.
+    pub latency_p50_ms: Option<u64>,
+    /// p90, ms.
+    pub latency_p90_ms: Option<u64>,
+    /// Longest, ms.
+    pub latency_max_ms: Option<u64>,
+    /// Mean, ms.
+    pub latency_mean_ms: Option<f64>,
+    /// Attempts, retries included.
+    pub attempts: u64,
+    /// Attempts refused.
+    pub refusals: u64,
+    /// Turns refused at least once.
+    pub turns_refused_at_least_once: u64,
+    /// Admission decisions.
+    pub admissions: u64,
+    /// Admissions with a positive wait.
+    pub waits: u64,
+    /// Mean of the positive waits, ms.
+    pub wait_mean_ms: Option<f64>,
+    /// Longest wait, ms.
+    pub wait_max_ms: u64,
+    /// Releases (cancellations and deadline aborts holding a ticket).
+    pub releases: u64,
+    /// Releases the policy refunded.
+    pub releases_refunded: u64,
+    /// Connections opened before `duration`.
+    pub admitted_total: u64,
+    /// Most connections opened in one whole minute.
+    pub admitted_per_min_max: u64,
+    /// Connections opened in the last 60 s before `duration`.
+    pub admitted_final_minute: u64,
+    /// Most new requests in one whole minute.
+    pub offered_per_min_max: u64,
+    /// New requests in the last 60 s before `duration`.
+    pub offered_final_minute: u64,
+    /// Closed loop: Little's law, agents / (turns ended per s) − think, ms.
+    pub littles_law_turn_ms: Option<f64>,
+    /// Minute by minute.
+    pub per_minute: Vec<MinuteRow>,
+    /// Settings notices (filled in by the caller that resolved them).
+    pub notices: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Arrival,
+    TurnStart(u32),
+    Attempt(usize),
+    Open(usize),
+    Complete(usize),
+    Deadline(usize),
+    Cancel(usize),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Backoff,
+    Waiting,
+    Streaming,
+    Done,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Request {
+    agent: Option<u32>,
+    start_ms: u64,
+    deadline_ms: u64,
+    service_ms: u64,
+    attempts: u32,
+    refused: u32,
+    phase: Phase,
+    ticket: Option<u64>,
+    first_byte_at: u64,
+}
+
+enum Outcome {
+    Completed,
+    RateLimited,
+    Overrun,
+    Cancelled,
+}
+
+/// The pacer mode's report name.
+pub fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Disabled => "disabled",
+        Mode::Refusing => "refusing",
+        Mode::ShapingLowRate => "shaping-low-rate",
+        Mode::ShapingNoRetry => "shaping-no-retry",
+    }
+}
+
+/// The release policy's name.
+pub fn policy_name(policy: ReleasePolicy) -> &'static str {
+    match policy {
+        ReleasePolicy::Refund => "refund",
+        ReleasePolicy::Strict => "strict",
+    }
+}
+
+struct Sim<'a> {
+    cfg: &'a SimConfig,
+    gate: Box<dyn Gate>,
+    client: Client,
+    rng: SplitMix64,
+    heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    seq: u64,
+    requests: Vec<Request>,
+    arrival_index: u64,
+    poisson_clock: f64,
+    // Tallies.
+    completed: u64,
+    rate_limited: u64,
+    overruns: u64,
+    cancelled: u64,
+    attempts: u64,
+    refusals: u64,
+    refused_requests: u64,
+    admissions: u64,
+    waits: u64,
+    wait_sum: u128,
+    wait_max: u64,
+    releases: u64,
+    refunded: u64,
+    latencies: Vec<u64>,
+    completion_times: Vec<u64>,
+    opened_times: Vec<u64>,
+    offered_times: Vec<u64>,
+    attempts_pm: PerMinute,
+    refused_pm: PerMinute,
+}
+
+impl<'a> Sim<'a> {
+    fn push(&mut self, at_ms: u64, event: Event) {
+        self.seq += 1;
+        self.heap.push(Reverse((at_ms, self.seq, event)));
+    }
+
+    fn start_request(&mut self, agent: Option<u32>, now: u64) {
+        let jitter = self.cfg.turn_jitter_ms;
+        let service_ms = if jitter == 0 {
+            self.cfg.turn_ms
+        } else {
+            let low = self.cfg.turn_ms.saturating_sub(jitter);
+            let high = self.cfg.turn_ms.saturating_add(jitter);
+            low + self.rng.below(high - low + 1)
+        }
+        .max(1);
+        let id = self.requests.len();
+        let deadline_ms = now.saturating_add(self.cfg.budget.idle_timeout_ms);
+        self.requests.push(Request {
+            agent,
+            start_ms: now,
+            deadline_ms,
+            service_ms,
+            attempts: 0,
+            refused: 0,
+            phase: Phase::Backoff,
+            ticket: None,
+            first_byte_at: u64::MAX,
+        });
+        self.offered_times.push(now);
+        self.push(deadline_ms, Event::Deadline(id));
+        self.attempt(id, now);
+    }
+
+    fn attempt(&mut self, id: usize, now: u64) {
+        if self.requests[id].phase != Phase::Backoff {
+            return;
+        }
+        self.requests[id].attempts += 1;
+        self.attempts += 1;
+        self.attempts_pm.add(now);
+        match self.gate.reserve(now) {
+            GateDecision::Admitted { wait_ms, ticket } => {
+                self.admissions += 1;
+                if wait_ms > 0 {
+                    self.waits += 1;
+                    self.wait_sum += u128::from(wait_ms);
+                    self.wait_max = self.wait_max.max(wait_ms);
+                }
+                let request = &mut self.requests[id];
+                request.phase = Phase::Waiting;
+                request.ticket = ticket;
+                self.push(now.saturating_add(wait_ms), Event::Open(id));
+                if wait_ms > 0
+                    && self.cfg.cancel_percent > 0
+                    && self.rng.percent(self.cfg.cancel_percent)
+                {
+                    let at = now + self.rng.below(wait_ms);
+                    self.push(at, Event::Cancel(id));
+                }
+            }
+            GateDecision::Refused { retry_after_s, .. } => {
+                self.refusals += 1;
+                self.refused_pm.add(now);
+                let request = &mut self.requests[id];
+                request.refused += 1;
+                if request.refused == 1 {
+                    self.refused_requests += 1;
+                }
+                let attempts = request.attempts;
+                match self
+                    .client
+                    .after_failure(attempts, RetryHeaders::pacer_refusal(retry_after_s))
+                {
+                    ClientStep::Retry { delay_ms } => {
+                        self.push(now.saturating_add(delay_ms), Event::Attempt(id))
+                    }
+                    ClientStep::GiveUp => self.finish(id, Outcome::RateLimited, now),
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self, id: usize, outcome: Outcome, now: u64) {
+        let request = &mut self.requests[id];
+        request.phase = Phase::Done;
+        match outcome {
+            Outcome::Completed => {
+                self.completed += 1;
+                self.latencies.push(now - request.start_ms);
+                self.completion_times.push(now);
+            }
+            Outcome::RateLimited => self.rate_limited += 1,
+            Outcome::Overrun => self.overruns += 1,
+            Outcome::Cancelled => self.cancelled += 1,
+        }
+        if let (Some(agent), Load::Closed { think_ms, .. }) = (request.agent, self.cfg.load) {
+            let next = now.saturating_add(think_ms);
+            if next < self.cfg.duration_ms {
+                self.push(next, Event::TurnStart(agent));
+            }
+        }
+    }
+
+    fn release_held(&mut self, id: usize, now: u64) {
+        if let Some(ticket) = self.requests[id].ticket.take() {
+            self.releases += 1;
+            if self.gate.release(ticket, now) {
+                self.refunded += 1;
+            }
+        }
+    }
+
+    fn next_arrival(&mut self) -> Option<u64> {
+        let Load::Open { arrivals, .. } = self.cfg.load else {
+            return None;
+        };
+        let at = match arrivals {
+            Arrivals::Periodic {
+                every_num,
+                every_den,
+            } => {
+                let at = u128::from(self.arrival_index) * u128::from(every_num)
+                    / u128::from(every_den.max(1));
+                self.arrival_index += 1;
+                u64::try_from(at).unwrap_or(u64::MAX)
+            }
+            Arrivals::Poisson { mean_num, mean_den } => {
+                if self.arrival_index > 0 {
+                    let mean = mean_num as f64 / mean_den.max(1) as f64;
+                    // Inverse transform: -ln(1 - U) · mean, U in [0, 1).
+                    self.poisson_clock += -(1.0 - self.rng.unit()).ln() * mean;
+                }
+                self.arrival_index += 1;
+                if self.poisson_clock >= u64::MAX as f64 {
+                    u64::MAX
+                } else {
+                    self.poisson_clock as u64
+                }
+            }
+        };
+        (at < self.cfg.duration_ms).then_some(at)
+    }
+
+    fn handle(&mut self, now: u64, event: Event) {
+        match event {
+            Event::Arrival => {
+                self.start_request(None, now);
+                if let Some(at) = self.next_arrival() {
+                    self.push(at, Event::Arrival);
+                }
+            }
+            Event::TurnStart(agent) => self.start_request(Some(agent), now),
+            Event::Attempt(id) => self.attempt(id, now),
+            Event::Open(id) => {
+                let request = &mut self.requests[id];
+                if request.phase != Phase::Waiting {
+                    return;
+                }
+                request.phase = Phase::Streaming;
+                request.ticket = None;
+                request.first_byte_at =
+                    now.saturating_add(self.cfg.first_byte_ms.min(request.service_ms));
+                let end = now.saturating_add(request.service_ms);
+                self.opened_times.push(now);
+                self.push(end, Event::Complete(id));
+            }
+            Event::Complete(id) => {
+                if self.requests[id].phase == Phase::Streaming {
+                    self.finish(id, Outcome::Completed, now);
+                }
+            }
+            Event::Deadline(id) => {
+                let request = self.requests[id];
+                let overrun = match request.phase {
+                    Phase::Done => false,
+                    Phase::Streaming => request.first_byte_at >= request.deadline_ms,
+                    Phase::Backoff | Phase::Waiting => true,
+                };
+                if overrun {
+                    self.release_held(id, now);
+                    self.finish(id, Outcome::Overrun, now);
+                }
+            }
+            Event::Cancel(id) => {
+                if self.requests[id].phase == Phase::Waiting {
+                    self.release_held(id, now);
+                    self.finish(id, Outcome::Cancelled, now);
+                }
+            }
+        }
+    }
+}
+
+/// Validates a configuration; the reason when it cannot run.
+pub fn validate(cfg: &SimConfig) -> Result<(), String> {
+    if cfg.duration_ms == 0 {
+        return Err("--duration-ms must be at least 1".into());
+    }
+    match cfg.load {
+        Load::Closed { agents: 0, .. } => return Err("--agents must be at least 1".into()),
+        Load::Open {
+            arrivals:
+                Arrivals::Periodic {
+                    every_num,
+                    every_den,
+                },
+            ..
+        }
+        | Load::Open {
+            arrivals:
+                Arrivals::Poisson {
+                    mean_num: every_num,
+                    mean_den: every_den,
+                },
+            ..
+        } => {
+            if every_num == 0 || every_den == 0 {
+                return Err("the arrival interval must be positive".into());
+            }
+        }
+        Load::Closed { .. } => {}
+    }
+    if cfg.cancel_percent > 100 {
+        return Err("--cancel-percent must be 0..=100".into());
+    }
+    Ok(())
+}
+
+/// Runs a simulation. `progress` is called now and then with the virtual
+/// time reached.
+pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(u64)) -> Result<SimReport, String> {
+    validate(cfg)?;
+    let budget = cfg.budget;
+    let config = Config {
+        rate_per_min: budget.rate_per_min,
+        burst: cfg.burst,
+        idle_timeout_ms: budget.idle_timeout_ms,
+        max_retries: budget.max_retries,
+        release_policy: cfg.release_policy,
+    };
+    let core =
+        CoreGate::new(&config, 0).map_err(|e| format!("the pacer rejected the settings: {e:?}"))?;
+    let mode = core.pacer().mode();
+    let bound_ms = core.pacer().wait_bound_ms();
+    let gate: Box<dyn Gate> = match cfg.design {
+        Design::Paced => Box::new(core),
+        Design::AdmitAnyway => Box::new(AdmitAnywayGate::new(
+            budget.rate_per_min,
+            cfg.burst,
+            bound_ms,
+            0,
+        )),
+    };
+    let client_retries = match cfg.load {
+        Load::Open {
+            on_refusal: OnRefusal::Drop,
+            ..
+        } => 0,
+        _ => budget.max_retries,
+    };
+    let mut sim = Sim {
+        cfg,
+        gate,
+        client: Client {
+            max_retries: client_retries,
+        },
+        rng: SplitMix64::new(cfg.seed),
+        heap: BinaryHeap::new(),
+        seq: 0,
+        requests: Vec::new(),
+        arrival_index: 0,
+        poisson_clock: 0.0,
+        completed: 0,
+        rate_limited: 0,
+        overruns: 0,
+        cancelled: 0,
+        attempts: 0,
+        refusals: 0,
+        refused_requests: 0,
+        admissions: 0,
+        waits: 0,
+        wait_sum: 0,
+        wait_max: 0,
+        releases: 0,
+        refunded: 0,
+        latencies: Vec::new(),
+        completion_times: Vec::new(),
+        opened_times: Vec::new(),
+        offered_times: Vec::new(),
+        attempts_pm: PerMinute::default(),
+        refused_pm: PerMinute::default(),
+    };
+    match cfg.load {
+        Load::Closed {
+            agents, stagger_ms, ..
+        } => {
+            for agent in 0..agents {
+                let at = if stagger_ms > 0 {
+                    sim.rng.below(stagger_ms)
+                } else {
+                    0
+                };
+                sim.push(at, Event::TurnStart(agent));
+            }
+        }
+        Load::Open { .. } => {
+            if let Some(at) = sim.next_arrival() {
+                sim.push(at, Event::Arrival);
+            }
+        }
+    }
+    let mut handled: u64 = 0;
+    while let Some(Reverse((now, _, event))) = sim.heap.pop() {
+        sim.handle(now, event);
+        handled += 1;
+        if handled % 4096 == 0 {
+            progress(now.min(cfg.duration_ms));
+        }
+    }
+    progress(cfg.duration_ms);
+    Ok(report(sim, mode, bound_ms))
+}
+
+fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64) -> SimReport {
+    let cfg = sim.cfg;
+    let duration = cfg.duration_ms;
+    let minutes = duration.div_ceil(60_000);
+    let whole_minutes = duration / 60_000;
+    let mut opened = PerMinute::default();
+    sim.opened_times.iter().for_each(|&t| opened.add(t));
+    let mut offered = PerMinute::default();
+    sim.offered_times.iter().for_each(|&t| offered.add(t));
+    let mut per_minute_latency: Vec<Vec<u64>> = vec![Vec::new(); minutes as usize];
+    for (&t, &latency) in sim.completion_times.iter().zip(&sim.latencies) {
+        if let Some(bucket) = per_minute_latency.get_mut((t / 60_000) as usize) {
+            bucket.push(latency);
+        }
+    }
+    let per_minute: Vec<MinuteRow> = (0..minutes)
+        .map(|minute| {
+            let m = minute as usize;
+            let bucket = &mut per_minute_latency[m];
+            bucket.sort_unstable();
+            MinuteRow {
+                minute,
+                offered: offered.get(m),
+                attempts: sim.attempts_pm.get(m),
+                refused: sim.refused_pm.get(m),
+                admitted: opened.get(m),
+                completed: bucket.len() as u64,
+                latency_p50_ms: percentile(bucket, 50),
+                latency_max_ms: bucket.last().copied(),
+            }
+        })
+        .collect();
+    // Whole minutes only for the maxima; a run shorter than a minute
+    // reports its one partial minute.
+    let whole = if whole_minutes == 0 {
+        &per_minute[..]
+    } else {
+        &per_minute[..whole_minutes as usize]
+    };
+    let final_from = duration.saturating_sub(60_000);
+    let mut latencies = sim.latencies.clone();
+    latencies.sort_unstable();
+    let started = sim.requests.len() as u64;
+    let ended = sim.completed + sim.rate_limited + sim.overruns + sim.cancelled;
+    let littles_law_turn_ms = match cfg.load {
+        Load::Closed {
+            agents, think_ms, ..
+        } if ended > 0 => {
+            let throughput_per_ms = ended as f64 / duration as f64;
+            Some(f64::from(agents) / throughput_per_ms - think_ms as f64)
+        }
+        _ => None,
+    };
+    let (load, agents, think_ms, stagger_ms, offered_per_min, arrivals, on_refusal) = match cfg.load
+    {
+        Load::Closed {
+            agents,
+            think_ms,
+            stagger_ms,
+        } => (
+            "closed",
+            Some(agents),
+            Some(think_ms),
+            Some(stagger_ms),
+            None,
+            None,
+            None,
+        ),
+        Load::Open {
+            arrivals,
+            on_refusal,
+        } => {
+            let (num, den, kind) = match arrivals {
+                Arrivals::Periodic {
+                    every_num,
+                    every_den,
+                } => (every_num, every_den, "periodic"),
+                Arrivals::Poisson { mean_num, mean_den } => (mean_num, mean_den, "poisson"),
+            };
+            let per_min = 60_000.0 * den as f64 / num as f64;
+            (
+                "open",
+                None,
+                None,
+                None,
+                Some(per_min),
+                Some(kind),
+                Some(on_refusal),
+            )
+        }
+    };
+    SimReport {
+        settings: RunSettings {
+            design: cfg.design,
+            mode: match cfg.design {
+                Design::Paced => mode_name(mode),
+                Design::AdmitAnyway => {
+                    if matches!(mode, Mode::Disabled) {
+                        "disabled"
+                    } else {
+                        "admit-anyway"
+                    }
+                }
+            },
+            rate_per_min: cfg.budget.rate_per_min,
+            burst: cfg.burst.max(1),
+            bound_ms,
+            hint_cap_s: (bound_ms / 1000).max(1),
+            max_retries: cfg.budget.max_retries,
+            idle_timeout_ms: cfg.budget.idle_timeout_ms,
+            total_timeout_ms: cfg.budget.total_timeout_ms,
+            release_policy: policy_name(cfg.release_policy),
+            load,
+            agents,
+            think_ms,
+            stagger_ms,
+            offered_per_min,
+            arrivals,
+            on_refusal,
+            turn_ms: cfg.turn_ms,
+            turn_jitter_ms: cfg.turn_jitter_ms,
+            first_byte_ms: cfg.first_byte_ms,
+            duration_ms: duration,
+            seed: cfg.seed,
+            cancel_percent: cfg.cancel_percent,
+        },
+        turns_started: started,
+        turns_completed: sim.completed,
+        terminal_rate_limit_errors: sim.rate_limited,
+        deadline_overruns: sim.overruns,
+        cancelled: sim.cancelled,
+        terminal_error_percent: if started == 0 {
+            0.0
+        } else {
+            100.0 * sim.rate_limited as f64 / started as f64
+        },
+        latency_p50_ms: percentile(&latencies, 50),
+        latency_p90_ms: percentile(&latencies, 90),
+        latency_max_ms: latencies.last().copied(),
+        latency_mean_ms: (!latencies.is_empty())
+            .then(|| latencies.iter().map(|&l| l as f64).sum::<f64>() / latencies.len() as f64),
+        attempts: sim.attempts,
+        refusals: sim.refusals,
+        turns_refused_at_least_once: sim.refused_requests,
+        admissions: sim.admissions,
+        waits: sim.waits,
+        wait_mean_ms: (sim.waits > 0).then(|| sim.wait_sum as f64 / sim.waits as f64),
+        wait_max_ms: sim.wait_max,
+        releases: sim.releases,
+        releases_refunded: sim.refunded,
+        admitted_total: count_in(&sim.opened_times, 0, duration),
+        admitted_per_min_max: whole.iter().map(|row| row.admitted).max().unwrap_or(0),
+        admitted_final_minute: count_in(&sim.opened_times, final_from, duration),
+        offered_per_min_max: whole.iter().map(|row| row.offered).max().unwrap_or(0),
+        offered_final_minute: count_in(&sim.offered_times, final_from, duration),
+        littles_law_turn_ms,
+        per_minute,
+        notices: Vec::new(),
+    }
+}
+
+fn seconds(ms: Option<u64>) -> String {
+    ms.map_or("-".into(), |ms| format!("{:.1} s", ms as f64 / 1000.0))
+}
+
+/// The human-readable report; `per_minute` adds the minute-by-minute table.
+pub fn render(report: &SimReport, per_minute: bool) -> String {
+    let s = &report.settings;
+    let mut out = String::new();
+    let mut line = |text: String| {
+        out.push_str(&text);
+        out.push('\n');
+    };
+    let load = match s.load {
+        "closed" => format!(
+            "closed loop: {} agents, every turn needs a new connection, {} ms turns{}{}",
+            s.agents.unwrap_or(0),
+            s.turn_ms,
+            if s.turn_jitter_ms > 0 {
+                format!(" ± {} ms", s.turn_jitter_ms)
+            } else {
+                String::new()
+            },
+            if s.think_ms.unwrap_or(0) > 0 {
+                format!(", {} ms think time", s.think_ms.unwrap_or(0))
+            } else {
+                String::new()
+            },
+        ),
+        _ => format!(
+            "open loop: {:.2} new requests per minute ({}), refused requests {}",
+            s.offered_per_min.unwrap_or(0.0),
+            s.arrivals.unwrap_or("periodic"),
+            match s.on_refusal {
+                Some(OnRefusal::Drop) => "dropped (no retry)",
+                _ => "retry per the SDK rule",
+            }
+        ),
+    };
+    line(format!(
+        "pacer simulate — {load}; {} s virtual, seed {}",
+        s.duration_ms as f64 / 1000.0,
+        s.seed
+    ));
+    line(format!(
+        "design: {} (mode {}): rate {}/min, burst {}, bound {} ms, hint cap {} s, {} retries, idle timeout {} ms, release policy {}",
+        match s.design {
+            Design::Paced => "this design",
+            Design::AdmitAnyway => "admit anyway (the rejected design)",
+        },
+        s.mode,
+        s.rate_per_min,
+        s.burst,
+        s.bound_ms,
+        s.hint_cap_s,
+        s.max_retries,
+        s.idle_timeout_ms,
+        s.release_policy
+    ));
+    for notice in &report.notices {
+        line(format!("notice: {notice}"));
+    }
+    line(String::new());
+    line(format!(
+        "turns started                {:>8}",
+        report.turns_started
+    ));
+    line(format!(
+        "  completed                  {:>8}",
+        report.turns_completed
+    ));
+    line(format!(
+        "  terminal rate-limit errors {:>8}  ({:.1}% of turns)",
+        report.terminal_rate_limit_errors, report.terminal_error_percent
+    ));
+    line(format!(
+        "  deadline overruns          {:>8}",
+        report.deadline_overruns
+    ));
+    if report.cancelled > 0 || s.cancel_percent > 0 {
+        line(format!(
+            "  cancelled                  {:>8}  (releases {}, refunded {})",
+            report.cancelled, report.releases, report.releases_refunded
+        ));
+    }
+    line(format!(
+        "turn latency                 p50 {}, p90 {}, max {} (completed turns, start to end)",
+        seconds(report.latency_p50_ms),
+        seconds(report.latency_p90_ms),
+        seconds(report.latency_max_ms)
+    ));
+    line(format!(
+        "attempts                     {:>8}  ({} refused; {} turns refused at least once)",
+        report.attempts, report.refusals, report.turns_refused_at_least_once
+    ));
+    line(format!(
+        "admissions                   {:>8}  ({} waited: mean {}, max {})",
+        report.admissions,
+        report.waits,
+        report
+            .wait_mean_ms
+            .map_or("-".into(), |ms| format!("{:.0} ms", ms)),
+        if report.waits > 0 {
+            format!("{} ms", report.wait_max_ms)
+        } else {
+            "-".into()
+        }
+    ));
+    line(format!(
+        "admitted per minute max {}, final minute {}   (offered per minute max {}, final minute {})",
+        report.admitted_per_min_max,
+        report.admitted_final_minute,
+        report.offered_per_min_max,
+        report.offered_final_minute
+    ));
+    if let Some(ms) = report.littles_law_turn_ms {
+        line(format!(
+            "Little's law: {} agents / {:.2} turns ended per s = {:.1} s per turn (measured mean of completed turns: {})",
+            s.agents.unwrap_or(0),
+            (report.turns_completed + report.terminal_rate_limit_errors + report.deadline_overruns + report.cancelled) as f64
+                / (s.duration_ms as f64 / 1000.0),
+            ms / 1000.0,
+            report.latency_mean_ms.map_or("-".into(), |ms| format!("{:.1} s", ms / 1000.0))
+        ));
+    }
+    if per_minute {
+        line(String::new());
+        line(
+            "minute  offered  attempts  refused  admitted  completed  p50 latency  max latency"
+                .into(),
+        );
+        for row in &report.per_minute {
+            line(format!(
+                "{:>6}  {:>7}  {:>8}  {:>7}  {:>8}  {:>9}  {:>11}  {:>11}",
+                row.minute,
+                row.offered,
+                row.attempts,
+                row.refused,
+                row.admitted,
+                row.completed,
+                seconds(row.latency_p50_ms),
+                seconds(row.latency_max_ms)
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn closed(agents: u32, rate: u32, turn_ms: u64, duration_ms: u64) -> SimConfig {
+        SimConfig {
+            budget: Budget {
+                rate_per_min: rate,
+                ..Budget::DEFAULT
+            },
+            burst: 10,
+            release_policy: ReleasePolicy::Refund,
+            design: Design::Paced,
+            load: Load::Closed {
+                agents,
+                think_ms: 0,
+                stagger_ms: 0,
+            },
+            turn_ms,
+            turn_jitter_ms: 0,
+            first_byte_ms: 0,
+            duration_ms,
+            seed: 1,
+            cancel_percent: 0,
+        }
+    }
+
+    #[test]
+    fn unpaced_closed_loop_is_back_to_back_turns() {
+        // Rate 0: no pacing. 4 agents, 1000 ms turns, 10 s: 10 turns each.
+        let report = run(&closed(4, 0, 1000, 10_000), &mut |_| {}).unwrap();
+        assert_eq!(report.turns_started, 40);
+        assert_eq!(report.turns_completed, 40);
+        assert_eq!(
+            (report.latency_p50_ms, report.latency_max_ms),
+            (Some(1000), Some(1000))
+        );
+        assert_eq!((report.refusals, report.waits), (0, 0));
+    }
+
+    #[test]
+    fn twenty_agents_at_one_per_minute_see_no_terminal_refusal() {
+        // SPEC §8: at 1/min the pacer shapes instead of refusing, so the
+        // client never sees a refusal to run out of retries on.
+        let report = run(&closed(20, 1, 3000, 600_000), &mut |_| {}).unwrap();
+        assert_eq!(report.settings.mode, "shaping-low-rate");
+        assert_eq!((report.refusals, report.terminal_rate_limit_errors), (0, 0));
+        assert!(report.waits >= 1);
+    }
+}

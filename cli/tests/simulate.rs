@@ -1,0 +1,367 @@
+//! `pacer simulate`: expectations derived by hand from SPEC §4, §6 and §8.
+
+mod common;
+
+use common::{pacer, pacer_json};
+use serde_json::Value;
+
+fn u(report: &Value, key: &str) -> u64 {
+    report[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} missing in {report}"))
+}
+
+#[test]
+fn the_main_job_command_prints_a_report() {
+    let run = pacer(&["simulate"], "");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    for needle in [
+        "20 agents",
+        "turns started",
+        "completed",
+        "terminal rate-limit errors",
+        "deadline overruns",
+        "turn latency                 p50",
+        "refused",
+        "waited",
+        "admitted per minute max",
+        "final minute",
+    ] {
+        assert!(
+            run.stdout.contains(needle),
+            "report lacks {needle:?}:\n{}",
+            run.stdout
+        );
+    }
+}
+
+#[test]
+fn unpaced_agents_run_back_to_back_turns() {
+    // Rate 0: 4 agents × (10000 ms / 1000 ms turns) = 40 turns of exactly 1 s.
+    let r = pacer_json(&[
+        "simulate",
+        "--turn-jitter-ms",
+        "0",
+        "--rate",
+        "0",
+        "--agents",
+        "4",
+        "--turn-ms",
+        "1000",
+        "--duration-ms",
+        "10000",
+        "--json",
+    ]);
+    assert_eq!(r["settings"]["mode"], "disabled");
+    assert_eq!((u(&r, "turns_started"), u(&r, "turns_completed")), (40, 40));
+    assert_eq!(
+        (u(&r, "latency_p50_ms"), u(&r, "latency_max_ms")),
+        (1000, 1000)
+    );
+    assert_eq!((u(&r, "refusals"), u(&r, "waits")), (0, 0));
+}
+
+#[test]
+fn a_refused_request_retries_on_its_hint() {
+    // rate 60, burst 1, idle 30000 → 3 retries, bound 2000, hint cap 2 s.
+    // 4 agents at t=0 with long turns: #0 now, #1 waits 1000, #2 2000, #3
+    // refused (needs 3000) with hint 2 s; it retries at 2000, when the
+    // bucket is back to 0 tokens, and waits 1000 → opens at 3000.
+    let r = pacer_json(&[
+        "simulate",
+        "--turn-jitter-ms",
+        "0",
+        "--agents",
+        "4",
+        "--burst",
+        "1",
+        "--idle-timeout-ms",
+        "30000",
+        "--turn-ms",
+        "100000",
+        "--duration-ms",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(r["settings"]["bound_ms"], 2000);
+    assert_eq!((u(&r, "turns_started"), u(&r, "turns_completed")), (4, 4));
+    assert_eq!(
+        (
+            u(&r, "attempts"),
+            u(&r, "refusals"),
+            u(&r, "turns_refused_at_least_once")
+        ),
+        (5, 1, 1)
+    );
+    assert_eq!((u(&r, "waits"), u(&r, "wait_max_ms")), (3, 2000));
+    // Latencies 100000, 101000, 102000, 103000: nearest-rank p50 and p90.
+    assert_eq!(
+        (
+            u(&r, "latency_p50_ms"),
+            u(&r, "latency_p90_ms"),
+            u(&r, "latency_max_ms")
+        ),
+        (101_000, 103_000, 103_000)
+    );
+    assert_eq!(u(&r, "terminal_rate_limit_errors"), 0);
+}
+
+#[test]
+fn a_refusal_on_the_last_attempt_is_terminal() {
+    // idle 10000 → 2 retries, bound 666, hint 1 s; burst 1, rate 60.
+    // t=0: A0 admitted; A1, A2, A3 refused (needs 1000 > 666).
+    // t=1000: A1 admitted; A2, A3 refused again (2nd attempt).
+    // t=2000: A2 admitted; A3 refused on its 3rd and last attempt.
+    let r = pacer_json(&[
+        "simulate",
+        "--turn-jitter-ms",
+        "0",
+        "--agents",
+        "4",
+        "--burst",
+        "1",
+        "--idle-timeout-ms",
+        "10000",
+        "--turn-ms",
+        "100000",
+        "--duration-ms",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(r["settings"]["bound_ms"], 666);
+    assert_eq!(u(&r, "terminal_rate_limit_errors"), 1);
+    assert_eq!(u(&r, "turns_completed"), 3);
+    assert_eq!((u(&r, "attempts"), u(&r, "refusals")), (9, 6));
+    assert_eq!(r["terminal_error_percent"].as_f64(), Some(25.0));
+}
+
+#[test]
+fn a_missed_first_byte_is_a_deadline_overrun() {
+    // First stream part 200 s after opening, deadline 120 s: overrun.
+    let r = pacer_json(&[
+        "simulate",
+        "--turn-jitter-ms",
+        "0",
+        "--rate",
+        "0",
+        "--agents",
+        "1",
+        "--turn-ms",
+        "300000",
+        "--first-byte-ms",
+        "200000",
+        "--duration-ms",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(
+        (u(&r, "deadline_overruns"), u(&r, "turns_completed")),
+        (1, 0)
+    );
+}
+
+#[test]
+fn cancelled_waits_release_their_tickets() {
+    // burst 1, bound 2000: #1 waits 1000, #2 waits 2000; both cancelled
+    // during the wait and refunded under the default policy.
+    let r = pacer_json(&[
+        "simulate",
+        "--turn-jitter-ms",
+        "0",
+        "--agents",
+        "3",
+        "--burst",
+        "1",
+        "--idle-timeout-ms",
+        "30000",
+        "--turn-ms",
+        "100000",
+        "--duration-ms",
+        "1",
+        "--cancel-percent",
+        "100",
+        "--json",
+    ]);
+    assert_eq!(
+        (
+            u(&r, "cancelled"),
+            u(&r, "releases"),
+            u(&r, "releases_refunded")
+        ),
+        (2, 2, 2)
+    );
+    assert_eq!(u(&r, "turns_completed"), 1);
+}
+
+#[test]
+fn low_rates_never_end_in_terminal_refusals() {
+    // SPEC §8: 20 concurrent agents at 1/min and 2/min → 0 terminal refusals.
+    for rate in ["1", "2"] {
+        let r = pacer_json(&["simulate", "--rate", rate, "--json"]);
+        assert_eq!(r["settings"]["mode"], "shaping-low-rate");
+        assert_eq!(u(&r, "terminal_rate_limit_errors"), 0, "rate {rate}");
+        assert_eq!(u(&r, "deadline_overruns"), 0, "rate {rate}");
+    }
+}
+
+#[test]
+fn sustained_overload_final_minute_spec_6_6() {
+    // Offers every 732 ms for four minutes, burst 10, bound 15000 (idle
+    // 120000 with 2 retries), rate 60: at most 61 in the final minute; the
+    // admit-anyway design reads 82.
+    let args = [
+        "simulate",
+        "--offered-every-ms",
+        "732",
+        "--duration-ms",
+        "240000",
+        "--max-retries",
+        "2",
+        "--on-refusal",
+        "drop",
+        "--json",
+    ];
+    let paced = pacer_json(&args);
+    assert_eq!(paced["settings"]["bound_ms"], 15000);
+    assert!(
+        u(&paced, "admitted_final_minute") <= 61,
+        "{}",
+        paced["admitted_final_minute"]
+    );
+    let mut anyway: Vec<&str> = args.to_vec();
+    anyway.extend(["--design", "admit-anyway"]);
+    let anyway = pacer_json(&anyway);
+    assert_eq!(u(&anyway, "admitted_final_minute"), 82);
+    assert_eq!(u(&anyway, "refusals"), 0);
+}
+
+#[test]
+fn admissions_per_minute_respect_the_window_bound() {
+    // SPEC §6.1: connections opened in any 60 s window ≤ burst + rate + 1
+    // (no releases here). Aligned minutes are such windows.
+    for args in [
+        vec!["--agents", "40", "--turn-jitter-ms", "1500", "--seed", "9"],
+        vec![
+            "--offered-per-min",
+            "240",
+            "--arrivals",
+            "poisson",
+            "--seed",
+            "3",
+        ],
+        vec![
+            "--agents",
+            "30",
+            "--rate",
+            "30",
+            "--burst",
+            "5",
+            "--idle-timeout-ms",
+            "30000",
+        ],
+    ] {
+        let mut full = vec!["simulate", "--json"];
+        full.extend(&args);
+        let r = pacer_json(&full);
+        let limit = u(&r["settings"], "burst") + u(&r["settings"], "rate_per_min") + 1;
+        for row in r["per_minute"].as_array().expect("rows") {
+            assert!(
+                u(row, "admitted") <= limit,
+                "{args:?}: minute {row} above {limit}"
+            );
+        }
+    }
+}
+
+#[test]
+fn admit_anyway_passes_offered_load_straight_through() {
+    // The record's table: offered 120/min → admitted 120/min once the floor
+    // is spent. Whole minutes 1..3 of a 4-minute run.
+    let r = pacer_json(&[
+        "simulate",
+        "--offered-per-min",
+        "120",
+        "--design",
+        "admit-anyway",
+        "--duration-ms",
+        "240000",
+        "--json",
+    ]);
+    let rows = r["per_minute"].as_array().expect("rows");
+    for row in &rows[1..4] {
+        assert_eq!(u(row, "admitted"), 120, "{row}");
+    }
+}
+
+#[test]
+fn the_same_seed_gives_the_same_run() {
+    let args = [
+        "simulate",
+        "--turn-jitter-ms",
+        "1000",
+        "--stagger-ms",
+        "5000",
+        "--cancel-percent",
+        "10",
+        "--json",
+    ];
+    let first = pacer(&args, "");
+    let second = pacer(&args, "");
+    assert_eq!(first.code, 0);
+    assert_eq!(first.stdout, second.stdout);
+    let mut other = args.to_vec();
+    other.extend(["--seed", "2"]);
+    assert_ne!(pacer(&other, "").stdout, first.stdout);
+}
+
+#[test]
+fn writes_an_svg_chart() {
+    let path = std::env::temp_dir().join(format!("pacer-plot-{}.svg", std::process::id()));
+    let path_text = path.to_str().expect("utf-8 path");
+    let run = pacer(
+        &["simulate", "--duration-ms", "180000", "--plot", path_text],
+        "",
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let svg = std::fs::read_to_string(&path).expect("the plot was written");
+    let _ = std::fs::remove_file(&path);
+    assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(80)]);
+    assert!(svg.contains("admitted (opened)") && svg.contains("p50"));
+}
+
+#[test]
+fn settings_notices_are_reported() {
+    let run = pacer(&["simulate", "--rate", "700", "--duration-ms", "60000"], "");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run
+        .stdout
+        .contains("notice: new-connection rate \"700\" is above the maximum; using 600/minute"));
+}
+
+#[test]
+fn bad_arguments_fail_cleanly() {
+    let cases: [(&[&str], &str); 7] = [
+        (&["simulate", "--frobnicate"], "unexpected argument"),
+        (&["simulate", "--agents", "many"], "invalid value 'many'"),
+        (&["simulate", "--rate", "-5"], "invalid value '-5'"),
+        (&["simulate", "--turn-ms", "1e3"], "invalid value '1e3'"),
+        (
+            &["simulate", "--agents", "0"],
+            "--agents must be at least 1",
+        ),
+        (
+            &["simulate", "--agents", "5", "--offered-per-min", "10"],
+            "cannot be used with",
+        ),
+        (
+            &["simulate", "--cancel-percent", "101"],
+            "invalid value '101'",
+        ),
+    ];
+    for (args, message) in cases {
+        let run = pacer(args, "");
+        assert_eq!(run.code, 2, "{args:?}");
+        assert!(run.stderr.contains(message), "{args:?}: {}", run.stderr);
+    }
+    assert_eq!(pacer(&["frobnicate"], "").code, 2);
+}

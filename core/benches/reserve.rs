@@ -1,0 +1,522 @@
+//! The cost of one decision, beside its baselines, in one criterion group so
+//! every ratio in `docs/benchmarks.md` comes from the same run
+//! (`scripts/bench-core.sh` runs this and writes that file).
+//!
+//! Every benchmark reports nanoseconds per call. The `1t` variants run on
+//! the bench thread; the `2t` variants run two threads hammering the same
+//! object, each timing its own `iters` calls after a common start barrier,
+//! and report the slower thread's time divided by `iters`: the latency one
+//! caller sees per call while another caller contends (aggregate throughput
+//! is twice the calls in that time). In the `2t` runs the two threads share
+//! one advancing clock (see [`run_2t`]), as two callers of one pacer would.
+//! Every benchmarked object sits alone on its own cache lines
+//! ([`Isolated`]), so no false sharing with the bench's own variables.
+//!
+//! What is measured, and why it is a fair comparison:
+//!
+//! - `pacer_admit`: `reserve` on the admit path, every call a real admission
+//!   that debits a token and wins a 128-bit compare-and-swap. To stay on that
+//!   path forever, each thread's `now_ms` advances by [`STEP_MS`] per call
+//!   (a register add; a real caller reads its own clock, which is not the
+//!   pacer's cost), so each call refills past capacity and debits one token.
+//!   The burst is [`MAX_BURST`] so that a thread running behind the other
+//!   (its `now_ms` treated as the high-water mark, refilling nothing) still
+//!   admits. Every call's decision is checked: any refusal aborts the bench.
+//! - `pacer_admit_release`: `reserve` then `release` at a fixed `now_ms`,
+//!   the admit-then-cancel cycle, two compare-and-swaps per iteration.
+//! - `pacer_release`: `release` alone (a refund capped at capacity is still
+//!   a load and a compare-and-swap).
+//! - `pacer_refuse`: `reserve` on a drained pacer (rate 60, burst 1, bound
+//!   2000 ms, three reservations at 0), so every call refuses: a load and
+//!   arithmetic, no write. Baselines `load_u128` (the same
+//!   `portable_atomic::AtomicU128` load) and `load_u64`.
+//! - `cas_u64`: the same token bucket (clock high-water mark, refill capped
+//!   at capacity, wait bound, refusal) packed into one `AtomicU64` (32-bit
+//!   wrapping ms, 32-bit tokens) with a 64-bit compare-and-swap loop, driven
+//!   exactly like `pacer_admit`. The ratio `pacer_admit / cas_u64` is the
+//!   price of the 128-bit word.
+//! - `cas_u128`: the same bucket on a bare `portable_atomic::AtomicU128`
+//!   (64-bit ms, 64-bit tokens), the pacer's compare-and-swap without the
+//!   pacer: `cas_u128 / cas_u64` is the price of the width alone.
+//! - `mutex`: the same bucket in a `std::sync::Mutex<(u64, i64)>`.
+//! - `governor_fake`: `governor`'s direct `RateLimiter::check` (GCRA on one
+//!   `AtomicU64`) with its `FakeRelativeClock`, never advanced: the clock
+//!   read is one relaxed load, like the pacer's caller-provided `now_ms`.
+//!   The quota (one cell per ns, burst `u32::MAX`) admits ~4.29e9 calls at a
+//!   standing clock, far more than a run makes, and each admission moves the
+//!   state forward, so it is governor's real admit path.
+//! - `governor_clock`: the same with governor's default clock (`quanta`),
+//!   which reads the time-stamp counter on every call: what a governor user
+//!   pays, clock included.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion};
+use governor::clock::{Clock, FakeRelativeClock};
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+use pacer_core::{Config, Decision, Pacer, ReleasePolicy, Ticket, MAX_BURST, UNITS_PER_TOKEN};
+use portable_atomic::AtomicU128;
+
+/// How far each thread's clock moves per admit-path call, ms. At 600/min one
+/// token refills per 100 ms, so every call refills ten tokens (capped).
+const STEP_MS: u64 = 1000;
+
+/// Admit-path config: 600/min, bound 4833 ms (defaults), refusing mode.
+const ADMIT: Config = Config {
+    rate_per_min: 600,
+    burst: MAX_BURST,
+    idle_timeout_ms: 120_000,
+    max_retries: 5,
+    release_policy: ReleasePolicy::Refund,
+};
+
+/// Refuse-path config: 60/min, burst 1, bound 2000 ms.
+const REFUSE: Config = Config {
+    rate_per_min: 60,
+    burst: 1,
+    idle_timeout_ms: 30_000,
+    max_retries: 3,
+    release_policy: ReleasePolicy::Refund,
+};
+
+fn admit_pacer() -> Pacer {
+    Pacer::new(&ADMIT, 0).expect("valid config")
+}
+
+fn drained_pacer() -> Pacer {
+    let pacer = Pacer::new(&REFUSE, 0).expect("valid config");
+    for _ in 0..3 {
+        assert!(matches!(pacer.reserve(0), Decision::Admitted(_)));
+    }
+    assert!(matches!(pacer.reserve(0), Decision::Refused(_)));
+    pacer
+}
+
+fn admitted(decision: Decision) -> bool {
+    matches!(black_box(decision), Decision::Admitted(_))
+}
+
+// ---------------------------------------------------------------------------
+// The baselines: the pacer's token bucket, in 64 bits and under a mutex.
+
+/// The bucket parameters the baselines share with `ADMIT`.
+#[derive(Clone, Copy)]
+struct Bucket {
+    /// Units refilled per ms.
+    rate: i64,
+    /// Units in one token.
+    unit: i64,
+    capacity: i64,
+    bound_ms: u64,
+}
+
+/// The step of SPEC §4 at a token level: `Some((wait_ms, tokens after))`
+/// for an admission, `None` for a refusal.
+#[inline(always)]
+fn decide(b: &Bucket, tokens: i64) -> Option<(u64, i64)> {
+    if tokens >= b.unit {
+        return Some((0, tokens - b.unit));
+    }
+    let wait_ms = ((b.unit - tokens) as u64).div_ceil(b.rate as u64);
+    if wait_ms <= b.bound_ms {
+        Some((wait_ms, tokens - b.unit))
+    } else {
+        None
+    }
+}
+
+#[inline(always)]
+fn refill(b: &Bucket, tokens: i64, elapsed_ms: u64) -> i64 {
+    let gain = elapsed_ms.saturating_mul(b.rate as u64);
+    let room = (b.capacity - tokens) as u64;
+    if gain >= room {
+        b.capacity
+    } else {
+        tokens + gain as i64
+    }
+}
+
+/// The bucket in one `AtomicU64`: high 32 bits the clock high-water mark
+/// (ms, wrapping; a reading behind it refills nothing), low 32 bits the
+/// signed token level in units of 1/1000 token (so burst 1e6 fits).
+struct CasBucket {
+    params: Bucket,
+    state: AtomicU64,
+}
+
+impl CasBucket {
+    fn new() -> Self {
+        let params = Bucket {
+            rate: ADMIT.rate_per_min as i64 * 1000 / 60_000,
+            unit: 1000,
+            capacity: MAX_BURST as i64 * 1000,
+            bound_ms: 4833,
+        };
+        CasBucket {
+            params,
+            state: AtomicU64::new(params.capacity as u32 as u64),
+        }
+    }
+
+    #[inline(never)]
+    fn reserve(&self, now_ms: u64) -> Option<u64> {
+        let b = &self.params;
+        let now = now_ms as u32;
+        let mut word = self.state.load(Ordering::Relaxed);
+        loop {
+            let last = (word >> 32) as u32;
+            let tokens = word as u32 as i32 as i64;
+            let behind = (now.wrapping_sub(last) as i32) < 0;
+            let (at, elapsed) = if behind {
+                (last, 0)
+            } else {
+                (now, now.wrapping_sub(last) as u64)
+            };
+            let (wait_ms, left) = decide(b, refill(b, tokens, elapsed))?;
+            let next = ((at as u64) << 32) | (left as i32 as u32 as u64);
+            match self
+                .state
+                .compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(wait_ms),
+                Err(actual) => word = actual,
+            }
+        }
+    }
+}
+
+/// The bucket in one `portable_atomic::AtomicU128` (high 64 bits the clock
+/// high-water mark, low 64 bits the token level in pacer units): the same
+/// 128-bit compare-and-swap as the pacer, none of its other fields or
+/// rules. It splits `pacer_admit / cas_u64` into the cost of the wider
+/// word (`cas_u128 / cas_u64`) and the pacer's own (`pacer_admit / cas_u128`).
+struct Cas128Bucket {
+    params: Bucket,
+    state: AtomicU128,
+}
+
+impl Cas128Bucket {
+    fn new() -> Self {
+        let params = Bucket {
+            rate: ADMIT.rate_per_min as i64,
+            unit: UNITS_PER_TOKEN,
+            capacity: MAX_BURST as i64 * UNITS_PER_TOKEN,
+            bound_ms: 4833,
+        };
+        Cas128Bucket {
+            params,
+            state: AtomicU128::new(params.capacity as u64 as u128),
+        }
+    }
+
+    #[inline(never)]
+    fn reserve(&self, now_ms: u64) -> Option<u64> {
+        let b = &self.params;
+        let mut word = self.state.load(Ordering::Relaxed);
+        loop {
+            let last = (word >> 64) as u64;
+            let tokens = word as u64 as i64;
+            let at = last.max(now_ms);
+            let (wait_ms, left) = decide(b, refill(b, tokens, at - last))?;
+            let next = ((at as u128) << 64) | (left as u64 as u128);
+            match self
+                .state
+                .compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(wait_ms),
+                Err(actual) => word = actual,
+            }
+        }
+    }
+}
+
+/// The bucket behind a mutex: `(high-water ms, tokens in pacer units)`.
+struct MutexBucket {
+    params: Bucket,
+    state: Mutex<(u64, i64)>,
+}
+
+impl MutexBucket {
+    fn new() -> Self {
+        let params = Bucket {
+            rate: ADMIT.rate_per_min as i64,
+            unit: UNITS_PER_TOKEN,
+            capacity: MAX_BURST as i64 * UNITS_PER_TOKEN,
+            bound_ms: 4833,
+        };
+        MutexBucket {
+            params,
+            state: Mutex::new((0, params.capacity)),
+        }
+    }
+
+    #[inline(never)]
+    fn reserve(&self, now_ms: u64) -> Option<u64> {
+        let b = &self.params;
+        let mut state = self.state.lock().unwrap();
+        let at = state.0.max(now_ms);
+        let (wait_ms, left) = decide(b, refill(b, state.1, at - state.0))?;
+        *state = (at, left);
+        Some(wait_ms)
+    }
+}
+
+/// governor's admit path, kept out of line like the pacer's `reserve` and
+/// the baselines' (the pacer is a separate crate and is not inlined here).
+#[inline(never)]
+fn governor_check<C: Clock>(
+    limiter: &RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<C::Instant>>,
+) -> bool {
+    limiter.check().is_ok()
+}
+
+/// One cell per ns, burst `u32::MAX`: never refuses within a run.
+fn governor_quota() -> Quota {
+    Quota::with_period(Duration::from_nanos(1))
+        .expect("non-zero period")
+        .allow_burst(NonZeroU32::MAX)
+}
+
+// ---------------------------------------------------------------------------
+// Drivers.
+
+/// A benchmarked object alone on its own cache lines (heap, 128-byte
+/// aligned), so that no stack variable of the bench shares a line with it
+/// and the `2t` runs measure contention on the object only.
+#[repr(align(128))]
+struct Isolated<T>(T);
+
+fn isolate<T>(value: T) -> Box<Isolated<T>> {
+    Box::new(Isolated(value))
+}
+
+/// Runs `call(i)` for `i in 0..iters` on this thread; `call` says whether
+/// the call took the path under test, and any miss aborts the bench.
+#[inline(always)]
+fn run_1t(iters: u64, mut call: impl FnMut(u64) -> bool) -> Duration {
+    let mut missed = 0u64;
+    let start = Instant::now();
+    for i in 0..iters {
+        if !call(i) {
+            missed += 1;
+        }
+    }
+    let elapsed = start.elapsed();
+    assert_eq!(
+        missed, 0,
+        "{missed} of {iters} calls left the path under test"
+    );
+    elapsed
+}
+
+/// How often (in calls) a `2t` thread syncs its clock with the other's.
+const SYNC_EVERY: u64 = 1024;
+
+/// Two threads, each calling `call(now_ms)` `iters` times on the shared
+/// object after a common barrier; returns the slower thread's time.
+///
+/// Each thread's clock advances [`STEP_MS`] per call and, every
+/// [`SYNC_EVERY`] calls, adopts the later of its own and the other thread's
+/// reading (one `fetch_max`, ~0.05 ns a call amortised, paid by every `2t`
+/// bench alike). Like a shared monotonic clock, this keeps a thread that
+/// was descheduled, or that outlives the other, from replaying stale
+/// readings for millions of calls and so draining the bucket.
+fn run_2t(iters: u64, call: impl Fn(u64) -> bool + Sync) -> Duration {
+    let barrier = Barrier::new(2);
+    let latest = AtomicU64::new(0);
+    let (call, barrier, latest) = (&call, &barrier, &latest);
+    let worker = move || {
+        barrier.wait();
+        let mut now_ms = 0u64;
+        let mut missed = 0u64;
+        let start = Instant::now();
+        for i in 0..iters {
+            if i % SYNC_EVERY == 0 {
+                now_ms = now_ms.max(latest.fetch_max(now_ms, Ordering::Relaxed));
+            }
+            if !call(now_ms) {
+                missed += 1;
+            }
+            now_ms += STEP_MS;
+        }
+        let elapsed = start.elapsed();
+        assert_eq!(
+            missed, 0,
+            "{missed} of {iters} calls left the path under test"
+        );
+        elapsed
+    };
+    let (a, b) = std::thread::scope(|scope| {
+        let a = scope.spawn(worker);
+        let b = scope.spawn(worker);
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    a.max(b)
+}
+
+fn bench_1t(g: &mut BenchmarkGroup<'_, WallTime>, name: &str, mut f: impl FnMut(u64) -> Duration) {
+    g.bench_function(BenchmarkId::new(name, "1t"), |b| b.iter_custom(&mut f));
+}
+
+fn bench_2t(g: &mut BenchmarkGroup<'_, WallTime>, name: &str, mut f: impl FnMut(u64) -> Duration) {
+    g.bench_function(BenchmarkId::new(name, "2t"), |b| b.iter_custom(&mut f));
+}
+
+fn reserve(c: &mut Criterion) {
+    let mut g = c.benchmark_group("reserve");
+
+    // One thread.
+    bench_1t(&mut g, "pacer_admit", |iters| {
+        let pacer = isolate(admit_pacer());
+        let pacer = &pacer.0;
+        run_1t(iters, |i| {
+            admitted(black_box(pacer).reserve(black_box(i * STEP_MS)))
+        })
+    });
+    bench_1t(&mut g, "pacer_admit_release", |iters| {
+        let pacer = isolate(admit_pacer());
+        let pacer = &pacer.0;
+        run_1t(iters, |_| match black_box(pacer).reserve(black_box(0)) {
+            Decision::Admitted(admission) => match admission.ticket {
+                Some(ticket) => black_box(pacer).release(ticket, black_box(0)),
+                None => false,
+            },
+            Decision::Refused(_) => false,
+        })
+    });
+    bench_1t(&mut g, "pacer_release", |iters| {
+        let pacer = isolate(admit_pacer());
+        let pacer = &pacer.0;
+        run_1t(iters, |_| {
+            let ticket = Ticket::from_raw(black_box(0), black_box(UNITS_PER_TOKEN as u32));
+            black_box(pacer).release(ticket, black_box(0))
+        })
+    });
+    bench_1t(&mut g, "pacer_refuse", |iters| {
+        let pacer = isolate(drained_pacer());
+        let pacer = &pacer.0;
+        run_1t(iters, |_| !admitted(black_box(pacer).reserve(black_box(0))))
+    });
+    bench_1t(&mut g, "load_u128", |iters| {
+        let word = isolate(AtomicU128::new(7));
+        let word = &word.0;
+        run_1t(iters, |_| {
+            black_box(black_box(word).load(Ordering::Relaxed)) != 0
+        })
+    });
+    bench_1t(&mut g, "load_u64", |iters| {
+        let word = isolate(AtomicU64::new(7));
+        let word = &word.0;
+        run_1t(iters, |_| {
+            black_box(black_box(word).load(Ordering::Relaxed)) != 0
+        })
+    });
+    bench_1t(&mut g, "cas_u64", |iters| {
+        let bucket = isolate(CasBucket::new());
+        let bucket = &bucket.0;
+        run_1t(iters, |i| {
+            black_box(black_box(bucket).reserve(black_box(i * STEP_MS))).is_some()
+        })
+    });
+    bench_1t(&mut g, "cas_u128", |iters| {
+        let bucket = isolate(Cas128Bucket::new());
+        let bucket = &bucket.0;
+        run_1t(iters, |i| {
+            black_box(black_box(bucket).reserve(black_box(i * STEP_MS))).is_some()
+        })
+    });
+    bench_1t(&mut g, "mutex", |iters| {
+        let bucket = isolate(MutexBucket::new());
+        let bucket = &bucket.0;
+        run_1t(iters, |i| {
+            black_box(black_box(bucket).reserve(black_box(i * STEP_MS))).is_some()
+        })
+    });
+    bench_1t(&mut g, "governor_fake", |iters| {
+        let limiter = isolate(RateLimiter::direct_with_clock(
+            governor_quota(),
+            FakeRelativeClock::default(),
+        ));
+        let limiter = &limiter.0;
+        run_1t(iters, |_| black_box(governor_check(black_box(limiter))))
+    });
+    bench_1t(&mut g, "governor_clock", |iters| {
+        let limiter = isolate(RateLimiter::direct(governor_quota()));
+        let limiter = &limiter.0;
+        run_1t(iters, |_| black_box(governor_check(black_box(limiter))))
+    });
+
+    // Two threads on one object.
+    bench_2t(&mut g, "pacer_admit", |iters| {
+        let pacer = isolate(admit_pacer());
+        let pacer = &pacer.0;
+        run_2t(iters, |now| {
+            admitted(black_box(pacer).reserve(black_box(now)))
+        })
+    });
+    bench_2t(&mut g, "pacer_refuse", |iters| {
+        let pacer = isolate(drained_pacer());
+        let pacer = &pacer.0;
+        run_2t(iters, |_| !admitted(black_box(pacer).reserve(black_box(0))))
+    });
+    bench_2t(&mut g, "load_u128", |iters| {
+        let word = isolate(AtomicU128::new(7));
+        let word = &word.0;
+        run_2t(iters, |_| {
+            black_box(black_box(word).load(Ordering::Relaxed)) != 0
+        })
+    });
+    bench_2t(&mut g, "load_u64", |iters| {
+        let word = isolate(AtomicU64::new(7));
+        let word = &word.0;
+        run_2t(iters, |_| {
+            black_box(black_box(word).load(Ordering::Relaxed)) != 0
+        })
+    });
+    bench_2t(&mut g, "cas_u64", |iters| {
+        let bucket = isolate(CasBucket::new());
+        let bucket = &bucket.0;
+        run_2t(iters, |now| {
+            black_box(black_box(bucket).reserve(black_box(now))).is_some()
+        })
+    });
+    bench_2t(&mut g, "cas_u128", |iters| {
+        let bucket = isolate(Cas128Bucket::new());
+        let bucket = &bucket.0;
+        run_2t(iters, |now| {
+            black_box(black_box(bucket).reserve(black_box(now))).is_some()
+        })
+    });
+    bench_2t(&mut g, "mutex", |iters| {
+        let bucket = isolate(MutexBucket::new());
+        let bucket = &bucket.0;
+        run_2t(iters, |now| {
+            black_box(black_box(bucket).reserve(black_box(now))).is_some()
+        })
+    });
+    bench_2t(&mut g, "governor_fake", |iters| {
+        let limiter = isolate(RateLimiter::direct_with_clock(
+            governor_quota(),
+            FakeRelativeClock::default(),
+        ));
+        let limiter = &limiter.0;
+        run_2t(iters, |_| black_box(governor_check(black_box(limiter))))
+    });
+    bench_2t(&mut g, "governor_clock", |iters| {
+        let limiter = isolate(RateLimiter::direct(governor_quota()));
+        let limiter = &limiter.0;
+        run_2t(iters, |_| black_box(governor_check(black_box(limiter))))
+    });
+
+    g.finish();
+}
+
+criterion_group!(benches, reserve);
+criterion_main!(benches);

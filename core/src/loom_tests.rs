@@ -1,0 +1,533 @@
+//! Model checks of the admission CAS loops under every interleaving loom
+//! can build (run with `RUSTFLAGS="--cfg loom"`, see `scripts/check-loom.sh`).
+//!
+//! Every expected value below is derived by hand from SPEC §4 with one
+//! token = 60000 units and a refill of `rate` units per ms; none is
+//! computed by the code under test.
+//!
+//! The configurations used:
+//!
+//! | name | rate | burst | idle | retries | bound | mode |
+//! |---|---|---|---|---|---|---|
+//! | `b1` | 60 | 1 | 30000 | 3 | min(15000, (30000−14000)/8) = 2000 | refusing (3·2·1000·60 ≥ 60000) |
+//! | `b2` | 60 | 2 | 30000 | 3 | 2000 | refusing |
+//! | `tight` | 60 | 1 | 10000 | 2 | min(15000, (10000−6000)/6) = 666 | refusing (2·1·1000·60 ≥ 60000) |
+//!
+//! At rate 60 one token takes 1000 ms to refill.
+
+use loom::sync::Arc;
+use loom::thread;
+
+use crate::counters::Counters;
+use crate::pacer::{AdmitPath, Config, Decision, Pacer, ReleasePolicy, StateView, Ticket};
+
+/// One token in units.
+const TOKEN: i64 = 60_000;
+
+fn config(
+    burst: u32,
+    idle_timeout_ms: u64,
+    max_retries: u32,
+    release_policy: ReleasePolicy,
+) -> Config {
+    Config {
+        rate_per_min: 60,
+        burst,
+        idle_timeout_ms,
+        max_retries,
+        release_policy,
+    }
+}
+
+fn b1(policy: ReleasePolicy) -> Config {
+    config(1, 30_000, 3, policy)
+}
+
+fn b2(policy: ReleasePolicy) -> Config {
+    config(2, 30_000, 3, policy)
+}
+
+/// The wait of an admission that debited a whole token, and its ticket.
+fn paced(decision: Decision) -> (u64, Ticket) {
+    match decision {
+        Decision::Admitted(admission) => {
+            assert_eq!(admission.path, AdmitPath::Paced);
+            let ticket = admission
+                .ticket
+                .expect("a paced admission debits, so it has a ticket");
+            assert_eq!(ticket.debit_units(), TOKEN as u32);
+            (admission.wait_ms, ticket)
+        }
+        Decision::Refused(refusal) => panic!("expected an admission, got {refusal:?}"),
+    }
+}
+
+/// SPEC §6.2, checked from inside a thread so that intermediate states
+/// are observed too: `-max_debt <= tokens <= capacity`.
+fn assert_in_bounds(pacer: &Pacer, capacity: i64, max_debt: i64) -> StateView {
+    let state = pacer.state();
+    assert!(
+        state.tokens_units <= capacity,
+        "tokens above capacity: {state:?}"
+    );
+    assert!(
+        state.tokens_units >= -max_debt,
+        "tokens below the debt floor: {state:?}"
+    );
+    state
+}
+
+fn sorted<const N: usize>(mut values: [u64; N]) -> [u64; N] {
+    values.sort_unstable();
+    values
+}
+
+/// (a) burst 1, bound 2000, three reservations at t=0 (the SPEC §7
+/// scenario "rate 60, burst 1, bound 2000"): the sequential run gives
+/// #0 now, #1 after ceil(60000/60) = 1000, #2 after ceil(120000/60) = 2000.
+/// Concurrently the same three slots must be handed out, each exactly once,
+/// and the state must hold all three debits: 60000 − 3·60000 = −120000
+/// units (max_debt = 2000·60 = 120000, so exactly at the floor), seq 3.
+#[test]
+fn concurrent_reservations_get_distinct_slots_burst_1() {
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new(&b1(ReleasePolicy::Refund), 0).unwrap());
+        let handles: [_; 3] = core::array::from_fn(|_| {
+            let pacer = pacer.clone();
+            thread::spawn(move || {
+                let (wait, ticket) = paced(pacer.reserve(0));
+                (wait, ticket.seq())
+            })
+        });
+        let results = handles.map(|h| h.join().unwrap());
+        let waits = sorted(results.map(|(wait, _)| wait));
+        assert_eq!(
+            waits,
+            [0, 1000, 2000],
+            "slots must be distinct and gap-free"
+        );
+        assert_eq!(
+            waits.iter().filter(|&&w| w == 0).count(),
+            1,
+            "burst 1: one immediate admission"
+        );
+        // The tickets are the release-stack positions 1, 2, 3, in slot order.
+        for (wait, seq) in results {
+            assert_eq!(u64::from(seq), wait / 1000 + 1);
+        }
+        assert_eq!(
+            pacer.state(),
+            StateView {
+                high_water_ms: 0,
+                tokens_units: TOKEN - 3 * TOKEN,
+                seq: 3
+            },
+            "a debit was lost"
+        );
+    });
+}
+
+/// (a) burst 2, bound 2000, three reservations at t=0: sequentially #0 and
+/// #1 now, #2 after ceil(60000/60) = 1000. Never more than B = 2 immediate
+/// admissions; final 120000 − 3·60000 = −60000 units, seq 3.
+#[test]
+fn concurrent_reservations_respect_burst_2() {
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new(&b2(ReleasePolicy::Refund), 0).unwrap());
+        let handles: [_; 3] = core::array::from_fn(|_| {
+            let pacer = pacer.clone();
+            thread::spawn(move || paced(pacer.reserve(0)).0)
+        });
+        let waits = sorted(handles.map(|h| h.join().unwrap()));
+        assert_eq!(waits, [0, 0, 1000]);
+        assert!(waits.iter().filter(|&&w| w == 0).count() <= 2);
+        assert_eq!(
+            pacer.state(),
+            StateView {
+                high_water_ms: 0,
+                tokens_units: 2 * TOKEN - 3 * TOKEN,
+                seq: 3
+            }
+        );
+    });
+}
+
+/// (a) refusals under contention, config `tight` (bound 666, hint cap 1 s):
+/// three reservations at t=0. The first takes the only token; each other
+/// sees tokens 0, needs ceil(60000/60) = 1000 > 666 ms and is refused with
+/// required 1000, hint min(max(1, ceil(1000/1000)), 1) = 1 — and debits
+/// nothing, so the state stays at 0 units, seq 1, whoever wins.
+#[test]
+fn concurrent_refusals_debit_nothing() {
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new(&config(1, 10_000, 2, ReleasePolicy::Refund), 0).unwrap());
+        let handles: [_; 3] = core::array::from_fn(|_| {
+            let pacer = pacer.clone();
+            thread::spawn(move || match pacer.reserve(0) {
+                Decision::Admitted(admission) => {
+                    assert_eq!(admission.wait_ms, 0);
+                    assert!(admission.ticket.is_some());
+                    true
+                }
+                Decision::Refused(refusal) => {
+                    assert_eq!(refusal.required_wait_ms, 1000);
+                    assert_eq!(refusal.retry_after_s, 1);
+                    false
+                }
+            })
+        });
+        let admitted = handles
+            .map(|h| h.join().unwrap())
+            .iter()
+            .filter(|&&a| a)
+            .count();
+        assert_eq!(admitted, 1);
+        assert_eq!(
+            pacer.state(),
+            StateView {
+                high_water_ms: 0,
+                tokens_units: 0,
+                seq: 1
+            }
+        );
+    });
+}
+
+/// (a) racing clock readings (SPEC §5), config `b1`, created at 0:
+/// A reserves at 1000, B at 0.
+/// - A first: A at 1000 refills to the cap 60000, waits 0 → 0 units, mark
+///   1000. B's 0 is behind the mark, acts at 1000 (no refill): waits 1000
+///   → −60000 units.
+/// - B first: B waits 0 → 0 units, mark 0. A at 1000 refills 1000·60 =
+///   60000 → waits 0 → 0 units, mark 1000.
+#[test]
+fn racing_clock_readings_never_refill_twice() {
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new(&b1(ReleasePolicy::Refund), 0).unwrap());
+        let a = {
+            let pacer = pacer.clone();
+            thread::spawn(move || paced(pacer.reserve(1000)))
+        };
+        let b = {
+            let pacer = pacer.clone();
+            thread::spawn(move || match pacer.reserve(0) {
+                Decision::Admitted(admission) => {
+                    let ticket = admission.ticket.unwrap();
+                    (admission.wait_ms, ticket.seq(), admission.clock_regressed)
+                }
+                Decision::Refused(refusal) => panic!("{refusal:?}"),
+            })
+        };
+        let (a_wait, a_ticket) = a.join().unwrap();
+        let (b_wait, b_seq, b_regressed) = b.join().unwrap();
+        let state = pacer.state();
+        assert_eq!(a_wait, 0);
+        if a_ticket.seq() == 1 {
+            assert_eq!((b_seq, b_wait, b_regressed), (2, 1000, true));
+            assert_eq!(
+                state,
+                StateView {
+                    high_water_ms: 1000,
+                    tokens_units: -TOKEN,
+                    seq: 2
+                }
+            );
+        } else {
+            assert_eq!(
+                (a_ticket.seq(), b_seq, b_wait, b_regressed),
+                (2, 1, 0, false)
+            );
+            assert_eq!(
+                state,
+                StateView {
+                    high_water_ms: 1000,
+                    tokens_units: 0,
+                    seq: 2
+                }
+            );
+        }
+    });
+}
+
+/// (b) refund policy, config `b1`. Before the threads start, one
+/// reservation at 0 takes the token: 0 units, seq 1, ticket T.
+/// X releases T at 0 while Y reserves at 0.
+/// - X first: 0 + 60000 = 60000 (= capacity); Y waits 0 → 0 units.
+/// - Y first: Y waits 1000 → −60000; X refunds → 0 units.
+///
+/// Either way the final level is 0 units and X's release reports true.
+#[test]
+fn release_races_reserve_same_instant() {
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new(&b1(ReleasePolicy::Refund), 0).unwrap());
+        let (wait, ticket) = paced(pacer.reserve(0));
+        assert_eq!(wait, 0);
+        let x = {
+            let pacer = pacer.clone();
+            thread::spawn(move || {
+                let refunded = pacer.release(ticket, 0);
+                assert_in_bounds(&pacer, TOKEN, 120_000);
+                refunded
+            })
+        };
+        let y = {
+            let pacer = pacer.clone();
+            thread::spawn(move || {
+                let (wait, _) = paced(pacer.reserve(0));
+                assert_in_bounds(&pacer, TOKEN, 120_000);
+                wait
+            })
+        };
+        assert!(x.join().unwrap(), "a refund-policy release always refunds");
+        let y_wait = y.join().unwrap();
+        assert!(y_wait == 0 || y_wait == 1000, "y waited {y_wait}");
+        let state = pacer.state();
+        assert_eq!((state.high_water_ms, state.tokens_units), (0, 0));
+        // The refund policy leaves the release stack alone: two debits.
+        assert_eq!(state.seq, 2);
+    });
+}
+
+/// (b) refund policy, config `b1`, where the capacity cap decides. A
+/// reservation at 0 takes the token (0 units, seq 1, ticket T).
+/// X releases T at 1000 while Y reserves at 0.
+/// - X first: refill to 1000 gives 0 + 60000 = 60000, plus the 60000
+///   refund = 120000, capped at 60000, mark 1000. Y's 0 is behind the
+///   mark: acts at 1000, waits 0 → 0 units.
+/// - Y first: Y waits 1000 → −60000, mark 0. X refills 1000·60 → 0, plus
+///   60000 → 60000 (no cap), mark 1000.
+#[test]
+fn release_races_reserve_capped_at_capacity() {
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new(&b1(ReleasePolicy::Refund), 0).unwrap());
+        let (_, ticket) = paced(pacer.reserve(0));
+        let x = {
+            let pacer = pacer.clone();
+            thread::spawn(move || {
+                let refunded = pacer.release(ticket, 1000);
+                assert_in_bounds(&pacer, TOKEN, 120_000);
+                refunded
+            })
+        };
+        let y = {
+            let pacer = pacer.clone();
+            thread::spawn(move || {
+                let (wait, _) = paced(pacer.reserve(0));
+                assert_in_bounds(&pacer, TOKEN, 120_000);
+                wait
+            })
+        };
+        assert!(x.join().unwrap());
+        let y_wait = y.join().unwrap();
+        let state = pacer.state();
+        match y_wait {
+            0 => assert_eq!(
+                state,
+                StateView {
+                    high_water_ms: 1000,
+                    tokens_units: 0,
+                    seq: 2
+                }
+            ),
+            1000 => assert_eq!(
+                state,
+                StateView {
+                    high_water_ms: 1000,
+                    tokens_units: TOKEN,
+                    seq: 2
+                }
+            ),
+            other => panic!("y waited {other}"),
+        }
+    });
+}
+
+/// (b) refund policy, config `b2`: two reservations at 0 take both tokens
+/// (0 units, tickets T1, T2). X releases T1, Y releases T2, Z reserves,
+/// all at 0. The releases always refund: final 0 + 2·60000 − 60000 = 60000
+/// units whatever the order (the level peaks at exactly the capacity
+/// 120000 when both releases come first, so the cap never cuts). Z waits 0
+/// if a release came first, else ceil(60000/60) = 1000.
+#[test]
+fn two_releases_race_a_reservation() {
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new(&b2(ReleasePolicy::Refund), 0).unwrap());
+        let (_, t1) = paced(pacer.reserve(0));
+        let (_, t2) = paced(pacer.reserve(0));
+        let release = |ticket: Ticket| {
+            let pacer = pacer.clone();
+            thread::spawn(move || pacer.release(ticket, 0))
+        };
+        let x = release(t1);
+        let y = release(t2);
+        let z = {
+            let pacer = pacer.clone();
+            thread::spawn(move || paced(pacer.reserve(0)).0)
+        };
+        assert!(x.join().unwrap());
+        assert!(y.join().unwrap());
+        let z_wait = z.join().unwrap();
+        assert!(z_wait == 0 || z_wait == 1000, "z waited {z_wait}");
+        assert_eq!(
+            pacer.state(),
+            StateView {
+                high_water_ms: 0,
+                tokens_units: TOKEN,
+                seq: 3
+            }
+        );
+    });
+}
+
+/// (c) strict policy, config `b2`: two reservations at 0 (T1 seq 1, T2
+/// seq 2; 0 units, stack counter 2). X releases T1, Y releases T2, at 0.
+/// T1 may refund only once T2 has been refunded (T2 is the later debit).
+/// - Y then X: Y refunds → 60000, counter 1; X refunds → 120000 (exactly
+///   the capacity), counter 0. Both true.
+/// - X before Y's refund: X refused (false, nothing changed); Y refunds →
+///   60000, counter 1.
+///
+/// In every interleaving: Y is true, tokens = 120000 − (2 − refunds)·60000,
+/// counter = 2 − refunds, never above capacity; both refund only when Y's
+/// release came first.
+#[test]
+fn strict_releases_refund_only_from_the_top() {
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new(&b2(ReleasePolicy::Strict), 0).unwrap());
+        let (_, t1) = paced(pacer.reserve(0));
+        let (_, t2) = paced(pacer.reserve(0));
+        assert_eq!((t1.seq(), t2.seq()), (1, 2));
+        let x = {
+            let pacer = pacer.clone();
+            thread::spawn(move || {
+                let refunded = pacer.release(t1, 0);
+                // What X saw after its own step: the counter tells whether
+                // Y had already refunded (1 → yes, then X took it to 0).
+                let after = assert_in_bounds(&pacer, 2 * TOKEN, 120_000);
+                (refunded, after)
+            })
+        };
+        let y = {
+            let pacer = pacer.clone();
+            thread::spawn(move || {
+                let refunded = pacer.release(t2, 0);
+                assert_in_bounds(&pacer, 2 * TOKEN, 120_000);
+                refunded
+            })
+        };
+        let (x_refunded, x_after) = x.join().unwrap();
+        let y_refunded = y.join().unwrap();
+        assert!(
+            y_refunded,
+            "the latest debit can always be refunded under strict"
+        );
+        let refunds = 1 + i64::from(x_refunded);
+        let state = pacer.state();
+        assert_eq!(state.tokens_units, 2 * TOKEN - (2 - refunds) * TOKEN);
+        assert_eq!(i64::from(state.seq), 2 - refunds);
+        assert!(state.tokens_units <= 2 * TOKEN);
+        if x_refunded {
+            // Only possible when Y's refund was already in: X then left the
+            // stack empty and the bucket full.
+            assert_eq!(
+                x_after,
+                StateView {
+                    high_water_ms: 0,
+                    tokens_units: 2 * TOKEN,
+                    seq: 0
+                }
+            );
+        } else {
+            assert_eq!(
+                state,
+                StateView {
+                    high_water_ms: 0,
+                    tokens_units: TOKEN,
+                    seq: 1
+                }
+            );
+        }
+    });
+}
+
+/// (c) strict policy, config `b1`: a reservation at 0 takes the token (0
+/// units, T seq 1). X releases T while Z reserves, both at 0.
+/// - X first: refund → 60000, counter 0; Z waits 0 → 0 units, counter 1.
+/// - Z first: Z waits 1000 → −60000, counter 2; X is refused (a later
+///   debit exists): false, nothing changed.
+#[test]
+fn strict_release_races_reserve() {
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new(&b1(ReleasePolicy::Strict), 0).unwrap());
+        let (_, ticket) = paced(pacer.reserve(0));
+        let x = {
+            let pacer = pacer.clone();
+            thread::spawn(move || pacer.release(ticket, 0))
+        };
+        let z = {
+            let pacer = pacer.clone();
+            thread::spawn(move || paced(pacer.reserve(0)).0)
+        };
+        let x_refunded = x.join().unwrap();
+        let z_wait = z.join().unwrap();
+        let state = pacer.state();
+        if x_refunded {
+            assert_eq!(z_wait, 0);
+            assert_eq!(
+                state,
+                StateView {
+                    high_water_ms: 0,
+                    tokens_units: 0,
+                    seq: 1
+                }
+            );
+        } else {
+            assert_eq!(z_wait, 1000);
+            assert_eq!(
+                state,
+                StateView {
+                    high_water_ms: 0,
+                    tokens_units: -TOKEN,
+                    seq: 2
+                }
+            );
+        }
+    });
+}
+
+/// The counters lose no increment: two threads reserve on `b1` at 0 (one
+/// waits 0, one 1000) and release what they got under the refund policy,
+/// recording each call.
+#[test]
+fn counters_lose_no_increment() {
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new(&b1(ReleasePolicy::Refund), 0).unwrap());
+        let counters = Arc::new(Counters::default());
+        let handles: [_; 2] = core::array::from_fn(|_| {
+            let pacer = pacer.clone();
+            let counters = counters.clone();
+            thread::spawn(move || {
+                let decision = pacer.reserve(0);
+                counters.record(&decision);
+                if let Decision::Admitted(admission) = decision {
+                    counters.record_release(pacer.release(admission.ticket.unwrap(), 0));
+                }
+            })
+        });
+        for handle in handles {
+            handle.join().unwrap();
+        }
+        let snapshot = counters.snapshot();
+        assert_eq!(snapshot.admitted, 2);
+        assert_eq!(snapshot.refused, 0);
+        assert_eq!(snapshot.released, 2);
+        assert_eq!(snapshot.refunded, 2);
+        assert_eq!(snapshot.clock_regressions, 0);
+        assert_eq!(snapshot.shaped, 0);
+        // One waited 1000 unless the first one's release came before the
+        // second's reservation.
+        assert!(snapshot.admitted_after_wait <= 1);
+        // Two debits, two refunds: back to the full bucket.
+        assert_eq!(pacer.state().tokens_units, TOKEN);
+    });
+}

@@ -1,0 +1,281 @@
+//! `pacer_budget`, `pacer_notice`, `pacer_notice_registry`: resolving the
+//! settings strings, and rendering and deduplicating their notices.
+
+use core::ffi::c_char;
+use core::mem::{align_of, size_of};
+
+use pacer_core::settings::{resolve, Settings, MAX_NOTICES};
+use pacer_core::{Notice, NoticeKind, NoticeRegistry};
+
+use crate::boundary::{arg, arg_mut, buffer, guard, opt_str, out, put, render_into};
+use crate::status::pacer_status;
+
+/// Most notices one resolution produces.
+pub const PACER_MAX_NOTICES: usize = 6;
+const _: () = assert!(PACER_MAX_NOTICES == MAX_NOTICES);
+
+/// A resolved budget and its derived quantities.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct pacer_budget {
+    /// New connections per minute (0 = off).
+    pub rate_per_min: u32,
+    /// Client retry count.
+    pub max_retries: u32,
+    /// No-data deadline per request, ms.
+    pub idle_timeout_ms: u64,
+    /// Total deadline per request, ms.
+    pub total_timeout_ms: u64,
+    /// Longest wait a paced request is granted, ms.
+    pub wait_bound_ms: u64,
+    /// Largest retry-after hint, s.
+    pub hint_cap_s: u64,
+    /// How long refusals keep a request retrying, ms.
+    pub refusal_schedule_ms: u64,
+    /// Refusals can outlast the wait for a slot.
+    pub can_refuse: bool,
+    /// Pacing is on.
+    pub enabled: bool,
+}
+
+/// Values of pacer_notice.kind (numbers shared with the Rust core).
+#[repr(u32)]
+pub enum pacer_notice_kind {
+    /// Rate text malformed. values: [rate used].
+    RateMalformed = 1,
+    /// Rate above 600. values: [rate used].
+    RateClamped = 2,
+    /// Idle timeout text malformed. values: [idle used].
+    IdleMalformed = 3,
+    /// Idle timeout out of range. values: [idle used].
+    IdleClamped = 4,
+    /// Total timeout text malformed. values: [total used].
+    TotalMalformed = 5,
+    /// Total timeout out of range. values: [total used].
+    TotalClamped = 6,
+    /// Retry count malformed. values: [retries used].
+    RetriesMalformed = 7,
+    /// Retry count above the ladder ceiling. values: [retries used, idle].
+    RetriesClamped = 8,
+    /// Idle lowered to the total. values: [idle before, total].
+    IdleLowered = 9,
+    /// Total raised to the idle. values: [total before, idle].
+    TotalRaised = 10,
+    /// Pacing switched itself off. values: [retries, idle, rate].
+    PacingDisabled = 11,
+    /// Pacing cannot refuse; overflow is shaped. values: [rate, retries, bound].
+    NoRefuse = 12,
+}
+
+/// One notice. `raw` points into the settings string the caller passed to
+/// pacer_resolve (valid as long as that string is); `raw_len` bytes, not
+/// NUL-terminated; NULL with length 0 when the notice has no text.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct pacer_notice {
+    /// A pacer_notice_kind value.
+    pub kind: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// The numbers, per kind.
+    pub values: [u64; 3],
+    /// The offending setting text, or NULL.
+    pub raw: *const c_char,
+    /// Length of `raw` in bytes.
+    pub raw_len: usize,
+}
+
+/// The notices of one resolution, in order.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct pacer_notices {
+    /// How many of `items` are set.
+    pub count: usize,
+    /// The notices.
+    pub items: [pacer_notice; PACER_MAX_NOTICES],
+}
+
+fn kind_from(number: u32) -> Result<NoticeKind, pacer_status> {
+    NoticeKind::ALL
+        .iter()
+        .copied()
+        .find(|kind| *kind as u32 == number)
+        .ok_or(pacer_status::InvalidEnum)
+}
+
+const EMPTY_NOTICE: pacer_notice = pacer_notice {
+    kind: 0,
+    reserved: 0,
+    values: [0; 3],
+    raw: core::ptr::null(),
+    raw_len: 0,
+};
+
+/// Resolves the four settings strings (each NULL = unset) into a budget.
+/// Bad values never fail: they are defaulted or clamped and reported in
+/// `out_notices` (optional: NULL to ignore notices).
+#[no_mangle]
+pub unsafe extern "C" fn pacer_resolve(
+    rate_per_min: *const c_char,
+    idle_timeout_ms: *const c_char,
+    total_timeout_ms: *const c_char,
+    max_retries: *const c_char,
+    out_budget: *mut pacer_budget,
+    out_notices: *mut pacer_notices,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: each is NULL or a NUL-terminated string (caller's contract).
+        let settings = unsafe {
+            Settings {
+                rate_per_min: opt_str(rate_per_min)?,
+                idle_timeout_ms: opt_str(idle_timeout_ms)?,
+                total_timeout_ms: opt_str(total_timeout_ms)?,
+                max_retries: opt_str(max_retries)?,
+            }
+        };
+        let out_budget = out(out_budget)?;
+        let resolution = resolve(&settings);
+        let b = resolution.budget;
+        let budget = pacer_budget {
+            rate_per_min: b.rate_per_min,
+            max_retries: b.max_retries,
+            idle_timeout_ms: b.idle_timeout_ms,
+            total_timeout_ms: b.total_timeout_ms,
+            wait_bound_ms: b.wait_bound_ms(),
+            hint_cap_s: b.hint_cap_s(),
+            refusal_schedule_ms: b.refusal_schedule_ms(),
+            can_refuse: b.can_refuse(),
+            enabled: b.pacing_enabled(),
+        };
+        let mut notices = pacer_notices {
+            count: 0,
+            items: [EMPTY_NOTICE; PACER_MAX_NOTICES],
+        };
+        for (item, notice) in notices.items.iter_mut().zip(resolution.notices.iter()) {
+            *item = pacer_notice {
+                kind: notice.kind as u32,
+                reserved: 0,
+                values: notice.values,
+                raw: if notice.raw.is_empty() {
+                    core::ptr::null()
+                } else {
+                    notice.raw.as_ptr().cast()
+                },
+                raw_len: notice.raw.len(),
+            };
+            notices.count += 1;
+        }
+        // SAFETY: checked by `out`.
+        unsafe { put(out_budget, budget) };
+        if !out_notices.is_null() {
+            // SAFETY: non-NULL, writable per the caller's contract.
+            unsafe { put(out_notices, notices) };
+        }
+        Ok(())
+    })
+}
+
+/// Rebuilds a core notice from its C form.
+///
+/// # Safety
+/// `notice.raw` is NULL or points to `raw_len` readable bytes for `'a`.
+unsafe fn notice_from<'a>(notice: &pacer_notice) -> Result<Notice<'a>, pacer_status> {
+    let kind = kind_from(notice.kind)?;
+    let raw = if notice.raw_len == 0 {
+        ""
+    } else if notice.raw.is_null() {
+        return Err(pacer_status::NullParameter);
+    } else {
+        // SAFETY: non-NULL with raw_len readable bytes (caller's contract).
+        let bytes = unsafe { core::slice::from_raw_parts(notice.raw.cast::<u8>(), notice.raw_len) };
+        core::str::from_utf8(bytes).map_err(|_| pacer_status::InvalidUtf8)?
+    };
+    Ok(Notice::new(kind, raw, notice.values))
+}
+
+/// Writes a notice's English text (UTF-8, not NUL-terminated) into
+/// `buf[0..len]` and its length to *out_written. If it does not fit:
+/// PACER_STATUS_BUFFER_TOO_SHORT, *out_written = the needed length, buf
+/// untouched. `buf` may be NULL when `len` is 0 (to measure).
+#[no_mangle]
+pub unsafe extern "C" fn pacer_notice_render(
+    notice: *const pacer_notice,
+    buf: *mut u8,
+    len: usize,
+    out_written: *mut usize,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; NULL checked by `arg`.
+        let notice = unsafe { notice_from(arg(notice)?) }?;
+        let out_written = out(out_written)?;
+        // SAFETY: `buf` holds `len` writable bytes (caller's contract).
+        let buf = unsafe { buffer(buf, len) }?;
+        let result = render_into(buf, |b| notice.render(b));
+        let (status, written) = match result {
+            Ok(n) => (Ok(()), n),
+            Err((status, needed)) => (Err(status), needed),
+        };
+        // SAFETY: checked by `out`.
+        unsafe { put(out_written, written) };
+        status
+    })
+}
+
+/// Bytes of storage a notice registry needs.
+pub const PACER_NOTICE_REGISTRY_SIZE: usize = 2048;
+
+/// Remembers which notices were shown, so each shows once per key. Caller
+/// storage; initialise with pacer_notice_registry_init. Not thread-safe:
+/// serialise calls on one registry.
+#[repr(C, align(8))]
+pub struct pacer_notice_registry {
+    opaque: [u8; PACER_NOTICE_REGISTRY_SIZE],
+}
+
+type Registry = NoticeRegistry<32>;
+const _: () = assert!(size_of::<Registry>() <= PACER_NOTICE_REGISTRY_SIZE);
+const _: () = assert!(align_of::<Registry>() <= 8);
+
+/// Empties `registry`.
+#[no_mangle]
+pub unsafe extern "C" fn pacer_notice_registry_init(
+    registry: *mut pacer_notice_registry,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; NULL checked by `arg_mut`.
+        let registry = unsafe { arg_mut(registry) }?;
+        // SAFETY: size and alignment asserted above; exclusively borrowed.
+        unsafe {
+            registry
+                .opaque
+                .as_mut_ptr()
+                .cast::<Registry>()
+                .write(Registry::new())
+        };
+        Ok(())
+    })
+}
+
+/// *out_first = true the first time a notice's key is seen by `registry`
+/// (show it), false afterwards. Keys are namespaced by kind.
+#[no_mangle]
+pub unsafe extern "C" fn pacer_notice_registry_first_time(
+    registry: *mut pacer_notice_registry,
+    notice: *const pacer_notice,
+    out_first: *mut bool,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; NULL checked by `arg_mut`.
+        let registry = unsafe { arg_mut(registry) }?;
+        // SAFETY: caller's contract; NULL checked by `arg`.
+        let notice = unsafe { notice_from(arg(notice)?) }?;
+        let out_first = out(out_first)?;
+        // SAFETY: initialised by pacer_notice_registry_init (caller's
+        // contract); size and alignment asserted above.
+        let registry = unsafe { &mut *registry.opaque.as_mut_ptr().cast::<Registry>() };
+        let first = registry.first_time(&notice);
+        // SAFETY: checked by `out`.
+        unsafe { put(out_first, first) };
+        Ok(())
+    })
+}

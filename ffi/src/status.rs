@@ -1,0 +1,78 @@
+//! `pacer_status`: what every fallible call returns.
+
+use core::ffi::c_char;
+
+use crate::boundary::guard_value;
+
+/// Result of a call. Numbers are explicit and never reused.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum pacer_status {
+    /// Success.
+    Ok = 0,
+    /// A required pointer argument was NULL.
+    NullParameter = 1,
+    /// An internal fault was caught at the boundary; nothing was changed.
+    Panic = 2,
+    /// An enumerated value passed in (as uint32_t) is not a known value.
+    InvalidEnum = 3,
+    /// The output buffer is too short; *out_written holds the needed length.
+    BufferTooShort = 4,
+    /// A string argument is not valid UTF-8.
+    InvalidUtf8 = 5,
+    /// The pacer storage was not initialised by pacer_init.
+    NotInitialized = 6,
+    /// Config: rate_per_min above 600.
+    RateTooHigh = 7,
+    /// Config: burst above PACER_MAX_BURST.
+    BurstTooLarge = 8,
+    /// Config: max_retries above the ladder ceiling of idle_timeout_ms.
+    RetriesExceedLadder = 9,
+}
+
+impl pacer_status {
+    const fn text(self) -> &'static [u8] {
+        match self {
+            pacer_status::Ok => b"ok\0",
+            pacer_status::NullParameter => b"a required pointer argument was NULL\0",
+            pacer_status::Panic => b"internal fault caught at the C boundary; nothing changed\0",
+            pacer_status::InvalidEnum => b"unknown enumerated value\0",
+            pacer_status::BufferTooShort => {
+                b"output buffer too short; see *out_written for the needed length\0"
+            }
+            pacer_status::InvalidUtf8 => b"string argument is not valid UTF-8\0",
+            pacer_status::NotInitialized => b"pacer storage not initialised by pacer_init\0",
+            pacer_status::RateTooHigh => b"rate_per_min above 600\0",
+            pacer_status::BurstTooLarge => b"burst above PACER_MAX_BURST\0",
+            pacer_status::RetriesExceedLadder => {
+                b"max_retries above the ladder ceiling of idle_timeout_ms\0"
+            }
+        }
+    }
+
+    const ALL: [pacer_status; 10] = [
+        pacer_status::Ok,
+        pacer_status::NullParameter,
+        pacer_status::Panic,
+        pacer_status::InvalidEnum,
+        pacer_status::BufferTooShort,
+        pacer_status::InvalidUtf8,
+        pacer_status::NotInitialized,
+        pacer_status::RateTooHigh,
+        pacer_status::BurstTooLarge,
+        pacer_status::RetriesExceedLadder,
+    ];
+}
+
+/// A static, NUL-terminated English description of `status` (any number:
+/// unknown ones get "unknown status"). Never NULL; never free it.
+#[no_mangle]
+pub extern "C" fn pacer_status_str(status: u32) -> *const c_char {
+    guard_value(b"unknown status\0".as_ptr().cast(), || {
+        let text: &'static [u8] = match pacer_status::ALL.iter().find(|s| **s as u32 == status) {
+            Some(known) => known.text(),
+            None => b"unknown status\0",
+        };
+        text.as_ptr().cast()
+    })
+}

@@ -1,0 +1,752 @@
+/*
+ * pacer: admission pacing for new upstream connections.
+ *
+ * Conventions (every function):
+ * - Functions that can fail return a pacer_status; PACER_STATUS_OK is 0.
+ *   pacer_status_str() names any status, known or not.
+ * - NULL pointer arguments return PACER_STATUS_NULL_PARAMETER (except where
+ *   a parameter is documented as optional).
+ * - Enumerated values passed in are uint32_t; an unknown value returns
+ *   PACER_STATUS_INVALID_ENUM.
+ * - Outputs are trailing out-parameters, written only on success. The one
+ *   exception: PACER_STATUS_BUFFER_TOO_SHORT writes the needed length to
+ *   *out_written and leaves the buffer untouched.
+ * - A failing call changes nothing. No panic crosses this boundary: an
+ *   internal fault returns PACER_STATUS_PANIC.
+ * - Strings passed in are NUL-terminated UTF-8.
+ * - No function allocates memory that the caller must free; a pacer lives
+ *   in caller-provided storage (struct pacer), so there is nothing to free.
+ */
+
+
+#ifndef PACER_H
+#define PACER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#if defined(_MSC_VER)
+#define PACER_ALIGNED(n) __declspec(align(n))
+#else
+#define PACER_ALIGNED(n) __attribute__((aligned(n)))
+#endif
+
+
+/**
+ * HTTP status of a refusal (the error travels inside the event stream).
+ */
+#define PACER_REFUSAL_STATUS 200
+
+/**
+ * Bytes of storage a pacer needs (struct pacer).
+ */
+#define PACER_STORAGE_SIZE 256
+
+/**
+ * Alignment the storage needs.
+ */
+#define PACER_STORAGE_ALIGN 16
+
+/**
+ * Largest accepted burst.
+ */
+#define PACER_MAX_BURST 1000000
+
+/**
+ * Highest accepted rate (new connections per minute).
+ */
+#define PACER_MAX_RATE_PER_MIN 600
+
+/**
+ * Most notices one resolution produces.
+ */
+#define PACER_MAX_NOTICES 6
+
+/**
+ * Bytes of storage a notice registry needs.
+ */
+#define PACER_NOTICE_REGISTRY_SIZE 2048
+
+/**
+ * The ABI version this header describes. A library whose
+ * pacer_abi_version() differs is not compatible with it.
+ */
+#define PACER_ABI_VERSION 1
+
+/**
+ * Result of a call. Numbers are explicit and never reused.
+ */
+enum pacer_status
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Success.
+   */
+  PACER_STATUS_OK = 0,
+  /**
+   * A required pointer argument was NULL.
+   */
+  PACER_STATUS_NULL_PARAMETER = 1,
+  /**
+   * An internal fault was caught at the boundary; nothing was changed.
+   */
+  PACER_STATUS_PANIC = 2,
+  /**
+   * An enumerated value passed in (as uint32_t) is not a known value.
+   */
+  PACER_STATUS_INVALID_ENUM = 3,
+  /**
+   * The output buffer is too short; *out_written holds the needed length.
+   */
+  PACER_STATUS_BUFFER_TOO_SHORT = 4,
+  /**
+   * A string argument is not valid UTF-8.
+   */
+  PACER_STATUS_INVALID_UTF8 = 5,
+  /**
+   * The pacer storage was not initialised by pacer_init.
+   */
+  PACER_STATUS_NOT_INITIALIZED = 6,
+  /**
+   * Config: rate_per_min above 600.
+   */
+  PACER_STATUS_RATE_TOO_HIGH = 7,
+  /**
+   * Config: burst above PACER_MAX_BURST.
+   */
+  PACER_STATUS_BURST_TOO_LARGE = 8,
+  /**
+   * Config: max_retries above the ladder ceiling of idle_timeout_ms.
+   */
+  PACER_STATUS_RETRIES_EXCEED_LADDER = 9,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum pacer_status pacer_status;
+#else
+typedef uint32_t pacer_status;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Release policies (values of pacer_config.release_policy).
+ */
+enum pacer_release_policy
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Always refund, capped at capacity (the default).
+   */
+  PACER_RELEASE_POLICY_REFUND = 0,
+  /**
+   * Refund only while every later debit has itself been refunded.
+   */
+  PACER_RELEASE_POLICY_STRICT = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum pacer_release_policy pacer_release_policy;
+#else
+typedef uint32_t pacer_release_policy;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Values of pacer_decision.kind.
+ */
+enum pacer_decision_kind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Open the connection after wait_ms.
+   */
+  PACER_DECISION_KIND_ADMITTED = 1,
+  /**
+   * Do not open; answer with a retryable rate limit (retry_after_s).
+   */
+  PACER_DECISION_KIND_REFUSED = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum pacer_decision_kind pacer_decision_kind;
+#else
+typedef uint32_t pacer_decision_kind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Values of pacer_decision.path (which rule admitted).
+ */
+enum pacer_admit_path
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Not admitted (a refusal).
+   */
+  PACER_ADMIT_PATH_NONE = 0,
+  /**
+   * Pacing is off.
+   */
+  PACER_ADMIT_PATH_DISABLED = 1,
+  /**
+   * A whole token, now or after a wait within the bound.
+   */
+  PACER_ADMIT_PATH_PACED = 2,
+  /**
+   * Shaped overflow: debited down to the floor, waits the bound.
+   */
+  PACER_ADMIT_PATH_SHAPED = 3,
+  /**
+   * Overflow past the floor in a shaping mode: at once, nothing debited.
+   */
+  PACER_ADMIT_PATH_OVERFLOW = 4,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum pacer_admit_path pacer_admit_path;
+#else
+typedef uint32_t pacer_admit_path;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Values of pacer_info.mode.
+ */
+enum pacer_mode
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Rate 0 or no room to wait: everything admitted at once.
+   */
+  PACER_MODE_DISABLED = 0,
+  /**
+   * Overflow refused with a hint.
+   */
+  PACER_MODE_REFUSING = 1,
+  /**
+   * Retries cannot outlast a slot wait at this rate: overflow shaped.
+   */
+  PACER_MODE_SHAPING_LOW_RATE = 2,
+  /**
+   * No retries: overflow shaped.
+   */
+  PACER_MODE_SHAPING_NO_RETRY = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum pacer_mode pacer_mode;
+#else
+typedef uint32_t pacer_mode;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Values of pacer_ticket.state.
+ */
+enum pacer_ticket_state
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * No ticket (nothing was debited); releasing it reports false.
+   */
+  PACER_TICKET_STATE_NONE = 0,
+  /**
+   * Releasable once.
+   */
+  PACER_TICKET_STATE_LIVE = 1,
+  /**
+   * Already released; releasing again reports false.
+   */
+  PACER_TICKET_STATE_SPENT = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum pacer_ticket_state pacer_ticket_state;
+#else
+typedef uint32_t pacer_ticket_state;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Values of pacer_notice.kind (numbers shared with the Rust core).
+ */
+enum pacer_notice_kind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Rate text malformed. values: [rate used].
+   */
+  PACER_NOTICE_KIND_RATE_MALFORMED = 1,
+  /**
+   * Rate above 600. values: [rate used].
+   */
+  PACER_NOTICE_KIND_RATE_CLAMPED = 2,
+  /**
+   * Idle timeout text malformed. values: [idle used].
+   */
+  PACER_NOTICE_KIND_IDLE_MALFORMED = 3,
+  /**
+   * Idle timeout out of range. values: [idle used].
+   */
+  PACER_NOTICE_KIND_IDLE_CLAMPED = 4,
+  /**
+   * Total timeout text malformed. values: [total used].
+   */
+  PACER_NOTICE_KIND_TOTAL_MALFORMED = 5,
+  /**
+   * Total timeout out of range. values: [total used].
+   */
+  PACER_NOTICE_KIND_TOTAL_CLAMPED = 6,
+  /**
+   * Retry count malformed. values: [retries used].
+   */
+  PACER_NOTICE_KIND_RETRIES_MALFORMED = 7,
+  /**
+   * Retry count above the ladder ceiling. values: [retries used, idle].
+   */
+  PACER_NOTICE_KIND_RETRIES_CLAMPED = 8,
+  /**
+   * Idle lowered to the total. values: [idle before, total].
+   */
+  PACER_NOTICE_KIND_IDLE_LOWERED = 9,
+  /**
+   * Total raised to the idle. values: [total before, idle].
+   */
+  PACER_NOTICE_KIND_TOTAL_RAISED = 10,
+  /**
+   * Pacing switched itself off. values: [retries, idle, rate].
+   */
+  PACER_NOTICE_KIND_PACING_DISABLED = 11,
+  /**
+   * Pacing cannot refuse; overflow is shaped. values: [rate, retries, bound].
+   */
+  PACER_NOTICE_KIND_NO_REFUSE = 12,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum pacer_notice_kind pacer_notice_kind;
+#else
+typedef uint32_t pacer_notice_kind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Storage for one pacer. Allocate it anywhere (static, stack, heap,
+ * shared memory), zeroed or not, then call pacer_init. Never copy it while
+ * other threads use it. It holds no resources: there is nothing to free.
+ */
+typedef struct PACER_ALIGNED(16) pacer {
+  uint8_t opaque[PACER_STORAGE_SIZE];
+} pacer;
+
+/**
+ * A pacer's parameters.
+ */
+typedef struct pacer_config {
+  /**
+   * New connections per minute, 0..=600 (0 = pacing off).
+   */
+  uint32_t rate_per_min;
+  /**
+   * Connections admitted with no wait after idle; 0 means 1.
+   */
+  uint32_t burst;
+  /**
+   * The request's no-data deadline in ms; sizes the wait bound.
+   */
+  uint64_t idle_timeout_ms;
+  /**
+   * The client's retry count (at most the ladder ceiling of the deadline).
+   */
+  uint32_t max_retries;
+  /**
+   * A pacer_release_policy value.
+   */
+  uint32_t release_policy;
+} pacer_config;
+
+/**
+ * The right to refund one admission. pacer_release marks it spent.
+ */
+typedef struct pacer_ticket {
+  /**
+   * Position in the pacer's release stack.
+   */
+  uint32_t seq;
+  /**
+   * Debit to refund, in units (60000 = one token).
+   */
+  uint32_t debit_units;
+  /**
+   * A pacer_ticket_state value.
+   */
+  uint32_t state;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+} pacer_ticket;
+
+/**
+ * The answer to pacer_reserve.
+ */
+typedef struct pacer_decision {
+  /**
+   * A pacer_decision_kind value.
+   */
+  uint32_t kind;
+  /**
+   * A pacer_admit_path value (PACER_ADMIT_PATH_NONE for a refusal).
+   */
+  uint32_t path;
+  /**
+   * Admitted: wait this long before opening, ms.
+   */
+  uint64_t wait_ms;
+  /**
+   * Refused: the wait the rate would need, ms (diagnostics).
+   */
+  uint64_t required_wait_ms;
+  /**
+   * Refused: the hint the client is asked to honour, seconds.
+   */
+  uint64_t retry_after_s;
+  /**
+   * Admitted with wait_ms > 0.
+   */
+  bool queued;
+  /**
+   * now_ms was behind the latest reading and was treated as it.
+   */
+  bool clock_regressed;
+  /**
+   * The refund right (state PACER_TICKET_STATE_NONE if nothing debited).
+   */
+  struct pacer_ticket ticket;
+} pacer_decision;
+
+/**
+ * Decision counters.
+ */
+typedef struct pacer_counters {
+  /**
+   * Admissions by any path.
+   */
+  uint64_t admitted;
+  /**
+   * Admissions with a wait.
+   */
+  uint64_t admitted_after_wait;
+  /**
+   * Refusals.
+   */
+  uint64_t refused;
+  /**
+   * Admissions by the shaping rule.
+   */
+  uint64_t shaped;
+  /**
+   * Release calls on a live ticket.
+   */
+  uint64_t released;
+  /**
+   * Releases refunded.
+   */
+  uint64_t refunded;
+  /**
+   * Calls whose clock was behind the latest reading.
+   */
+  uint64_t clock_regressions;
+} pacer_counters;
+
+/**
+ * A pacer's derived parameters and current state.
+ */
+typedef struct pacer_info {
+  /**
+   * A pacer_mode value.
+   */
+  uint32_t mode;
+  /**
+   * A pacer_release_policy value.
+   */
+  uint32_t release_policy;
+  /**
+   * Longest wait granted, ms.
+   */
+  uint64_t wait_bound_ms;
+  /**
+   * Capacity (burst) in units.
+   */
+  int64_t capacity_units;
+  /**
+   * Debt floor in units.
+   */
+  int64_t max_debt_units;
+  /**
+   * Latest clock reading that changed the state, ms.
+   */
+  uint64_t high_water_ms;
+  /**
+   * Tokens at high_water_ms, in units (may be negative).
+   */
+  int64_t tokens_units;
+} pacer_info;
+
+/**
+ * A resolved budget and its derived quantities.
+ */
+typedef struct pacer_budget {
+  /**
+   * New connections per minute (0 = off).
+   */
+  uint32_t rate_per_min;
+  /**
+   * Client retry count.
+   */
+  uint32_t max_retries;
+  /**
+   * No-data deadline per request, ms.
+   */
+  uint64_t idle_timeout_ms;
+  /**
+   * Total deadline per request, ms.
+   */
+  uint64_t total_timeout_ms;
+  /**
+   * Longest wait a paced request is granted, ms.
+   */
+  uint64_t wait_bound_ms;
+  /**
+   * Largest retry-after hint, s.
+   */
+  uint64_t hint_cap_s;
+  /**
+   * How long refusals keep a request retrying, ms.
+   */
+  uint64_t refusal_schedule_ms;
+  /**
+   * Refusals can outlast the wait for a slot.
+   */
+  bool can_refuse;
+  /**
+   * Pacing is on.
+   */
+  bool enabled;
+} pacer_budget;
+
+/**
+ * One notice. `raw` points into the settings string the caller passed to
+ * pacer_resolve (valid as long as that string is); `raw_len` bytes, not
+ * NUL-terminated; NULL with length 0 when the notice has no text.
+ */
+typedef struct pacer_notice {
+  /**
+   * A pacer_notice_kind value.
+   */
+  uint32_t kind;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+  /**
+   * The numbers, per kind.
+   */
+  uint64_t values[3];
+  /**
+   * The offending setting text, or NULL.
+   */
+  const char *raw;
+  /**
+   * Length of `raw` in bytes.
+   */
+  size_t raw_len;
+} pacer_notice;
+
+/**
+ * The notices of one resolution, in order.
+ */
+typedef struct pacer_notices {
+  /**
+   * How many of `items` are set.
+   */
+  size_t count;
+  /**
+   * The notices.
+   */
+  struct pacer_notice items[PACER_MAX_NOTICES];
+} pacer_notices;
+
+/**
+ * Remembers which notices were shown, so each shows once per key. Caller
+ * storage; initialise with pacer_notice_registry_init. Not thread-safe:
+ * serialise calls on one registry.
+ */
+typedef struct PACER_ALIGNED(8) pacer_notice_registry {
+  uint8_t opaque[PACER_NOTICE_REGISTRY_SIZE];
+} pacer_notice_registry;
+
+#ifdef __cplusplus
+extern "C" {
+#endif // __cplusplus
+
+/**
+ * Largest retry count whose backoff ladder fits inside `idle_timeout_ms`.
+ */
+uint32_t pacer_ladder_ceiling(uint64_t idle_timeout_ms);
+
+/**
+ * The wait bound, ms: min(15000, floor(max(0, idle − backoff(r)) / (2(r+1)))).
+ */
+uint64_t pacer_wait_bound_ms(uint64_t idle_timeout_ms, uint32_t max_retries);
+
+/**
+ * The hint cap, s: max(1, floor(bound/1000)).
+ */
+uint64_t pacer_hint_cap_s(uint64_t wait_bound_ms);
+
+/**
+ * The retry-after hint, s: min(max(1, ceil(required/1000)), hint cap).
+ */
+uint64_t pacer_retry_after_s(uint64_t required_wait_ms, uint64_t wait_bound_ms);
+
+/**
+ * Whether refusals can outlast the wait for one slot at this rate.
+ */
+bool pacer_can_refuse(uint32_t rate_per_min, uint32_t max_retries, uint64_t wait_bound_ms);
+
+/**
+ * The refusal's content-type header value (static, NUL-terminated).
+ */
+const char *pacer_refusal_content_type(void);
+
+/**
+ * Writes the refusal body (one SSE error event, UTF-8, not NUL-terminated)
+ * for `message_prefix` (the proxy's text, JSON-escaped here) and
+ * `retry_after_s`; send it with status 200, the content type above and a
+ * `retry-after: <retry_after_s>` header. Short buffer: as pacer_notice_render.
+ */
+pacer_status pacer_refusal_body(const char *message_prefix,
+                                uint64_t retry_after_s,
+                                uint8_t *buf,
+                                size_t len,
+                                size_t *out_written);
+
+/**
+ * Initialises `storage` as a pacer with `config`, full (burst tokens
+ * available) at `now_ms`. An invalid config returns its status and leaves
+ * the storage as it was. Do not call it while other threads use `storage`.
+ */
+pacer_status pacer_init(struct pacer *storage, const struct pacer_config *config, uint64_t now_ms);
+
+/**
+ * Asks to open one new connection at `now_ms` (the caller's monotonic
+ * clock, ms). Thread-safe and lock-free.
+ */
+pacer_status pacer_reserve(const struct pacer *storage,
+                           uint64_t now_ms,
+                           struct pacer_decision *out_decision);
+
+/**
+ * Releases an admission that will not open its connection. A live ticket
+ * is marked spent and *out_refunded says whether the policy refunded it
+ * (true even when the capacity cap absorbed the refund). A ticket with
+ * nothing to refund, or already spent, reports false and changes nothing.
+ */
+pacer_status pacer_release(const struct pacer *storage,
+                           struct pacer_ticket *ticket,
+                           uint64_t now_ms,
+                           bool *out_refunded);
+
+/**
+ * Reads the decision counters (each read independently).
+ */
+pacer_status pacer_get_counters(const struct pacer *storage, struct pacer_counters *out_counters);
+
+/**
+ * Reads the pacer's derived parameters and current state.
+ */
+pacer_status pacer_get_info(const struct pacer *storage, struct pacer_info *out_info);
+
+/**
+ * Resolves the four settings strings (each NULL = unset) into a budget.
+ * Bad values never fail: they are defaulted or clamped and reported in
+ * `out_notices` (optional: NULL to ignore notices).
+ */
+pacer_status pacer_resolve(const char *rate_per_min,
+                           const char *idle_timeout_ms,
+                           const char *total_timeout_ms,
+                           const char *max_retries,
+                           struct pacer_budget *out_budget,
+                           struct pacer_notices *out_notices);
+
+/**
+ * Writes a notice's English text (UTF-8, not NUL-terminated) into
+ * `buf[0..len]` and its length to *out_written. If it does not fit:
+ * PACER_STATUS_BUFFER_TOO_SHORT, *out_written = the needed length, buf
+ * untouched. `buf` may be NULL when `len` is 0 (to measure).
+ */
+pacer_status pacer_notice_render(const struct pacer_notice *notice,
+                                 uint8_t *buf,
+                                 size_t len,
+                                 size_t *out_written);
+
+/**
+ * Empties `registry`.
+ */
+pacer_status pacer_notice_registry_init(struct pacer_notice_registry *registry);
+
+/**
+ * *out_first = true the first time a notice's key is seen by `registry`
+ * (show it), false afterwards. Keys are namespaced by kind.
+ */
+pacer_status pacer_notice_registry_first_time(struct pacer_notice_registry *registry,
+                                              const struct pacer_notice *notice,
+                                              bool *out_first);
+
+/**
+ * A static, NUL-terminated English description of `status` (any number:
+ * unknown ones get "unknown status"). Never NULL; never free it.
+ */
+const char *pacer_status_str(uint32_t status);
+
+/**
+ * The library version, e.g. "0.1.0" (static, NUL-terminated).
+ */
+const char *pacer_version(void);
+
+/**
+ * The ABI version of the loaded library (compare with PACER_ABI_VERSION).
+ */
+uint32_t pacer_abi_version(void);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif  // __cplusplus
+
+#endif  /* PACER_H */
+
+#ifndef PACER_H_LAYOUT_CHECKED
+#define PACER_H_LAYOUT_CHECKED
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__cplusplus)
+_Static_assert(sizeof(struct pacer) == PACER_STORAGE_SIZE, "struct pacer size");
+_Static_assert(_Alignof(struct pacer) == PACER_STORAGE_ALIGN, "struct pacer alignment");
+#elif defined(__cplusplus) && __cplusplus >= 201103L
+static_assert(sizeof(struct pacer) == PACER_STORAGE_SIZE, "struct pacer size");
+static_assert(alignof(struct pacer) == PACER_STORAGE_ALIGN, "struct pacer alignment");
+#endif
+#endif

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Builds libpacer.a / libpacer.so and runs the C tests: static and dynamic
+# links, AddressSanitizer + UBSan, valgrind, threads, the header as C++17,
+# and the exported-symbol check.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+need() { command -v "$1" >/dev/null 2>&1 || { echo "installing $2"; apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
+need valgrind valgrind
+need pkg-config pkg-config
+
+cargo build --release --locked -p pacer-ffi
+lib="$root/target/release"
+out="$root/target/c-tests"
+mkdir -p "$out/pkgconfig"
+python3 tests/c/gen_vectors_h.py "$out/vectors.h"
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+sed -e "s|@PREFIX@|$root|" -e "s|@VERSION@|$version|" ffi/pacer.pc.in > "$out/pkgconfig/pacer.pc"
+export PKG_CONFIG_PATH="$out/pkgconfig"
+
+CFLAGS=(-std=c11 -Wall -Wextra -Werror -pedantic -O1 -g -I "$out")
+read -r -a PC_CFLAGS <<< "$(pkg-config --cflags pacer)"
+read -r -a STATIC_LIBS <<< "$(pkg-config --libs --static pacer | sed 's/-lpacer/-l:libpacer.a/')"
+read -r -a DYNAMIC_LIBS <<< "$(pkg-config --libs pacer)"
+
+run() { printf -- '-- %s\n' "$1"; shift; "$@"; }
+
+gcc "${CFLAGS[@]}" "${PC_CFLAGS[@]}" tests/c/test_pacer.c "${STATIC_LIBS[@]}" -o "$out/test_static"
+gcc "${CFLAGS[@]}" "${PC_CFLAGS[@]}" tests/c/test_pacer.c "${DYNAMIC_LIBS[@]}" -Wl,-rpath,"$lib" -o "$out/test_dynamic"
+gcc "${CFLAGS[@]}" "${PC_CFLAGS[@]}" -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
+  tests/c/test_pacer.c "${STATIC_LIBS[@]}" -o "$out/test_asan"
+gcc "${CFLAGS[@]}" "${PC_CFLAGS[@]}" -pthread tests/c/test_threads.c "${STATIC_LIBS[@]}" -o "$out/test_threads"
+gcc "${CFLAGS[@]}" "${PC_CFLAGS[@]}" -pthread -fsanitize=address,undefined -fno-sanitize-recover=all \
+  tests/c/test_threads.c "${STATIC_LIBS[@]}" -o "$out/test_threads_asan"
+g++ -std=c++17 -Wall -Wextra -Werror -pedantic "${PC_CFLAGS[@]}" tests/c/header_cpp.cpp "${STATIC_LIBS[@]}" -o "$out/test_cpp"
+
+run "static link" "$out/test_static"
+run "dynamic link" "$out/test_dynamic"
+run "AddressSanitizer + UBSan" "$out/test_asan"
+run "valgrind (dynamic)" valgrind -q --error-exitcode=1 --leak-check=full "$out/test_dynamic"
+run "valgrind (static)" valgrind -q --error-exitcode=1 --leak-check=full "$out/test_static"
+run "threads" "$out/test_threads"
+run "threads under ASan + UBSan" "$out/test_threads_asan"
+run "header as C++17" "$out/test_cpp"
+
+printf -- '-- exported symbols of libpacer.so\n'
+foreign=$(nm -D --defined-only "$lib/libpacer.so" | awk '$2 ~ /^[TDBR]$/ {print $3}' | grep -v '^pacer_' || true)
+count=$(nm -D --defined-only "$lib/libpacer.so" | awk '$2 ~ /^[TDBR]$/ {print $3}' | grep -c '^pacer_' || true)
+if [ -n "$foreign" ]; then
+  echo "FAIL: libpacer.so exports symbols without the pacer_ prefix:"; echo "$foreign"; exit 1
+fi
+echo "symbols: $count exported, all pacer_"

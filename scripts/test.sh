@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The one test command: everything CI runs. Installs what it needs itself.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "vectors are current (scripts/gen-vectors.py)"
+python3 scripts/gen-vectors.py --check
+
+step "format and lints"
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test (workspace)"
+cargo test --workspace --locked
+
+step "no_std and no allocator in the core"
+bash scripts/check-nostd.sh
+
+step "C ABI: static, dynamic, sanitizers, valgrind, threads, C++ header"
+bash scripts/test-c.sh
+
+step "loom model of the lock-free state"
+bash scripts/check-loom.sh

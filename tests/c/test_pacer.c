@@ -1,0 +1,261 @@
+/* C tests of libpacer: vectors, bad input, text. Expectations come from
+ * tests/vectors (hand-derived from the spec) or are written out here. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "pacer.h"
+#include "vectors.h"
+
+static int failures = 0;
+static int checks = 0;
+
+#define CHECK(cond, ...)                                        \
+  do {                                                          \
+    checks++;                                                   \
+    if (!(cond)) {                                              \
+      failures++;                                               \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                             \
+      fputc('\n', stderr);                                      \
+    }                                                           \
+  } while (0)
+
+static pacer_config config_of(const vscenario *s) {
+  pacer_config c;
+  c.rate_per_min = s->rate;
+  c.burst = s->burst;
+  c.idle_timeout_ms = s->idle;
+  c.max_retries = s->retries;
+  c.release_policy = s->policy;
+  return c;
+}
+
+static void test_versions(void) {
+  CHECK(pacer_abi_version() == PACER_ABI_VERSION, "abi %u", pacer_abi_version());
+  CHECK(strcmp(pacer_version(), "0.1.0") == 0, "version %s", pacer_version());
+}
+
+static void test_scenarios(void) {
+  for (size_t i = 0; i < n_scenarios; i++) {
+    const vscenario *s = &scenarios[i];
+    pacer p;
+    pacer_config c = config_of(s);
+    CHECK(pacer_init(&p, &c, s->t0) == PACER_STATUS_OK, "%s init", s->name);
+    pacer_info info;
+    CHECK(pacer_get_info(&p, &info) == PACER_STATUS_OK, "%s info", s->name);
+    CHECK(info.wait_bound_ms == s->bound, "%s bound %" PRIu64, s->name, info.wait_bound_ms);
+    CHECK((info.mode != PACER_MODE_DISABLED) == s->enabled, "%s enabled", s->name);
+    CHECK((info.mode == PACER_MODE_REFUSING) == s->can_refuse, "%s can_refuse", s->name);
+    pacer_ticket tickets[64];
+    uint64_t issued = 0;
+    for (size_t k = 0; k < s->nsteps; k++) {
+      const vstep *st = &s->steps[k];
+      if (st->op == 1) {
+        pacer_decision d;
+        CHECK(pacer_reserve(&p, st->t, &d) == PACER_STATUS_OK, "%s step %zu", s->name, k);
+        if (st->kind == 1) {
+          CHECK(d.kind == PACER_DECISION_KIND_ADMITTED, "%s step %zu kind %u", s->name, k, d.kind);
+          CHECK(d.wait_ms == st->wait_ms, "%s step %zu wait %" PRIu64 " want %" PRIu64, s->name, k, d.wait_ms, st->wait_ms);
+          CHECK(d.queued == (st->wait_ms > 0), "%s step %zu queued", s->name, k);
+          uint64_t got_ticket = 0;
+          if (d.ticket.state == PACER_TICKET_STATE_LIVE) {
+            got_ticket = ++issued;
+            if (got_ticket < 64) tickets[got_ticket] = d.ticket;
+          }
+          CHECK(got_ticket == st->expect_ticket, "%s step %zu ticket %" PRIu64, s->name, k, got_ticket);
+        } else {
+          CHECK(d.kind == PACER_DECISION_KIND_REFUSED, "%s step %zu kind %u", s->name, k, d.kind);
+          CHECK(d.required_wait_ms == st->required_wait_ms, "%s step %zu required %" PRIu64, s->name, k, d.required_wait_ms);
+          CHECK(d.retry_after_s == st->retry_after_s, "%s step %zu hint %" PRIu64, s->name, k, d.retry_after_s);
+          CHECK(d.ticket.state == PACER_TICKET_STATE_NONE, "%s step %zu refusal ticket", s->name, k);
+        }
+      } else {
+        bool refunded = !st->refunded;
+        if (st->ticket >= 1 && st->ticket <= issued && st->ticket < 64) {
+          CHECK(pacer_release(&p, &tickets[st->ticket], st->t, &refunded) == PACER_STATUS_OK, "%s step %zu", s->name, k);
+        } else {
+          pacer_ticket none = {0, 0, PACER_TICKET_STATE_NONE, 0};
+          CHECK(pacer_release(&p, &none, st->t, &refunded) == PACER_STATUS_OK, "%s step %zu", s->name, k);
+        }
+        CHECK(refunded == st->refunded, "%s step %zu refunded %d", s->name, k, refunded);
+      }
+    }
+  }
+}
+
+static void test_budgets(void) {
+  for (size_t i = 0; i < n_budgets; i++) {
+    const vbudget *v = &budgets[i];
+    pacer_budget b;
+    pacer_notices notices;
+    CHECK(pacer_resolve(v->rate, v->idle, v->total, v->retries, &b, &notices) == PACER_STATUS_OK, "%s", v->name);
+    CHECK(b.rate_per_min == v->e_rate, "%s rate %u", v->name, b.rate_per_min);
+    CHECK(b.idle_timeout_ms == v->e_idle, "%s idle %" PRIu64, v->name, b.idle_timeout_ms);
+    CHECK(b.total_timeout_ms == v->e_total, "%s total", v->name);
+    CHECK(b.max_retries == v->e_retries, "%s retries %u", v->name, b.max_retries);
+    CHECK(b.wait_bound_ms == v->e_bound, "%s bound %" PRIu64, v->name, b.wait_bound_ms);
+    CHECK(b.hint_cap_s == v->e_cap, "%s cap", v->name);
+    CHECK(b.refusal_schedule_ms == v->e_schedule, "%s schedule", v->name);
+    CHECK(b.can_refuse == v->e_can_refuse, "%s can_refuse", v->name);
+    CHECK(b.enabled == v->e_enabled, "%s enabled", v->name);
+    CHECK(notices.count == v->n_notices, "%s notices %zu", v->name, notices.count);
+    for (size_t k = 0; k < notices.count && k < v->n_notices; k++) {
+      const pacer_notice *n = &notices.items[k];
+      CHECK(n->kind == v->notices[k].kind, "%s notice %zu kind %u", v->name, k, n->kind);
+      CHECK(memcmp(n->values, v->notices[k].values, sizeof n->values) == 0, "%s notice %zu values", v->name, k);
+      size_t want = strlen(v->notices[k].raw);
+      CHECK(n->raw_len == want && (want == 0 || memcmp(n->raw, v->notices[k].raw, want) == 0), "%s notice %zu raw", v->name, k);
+      size_t needed = 0;
+      CHECK(pacer_notice_render(n, NULL, 0, &needed) == PACER_STATUS_BUFFER_TOO_SHORT && needed > 20, "%s render", v->name);
+    }
+  }
+}
+
+static void test_derived(void) {
+  for (size_t i = 0; i < n_d_ladder_ceiling; i++)
+    CHECK(pacer_ladder_ceiling(d_ladder_ceiling[i].a) == d_ladder_ceiling[i].expect, "ceiling %" PRIu64, d_ladder_ceiling[i].a);
+  for (size_t i = 0; i < n_d_wait_bound_ms; i++)
+    CHECK(pacer_wait_bound_ms(d_wait_bound_ms[i].a, (uint32_t)d_wait_bound_ms[i].b) == d_wait_bound_ms[i].expect, "bound %zu", i);
+  for (size_t i = 0; i < n_d_retry_after_s; i++)
+    CHECK(pacer_retry_after_s(d_retry_after_s[i].a, d_retry_after_s[i].b) == d_retry_after_s[i].expect, "hint %zu", i);
+  for (size_t i = 0; i < n_d_can_refuse; i++)
+    CHECK(pacer_can_refuse((uint32_t)d_can_refuse[i].a, (uint32_t)d_can_refuse[i].b, d_can_refuse[i].c) == (bool)d_can_refuse[i].expect, "can_refuse %zu", i);
+  CHECK(pacer_hint_cap_s(4833) == 4, "cap");
+  CHECK(pacer_hint_cap_s(0) == 1, "cap 0");
+  CHECK(pacer_wait_bound_ms(UINT64_MAX, UINT32_MAX) == 0, "bound at extremes");
+  CHECK(pacer_ladder_ceiling(UINT64_MAX) == 53, "ceiling at u64 max: 2000*(2^53-1) < 2^64 <= 2000*(2^54-1)");
+}
+
+static const char PREFIX[] = "clodex is limiting how fast it opens new OpenAI connections to reduce the chance of an upstream rate limit";
+
+static void test_frame(void) {
+  const char *expected =
+      "data: {\"type\":\"error\",\"sequence_number\":0,\"error\":{\"type\":\"rate_limit_error\",\"code\":\"429\","
+      "\"message\":\"clodex is limiting how fast it opens new OpenAI connections to reduce the chance of an upstream rate limit; retry after 4s\","
+      "\"param\":null,\"retry_after_seconds\":4}}\n\n";
+  uint8_t buf[512];
+  size_t written = 0;
+  CHECK(pacer_refusal_body(PREFIX, 4, buf, sizeof buf, &written) == PACER_STATUS_OK, "frame");
+  CHECK(written == strlen(expected) && memcmp(buf, expected, written) == 0, "frame bytes");
+  CHECK(PACER_REFUSAL_STATUS == 200, "status");
+  CHECK(strcmp(pacer_refusal_content_type(), "text/event-stream; charset=utf-8") == 0, "content type");
+  /* Too short: needed length reported, buffer untouched. */
+  uint8_t small[16];
+  memset(small, 0xAB, sizeof small);
+  size_t needed = 0;
+  CHECK(pacer_refusal_body(PREFIX, 4, small, sizeof small, &needed) == PACER_STATUS_BUFFER_TOO_SHORT, "short");
+  CHECK(needed == strlen(expected), "needed %zu", needed);
+  for (size_t i = 0; i < sizeof small; i++) CHECK(small[i] == 0xAB, "buffer touched at %zu", i);
+  CHECK(pacer_refusal_body(PREFIX, 4, NULL, 0, &needed) == PACER_STATUS_BUFFER_TOO_SHORT && needed == strlen(expected), "measure");
+  CHECK(pacer_refusal_body(PREFIX, 4, NULL, 10, &needed) == PACER_STATUS_NULL_PARAMETER, "null buf with length");
+  CHECK(pacer_refusal_body(NULL, 4, buf, sizeof buf, &written) == PACER_STATUS_NULL_PARAMETER, "null prefix");
+  CHECK(pacer_refusal_body(PREFIX, 4, buf, sizeof buf, NULL) == PACER_STATUS_NULL_PARAMETER, "null out");
+  CHECK(pacer_refusal_body("\xff\xfe", 4, buf, sizeof buf, &written) == PACER_STATUS_INVALID_UTF8, "bad utf8");
+}
+
+static void test_notices(void) {
+  pacer_budget b;
+  pacer_notices notices;
+  CHECK(pacer_resolve("1", NULL, NULL, NULL, &b, &notices) == PACER_STATUS_OK, "resolve");
+  CHECK(notices.count == 1 && notices.items[0].kind == PACER_NOTICE_KIND_NO_REFUSE, "norefuse");
+  char text[400];
+  size_t written = 0;
+  CHECK(pacer_notice_render(&notices.items[0], (uint8_t *)text, sizeof text - 1, &written) == PACER_STATUS_OK, "render");
+  text[written] = 0;
+  CHECK(strstr(text, "a 5-retry schedule spans only 20000ms") && strstr(text, "the 60000ms wait"), "text: %s", text);
+  /* The hostile setting of the design record cannot hide the disabled notice. */
+  pacer_notice_registry registry;
+  CHECK(pacer_notice_registry_init(&registry) == PACER_STATUS_OK, "registry");
+  CHECK(pacer_resolve("disabled:3:14001", "14001", NULL, NULL, &b, &notices) == PACER_STATUS_OK, "hostile");
+  CHECK(notices.count == 2, "count %zu", notices.count);
+  bool first = false;
+  for (size_t i = 0; i < notices.count; i++) {
+    CHECK(pacer_notice_registry_first_time(&registry, &notices.items[i], &first) == PACER_STATUS_OK && first, "first %zu", i);
+  }
+  CHECK(pacer_notice_registry_first_time(&registry, &notices.items[1], &first) == PACER_STATUS_OK && !first, "repeat");
+  pacer_notice bad = notices.items[0];
+  bad.kind = 13;
+  CHECK(pacer_notice_render(&bad, (uint8_t *)text, sizeof text, &written) == PACER_STATUS_INVALID_ENUM, "kind 13");
+  bad.kind = 0;
+  CHECK(pacer_notice_registry_first_time(&registry, &bad, &first) == PACER_STATUS_INVALID_ENUM, "kind 0");
+  bad = notices.items[0];
+  bad.raw = NULL;
+  CHECK(pacer_notice_render(&bad, (uint8_t *)text, sizeof text, &written) == PACER_STATUS_NULL_PARAMETER, "raw NULL with length");
+  CHECK(pacer_resolve("\xc3\x28", NULL, NULL, NULL, &b, NULL) == PACER_STATUS_INVALID_UTF8, "bad utf8 setting");
+  CHECK(pacer_resolve(NULL, NULL, NULL, NULL, &b, NULL) == PACER_STATUS_OK && b.wait_bound_ms == 4833, "notices optional");
+}
+
+static void test_bad_input(void) {
+  pacer p;
+  pacer_config c = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND};
+  pacer_decision d;
+  bool refunded = false;
+  /* Storage never initialised: zeroed. */
+  memset(&p, 0, sizeof p);
+  CHECK(pacer_reserve(&p, 0, &d) == PACER_STATUS_NOT_INITIALIZED, "uninit");
+  CHECK(pacer_init(NULL, &c, 0) == PACER_STATUS_NULL_PARAMETER, "null storage");
+  CHECK(pacer_init(&p, NULL, 0) == PACER_STATUS_NULL_PARAMETER, "null config");
+  /* Invalid configs leave the storage untouched. */
+  pacer_config bad = c;
+  bad.release_policy = 2;
+  CHECK(pacer_init(&p, &bad, 0) == PACER_STATUS_INVALID_ENUM, "policy 2");
+  bad = c;
+  bad.rate_per_min = 601;
+  CHECK(pacer_init(&p, &bad, 0) == PACER_STATUS_RATE_TOO_HIGH, "rate 601");
+  bad = c;
+  bad.burst = PACER_MAX_BURST + 1;
+  CHECK(pacer_init(&p, &bad, 0) == PACER_STATUS_BURST_TOO_LARGE, "burst");
+  bad = c;
+  bad.max_retries = 6;
+  CHECK(pacer_init(&p, &bad, 0) == PACER_STATUS_RETRIES_EXCEED_LADDER, "retries 6 at 120000");
+  CHECK(pacer_reserve(&p, 0, &d) == PACER_STATUS_NOT_INITIALIZED, "still uninit after bad configs");
+
+  CHECK(pacer_init(&p, &c, UINT64_MAX) == PACER_STATUS_OK, "init at u64 max");
+  CHECK(pacer_reserve(NULL, 0, &d) == PACER_STATUS_NULL_PARAMETER, "null pacer");
+  CHECK(pacer_reserve(&p, 0, NULL) == PACER_STATUS_NULL_PARAMETER, "null decision");
+  pacer_info before, after;
+  pacer_get_info(&p, &before);
+  CHECK(before.high_water_ms == UINT64_MAX && before.tokens_units == 600000, "info");
+  memset(&d, 0xAB, sizeof d);
+  CHECK(pacer_reserve(&p, UINT64_MAX, &d) == PACER_STATUS_OK && d.wait_ms == 0, "u64 max reserve");
+  CHECK(pacer_reserve(&p, 0, &d) == PACER_STATUS_OK && d.clock_regressed && d.wait_ms == 0, "regressed");
+  pacer_ticket t = d.ticket;
+  CHECK(pacer_release(&p, NULL, 0, &refunded) == PACER_STATUS_NULL_PARAMETER, "null ticket");
+  CHECK(pacer_release(&p, &t, 0, NULL) == PACER_STATUS_NULL_PARAMETER, "null out");
+  CHECK(t.state == PACER_TICKET_STATE_LIVE, "ticket untouched by failed release");
+  pacer_ticket weird = t;
+  weird.state = 7;
+  pacer_get_info(&p, &before);
+  CHECK(pacer_release(&p, &weird, 0, &refunded) == PACER_STATUS_INVALID_ENUM, "ticket state 7");
+  pacer_get_info(&p, &after);
+  CHECK(after.tokens_units == before.tokens_units, "unchanged");
+  CHECK(pacer_release(&p, &t, UINT64_MAX, &refunded) == PACER_STATUS_OK && refunded, "release");
+  CHECK(t.state == PACER_TICKET_STATE_SPENT, "spent");
+  refunded = true;
+  CHECK(pacer_release(&p, &t, UINT64_MAX, &refunded) == PACER_STATUS_OK && !refunded, "at most once");
+  pacer_counters counters;
+  CHECK(pacer_get_counters(&p, &counters) == PACER_STATUS_OK, "counters");
+  CHECK(counters.admitted == 2 && counters.clock_regressions == 1 && counters.released == 1 && counters.refunded == 1,
+        "counters %" PRIu64, counters.admitted);
+  CHECK(pacer_get_counters(&p, NULL) == PACER_STATUS_NULL_PARAMETER, "null counters");
+  CHECK(pacer_get_info(NULL, &after) == PACER_STATUS_NULL_PARAMETER, "null info");
+  CHECK(pacer_notice_registry_init(NULL) == PACER_STATUS_NULL_PARAMETER, "null registry");
+  CHECK(pacer_resolve(NULL, NULL, NULL, NULL, NULL, NULL) == PACER_STATUS_NULL_PARAMETER, "null budget");
+
+  for (uint32_t s = 0; s <= 9; s++) CHECK(strcmp(pacer_status_str(s), "unknown status") != 0, "status %u named", s);
+  CHECK(strcmp(pacer_status_str(10), "unknown status") == 0, "status 10 unknown");
+  CHECK(strcmp(pacer_status_str(UINT32_MAX), "unknown status") == 0, "status max unknown");
+}
+
+int main(void) {
+  test_versions();
+  test_scenarios();
+  test_budgets();
+  test_derived();
+  test_frame();
+  test_notices();
+  test_bad_input();
+  printf("%d passed, %d failed\n", checks - failures, failures);
+  return failures == 0 ? 0 : 1;
+}
