@@ -4,7 +4,7 @@
 
 use core::fmt;
 
-use crate::budget::{hint_cap_s, MS_PER_MINUTE};
+use crate::budget::{refusal_schedule_ms, MS_PER_MINUTE};
 use crate::text::write_into;
 
 /// What a notice reports. The numbers are part of the C ABI: never reused.
@@ -171,7 +171,8 @@ impl fmt::Display for Notice<'_> {
                 "not pacing new connections: a {a}-retry budget leaves no room to queue inside the resolved {b}ms request deadline"
             ),
             NoticeKind::NoRefuse => {
-                let schedule_ms = b.saturating_mul(hint_cap_s(c)).saturating_mul(1000);
+                let retries = u32::try_from(b).unwrap_or(u32::MAX);
+                let schedule_ms = refusal_schedule_ms(retries, c);
                 let slot_wait_ms = if a == 0 { 0 } else { MS_PER_MINUTE.div_ceil(a) };
                 write!(
                     f,
