@@ -125,6 +125,22 @@ fn resolve_range<'a>(
 /// retry count at the ladder ceiling of the final idle timeout, then report
 /// whether pacing switched itself off or cannot refuse.
 pub fn resolve<'a>(settings: &Settings<'a>) -> Resolution<'a> {
+    resolve_inner(settings, None)
+}
+
+/// [`resolve`] for a caller that sizes its own request deadline: the idle
+/// timeout is `idle_timeout_ms` as given (the idle setting text is not read,
+/// not clamped, no notice), and when the total timeout is shorter the idle
+/// timeout is lowered to it silently. The retry count is then capped at the
+/// ladder ceiling of that idle timeout as usual.
+pub fn resolve_with_idle_override<'a>(
+    settings: &Settings<'a>,
+    idle_timeout_ms: u64,
+) -> Resolution<'a> {
+    resolve_inner(settings, Some(idle_timeout_ms))
+}
+
+fn resolve_inner<'a>(settings: &Settings<'a>, idle_override_ms: Option<u64>) -> Resolution<'a> {
     let mut out = Resolution {
         budget: Budget::DEFAULT,
         notices: heapless::Vec::new(),
@@ -152,15 +168,21 @@ pub fn resolve<'a>(settings: &Settings<'a>) -> Resolution<'a> {
         Parsed::Value(v) => v as u32,
     };
 
-    let idle = resolve_range(
-        settings.idle_timeout_ms,
-        DEFAULT_IDLE_TIMEOUT_MS,
-        MIN_IDLE_TIMEOUT_MS,
-        MAX_IDLE_TIMEOUT_MS,
-        NoticeKind::IdleMalformed,
-        NoticeKind::IdleClamped,
-        &mut out,
-    );
+    let idle = match idle_override_ms {
+        Some(value) => Resolved {
+            value,
+            explicit: false,
+        },
+        None => resolve_range(
+            settings.idle_timeout_ms,
+            DEFAULT_IDLE_TIMEOUT_MS,
+            MIN_IDLE_TIMEOUT_MS,
+            MAX_IDLE_TIMEOUT_MS,
+            NoticeKind::IdleMalformed,
+            NoticeKind::IdleClamped,
+            &mut out,
+        ),
+    };
     let total = resolve_range(
         settings.total_timeout_ms,
         DEFAULT_TOTAL_TIMEOUT_MS,
@@ -173,7 +195,9 @@ pub fn resolve<'a>(settings: &Settings<'a>) -> Resolution<'a> {
 
     let (mut idle_ms, mut total_ms) = (idle.value, total.value);
     if total_ms < idle_ms {
-        if idle.explicit && !total.explicit {
+        if idle_override_ms.is_some() {
+            idle_ms = total_ms;
+        } else if idle.explicit && !total.explicit {
             out.push(Notice::new(
                 NoticeKind::TotalRaised,
                 "",

@@ -251,3 +251,41 @@ fn counters_count_each_path() {
         (12, 1, 2, 0)
     );
 }
+
+#[test]
+fn idle_override_is_used_as_given_and_lowered_silently() {
+    use pacer_core::settings::resolve_with_idle_override;
+    // 30000 ms: ladder ceiling 3 (2000·(2^3−1) = 14000 < 30000, 2^4 step
+    // 30000 is not), so the default 5 retries become 3, silently.
+    let r = resolve_with_idle_override(&Settings::default(), 30_000);
+    assert_eq!(r.budget.idle_timeout_ms, 30_000);
+    assert_eq!(r.budget.max_retries, 3);
+    assert!(r.notices.is_empty());
+    // The idle setting text is not read: no malformed/clamp notice for it.
+    let r = resolve_with_idle_override(
+        &Settings {
+            idle_timeout_ms: Some("abc"),
+            ..Settings::default()
+        },
+        5_000,
+    );
+    // 5000 is below the accepted range but an override is not clamped;
+    // ladder ceiling 1 (2000 < 5000, 6000 is not), bound
+    // floor((5000 − 2000)/(2·2)) = 750 > 0, so pacing stays on.
+    assert_eq!(r.budget.idle_timeout_ms, 5_000);
+    assert_eq!(r.budget.max_retries, 1);
+    assert!(r.notices.is_empty());
+    // Total 60000 below an override of 700000: idle lowered to 60000 with no
+    // pair notice; retries ceiling(60000) = 4 (30000 < 60000, 62000 is not).
+    let r = resolve_with_idle_override(
+        &Settings {
+            total_timeout_ms: Some("60000"),
+            ..Settings::default()
+        },
+        700_000,
+    );
+    assert_eq!(r.budget.idle_timeout_ms, 60_000);
+    assert_eq!(r.budget.total_timeout_ms, 60_000);
+    assert_eq!(r.budget.max_retries, 4);
+    assert!(r.notices.is_empty());
+}
