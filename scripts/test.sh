@@ -21,5 +21,8 @@ bash scripts/check-nostd.sh
 step "C ABI: static, dynamic, sanitizers, valgrind, threads, C++ header"
 bash scripts/test-c.sh
 
+step "Node binding: addon, node --test, tsc, npm pack into an empty folder"
+bash scripts/test-node.sh
+
 step "loom model of the lock-free state"
 bash scripts/check-loom.sh

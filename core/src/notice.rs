@@ -72,9 +72,27 @@ impl NoticeKind {
         }
     }
 
+    /// The kind's stable name, as in `tests/vectors` (`rate_malformed`, …).
+    pub const fn name(self) -> &'static str {
+        match self {
+            NoticeKind::RateMalformed => "rate_malformed",
+            NoticeKind::RateClamped => "rate_clamped",
+            NoticeKind::IdleMalformed => "idle_malformed",
+            NoticeKind::IdleClamped => "idle_clamped",
+            NoticeKind::TotalMalformed => "total_malformed",
+            NoticeKind::TotalClamped => "total_clamped",
+            NoticeKind::RetriesMalformed => "retries_malformed",
+            NoticeKind::RetriesClamped => "retries_clamped",
+            NoticeKind::IdleLowered => "idle_lowered",
+            NoticeKind::TotalRaised => "total_raised",
+            NoticeKind::PacingDisabled => "pacing_disabled",
+            NoticeKind::NoRefuse => "norefuse",
+        }
+    }
+
     /// Whether the key is the offending text (`rate:<raw>`) rather than
     /// the numbers (`disabled:<r>:<idle>`).
-    const fn keyed_by_text(self) -> bool {
+    pub const fn keyed_by_text(self) -> bool {
         (self as u32) <= NoticeKind::RetriesClamped as u32
     }
 }

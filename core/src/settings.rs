@@ -248,20 +248,34 @@ fn resolve_inner<'a>(settings: &Settings<'a>, idle_override_ms: Option<u64>) -> 
         total_timeout_ms: total_ms,
         max_retries,
     };
-    let bound = budget.wait_bound_ms();
-    if rate_per_min > 0 && bound == 0 {
-        out.push(Notice::new(
-            NoticeKind::PacingDisabled,
-            "",
-            [max_retries as u64, idle_ms, rate_per_min as u64],
-        ));
-    } else if budget.pacing_enabled() && max_retries > 0 && !budget.can_refuse() {
-        out.push(Notice::new(
-            NoticeKind::NoRefuse,
-            "",
-            [rate_per_min as u64, max_retries as u64, bound],
-        ));
+    if let Some(notice) = mode_notice(&budget) {
+        out.push(notice);
     }
     out.budget = budget;
     out
+}
+
+/// The notice a budget's pacing mode calls for, if any: `disabled` when a
+/// positive rate has no room to wait (bound 0), `norefuse` when pacing is on
+/// with retries but the refusal schedule cannot outlast the wait for a slot.
+/// [`resolve`] ends with it; a binding building a pacer from numbers rather
+/// than settings text reports it the same way.
+pub fn mode_notice(budget: &Budget) -> Option<Notice<'static>> {
+    let bound = budget.wait_bound_ms();
+    let (rate, retries) = (budget.rate_per_min as u64, budget.max_retries as u64);
+    if rate > 0 && bound == 0 {
+        Some(Notice::new(
+            NoticeKind::PacingDisabled,
+            "",
+            [retries, budget.idle_timeout_ms, rate],
+        ))
+    } else if budget.pacing_enabled() && retries > 0 && !budget.can_refuse() {
+        Some(Notice::new(
+            NoticeKind::NoRefuse,
+            "",
+            [rate, retries, bound],
+        ))
+    } else {
+        None
+    }
 }

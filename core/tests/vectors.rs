@@ -4,9 +4,7 @@
 
 use std::collections::HashMap;
 
-use pacer_core::{
-    budget, settings, Config, Decision, Mode, NoticeKind, Pacer, ReleasePolicy, Ticket,
-};
+use pacer_core::{budget, settings, Config, Decision, Mode, Pacer, ReleasePolicy, Ticket};
 use serde_json::{json, Value};
 
 fn load(name: &str) -> Value {
@@ -98,23 +96,6 @@ fn scenarios_replay() {
     }
 }
 
-fn kind_name(kind: NoticeKind) -> &'static str {
-    match kind {
-        NoticeKind::RateMalformed => "rate_malformed",
-        NoticeKind::RateClamped => "rate_clamped",
-        NoticeKind::IdleMalformed => "idle_malformed",
-        NoticeKind::IdleClamped => "idle_clamped",
-        NoticeKind::TotalMalformed => "total_malformed",
-        NoticeKind::TotalClamped => "total_clamped",
-        NoticeKind::RetriesMalformed => "retries_malformed",
-        NoticeKind::RetriesClamped => "retries_clamped",
-        NoticeKind::IdleLowered => "idle_lowered",
-        NoticeKind::TotalRaised => "total_raised",
-        NoticeKind::PacingDisabled => "pacing_disabled",
-        NoticeKind::NoRefuse => "norefuse",
-    }
-}
-
 #[test]
 fn budgets_resolve() {
     let doc = load("budgets.json");
@@ -134,7 +115,7 @@ fn budgets_resolve() {
         let notices: Vec<Value> = resolution
             .notices
             .iter()
-            .map(|n| json!({"kind": kind_name(n.kind), "raw": n.raw, "values": n.values}))
+            .map(|n| json!({"kind": n.kind.name(), "raw": n.raw, "values": n.values}))
             .collect();
         let got = json!({
             "rate_per_min": b.rate_per_min,

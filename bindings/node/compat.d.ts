@@ -1,0 +1,79 @@
+// Types of `pacer/compat`: the same names and shapes as the proxy's
+// ws-upgrade-pacer module.
+
+export declare const WS_NEW_CONNECTIONS_PER_MIN_ENV: 'CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN';
+export declare const DEFAULT_WS_NEW_CONNECTIONS_PER_MIN: number;
+export declare const MAX_WS_NEW_CONNECTIONS_PER_MIN: number;
+export declare const WS_NEW_CONNECTION_BURST: number;
+export declare const WS_NEW_CONNECTION_MAX_WAIT_CEILING_MS: number;
+export declare const UPSTREAM_MAX_RETRIES_ENV: 'CLODEX_UPSTREAM_MAX_RETRIES';
+export declare const UPSTREAM_IDLE_TIMEOUT_ENV: 'CLODEX_UPSTREAM_IDLE_TIMEOUT_MS';
+export declare const UPSTREAM_TOTAL_TIMEOUT_ENV: 'CLODEX_UPSTREAM_TOTAL_TIMEOUT_MS';
+
+type Env = Record<string, string | undefined>;
+type Warn = (message: string) => void;
+
+export declare function resolvedPacingBudget(): { idleTimeoutMs: number; maxRetries: number };
+export declare function wsNewConnectionMaxWaitMs(idleTimeoutMs: number, maxRetries: number): number;
+export declare function pacedRetryAfterSeconds(requiredWaitMs: number, maxWaitMs: number): number;
+export declare function refusalScheduleMs(maxWaitMs: number, maxRetries: number): number;
+export declare function canRefuseAtRate(maxWaitMs: number, maxRetries: number, ratePerMinute: number): boolean;
+
+/** Outcome of asking the pacer for permission to open a new connection. */
+export type UpgradeAdmission =
+  | {
+    kind: 'admitted';
+    /** Milliseconds spent queued. 0 means admitted on arrival. */
+    waitedMs: number;
+  }
+  | {
+    kind: 'refused';
+    /** What the rate would have required, before the bound refused it. */
+    requiredWaitMs: number;
+    /** Backoff hint for the client, in seconds. */
+    retryAfterSeconds: number;
+  };
+
+export interface ConnectionPacer {
+  admit(signal?: AbortSignal): Promise<UpgradeAdmission>;
+}
+
+export interface WsUpgradePacerOptions {
+  /** New connections per minute; 0 disables pacing entirely. */
+  ratePerMinute?: number;
+  burst?: number;
+  /** No-data deadline the queued request is spending. */
+  idleTimeoutMs?: number;
+  /** Retry attempts that deadline has to cover. */
+  maxRetries?: number;
+  now?: () => number;
+  /** Runs `fire` after `ms`; returns a cancel function. Injected by tests. */
+  schedule?: (ms: number, fire: () => void) => () => void;
+}
+
+export declare class WsUpgradePacer implements ConnectionPacer {
+  constructor(options?: WsUpgradePacerOptions);
+  /** Longest any one request will be queued. Derived; exposed for diagnostics. */
+  readonly maxWaitMs: number;
+  admit(signal?: AbortSignal): Promise<UpgradeAdmission>;
+}
+
+export declare function wsNewConnectionsPerMinute(env?: Env, warn?: Warn): number;
+export declare function sharedWsUpgradePacer(): ConnectionPacer;
+export declare function resetWsUpgradePacerForTests(): void;
+
+export interface UpstreamRequestBudget {
+  idleTimeoutMs: number;
+  totalTimeoutMs: number;
+  maxRetries: number;
+}
+
+export declare function upstreamRequestBudget(options?: {
+  env?: Env;
+  warn?: Warn;
+  /** A caller's own idle timeout: used as given (lowered to the total timeout silently). */
+  idleTimeoutMs?: number;
+}): UpstreamRequestBudget;
+
+/** Where `clodex: …` notices go when no `warn` is given (default: stderr). */
+export declare function setParentNoticeSink(sink: (line: string) => void): void;

@@ -1,0 +1,197 @@
+// Types of the `pacer` entry point (index.js).
+
+/** How a pacer answers a request it cannot admit within the bound. */
+export type Mode = 'disabled' | 'refusing' | 'shaping-low-rate' | 'shaping-no-retry';
+
+/** Which rule admitted a request. */
+export type AdmitPath = 'disabled' | 'paced' | 'shaped' | 'overflow';
+
+export type ReleasePolicy = 'refund' | 'strict';
+
+/** The right to refund one admission's debit; released at most once. */
+export declare class Ticket {
+  private constructor();
+  /** The debit this ticket refunds, in 1/60000 of a connection. */
+  readonly debitUnits: number;
+  /** Whether it was released already. */
+  readonly spent: boolean;
+  static isTicket(value: unknown): value is Ticket;
+}
+
+export interface Admitted {
+  kind: 'admitted';
+  /** Wait this long (ms) before opening; 0 = now. */
+  waitMs: number;
+  queued: boolean;
+  path: AdmitPath;
+  /** The clock reading was behind one already seen. */
+  clockRegressed: boolean;
+  /** Present when something was debited. */
+  ticket: Ticket | null;
+}
+
+export interface Refused {
+  kind: 'refused';
+  /** What the rate would have needed, ms (diagnostics). */
+  requiredWaitMs: number;
+  /** The hint the client is asked to honour, whole seconds. */
+  retryAfterSeconds: number;
+  clockRegressed: boolean;
+}
+
+export type Decision = Admitted | Refused;
+
+export interface Admission {
+  kind: 'admitted';
+  /** Milliseconds spent queued (0 = admitted on arrival). */
+  waitedMs: number;
+  queued: boolean;
+  /** Gives the slot back if no connection will open; true when refunded.
+   * At most once: later calls return false. */
+  release(): boolean;
+}
+
+export interface Refusal {
+  kind: 'refused';
+  requiredWaitMs: number;
+  retryAfterSeconds: number;
+}
+
+export type AdmitOutcome = Admission | Refusal;
+
+export interface Notice {
+  /** Stable kind name, e.g. 'rate_malformed', 'pacing_disabled', 'norefuse'. */
+  readonly kind: string;
+  /** Namespaced dedupe key, e.g. 'rate:abc' or 'disabled:3:14001:60'. */
+  readonly key: string;
+  /** English text. */
+  readonly text: string;
+  /** The offending setting text, or ''. */
+  readonly raw: string;
+  readonly values: readonly number[];
+}
+
+export type NoticeSink = (notice: Notice) => void;
+
+/** Remembers which notices were shown, so each shows once. */
+export declare class NoticeRegistry {
+  firstTime(key: string): boolean;
+  clear(): void;
+}
+
+export interface PacerOptions {
+  /** New connections per minute, 0..600; 0 turns pacing off. Default 60. */
+  ratePerMinute?: number;
+  /** Connections admitted with no wait after an idle spell. Default 10 (0 means 1). */
+  burst?: number;
+  /** The request's no-data deadline, ms. Default 120000. */
+  idleTimeoutMs?: number;
+  /** The client's retry count, at most the ladder ceiling. Default min(5, ceiling). */
+  maxRetries?: number;
+  releasePolicy?: ReleasePolicy;
+  /** Monotonic clock, ms. Default performance.now (floored). */
+  now?: () => number;
+  /** Runs `fire` after `ms`; returns a cancel function. Default setTimeout. */
+  schedule?: (ms: number, fire: () => void) => () => void;
+  /** Receives notices, once per key. Default: a line on stderr. */
+  onNotice?: NoticeSink;
+  noticeRegistry?: NoticeRegistry;
+}
+
+export interface EnvNames {
+  ratePerMinute: string;
+  idleTimeoutMs: string;
+  totalTimeoutMs: string;
+  maxRetries: string;
+}
+
+export interface ResolveOptions {
+  names?: Partial<EnvNames>;
+  onNotice?: NoticeSink;
+  noticeRegistry?: NoticeRegistry;
+}
+
+export interface Budget {
+  readonly ratePerMinute: number;
+  readonly idleTimeoutMs: number;
+  readonly totalTimeoutMs: number;
+  readonly maxRetries: number;
+  readonly waitBoundMs: number;
+  readonly hintCapSeconds: number;
+  readonly refusalScheduleMs: number;
+  readonly canRefuse: boolean;
+  readonly enabled: boolean;
+  readonly notices: readonly Notice[];
+}
+
+export interface Counters {
+  admitted: number;
+  admittedAfterWait: number;
+  refused: number;
+  shaped: number;
+  released: number;
+  refunded: number;
+  clockRegressions: number;
+}
+
+export declare class Pacer {
+  constructor(options?: PacerOptions);
+  static fromEnv(
+    env?: Record<string, string | undefined>,
+    options?: PacerOptions & ResolveOptions,
+  ): Pacer;
+  readonly config: Readonly<Required<Pick<PacerOptions,
+    'ratePerMinute' | 'burst' | 'idleTimeoutMs' | 'maxRetries' | 'releasePolicy'>>>;
+  readonly mode: Mode;
+  readonly waitBoundMs: number;
+  readonly canRefuse: boolean;
+  readonly enabled: boolean;
+  /** Decides at `nowMs` without waiting. */
+  reserve(nowMs: number): Decision;
+  /** Refunds an admission that will not open a connection. */
+  release(ticket: Ticket, nowMs: number): boolean;
+  /** Waits (setTimeout) for permission; rejects when `signal` aborts first. */
+  admit(options?: { signal?: AbortSignal }): Promise<AdmitOutcome>;
+  counters(): Counters;
+  state(): { highWaterMs: number; tokensUnits: number; seq: number };
+}
+
+export declare function resolveBudget(
+  env?: Record<string, string | undefined>,
+  options?: ResolveOptions,
+): Budget;
+
+export interface RefusalResponse {
+  status: number;
+  headers: { 'content-type': string; 'retry-after': string };
+  body: string;
+}
+
+export declare function refusalResponse(
+  retryAfterSeconds: number,
+  options?: { messagePrefix?: string },
+): RefusalResponse;
+
+export declare const ENV_NAMES: Readonly<EnvNames>;
+export declare const DEFAULT_MESSAGE_PREFIX: string;
+
+export interface Constants {
+  readonly version: string;
+  readonly defaultRatePerMinute: number;
+  readonly maxRatePerMinute: number;
+  readonly defaultBurst: number;
+  readonly maxBurst: number;
+  readonly defaultIdleTimeoutMs: number;
+  readonly minIdleTimeoutMs: number;
+  readonly maxIdleTimeoutMs: number;
+  readonly defaultTotalTimeoutMs: number;
+  readonly minTotalTimeoutMs: number;
+  readonly maxTotalTimeoutMs: number;
+  readonly defaultMaxRetries: number;
+  readonly waitBoundCeilingMs: number;
+  readonly unitsPerToken: number;
+  readonly refusalStatus: number;
+  readonly refusalContentType: string;
+}
+
+export declare const constants: Constants;

@@ -1,0 +1,443 @@
+'use strict';
+// pacer for Node: the core's admission decision (a Rust addon) with the
+// waiting, clocks, abort signals and notices that belong to JavaScript.
+//
+// The addon returns plain numbers; this file builds the objects. The
+// decision itself is never re-derived here.
+
+const { native, constants, decodeDecision } = require('./native.js');
+const { sleep } = require('./wait.js');
+
+const MODES = ['disabled', 'refusing', 'shaping-low-rate', 'shaping-no-retry'];
+const PATHS = ['disabled', 'paced', 'shaped', 'overflow'];
+
+/** Environment variables `Pacer.fromEnv` and `resolveBudget` read by default. */
+const ENV_NAMES = Object.freeze({
+  ratePerMinute: 'PACER_RATE_PER_MIN',
+  idleTimeoutMs: 'PACER_IDLE_TIMEOUT_MS',
+  totalTimeoutMs: 'PACER_TOTAL_TIMEOUT_MS',
+  maxRetries: 'PACER_MAX_RETRIES',
+});
+
+const DEFAULT_MESSAGE_PREFIX =
+  'pacer is limiting how fast new upstream connections open to reduce the chance of an upstream rate limit';
+
+// ---------------------------------------------------------------- validation
+
+function describe(value) {
+  if (value === null) return 'null';
+  if (typeof value === 'string') return JSON.stringify(value);
+  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') {
+    return `${typeof value} ${String(value)}`;
+  }
+  return typeof value;
+}
+
+/** A whole number in `[min, max]`, else TypeError (not a number) or RangeError. */
+function wholeNumber(field, value, min, max) {
+  if (typeof value !== 'number') {
+    throw new TypeError(`pacer: ${field} must be a number, got ${describe(value)}`);
+  }
+  if (!Number.isFinite(value)) {
+    throw new RangeError(`pacer: ${field} must be finite, got ${value}`);
+  }
+  if (!Number.isInteger(value)) {
+    throw new RangeError(`pacer: ${field} must be a whole number, got ${value}`);
+  }
+  if (value < min || value > max) {
+    throw new RangeError(`pacer: ${field} must be between ${min} and ${max}, got ${value}`);
+  }
+  return value;
+}
+
+function optionalFunction(field, value, fallback) {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'function') {
+    throw new TypeError(`pacer: ${field} must be a function, got ${describe(value)}`);
+  }
+  return value;
+}
+
+function checkSignal(signal) {
+  if (signal === undefined || signal === null) return undefined;
+  if (typeof signal !== 'object' || typeof signal.aborted !== 'boolean'
+    || typeof signal.addEventListener !== 'function') {
+    throw new TypeError(`pacer: signal must be an AbortSignal, got ${describe(signal)}`);
+  }
+  return signal;
+}
+
+// ---------------------------------------------------------------- clocks and timers
+
+/** Monotonic milliseconds (whole), the default clock. */
+function monotonicNow() {
+  return Math.floor(performance.now());
+}
+
+/** Runs `fire` after `ms` with setTimeout; returns a cancel function. */
+function defaultSchedule(ms, fire) {
+  // Not unref'd: a queued request keeps the process alive as it would on
+  // the wire.
+  const timer = setTimeout(fire, ms);
+  return () => clearTimeout(timer);
+}
+
+function abortReason(signal) {
+  if (signal.reason !== undefined) return signal.reason;
+  return new DOMException('The operation was aborted', 'AbortError');
+}
+
+// ---------------------------------------------------------------- notices
+
+/** Remembers which notices were shown, so each shows once. */
+class NoticeRegistry {
+  #seen = new Set();
+
+  /** True the first time `key` is seen. */
+  firstTime(key) {
+    if (this.#seen.has(key)) return false;
+    this.#seen.add(key);
+    return true;
+  }
+
+  clear() {
+    this.#seen.clear();
+  }
+}
+
+const defaultNoticeRegistry = new NoticeRegistry();
+
+function defaultNoticeSink(notice) {
+  process.stderr.write(`pacer: ${notice.text}\n`);
+}
+
+/** The structured notice handed to a sink. */
+function noticeFromNative(n) {
+  const key = n.keyedByText ? `${n.namespace}:${n.raw}` : `${n.namespace}:${n.values.join(':')}`;
+  return Object.freeze({
+    kind: n.name,
+    key,
+    text: n.text,
+    raw: n.raw,
+    values: Object.freeze(n.values.slice()),
+  });
+}
+
+/** Sends `notice` to `sink` once per key; a failing sink never fails a request. */
+function report(notice, sink, registry) {
+  if (!registry.firstTime(notice.key)) return;
+  try {
+    sink(notice);
+  } catch {
+    // A diagnostic must never turn a setting into a failed request.
+  }
+}
+
+// ---------------------------------------------------------------- tickets
+
+/** The right to refund one admission's debit; released at most once. */
+class Ticket {
+  #owner;
+  #seq;
+  #debitUnits;
+  #spent = false;
+
+  constructor(owner, seq, debitUnits) {
+    this.#owner = owner;
+    this.#seq = seq;
+    this.#debitUnits = debitUnits;
+  }
+
+  /** The debit this ticket refunds, in 1/60000 of a connection. */
+  get debitUnits() {
+    return this.#debitUnits;
+  }
+
+  /** Whether it was released already. */
+  get spent() {
+    return this.#spent;
+  }
+
+  /** Marks the ticket spent and returns `[seq, debitUnits]`, or null when it is
+   * not `owner`'s or already spent. */
+  static take(ticket, owner) {
+    if (ticket.#owner !== owner || ticket.#spent) return null;
+    ticket.#spent = true;
+    return [ticket.#seq, ticket.#debitUnits];
+  }
+
+  static isTicket(value) {
+    return typeof value === 'object' && value !== null && #owner in value;
+  }
+}
+
+// ---------------------------------------------------------------- the pacer
+
+function resolveSettingsFrom(env, names, idleOverrideMs) {
+  const read = (name) => {
+    const value = env[name];
+    return value === undefined || value === null ? undefined : String(value);
+  };
+  return native.resolveSettings(
+    read(names.ratePerMinute),
+    read(names.idleTimeoutMs),
+    read(names.totalTimeoutMs),
+    read(names.maxRetries),
+    idleOverrideMs,
+  );
+}
+
+/**
+ * Resolves settings text (SPEC §2) from `env` (default `process.env`):
+ * malformed values keep the default and out-of-range values clamp, each with
+ * a notice sent once to `onNotice`. Never throws for a bad setting.
+ */
+function resolveBudget(env = process.env, options = {}) {
+  if (typeof env !== 'object' || env === null) {
+    throw new TypeError(`pacer: env must be an object, got ${describe(env)}`);
+  }
+  const names = { ...ENV_NAMES, ...(options.names ?? {}) };
+  const sink = optionalFunction('onNotice', options.onNotice, defaultNoticeSink);
+  const registry = options.noticeRegistry ?? defaultNoticeRegistry;
+  const r = resolveSettingsFrom(env, names, undefined);
+  const notices = r.notices.map(noticeFromNative);
+  for (const notice of notices) report(notice, sink, registry);
+  return Object.freeze({
+    ratePerMinute: r.ratePerMinute,
+    idleTimeoutMs: r.idleTimeoutMs,
+    totalTimeoutMs: r.totalTimeoutMs,
+    maxRetries: r.maxRetries,
+    waitBoundMs: r.waitBoundMs,
+    hintCapSeconds: r.hintCapSeconds,
+    refusalScheduleMs: r.refusalScheduleMs,
+    canRefuse: r.canRefuse,
+    enabled: r.enabled,
+    notices: Object.freeze(notices),
+  });
+}
+
+class Pacer {
+  #native;
+  #now;
+  #schedule;
+  #mode;
+  #waitBoundMs;
+  #config;
+
+  /**
+   * @param options.ratePerMinute new connections per minute, 0..600 (0 = off); default 60
+   * @param options.burst connections with no wait after an idle spell; default 10 (0 means 1)
+   * @param options.idleTimeoutMs the request's no-data deadline, ms; default 120000
+   * @param options.maxRetries the client's retry count; default min(5, ladder ceiling)
+   * @param options.releasePolicy 'refund' (default) or 'strict'
+   * @param options.now monotonic clock in ms; default performance.now
+   * @param options.schedule (ms, fire) => cancel; default setTimeout
+   * @param options.onNotice receives the `disabled` / `norefuse` notice, once
+   */
+  constructor(options = {}) {
+    if (typeof options !== 'object' || options === null) {
+      throw new TypeError(`pacer: options must be an object, got ${describe(options)}`);
+    }
+    const rate = wholeNumber('ratePerMinute', options.ratePerMinute ?? constants.defaultRatePerMinute,
+      0, constants.maxRatePerMinute);
+    const burst = wholeNumber('burst', options.burst ?? constants.defaultBurst, 0, constants.maxBurst);
+    const idle = wholeNumber('idleTimeoutMs', options.idleTimeoutMs ?? constants.defaultIdleTimeoutMs,
+      0, Number.MAX_SAFE_INTEGER);
+    const ceiling = native.ladderCeiling(idle);
+    const retries = options.maxRetries === undefined
+      ? Math.min(constants.defaultMaxRetries, ceiling)
+      : wholeNumber('maxRetries', options.maxRetries, 0, ceiling);
+    const policy = options.releasePolicy ?? 'refund';
+    if (typeof policy !== 'string') {
+      throw new TypeError(`pacer: releasePolicy must be 'refund' or 'strict', got ${describe(policy)}`);
+    }
+    if (policy !== 'refund' && policy !== 'strict') {
+      throw new RangeError(`pacer: releasePolicy must be 'refund' or 'strict', got ${describe(policy)}`);
+    }
+    const now = optionalFunction('now', options.now, monotonicNow);
+    const schedule = optionalFunction('schedule', options.schedule, defaultSchedule);
+    const sink = optionalFunction('onNotice', options.onNotice, defaultNoticeSink);
+    this.#now = now;
+    this.#schedule = schedule;
+    this.#native = new native.NativePacer(rate, burst, idle, retries, policy === 'strict', this.#clock());
+    const [mode, waitBoundMs] = this.#native.info();
+    this.#mode = MODES[mode];
+    this.#waitBoundMs = waitBoundMs;
+    this.#config = Object.freeze({
+      ratePerMinute: rate,
+      burst,
+      idleTimeoutMs: idle,
+      maxRetries: retries,
+      releasePolicy: policy,
+    });
+    const notice = native.modeNoticeFor(rate, idle, retries);
+    if (notice) report(noticeFromNative(notice), sink, options.noticeRegistry ?? defaultNoticeRegistry);
+  }
+
+  /**
+   * A pacer configured from settings text in `env` (default `process.env`,
+   * names in `ENV_NAMES`); `options` as for the constructor plus `names`.
+   */
+  static fromEnv(env = process.env, options = {}) {
+    const budget = resolveBudget(env, options);
+    return new Pacer({
+      ...options,
+      ratePerMinute: budget.ratePerMinute,
+      idleTimeoutMs: budget.idleTimeoutMs,
+      maxRetries: budget.maxRetries,
+    });
+  }
+
+  /** The options in force (defaults filled in). */
+  get config() {
+    return this.#config;
+  }
+
+  /** 'disabled', 'refusing', 'shaping-low-rate' or 'shaping-no-retry'. */
+  get mode() {
+    return this.#mode;
+  }
+
+  /** The longest wait an admission is given, ms. */
+  get waitBoundMs() {
+    return this.#waitBoundMs;
+  }
+
+  /** Whether overflow is refused (otherwise shaped, or pacing is off). */
+  get canRefuse() {
+    return this.#mode === 'refusing';
+  }
+
+  get enabled() {
+    return this.#mode !== 'disabled';
+  }
+
+  #clock() {
+    const reading = this.#now();
+    if (typeof reading !== 'number' || !Number.isFinite(reading) || reading < 0) {
+      throw new RangeError(`pacer: now() must return finite non-negative milliseconds, got ${describe(reading)}`);
+    }
+    return Math.min(Math.floor(reading), Number.MAX_SAFE_INTEGER);
+  }
+
+  /**
+   * Decides now, without waiting: `{kind: 'admitted', waitMs, queued, path,
+   * clockRegressed, ticket}` or `{kind: 'refused', requiredWaitMs,
+   * retryAfterSeconds, clockRegressed}`. The caller sleeps `waitMs` itself
+   * and releases `ticket` if it will not open the connection.
+   */
+  reserve(nowMs) {
+    wholeNumber('nowMs', nowMs, 0, Number.MAX_SAFE_INTEGER);
+    return this.#decode(this.#native.reserve(nowMs));
+  }
+
+  #decode(code) {
+    const d = decodeDecision(code, this.#waitBoundMs);
+    if (!d.admitted) {
+      return {
+        kind: 'refused',
+        requiredWaitMs: d.requiredWaitMs,
+        retryAfterSeconds: d.retryAfterSeconds,
+        clockRegressed: d.clockRegressed,
+      };
+    }
+    return {
+      kind: 'admitted',
+      waitMs: d.waitMs,
+      queued: d.waitMs > 0,
+      path: PATHS[d.path],
+      clockRegressed: d.clockRegressed,
+      ticket: d.debitUnits > 0 ? new Ticket(this, d.seq, d.debitUnits) : null,
+    };
+  }
+
+  /**
+   * Refunds an admission that will not open a connection. True when the
+   * policy refunded it; false for a ticket already released or not from
+   * this pacer (nothing changes then).
+   */
+  release(ticket, nowMs) {
+    if (!Ticket.isTicket(ticket)) {
+      throw new TypeError(`pacer: ticket must be a ticket from reserve(), got ${describe(ticket)}`);
+    }
+    wholeNumber('nowMs', nowMs, 0, Number.MAX_SAFE_INTEGER);
+    const raw = Ticket.take(ticket, this);
+    if (raw === null) return false;
+    return this.#native.release(raw[0], raw[1], nowMs);
+  }
+
+  /**
+   * Waits for permission to open one new connection. Resolves to
+   * `{kind: 'admitted', waitedMs, queued, release()}` or `{kind: 'refused',
+   * requiredWaitMs, retryAfterSeconds}`; rejects with the signal's reason (or
+   * an AbortError) when `signal` aborts before admission, refunding the slot.
+   */
+  async admit(options = {}) {
+    const signal = checkSignal(options?.signal);
+    if (signal?.aborted) throw abortReason(signal);
+    const decision = this.reserve(this.#clock());
+    if (decision.kind === 'refused') {
+      return {
+        kind: 'refused',
+        requiredWaitMs: decision.requiredWaitMs,
+        retryAfterSeconds: decision.retryAfterSeconds,
+      };
+    }
+    const { ticket } = decision;
+    const release = () => (ticket === null ? false : this.release(ticket, this.#clock()));
+    if (!decision.queued) return { kind: 'admitted', waitedMs: 0, queued: false, release };
+    const startedAt = this.#clock();
+    try {
+      await sleep(this.#schedule, decision.waitMs, signal, abortReason);
+    } catch (error) {
+      // A cancelled request opens no connection: give the slot back.
+      release();
+      throw error;
+    }
+    return { kind: 'admitted', waitedMs: Math.max(0, this.#clock() - startedAt), queued: true, release };
+  }
+
+  /** What this pacer decided so far. */
+  counters() {
+    const [admitted, admittedAfterWait, refused, shaped, released, refunded, clockRegressions] =
+      this.#native.counters();
+    return { admitted, admittedAfterWait, refused, shaped, released, refunded, clockRegressions };
+  }
+
+  /** The state word, for diagnostics: tokens in 1/60000 of a connection. */
+  state() {
+    const [highWaterMs, tokensUnits, seq] = this.#native.state();
+    return { highWaterMs, tokensUnits, seq };
+  }
+}
+
+/**
+ * The refusal as an HTTP answer (SPEC §9): `{status, headers, body}`, ready
+ * for `new Response(body, {status, headers})`.
+ */
+function refusalResponse(retryAfterSeconds, options = {}) {
+  wholeNumber('retryAfterSeconds', retryAfterSeconds, 0, Number.MAX_SAFE_INTEGER);
+  const prefix = options.messagePrefix ?? DEFAULT_MESSAGE_PREFIX;
+  if (typeof prefix !== 'string') {
+    throw new TypeError(`pacer: messagePrefix must be a string, got ${describe(prefix)}`);
+  }
+  return {
+    status: constants.refusalStatus,
+    headers: {
+      'content-type': constants.refusalContentType,
+      'retry-after': String(retryAfterSeconds),
+    },
+    body: native.refusalBody(prefix, retryAfterSeconds),
+  };
+}
+
+module.exports = {
+  Pacer,
+  Ticket,
+  NoticeRegistry,
+  resolveBudget,
+  refusalResponse,
+  ENV_NAMES,
+  DEFAULT_MESSAGE_PREFIX,
+  constants,
+};

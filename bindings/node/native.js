@@ -1,0 +1,69 @@
+'use strict';
+// Loads the addon built by `npm run build` (scripts/build.js) and checks it
+// belongs to this package version.
+const path = require('node:path');
+const { version } = require('./package.json');
+
+let native;
+try {
+  native = require('./pacer.node');
+} catch (error) {
+  throw new Error(
+    `pacer: cannot load the native addon ${path.join(__dirname, 'pacer.node')} (${error.message}); `
+      + `build it with "npm run build" in ${__dirname} (needs cargo)`,
+    { cause: error },
+  );
+}
+
+const constants = Object.freeze(native.constants());
+if (constants.version !== version) {
+  throw new Error(
+    `pacer: the native addon is version ${constants.version} but this package is ${version}; `
+      + `rebuild it with "npm run build" in ${__dirname}`,
+  );
+}
+
+// Field widths of the addon's decision encoding (src/lib.rs, `encode`).
+const PACED_WAIT_SPAN = 16384;
+const SHAPED_DEBIT_SPAN = 65536;
+const REFUSAL_HINT_SPAN = 32;
+const PATH_PACED = 1;
+const PATH_SHAPED = 2;
+
+/**
+ * Decodes one `NativePacer.reserve` number. Admitted: `{admitted: true,
+ * waitMs, path (0..3), seq, debitUnits, clockRegressed}` (debitUnits 0 when
+ * nothing was debited, so there is no ticket); refused: `{admitted: false,
+ * requiredWaitMs, retryAfterSeconds, clockRegressed}`. A shaped admission
+ * waits the bound, which the caller passes in.
+ */
+function decodeDecision(code, waitBoundMs) {
+  if (code >= 0) {
+    const low = code % 8;
+    const path = low % 4;
+    const payload = (code - low) / 8;
+    let waitMs = 0;
+    let seq = 0;
+    let debitUnits = 0;
+    if (path === PATH_PACED) {
+      waitMs = payload % PACED_WAIT_SPAN;
+      seq = (payload - waitMs) / PACED_WAIT_SPAN;
+      debitUnits = constants.unitsPerToken;
+    } else if (path === PATH_SHAPED) {
+      debitUnits = payload % SHAPED_DEBIT_SPAN;
+      seq = (payload - debitUnits) / SHAPED_DEBIT_SPAN;
+      waitMs = waitBoundMs;
+    }
+    return { admitted: true, waitMs, path, seq, debitUnits, clockRegressed: low >= 4 };
+  }
+  const flat = -code - 1;
+  const low = flat % REFUSAL_HINT_SPAN;
+  return {
+    admitted: false,
+    requiredWaitMs: (flat - low) / REFUSAL_HINT_SPAN,
+    retryAfterSeconds: (low - (low % 2)) / 2,
+    clockRegressed: low % 2 === 1,
+  };
+}
+
+module.exports = { native, constants, decodeDecision };

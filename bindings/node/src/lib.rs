@@ -1,0 +1,395 @@
+//! Node-API addon over the pacer core.
+//!
+//! Numbers in, numbers out: building a JavaScript object through Node-API
+//! costs more than the admission decision itself, so the hot calls return
+//! one number and `index.js` builds the objects. Validation with errors that
+//! name the field lives in `index.js`; here every input is total (a NaN,
+//! negative or huge number saturates into range), so nothing can panic.
+
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+use pacer_core::frame::{write_refusal_body, REFUSAL_CONTENT_TYPE, REFUSAL_STATUS};
+use pacer_core::settings::{mode_notice, resolve, resolve_with_idle_override, Settings};
+use pacer_core::{
+    budget, AdmitPath, Budget, Config, ConfigError, Counters, Decision, Notice, Pacer,
+    ReleasePolicy, Ticket, MAX_BURST, UNITS_PER_TOKEN,
+};
+
+/// A JS number as `u64`: truncates fractions, saturates, NaN and negatives
+/// are 0 (Rust's float-to-int `as` is saturating).
+fn to_u64(value: f64) -> u64 {
+    value as u64
+}
+
+fn to_u32(value: f64) -> u32 {
+    value as u32
+}
+
+/// Wait field width of a paced admission: the wait bound never exceeds
+/// 15000 ms, below 2^14.
+const PACED_WAIT_SPAN: f64 = 16_384.0;
+/// Debit field width of a shaped admission: at most 60000 units, below 2^16.
+const SHAPED_DEBIT_SPAN: f64 = 65_536.0;
+/// Refusal hint field: `2·retry_after_s + regressed` stays below 32 because
+/// the hint never exceeds 15 s.
+const REFUSAL_HINT_SPAN: f64 = 32.0;
+
+/// One decision as one number (decoded by `decodeDecision` in `index.js`).
+///
+/// Admitted (`>= 0`): `8·payload + 4·clock_regressed + path`, where the
+/// payload is `seq·2^14 + wait_ms` for a paced admission (its debit is one
+/// whole token), `seq·2^16 + debit_units` for a shaped one (its wait is the
+/// bound), and 0 when nothing was debited. Refused (`< 0`):
+/// `−(1 + 32·required_wait_ms + 2·retry_after_s + clock_regressed)`.
+/// Every value stays below 2^53, so the number is exact.
+fn encode(decision: Decision) -> f64 {
+    match decision {
+        Decision::Admitted(admission) => {
+            let path = admission.path as u32 as f64;
+            let regressed = if admission.clock_regressed { 4.0 } else { 0.0 };
+            let payload = match (admission.path, admission.ticket) {
+                (AdmitPath::Paced, Some(ticket)) => {
+                    debug_assert_eq!(i64::from(ticket.debit_units()), UNITS_PER_TOKEN);
+                    debug_assert!((admission.wait_ms as f64) < PACED_WAIT_SPAN);
+                    let (seq, _) = ticket.into_raw();
+                    f64::from(seq) * PACED_WAIT_SPAN + admission.wait_ms as f64
+                }
+                (AdmitPath::Shaped, Some(ticket)) => {
+                    let (seq, debit_units) = ticket.into_raw();
+                    f64::from(seq) * SHAPED_DEBIT_SPAN + f64::from(debit_units)
+                }
+                _ => 0.0,
+            };
+            payload * 8.0 + regressed + path
+        }
+        Decision::Refused(refusal) => {
+            // The required wait is at most (1 + debt floor) tokens of refill:
+            // far below 2^47, but clamp so the encoding can never lose bits.
+            let required = refusal.required_wait_ms.min(1 << 47) as f64;
+            let hint = refusal.retry_after_s.min(15) as f64;
+            let regressed = if refusal.clock_regressed { 1.0 } else { 0.0 };
+            -(1.0 + required * REFUSAL_HINT_SPAN + hint * 2.0 + regressed)
+        }
+    }
+}
+
+/// The native half of `Pacer` in `index.js`: the core pacer and its
+/// counters.
+#[napi]
+pub struct NativePacer {
+    pacer: Pacer,
+    counters: Counters,
+}
+
+#[napi]
+impl NativePacer {
+    /// Fails with the core's reason (as `RATE_TOO_HIGH: …`) when the config is
+    /// rejected; `index.js` checks ranges first and throws a `RangeError`.
+    #[napi(constructor)]
+    pub fn new(
+        rate_per_minute: f64,
+        burst: f64,
+        idle_timeout_ms: f64,
+        max_retries: f64,
+        strict: bool,
+        now_ms: f64,
+    ) -> Result<Self> {
+        let config = Config {
+            rate_per_min: to_u32(rate_per_minute),
+            burst: to_u32(burst),
+            idle_timeout_ms: to_u64(idle_timeout_ms),
+            max_retries: to_u32(max_retries),
+            release_policy: if strict {
+                ReleasePolicy::Strict
+            } else {
+                ReleasePolicy::Refund
+            },
+        };
+        match Pacer::new(&config, to_u64(now_ms)) {
+            Ok(pacer) => Ok(NativePacer {
+                pacer,
+                counters: Counters::new(),
+            }),
+            Err(error) => Err(Error::new(Status::InvalidArg, config_error_text(error))),
+        }
+    }
+
+    /// `Pacer::reserve`, encoded by [`encode`].
+    #[napi]
+    pub fn reserve(&self, now_ms: f64) -> f64 {
+        let decision = self.pacer.reserve(to_u64(now_ms));
+        self.counters.record(&decision);
+        encode(decision)
+    }
+
+    /// `Pacer::release` of the ticket `(seq, debit_units)`; whether the
+    /// policy refunded it.
+    #[napi]
+    pub fn release(&self, seq: f64, debit_units: f64, now_ms: f64) -> bool {
+        let ticket = Ticket::from_raw(to_u32(seq), to_u32(debit_units));
+        let refunded = self.pacer.release(ticket, to_u64(now_ms));
+        self.counters.record_release(refunded);
+        refunded
+    }
+
+    /// `[mode, wait_bound_ms, capacity_units, max_debt_units, strict]`.
+    #[napi]
+    pub fn info(&self) -> Vec<f64> {
+        vec![
+            self.pacer.mode() as u32 as f64,
+            self.pacer.wait_bound_ms() as f64,
+            self.pacer.capacity_units() as f64,
+            self.pacer.max_debt_units() as f64,
+            match self.pacer.release_policy() {
+                ReleasePolicy::Refund => 0.0,
+                ReleasePolicy::Strict => 1.0,
+            },
+        ]
+    }
+
+    /// `[high_water_ms, tokens_units, seq]`.
+    #[napi]
+    pub fn state(&self) -> Vec<f64> {
+        let state = self.pacer.state();
+        vec![
+            state.high_water_ms as f64,
+            state.tokens_units as f64,
+            f64::from(state.seq),
+        ]
+    }
+
+    /// `[admitted, admitted_after_wait, refused, shaped, released, refunded,
+    /// clock_regressions]`.
+    #[napi]
+    pub fn counters(&self) -> Vec<f64> {
+        let c = self.counters.snapshot();
+        [
+            c.admitted,
+            c.admitted_after_wait,
+            c.refused,
+            c.shaped,
+            c.released,
+            c.refunded,
+            c.clock_regressions,
+        ]
+        .iter()
+        .map(|&v| v as f64)
+        .collect()
+    }
+}
+
+fn config_error_text(error: ConfigError) -> &'static str {
+    match error {
+        ConfigError::RateTooHigh => "RATE_TOO_HIGH: ratePerMinute is above 600",
+        ConfigError::BurstTooLarge => "BURST_TOO_LARGE: burst is above the maximum",
+        ConfigError::RetriesExceedLadder => {
+            "RETRIES_EXCEED_LADDER: maxRetries is above the ladder ceiling of idleTimeoutMs"
+        }
+    }
+}
+
+/// One notice, structured; `index.js` renders or forwards it.
+#[napi(object)]
+pub struct NativeNotice {
+    /// `NoticeKind` number (1..=12).
+    pub kind: u32,
+    /// Stable name (`rate_malformed`, …, as in tests/vectors).
+    pub name: String,
+    /// Dedupe namespace (`rate`, `disabled`, …).
+    pub namespace: String,
+    /// Whether the dedupe key is the text (else the numbers).
+    pub keyed_by_text: bool,
+    /// The setting's text as given, or "".
+    pub raw: String,
+    /// The kind's numbers (see `NoticeKind`).
+    pub values: Vec<f64>,
+    /// The core's English text.
+    pub text: String,
+}
+
+/// A resolved budget and the notices resolving it produced, in order.
+#[napi(object)]
+pub struct NativeResolution {
+    pub rate_per_minute: u32,
+    pub idle_timeout_ms: f64,
+    pub total_timeout_ms: f64,
+    pub max_retries: u32,
+    pub wait_bound_ms: f64,
+    pub hint_cap_seconds: f64,
+    pub refusal_schedule_ms: f64,
+    pub can_refuse: bool,
+    pub enabled: bool,
+    pub notices: Vec<NativeNotice>,
+}
+
+fn notice_text(notice: &Notice<'_>) -> String {
+    let mut buffer = vec![0u8; 256];
+    loop {
+        match notice.render(&mut buffer) {
+            Ok(written) => {
+                buffer.truncate(written);
+                return String::from_utf8(buffer).unwrap_or_default();
+            }
+            Err(needed) => buffer.resize(needed, 0),
+        }
+    }
+}
+
+/// Resolves settings text (SPEC §2). `idle_override_ms`, when given, is the
+/// caller's own idle timeout (see `resolve_with_idle_override`).
+#[napi]
+pub fn resolve_settings(
+    rate_per_minute: Option<String>,
+    idle_timeout_ms: Option<String>,
+    total_timeout_ms: Option<String>,
+    max_retries: Option<String>,
+    idle_override_ms: Option<f64>,
+) -> NativeResolution {
+    let settings = Settings {
+        rate_per_min: rate_per_minute.as_deref(),
+        idle_timeout_ms: idle_timeout_ms.as_deref(),
+        total_timeout_ms: total_timeout_ms.as_deref(),
+        max_retries: max_retries.as_deref(),
+    };
+    let resolution = match idle_override_ms {
+        Some(idle) => resolve_with_idle_override(&settings, to_u64(idle)),
+        None => resolve(&settings),
+    };
+    let budget = resolution.budget;
+    NativeResolution {
+        rate_per_minute: budget.rate_per_min,
+        idle_timeout_ms: budget.idle_timeout_ms as f64,
+        total_timeout_ms: budget.total_timeout_ms as f64,
+        max_retries: budget.max_retries,
+        wait_bound_ms: budget.wait_bound_ms() as f64,
+        hint_cap_seconds: budget.hint_cap_s() as f64,
+        refusal_schedule_ms: budget.refusal_schedule_ms() as f64,
+        can_refuse: budget.can_refuse(),
+        enabled: budget.pacing_enabled(),
+        notices: resolution.notices.iter().map(native_notice).collect(),
+    }
+}
+
+fn native_notice(notice: &Notice<'_>) -> NativeNotice {
+    NativeNotice {
+        kind: notice.kind as u32,
+        name: notice.kind.name().to_string(),
+        namespace: notice.kind.namespace().to_string(),
+        keyed_by_text: notice.kind.keyed_by_text(),
+        raw: notice.raw.to_string(),
+        values: notice.values.iter().map(|&v| v as f64).collect(),
+        text: notice_text(notice),
+    }
+}
+
+/// The `disabled` / `norefuse` notice a pacer built from these numbers
+/// calls for (`settings::mode_notice`), or `null`.
+#[napi]
+pub fn mode_notice_for(
+    rate_per_minute: f64,
+    idle_timeout_ms: f64,
+    max_retries: f64,
+) -> Option<NativeNotice> {
+    let budget = Budget {
+        rate_per_min: to_u32(rate_per_minute),
+        idle_timeout_ms: to_u64(idle_timeout_ms),
+        max_retries: to_u32(max_retries),
+        ..Budget::DEFAULT
+    };
+    mode_notice(&budget).as_ref().map(native_notice)
+}
+
+/// The refusal body of SPEC §9 for a message prefix and hint.
+#[napi]
+pub fn refusal_body(message_prefix: String, retry_after_seconds: f64) -> String {
+    let retry_after_s = to_u64(retry_after_seconds);
+    let mut buffer = vec![0u8; 256 + message_prefix.len() * 6];
+    loop {
+        match write_refusal_body(&message_prefix, retry_after_s, &mut buffer) {
+            Ok(written) => {
+                buffer.truncate(written);
+                return String::from_utf8(buffer).unwrap_or_default();
+            }
+            Err(needed) => buffer.resize(needed, 0),
+        }
+    }
+}
+
+/// SPEC §3 quantities over JS numbers (inputs saturate; `index.js` and
+/// `compat.js` map NaN, infinities and negatives first).
+#[napi]
+pub fn wait_bound_ms(idle_timeout_ms: f64, max_retries: f64) -> f64 {
+    budget::wait_bound_ms(to_u64(idle_timeout_ms), to_u32(max_retries)) as f64
+}
+
+#[napi]
+pub fn hint_cap_seconds(wait_bound_ms: f64) -> f64 {
+    budget::hint_cap_s(to_u64(wait_bound_ms)) as f64
+}
+
+#[napi]
+pub fn retry_after_seconds(required_wait_ms: f64, wait_bound_ms: f64) -> f64 {
+    budget::retry_after_s(to_u64(required_wait_ms), to_u64(wait_bound_ms)) as f64
+}
+
+#[napi]
+pub fn refusal_schedule_ms(max_retries: f64, wait_bound_ms: f64) -> f64 {
+    budget::refusal_schedule_ms(to_u32(max_retries), to_u64(wait_bound_ms)) as f64
+}
+
+#[napi]
+pub fn can_refuse(rate_per_minute: f64, max_retries: f64, wait_bound_ms: f64) -> bool {
+    budget::can_refuse(
+        to_u32(rate_per_minute),
+        to_u32(max_retries),
+        to_u64(wait_bound_ms),
+    )
+}
+
+#[napi]
+pub fn ladder_ceiling(idle_timeout_ms: f64) -> u32 {
+    budget::ladder_ceiling(to_u64(idle_timeout_ms))
+}
+
+/// The core's constants, once (SPEC §2 defaults and limits).
+#[napi(object)]
+pub struct NativeConstants {
+    pub version: String,
+    pub default_rate_per_minute: u32,
+    pub max_rate_per_minute: u32,
+    pub default_burst: u32,
+    pub max_burst: u32,
+    pub default_idle_timeout_ms: f64,
+    pub min_idle_timeout_ms: f64,
+    pub max_idle_timeout_ms: f64,
+    pub default_total_timeout_ms: f64,
+    pub min_total_timeout_ms: f64,
+    pub max_total_timeout_ms: f64,
+    pub default_max_retries: u32,
+    pub wait_bound_ceiling_ms: f64,
+    pub units_per_token: f64,
+    pub refusal_status: u32,
+    pub refusal_content_type: String,
+}
+
+#[napi]
+pub fn constants() -> NativeConstants {
+    NativeConstants {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        default_rate_per_minute: budget::DEFAULT_RATE_PER_MIN,
+        max_rate_per_minute: budget::MAX_RATE_PER_MIN,
+        default_burst: budget::DEFAULT_BURST,
+        max_burst: MAX_BURST,
+        default_idle_timeout_ms: budget::DEFAULT_IDLE_TIMEOUT_MS as f64,
+        min_idle_timeout_ms: budget::MIN_IDLE_TIMEOUT_MS as f64,
+        max_idle_timeout_ms: budget::MAX_IDLE_TIMEOUT_MS as f64,
+        default_total_timeout_ms: budget::DEFAULT_TOTAL_TIMEOUT_MS as f64,
+        min_total_timeout_ms: budget::MIN_TOTAL_TIMEOUT_MS as f64,
+        max_total_timeout_ms: budget::MAX_TOTAL_TIMEOUT_MS as f64,
+        default_max_retries: budget::DEFAULT_MAX_RETRIES,
+        wait_bound_ceiling_ms: budget::WAIT_BOUND_CEILING_MS as f64,
+        units_per_token: UNITS_PER_TOKEN as f64,
+        refusal_status: u32::from(REFUSAL_STATUS),
+        refusal_content_type: REFUSAL_CONTENT_TYPE.to_string(),
+    }
+}

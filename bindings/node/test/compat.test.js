@@ -1,0 +1,323 @@
+'use strict';
+// The drop-in module: SPEC §7's seed scenarios through WsUpgradePacer, the
+// original's notice texts and dedupe keys, its numeric helpers on odd JS
+// numbers, and its settings functions. Every expected value is worked out
+// by hand (SPEC §2-§7 and the design record), never by calling the code.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const compat = require('../compat.js');
+const { FakeTime, flush } = require('./helpers.js');
+
+const {
+  WsUpgradePacer, wsNewConnectionMaxWaitMs, pacedRetryAfterSeconds, refusalScheduleMs, canRefuseAtRate,
+  wsNewConnectionsPerMinute, upstreamRequestBudget, sharedWsUpgradePacer, resetWsUpgradePacerForTests,
+  setParentNoticeSink,
+} = compat;
+
+let parentNotices = [];
+setParentNoticeSink((line) => parentNotices.push(line));
+test.beforeEach(() => {
+  parentNotices = [];
+  resetWsUpgradePacerForTests();
+});
+
+function pacer(time, options) {
+  return new WsUpgradePacer({ now: time.now, schedule: time.schedule, ...options });
+}
+
+/** Starts `count` admits at once; returns their outcomes as they settle. */
+function fanOut(p, count) {
+  return Array.from({ length: count }, () => p.admit());
+}
+
+test('constants and names', () => {
+  assert.equal(compat.WS_NEW_CONNECTIONS_PER_MIN_ENV, 'CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN');
+  assert.equal(compat.DEFAULT_WS_NEW_CONNECTIONS_PER_MIN, 60);
+  assert.equal(compat.MAX_WS_NEW_CONNECTIONS_PER_MIN, 600);
+  assert.equal(compat.WS_NEW_CONNECTION_BURST, 10);
+  assert.equal(compat.WS_NEW_CONNECTION_MAX_WAIT_CEILING_MS, 15000);
+});
+
+test('§7 defaults, 30 at once: 10 now, 4 queued 1-4 s, the 15th refused (5000, hint 4)', async () => {
+  const time = new FakeTime(1_000_000);
+  const p = pacer(time, { idleTimeoutMs: 120000, maxRetries: 5 });
+  assert.equal(p.maxWaitMs, 4833);
+  const outcomes = fanOut(p, 30);
+  await time.advance(5000);
+  const got = await Promise.all(outcomes);
+  for (let i = 0; i < 10; i += 1) assert.deepEqual(got[i], { kind: 'admitted', waitedMs: 0 }, `#${i}`);
+  for (let i = 10; i < 14; i += 1) {
+    assert.deepEqual(got[i], { kind: 'admitted', waitedMs: (i - 9) * 1000 }, `#${i}`);
+  }
+  for (let i = 14; i < 30; i += 1) {
+    assert.deepEqual(got[i], { kind: 'refused', requiredWaitMs: 5000, retryAfterSeconds: 4 }, `#${i}`);
+  }
+  assert.deepEqual(parentNotices, []);
+});
+
+for (const [rate, slotMs] of [[1, 60000], [2, 30000]]) {
+  test(`§7 rate ${rate}/min, 20 at once: 19 now, 1 waits the bound, none refused, norefuse notice`, async () => {
+    const time = new FakeTime();
+    const p = pacer(time, { ratePerMinute: rate, idleTimeoutMs: 120000, maxRetries: 5 });
+    const outcomes = fanOut(p, 20);
+    await time.advance(4833);
+    const got = await Promise.all(outcomes);
+    const waited = got.filter((o) => o.kind === 'admitted' && o.waitedMs > 0);
+    assert.equal(got.filter((o) => o.kind === 'refused').length, 0);
+    assert.deepEqual(waited, [{ kind: 'admitted', waitedMs: 4833 }]);
+    assert.equal(got.indexOf(waited[0]), 10, 'the first past the burst is the one shaped');
+    assert.deepEqual(parentNotices, [
+      `clodex: pacing new OpenAI connections at ${rate}/minute without refusing overflow: a 5-retry `
+      + `schedule spans only 20000ms, which cannot outlast the ${slotMs}ms wait for a free connection `
+      + 'slot, so excess connections are admitted late rather than failed',
+    ]);
+    // Once per key: a second pacer with the same numbers stays quiet.
+    pacer(time, { ratePerMinute: rate, idleTimeoutMs: 120000, maxRetries: 5 });
+    assert.equal(parentNotices.length, 1);
+  });
+}
+
+test('§7 retries 0: 10 now, 15 queued 1-15 s down to the floor, 15 more at once', async () => {
+  const time = new FakeTime();
+  const p = pacer(time, { idleTimeoutMs: 120000, maxRetries: 0 });
+  assert.equal(p.maxWaitMs, 15000);
+  const outcomes = fanOut(p, 40);
+  await time.advance(15000);
+  const got = await Promise.all(outcomes);
+  const waits = got.map((o) => o.waitedMs);
+  assert.deepEqual(waits.slice(0, 10), Array(10).fill(0));
+  assert.deepEqual(waits.slice(10, 25), Array.from({ length: 15 }, (_, i) => (i + 1) * 1000));
+  assert.deepEqual(waits.slice(25), Array(15).fill(0));
+  assert.ok(got.every((o) => o.kind === 'admitted'));
+  assert.deepEqual(parentNotices, [], 'no norefuse notice without retries');
+});
+
+test('§7 idle 14001: pacing off with the disabled notice, 50 admitted at once', async () => {
+  const time = new FakeTime();
+  const p = pacer(time, { idleTimeoutMs: 14001, maxRetries: 3 });
+  assert.equal(p.maxWaitMs, 0);
+  const got = await Promise.all(fanOut(p, 50));
+  assert.ok(got.every((o) => o.kind === 'admitted' && o.waitedMs === 0));
+  assert.equal(time.pending().length, 0);
+  assert.deepEqual(parentNotices, [
+    'clodex: not pacing new OpenAI connections: a 3-retry budget leaves no room to queue inside '
+    + 'the resolved 14001ms request deadline',
+  ]);
+});
+
+test('§7 burst 1, bound 2000: now, 1000, 2000, then refused (3000, hint 2)', async () => {
+  const time = new FakeTime();
+  const p = pacer(time, { burst: 1, idleTimeoutMs: 30000, maxRetries: 3 });
+  const outcomes = fanOut(p, 5);
+  await time.advance(2000);
+  assert.deepEqual(await Promise.all(outcomes), [
+    { kind: 'admitted', waitedMs: 0 },
+    { kind: 'admitted', waitedMs: 1000 },
+    { kind: 'admitted', waitedMs: 2000 },
+    { kind: 'refused', requiredWaitMs: 3000, retryAfterSeconds: 2 },
+    { kind: 'refused', requiredWaitMs: 3000, retryAfterSeconds: 2 },
+  ]);
+});
+
+test('§7 a queued request aborted at t=0 gives its slot back: the next waits 1000, not 2000', async () => {
+  const time = new FakeTime();
+  const p = pacer(time, { burst: 1, idleTimeoutMs: 3600000, maxRetries: 5 });
+  assert.equal(p.maxWaitMs, 15000);
+  await p.admit();
+  const controller = new AbortController();
+  const queued = p.admit(controller.signal);
+  controller.abort();
+  // No reason given: the signal's own AbortError (an Error) is surfaced as is.
+  await assert.rejects(queued, (e) => e === controller.signal.reason && e.name === 'AbortError');
+  const next = p.admit();
+  await time.advance(2000);
+  assert.deepEqual(await next, { kind: 'admitted', waitedMs: 1000 });
+});
+
+test('§7 rate 0: everything at once', async () => {
+  const time = new FakeTime();
+  const p = pacer(time, { ratePerMinute: 0, idleTimeoutMs: 120000, maxRetries: 5 });
+  const got = await Promise.all(fanOut(p, 100));
+  assert.ok(got.every((o) => o.kind === 'admitted' && o.waitedMs === 0));
+  assert.deepEqual(parentNotices, []);
+});
+
+test('abort reasons as the original: Error as is, string as AbortError message; aborted signal never reserves', async () => {
+  const time = new FakeTime();
+  const p = pacer(time, { burst: 1, idleTimeoutMs: 30000, maxRetries: 3 });
+  const reason = new Error('gone');
+  await assert.rejects(p.admit(AbortSignal.abort(reason)), (e) => e === reason);
+  await assert.rejects(p.admit(AbortSignal.abort('client closed')),
+    (e) => e.name === 'AbortError' && e.message === 'client closed');
+  // Nothing was reserved by the two aborted calls: the burst token is there.
+  assert.deepEqual(await p.admit(), { kind: 'admitted', waitedMs: 0 });
+  // Abort after admission changes nothing.
+  const controller = new AbortController();
+  const queued = p.admit(controller.signal);
+  await time.advance(1000);
+  assert.deepEqual(await queued, { kind: 'admitted', waitedMs: 1000 });
+  controller.abort();
+  await flush();
+  const next = p.admit();
+  await time.advance(1000);
+  assert.deepEqual(await next, { kind: 'admitted', waitedMs: 1000 }, 'no refund after admission');
+});
+
+test('a scheduler that fires synchronously still admits', async () => {
+  let t = 0;
+  const p = new WsUpgradePacer({
+    burst: 1, idleTimeoutMs: 30000, maxRetries: 3, now: () => t,
+    schedule: (ms, fire) => { t += ms; fire(); return () => {}; },
+  });
+  await p.admit();
+  assert.deepEqual(await p.admit(), { kind: 'admitted', waitedMs: 1000 });
+});
+
+test('§6.6 sustained 82/min for four minutes: at most 61 in the final minute', async () => {
+  // Offers every 732 ms, burst 10, bound 15000 (idle 3600000, 5 retries),
+  // rate 60. The rejected admit-anyway design reads 82 here.
+  const time = new FakeTime();
+  const p = pacer(time, { idleTimeoutMs: 3600000, maxRetries: 5 });
+  const admittedAt = [];
+  const pending = [];
+  for (let offer = 0; offer * 732 < 240000; offer += 1) {
+    await time.advance(offer * 732 - time.nowMs);
+    pending.push(p.admit().then((o) => { if (o.kind === 'admitted') admittedAt.push(time.nowMs); }));
+    await flush();
+  }
+  await time.advance(240000 + 15000 - time.nowMs);
+  await Promise.all(pending);
+  const finalMinute = admittedAt.filter((at) => at >= 180000 && at < 240000).length;
+  assert.ok(finalMinute <= 61, `final minute admitted ${finalMinute}`);
+  assert.ok(finalMinute >= 55, `final minute admitted ${finalMinute}: the pacer still admits its rate`);
+});
+
+test('numeric helpers: the design record budgets and the safe values for odd numbers', () => {
+  // SPEC §3 worked budgets.
+  assert.equal(wsNewConnectionMaxWaitMs(120000, 5), 4833);
+  assert.equal(wsNewConnectionMaxWaitMs(30000, 3), 2000);
+  assert.equal(wsNewConnectionMaxWaitMs(10000, 2), 666);
+  assert.equal(wsNewConnectionMaxWaitMs(3600000, 5), 15000);
+  assert.equal(wsNewConnectionMaxWaitMs(60000, 4), 3000);
+  assert.equal(wsNewConnectionMaxWaitMs(14001, 3), 0);
+  assert.equal(wsNewConnectionMaxWaitMs(120000, 0), 15000);
+  assert.equal(wsNewConnectionMaxWaitMs(3600000, 10), 15000);
+  for (const [idle, retries] of [[NaN, 5], [Infinity, 5], [-Infinity, 5], [-1, 5], [0, 5],
+    [120000, -1], [120000, NaN], [120000, Infinity], [3600000, 99], [3600000, 1e12]]) {
+    assert.equal(wsNewConnectionMaxWaitMs(idle, retries), 0, `${idle}, ${retries}`);
+  }
+  // Hints: cap max(1, floor(bound/1000)); want max(1, ceil(required/1000)).
+  assert.equal(pacedRetryAfterSeconds(60000, 666), 1);
+  assert.equal(pacedRetryAfterSeconds(60000, 2000), 2);
+  assert.equal(pacedRetryAfterSeconds(60000, 4833), 4);
+  assert.equal(pacedRetryAfterSeconds(60000, 15000), 15);
+  assert.equal(pacedRetryAfterSeconds(3000, 15000), 3);
+  assert.equal(pacedRetryAfterSeconds(1200, 4833), 2);
+  assert.equal(pacedRetryAfterSeconds(1000.5, 15000), 2);
+  assert.equal(pacedRetryAfterSeconds(1e300, 15000), 15);
+  for (const [required, bound] of [[NaN, 4833], [Infinity, 4833], [-5, 4833], [0, 4833],
+    [60000, NaN], [60000, Infinity], [60000, -1], [60000, 0]]) {
+    assert.equal(pacedRetryAfterSeconds(required, bound), 1, `${required}, ${bound}`);
+  }
+  // Schedules: retries · cap · 1000.
+  assert.equal(refusalScheduleMs(4833, 5), 20000);
+  assert.equal(refusalScheduleMs(666, 2), 2000);
+  assert.equal(refusalScheduleMs(15000, 5), 75000);
+  assert.equal(refusalScheduleMs(NaN, 5), 5000);
+  for (const retries of [0, -1, NaN, Infinity, -Infinity]) assert.equal(refusalScheduleMs(4833, retries), 0);
+  // Can refuse: schedule · rate >= 60000. Defaults: 3/min yes, 2/min no;
+  // idle 10000 (bound 666, 2 retries, schedule 2000): 30 yes, 29 no.
+  assert.equal(canRefuseAtRate(4833, 5, 3), true);
+  assert.equal(canRefuseAtRate(4833, 5, 2), false);
+  assert.equal(canRefuseAtRate(666, 2, 30), true);
+  assert.equal(canRefuseAtRate(666, 2, 29), false);
+  for (const rate of [NaN, Infinity, -1, 0]) assert.equal(canRefuseAtRate(4833, 5, rate), false, `${rate}`);
+  assert.equal(canRefuseAtRate(4833, 0, 60), false);
+});
+
+test('wsNewConnectionsPerMinute: defaults, clamps, strict parsing, notices once with namespaced keys', () => {
+  const warned = [];
+  const warn = (m) => warned.push(m);
+  const env = (v) => ({ CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN: v });
+  assert.equal(wsNewConnectionsPerMinute({}, warn), 60);
+  assert.equal(wsNewConnectionsPerMinute(env('  '), warn), 60);
+  assert.equal(wsNewConnectionsPerMinute(env(' 30 '), warn), 30);
+  assert.equal(wsNewConnectionsPerMinute(env('0'), warn), 0);
+  assert.equal(wsNewConnectionsPerMinute(env('abc'), warn), 60);
+  assert.equal(wsNewConnectionsPerMinute(env('abc'), warn), 60);
+  assert.equal(wsNewConnectionsPerMinute(env('601'), warn), 600);
+  assert.equal(wsNewConnectionsPerMinute(env('1e2'), warn), 60);
+  assert.deepEqual(warned, [
+    'ignoring CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=abc (expected a non-negative integer; using 60)',
+    'clamping CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=601 to 600 (a higher rate shapes nothing OpenAI throttles on)',
+    'ignoring CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=1e2 (expected a non-negative integer; using 60)',
+  ]);
+  // The design record's pinned case: this rate text must not suppress the
+  // disabled notice of an idle-14001 pacer.
+  assert.equal(wsNewConnectionsPerMinute(env('disabled:3:14001'), warn), 60);
+  new WsUpgradePacer({ idleTimeoutMs: 14001, maxRetries: 3 });
+  assert.equal(parentNotices.length, 1);
+  assert.match(parentNotices[0], /^clodex: not pacing new OpenAI connections: a 3-retry budget/);
+  // A throwing warn never fails the call.
+  assert.equal(wsNewConnectionsPerMinute(env('bad!'), () => { throw new Error('sink down'); }), 60);
+});
+
+test('upstreamRequestBudget: the design record budget table and its notices', () => {
+  const warned = [];
+  const warn = (m) => warned.push(m);
+  const budget = (env, extra = {}) => upstreamRequestBudget({ env, warn, ...extra });
+  assert.deepEqual(budget({}), { idleTimeoutMs: 120000, totalTimeoutMs: 600000, maxRetries: 5 });
+  assert.deepEqual(budget({ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: '30000' }),
+    { idleTimeoutMs: 30000, totalTimeoutMs: 600000, maxRetries: 3 });
+  assert.deepEqual(budget({ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: '10000' }),
+    { idleTimeoutMs: 10000, totalTimeoutMs: 600000, maxRetries: 2 });
+  assert.deepEqual(budget({ CLODEX_UPSTREAM_MAX_RETRIES: '0' }),
+    { idleTimeoutMs: 120000, totalTimeoutMs: 600000, maxRetries: 0 });
+  assert.deepEqual(budget({ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: '600000', CLODEX_UPSTREAM_TOTAL_TIMEOUT_MS: '60000' }),
+    { idleTimeoutMs: 60000, totalTimeoutMs: 60000, maxRetries: 4 });
+  assert.deepEqual(budget({ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: '3600000', CLODEX_UPSTREAM_MAX_RETRIES: '99' }),
+    { idleTimeoutMs: 3600000, totalTimeoutMs: 3600000, maxRetries: 10 });
+  assert.deepEqual(budget({ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: 'abc', CLODEX_UPSTREAM_MAX_RETRIES: '-1' }),
+    { idleTimeoutMs: 120000, totalTimeoutMs: 600000, maxRetries: 5 });
+  assert.deepEqual(budget({ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: '5000' }),
+    { idleTimeoutMs: 10000, totalTimeoutMs: 600000, maxRetries: 2 });
+  // A caller's own idle timeout: used as given, no notice.
+  assert.deepEqual(budget({ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: 'ignored' }, { idleTimeoutMs: 30000 }),
+    { idleTimeoutMs: 30000, totalTimeoutMs: 600000, maxRetries: 3 });
+  assert.deepEqual(warned, [
+    'lowering the resolved idle timeout from 600000ms to 60000ms because it cannot exceed CLODEX_UPSTREAM_TOTAL_TIMEOUT_MS',
+    'raising the resolved total timeout from 600000ms to 3600000ms so it is not shorter than CLODEX_UPSTREAM_IDLE_TIMEOUT_MS',
+    'clamping CLODEX_UPSTREAM_MAX_RETRIES=99 to 10 (estimated from the SDK fallback backoff and resolved 3600000ms '
+      + 'idle timeout; provider delays may allow fewer retries)',
+    'ignoring CLODEX_UPSTREAM_IDLE_TIMEOUT_MS=abc (expected a positive integer number of milliseconds)',
+    'ignoring CLODEX_UPSTREAM_MAX_RETRIES=-1 (expected a non-negative integer)',
+    'clamping CLODEX_UPSTREAM_IDLE_TIMEOUT_MS=5000 to 10000ms (supported range is 10000-3600000ms)',
+  ]);
+});
+
+test('sharedWsUpgradePacer: one process-wide pacer from the environment; reset re-reads it', async () => {
+  const saved = process.env.CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN;
+  try {
+    process.env.CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN = '0';
+    const shared = sharedWsUpgradePacer();
+    assert.equal(sharedWsUpgradePacer(), shared);
+    const got = await Promise.all(Array.from({ length: 30 }, () => shared.admit()));
+    assert.ok(got.every((o) => o.kind === 'admitted' && o.waitedMs === 0), 'rate 0 from the env: off');
+    process.env.CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN = '60';
+    resetWsUpgradePacerForTests();
+    const fresh = sharedWsUpgradePacer();
+    assert.notEqual(fresh, shared);
+    assert.equal(fresh.maxWaitMs, 4833);
+    // Paced now: eleven at once leave the eleventh queued (burst 10).
+    const controller = new AbortController();
+    const outcomes = Array.from({ length: 11 }, () => fresh.admit(controller.signal));
+    await flush();
+    controller.abort();
+    const settled = await Promise.allSettled(outcomes);
+    assert.equal(settled.filter((s) => s.status === 'fulfilled').length, 10);
+    assert.equal(settled[10].status, 'rejected');
+  } finally {
+    if (saved === undefined) delete process.env.CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN;
+    else process.env.CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN = saved;
+  }
+});

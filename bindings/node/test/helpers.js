@@ -1,0 +1,55 @@
+'use strict';
+// Test helpers: a fake clock and scheduler (nothing really sleeps), and the
+// shared vectors.
+const fs = require('node:fs');
+const path = require('node:path');
+
+class FakeTime {
+  constructor(start = 0) {
+    this.nowMs = start;
+    this.timers = [];
+    this.now = () => this.nowMs;
+    this.schedule = (ms, fire) => {
+      const timer = { at: this.nowMs + ms, ms, fire, cancelled: false, fired: false };
+      this.timers.push(timer);
+      return () => {
+        timer.cancelled = true;
+      };
+    };
+  }
+
+  /** Timers neither fired nor cancelled. */
+  pending() {
+    return this.timers.filter((t) => !t.cancelled && !t.fired);
+  }
+
+  /** Moves the clock and fires due timers in time order, letting promise
+   * reactions run after each (so a woken request reads the clock it woke at). */
+  async advance(ms) {
+    const until = this.nowMs + ms;
+    for (;;) {
+      const due = this.pending().filter((t) => t.at <= until).sort((a, b) => a.at - b.at);
+      if (due.length === 0) break;
+      const timer = due[0];
+      this.nowMs = timer.at;
+      timer.fired = true;
+      timer.fire();
+      await flush();
+    }
+    this.nowMs = until;
+  }
+}
+
+/** Lets queued promise reactions run. */
+function flush() {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+function loadVectors(name) {
+  const file = path.join(__dirname, '..', '..', '..', 'tests', 'vectors', `${name}.json`);
+  return JSON.parse(fs.readFileSync(file, 'utf8'));
+}
+
+const quiet = () => {};
+
+module.exports = { FakeTime, flush, loadVectors, quiet };

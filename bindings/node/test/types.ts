@@ -1,0 +1,53 @@
+// Compiled with `tsc --noEmit` (npm run typecheck): the declarations as a
+// TypeScript proxy uses them. Lines marked @ts-expect-error must fail.
+import {
+  Pacer, refusalResponse, resolveBudget, NoticeRegistry, type AdmitOutcome, type Decision, type Notice,
+} from 'pacer';
+import {
+  WsUpgradePacer, sharedWsUpgradePacer, resetWsUpgradePacerForTests, upstreamRequestBudget,
+  wsNewConnectionMaxWaitMs, pacedRetryAfterSeconds, refusalScheduleMs, canRefuseAtRate,
+  wsNewConnectionsPerMinute, resolvedPacingBudget, type ConnectionPacer, type UpgradeAdmission,
+  WS_NEW_CONNECTIONS_PER_MIN_ENV,
+} from 'pacer/compat';
+
+async function idiomatic(signal: AbortSignal): Promise<Response | null> {
+  const pacer = Pacer.fromEnv(process.env, { burst: 10, onNotice: (n: Notice) => console.warn(n.text) });
+  const outcome: AdmitOutcome = await pacer.admit({ signal });
+  if (outcome.kind === 'refused') {
+    const { status, headers, body } = refusalResponse(outcome.retryAfterSeconds);
+    return new Response(body, { status, headers });
+  }
+  const refunded: boolean = outcome.release();
+  void refunded;
+  const decision: Decision = pacer.reserve(performance.now() | 0);
+  if (decision.kind === 'admitted' && decision.ticket) pacer.release(decision.ticket, 0);
+  // @ts-expect-error a refusal has no waitMs
+  if (decision.kind === 'refused') void decision.waitMs;
+  // @ts-expect-error release policies are named
+  new Pacer({ releasePolicy: 'sometimes' });
+  const budget = resolveBudget({ PACER_RATE_PER_MIN: '30' }, { noticeRegistry: new NoticeRegistry() });
+  void budget.waitBoundMs;
+  return null;
+}
+
+async function dropIn(signal?: AbortSignal): Promise<number> {
+  const pacer: ConnectionPacer = sharedWsUpgradePacer();
+  const admission: UpgradeAdmission = await pacer.admit(signal);
+  resetWsUpgradePacerForTests();
+  const injected = new WsUpgradePacer({
+    ratePerMinute: 60, burst: 10, idleTimeoutMs: 120000, maxRetries: 5,
+    now: Date.now, schedule: (ms, fire) => { const t = setTimeout(fire, ms); return () => clearTimeout(t); },
+  });
+  const { idleTimeoutMs, totalTimeoutMs, maxRetries } = upstreamRequestBudget({ env: process.env, warn: console.warn });
+  const bound = wsNewConnectionMaxWaitMs(idleTimeoutMs, maxRetries);
+  const envName: 'CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN' = WS_NEW_CONNECTIONS_PER_MIN_ENV;
+  void envName;
+  void resolvedPacingBudget().maxRetries;
+  void totalTimeoutMs;
+  void canRefuseAtRate(bound, maxRetries, wsNewConnectionsPerMinute(process.env, console.warn));
+  return injected.maxWaitMs + pacedRetryAfterSeconds(5000, bound) + refusalScheduleMs(bound, maxRetries)
+    + (admission.kind === 'admitted' ? admission.waitedMs : admission.retryAfterSeconds);
+}
+
+void idiomatic;
+void dropIn;
