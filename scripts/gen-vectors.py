@@ -207,6 +207,13 @@ def budgets():
         B("total 60000 only", {"total_timeout_ms": "60000"}, 60, 60000, 60000, 4, 3000, 3, True, True, [notice("idle_lowered", "", (120000, 60000, 0))]),
         B("retries malformed", {"max_retries": "-1"}, 60, 120000, 600000, 5, 4833, 4, True, True, [notice("retries_malformed", "-1", (5, 0, 0))]),
         B("retries above ceiling", {"max_retries": "6"}, 60, 120000, 600000, 5, 4833, 4, True, True, [notice("retries_clamped", "6", (5, 120000, 0))]),
+        # Boundaries (each pins a comparison: equal is not "below" / "above").
+        # total == idle: no pair notice; ceiling(60000) = 4, bound (60000-30000)/10.
+        B("idle equals total", {"idle_timeout_ms": "60000", "total_timeout_ms": "60000"}, 60, 60000, 60000, 4, 3000, 3, True, True),
+        # retries exactly at the ceiling (5 at 120000): no clamp notice.
+        B("retries at the ceiling", {"max_retries": "5"}, 60, 120000, 600000, 5, 4833, 4, True, True),
+        # rate 0 with a zero bound: pacing was switched off on purpose, no disabled notice.
+        B("rate 0 with disabling idle", {"rate_per_min": "0", "idle_timeout_ms": "14001"}, 0, 14001, 600000, 3, 0, 1, False, False),
         # idle 10000: ceiling 2, default min(5, 2) = 2.
         B("hostile rate text with disabling idle", {"rate_per_min": "disabled:3:14001", "idle_timeout_ms": "14001"}, 60, 14001, 600000, 3, 0, 1, True, False,
           [notice("rate_malformed", "disabled:3:14001", (60, 0, 0)), notice("pacing_disabled", "", (3, 14001, 60))]),

@@ -1,10 +1,23 @@
 //! Config validation, modes, tickets and clock handling of the pacer,
 //! with expectations derived by hand from SPEC §2–§5.
 
+use pacer_core::budget::backoff_ms;
 use pacer_core::{
     AdmitPath, Config, ConfigError, Decision, Mode, Pacer, ReleasePolicy, Ticket, MAX_BURST,
     UNITS_PER_TOKEN,
 };
+
+/// Default settings with a bucket of one token, created at t = 0.
+fn burst_one_pacer() -> Pacer {
+    Pacer::new(
+        &Config {
+            burst: 1,
+            ..Config::DEFAULT
+        },
+        0,
+    )
+    .unwrap()
+}
 
 fn admitted(decision: Decision) -> pacer_core::Admission {
     match decision {
@@ -201,14 +214,7 @@ fn shaping_paths_are_reported() {
 
 #[test]
 fn invalid_tickets_change_nothing() {
-    let pacer = Pacer::new(
-        &Config {
-            burst: 1,
-            ..Config::DEFAULT
-        },
-        0,
-    )
-    .unwrap();
+    let pacer = burst_one_pacer();
     let _held = admitted(pacer.reserve(0)).ticket.unwrap();
     let before = pacer.state();
     for (seq, debit) in [(1, 0), (1, 60001), (1 << 24, 60000), (u32::MAX, u32::MAX)] {
@@ -304,4 +310,52 @@ fn a_pacer_can_be_a_static() {
     static PACER: Result<Pacer, ConfigError> = Pacer::new(&Config::DEFAULT, 0);
     let pacer = PACER.as_ref().unwrap();
     assert_eq!(admitted(pacer.reserve(0)).wait_ms, 0);
+}
+
+#[test]
+fn backoff_saturates_past_u64() {
+    // 2000·(2^53 − 1) = 18014398509481982000 still fits a u64 (max ≈ 1.8447e19);
+    // 2000·(2^54 − 1) does not.
+    assert_eq!(backoff_ms(5), 62_000);
+    assert_eq!(backoff_ms(53), 18_014_398_509_481_982_000);
+    assert_eq!(backoff_ms(54), u64::MAX);
+    assert_eq!(backoff_ms(63), u64::MAX);
+    assert_eq!(backoff_ms(64), u64::MAX);
+    assert_eq!(backoff_ms(u32::MAX), u64::MAX);
+}
+
+#[test]
+fn tickets_carry_their_stack_position_and_debit() {
+    // Burst 2 at rate 60: two tokens now, the third waits 1000 ms. Each debit
+    // pushes the release stack: positions 1, 2, 3 from a fresh pacer.
+    let pacer = Pacer::new(
+        &Config {
+            burst: 2,
+            ..Config::DEFAULT
+        },
+        0,
+    )
+    .unwrap();
+    let first = admitted(pacer.reserve(0));
+    assert!(!first.queued());
+    let second = admitted(pacer.reserve(0));
+    let third = admitted(pacer.reserve(0));
+    assert!(third.queued());
+    assert_eq!(third.wait_ms, 1000);
+    let tickets = [first, second, third].map(|a| a.ticket.unwrap());
+    assert_eq!(tickets.each_ref().map(Ticket::seq), [1, 2, 3]);
+    let [a, b, c] = tickets;
+    assert_eq!(c.into_raw(), (3, 60_000));
+    assert_eq!(b.into_raw(), (2, 60_000));
+    assert_eq!(a.debit_units(), 60_000);
+}
+
+#[test]
+fn the_last_stack_position_is_a_valid_ticket() {
+    // Positions are 24 bits: 2^24 − 1 is valid (refunded under the refund
+    // policy), 2^24 is not (see invalid_tickets_change_nothing).
+    let pacer = burst_one_pacer();
+    let _held = admitted(pacer.reserve(0)).ticket.unwrap();
+    assert!(pacer.release(Ticket::from_raw((1 << 24) - 1, 60_000), 0));
+    assert_eq!(pacer.state().tokens_units, 60_000);
 }

@@ -94,9 +94,11 @@ fn render_reports_needed_length_when_short() {
 #[test]
 fn each_notice_once_per_key() {
     let mut registry: NoticeRegistry = NoticeRegistry::new();
+    assert!(registry.is_empty());
     let a = Notice::new(NoticeKind::RateMalformed, "abc", [60, 0, 0]);
     let b = Notice::new(NoticeKind::RateMalformed, "abd", [60, 0, 0]);
     assert!(registry.first_time(&a));
+    assert!(!registry.is_empty());
     assert!(!registry.first_time(&a));
     assert!(registry.first_time(&b));
     let disabled = Notice::new(NoticeKind::PacingDisabled, "", [3, 14001, 60]);
@@ -181,7 +183,13 @@ fn refusal_frame_escapes_and_parses_as_json() {
         format!("{prefix}; retry after 15s")
     );
     assert_eq!(value["error"]["retry_after_seconds"], 15);
-    assert!(text.contains("\\u0001"));
+    // The short escapes for \n, \r, \t; \u00XX for other control bytes.
+    assert!(text.contains(r#"say \"no\" \\ twice\n\ttab\u0001é"#));
+    let mut buf = [0u8; 256];
+    let n = write_refusal_body("a\rb", 1, &mut buf).unwrap();
+    assert!(std::str::from_utf8(&buf[..n])
+        .unwrap()
+        .contains(r#""a\rb; retry after 1s""#));
 }
 
 #[test]
