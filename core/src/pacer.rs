@@ -231,12 +231,25 @@ impl StateView {
 struct Params {
     /// Refill per ms in units (= new connections per minute).
     rate: u32,
+    /// `⌈2^64 / rate⌉`, so the wait needs a multiply instead of a divide
+    /// (see [`Params::wait_ms`]); 0 when the rate is 0 (never used then).
+    rate_reciprocal: u128,
     capacity_units: i64,
     max_debt_units: i64,
-    bound_ms: u64,
+    /// The wait bound, ms (at most `WAIT_BOUND_CEILING_MS` = 15000: 16 bits
+    /// keep the parameters and the state word in one 64-byte line).
+    bound_ms: u16,
+    /// The hint every refusal carries: [`budget::hint_cap_s`] of the bound.
+    /// A refusal's required wait exceeds the bound, so its wanted hint
+    /// `⌈required/1000⌉ ≥ ⌊bound/1000⌋` and [`budget::retry_after_s`]
+    /// always returns the cap.
+    refusal_hint_s: u16,
     mode: Mode,
     release_policy: ReleasePolicy,
 }
+
+// The bound and the refusal hint are stored in 16 bits.
+const _: () = assert!(budget::WAIT_BOUND_CEILING_MS <= u16::MAX as u64);
 
 /// What one reservation does at a given token level.
 enum Step {
@@ -276,10 +289,16 @@ impl Params {
         };
         Ok(Params {
             rate,
+            rate_reciprocal: if rate == 0 {
+                0
+            } else {
+                (1u128 << 64).div_ceil(rate as u128)
+            },
             capacity_units: burst as i64 * UNITS_PER_TOKEN,
             // bound ≤ 15000 and rate ≤ 600: at most 9e6 units.
             max_debt_units: bound_ms as i64 * rate as i64,
-            bound_ms,
+            bound_ms: bound_ms as u16,
+            refusal_hint_s: budget::hint_cap_s(bound_ms) as u16,
             mode,
             release_policy: config.release_policy,
         })
@@ -306,6 +325,19 @@ impl Params {
         }
     }
 
+    /// `⌈deficit / rate⌉` for `1 ≤ deficit ≤ 2^54`, by one multiply.
+    ///
+    /// With `M = ⌈2^64 / d⌉`, `M·d = 2^64 + e` for some `0 ≤ e < d`, so
+    /// `x·M / 2^64 = x/d + x·e / (d·2^64)` and the floor is `⌊x/d⌋` whenever
+    /// `x·e < 2^64` (the extra part then stays below `1/d` and cannot carry
+    /// `x mod d ≤ d − 1` past a multiple of `d`). With `d ≤ 600` that holds
+    /// for all `x < 2^54`, and a deficit is at most `60000 + 2^39` (the
+    /// token field is 40-bit signed). Then `⌈n/d⌉ = ⌊(n − 1)/d⌋ + 1`.
+    fn wait_ms(&self, deficit: u64) -> u64 {
+        let below = deficit - 1;
+        ((below as u128 * self.rate_reciprocal) >> 64) as u64 + 1
+    }
+
     /// SPEC §4 steps 3–6 at token level `tokens` (never below the floor).
     fn step(&self, tokens: i64) -> Step {
         if tokens >= UNITS_PER_TOKEN {
@@ -315,8 +347,8 @@ impl Params {
                 path: AdmitPath::Paced,
             };
         }
-        let wait_ms = ((UNITS_PER_TOKEN - tokens) as u64).div_ceil(self.rate as u64);
-        if wait_ms <= self.bound_ms {
+        let wait_ms = self.wait_ms((UNITS_PER_TOKEN - tokens) as u64);
+        if wait_ms <= self.bound_ms as u64 {
             return Step::Debit {
                 wait_ms,
                 units: UNITS_PER_TOKEN,
@@ -336,7 +368,7 @@ impl Params {
         };
         if units > 0 {
             Step::Debit {
-                wait_ms: self.bound_ms,
+                wait_ms: self.bound_ms as u64,
                 units,
                 path: AdmitPath::Shaped,
             }
@@ -400,7 +432,7 @@ impl Pacer {
 
     /// The longest wait it grants, ms.
     pub const fn wait_bound_ms(&self) -> u64 {
-        self.params.bound_ms
+        self.params.bound_ms as u64
     }
 
     /// The debt floor, in units.
@@ -441,11 +473,15 @@ impl Pacer {
             let tokens = params.refill(&state, at_ms);
             let (wait_ms, units, path) = match params.step(tokens) {
                 Step::Refuse { required_wait_ms } => {
+                    debug_assert_eq!(
+                        params.refusal_hint_s as u64,
+                        budget::retry_after_s(required_wait_ms, params.bound_ms as u64)
+                    );
                     return Decision::Refused(Refusal {
                         required_wait_ms,
-                        retry_after_s: budget::retry_after_s(required_wait_ms, params.bound_ms),
+                        retry_after_s: params.refusal_hint_s as u64,
                         clock_regressed,
-                    })
+                    });
                 }
                 Step::AdmitFree => {
                     return Decision::Admitted(Admission {
@@ -532,6 +568,40 @@ impl Pacer {
             ) {
                 Ok(_) => return true,
                 Err(actual) => word = actual,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(rate: u32) -> Params {
+        Params::plan(&Config {
+            rate_per_min: rate,
+            ..Config::DEFAULT
+        })
+        .unwrap()
+    }
+
+    /// The multiply agrees with the division for every rate, at the edges
+    /// of the range the state word can reach and at every multiple ± 1.
+    #[test]
+    fn wait_by_reciprocal_is_the_ceiling_division() {
+        let top = UNITS_PER_TOKEN as u64 + (1 << 39);
+        for rate in 1..=MAX_RATE_PER_MIN {
+            let p = params(rate);
+            let d = rate as u64;
+            let check = |n: u64| assert_eq!(p.wait_ms(n), n.div_ceil(d), "{n} / {d}");
+            for n in (1..=2 * d + 1).chain(top - 2 * d..=top).chain([1 << 54]) {
+                check(n);
+            }
+            for k in 1..=2000u64 {
+                let n = k * d * 997;
+                check(n);
+                check(n + 1);
+                check(n - 1);
             }
         }
     }
