@@ -32,7 +32,8 @@
 //!   `portable_atomic::AtomicU128` load) and `load_u64`.
 //! - `cas_u64`: the same token bucket (clock high-water mark, refill capped
 //!   at capacity, wait bound, refusal) packed into one `AtomicU64` (32-bit
-//!   wrapping ms, 32-bit tokens) with a 64-bit compare-and-swap loop, driven
+//!   wrapping clock in ticks of 1024 ms, 32-bit tokens) with a 64-bit
+//!   compare-and-swap loop, driven
 //!   exactly like `pacer_admit`. The ratio `pacer_admit / cas_u64` is the
 //!   price of the 128-bit word.
 //! - `cas_u128`: the same bucket on a bare `portable_atomic::AtomicU128`
@@ -143,9 +144,17 @@ fn refill(b: &Bucket, tokens: i64, elapsed_ms: u64) -> i64 {
     }
 }
 
+/// `CasBucket`'s clock unit: 2^10 ms.
+const TICK_SHIFT: u32 = 10;
+
 /// The bucket in one `AtomicU64`: high 32 bits the clock high-water mark
-/// (ms, wrapping; a reading behind it refills nothing), low 32 bits the
-/// signed token level in units of 1/1000 token (so burst 1e6 fits).
+/// (wrapping, in ticks of 2^[`TICK_SHIFT`] ms; a reading behind it refills
+/// nothing), low 32 bits the signed token level in units of 1/1000 token
+/// (so burst 1e6 fits). Its `Bucket` times are in ticks too. Ticks rather
+/// than ms keep "behind" unambiguous (a wrapping 32-bit ms clock at
+/// [`STEP_MS`] per call would misread a reading as ahead once one `2t`
+/// thread lags the other by 2^31 ms, about 2 million calls — one
+/// descheduling on a loaded machine); a shift is the cheapest conversion.
 struct CasBucket {
     params: Bucket,
     state: AtomicU64,
@@ -154,10 +163,10 @@ struct CasBucket {
 impl CasBucket {
     fn new() -> Self {
         let params = Bucket {
-            rate: ADMIT.rate_per_min as i64 * 1000 / 60_000,
+            rate: (ADMIT.rate_per_min as i64 * 1000 / 60_000) << TICK_SHIFT,
             unit: 1000,
             capacity: MAX_BURST as i64 * 1000,
-            bound_ms: 4833,
+            bound_ms: 4833 >> TICK_SHIFT,
         };
         CasBucket {
             params,
@@ -168,7 +177,7 @@ impl CasBucket {
     #[inline(never)]
     fn reserve(&self, now_ms: u64) -> Option<u64> {
         let b = &self.params;
-        let now = now_ms as u32;
+        let now = (now_ms >> TICK_SHIFT) as u32;
         let mut word = self.state.load(Ordering::Relaxed);
         loop {
             let last = (word >> 32) as u32;
