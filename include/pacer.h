@@ -706,6 +706,37 @@ pacer_status pacer_notice_render(const struct pacer_notice *notice,
                                  size_t *out_written);
 
 /**
+ * Writes a notice's dedupe key as text (UTF-8, not NUL-terminated):
+ * `<namespace>:<raw>` for the setting-text kinds (`rate: 9x`),
+ * `<namespace>:<a>:<b>:<c>` for the others (`disabled:3:14001:60`). Equal
+ * keys are the same notice for pacer_notice_registry_first_time; a binding
+ * that deduplicates in its own map uses this text. Buffer rules as
+ * pacer_notice_render.
+ */
+pacer_status pacer_notice_key(const struct pacer_notice *notice,
+                              uint8_t *buf,
+                              size_t len,
+                              size_t *out_written);
+
+/**
+ * A static, NUL-terminated name of a notice kind, as in tests/vectors
+ * (`rate_malformed`, …, `norefuse`); NULL for an unknown kind. Never free it.
+ */
+const char *pacer_notice_kind_name(uint32_t kind);
+
+/**
+ * The notice a pacer built from `config` calls for, the one pacer_resolve
+ * ends with when it resolves these numbers from settings text:
+ * `pacing_disabled` (a positive rate with no room to wait) or `norefuse`
+ * (pacing on with retries, but refusals cannot outlast the wait for a
+ * slot). *out_present = false when the mode needs none (out_notice is then
+ * left untouched). An invalid config returns the status pacer_init would.
+ */
+pacer_status pacer_mode_notice(const struct pacer_config *config,
+                               struct pacer_notice *out_notice,
+                               bool *out_present);
+
+/**
  * Empties `registry`.
  */
 pacer_status pacer_notice_registry_init(struct pacer_notice_registry *registry);

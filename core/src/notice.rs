@@ -137,6 +137,25 @@ impl<'a> Notice<'a> {
     pub fn render(&self, out: &mut [u8]) -> Result<usize, usize> {
         write_into(out, |w| fmt::write(w, format_args!("{self}")))
     }
+
+    /// Writes the dedupe key as text (SPEC §2) into `out`: the namespace,
+    /// then `:<raw>` for text-keyed kinds (`rate: 9x`) or `:<a>:<b>:<c>`
+    /// for the others (`disabled:5:10000:60`). Equal keys mean the same
+    /// [`Notice::key`]. For bindings that deduplicate in their own maps.
+    /// `Ok(written)`, or `Err(needed)` when `out` is too short.
+    pub fn write_key(&self, out: &mut [u8]) -> Result<usize, usize> {
+        let namespace = self.kind.namespace();
+        if self.kind.keyed_by_text() {
+            write_into(out, |w| {
+                fmt::write(w, format_args!("{namespace}:{}", self.raw))
+            })
+        } else {
+            let [a, b, c] = self.values;
+            write_into(out, |w| {
+                fmt::write(w, format_args!("{namespace}:{a}:{b}:{c}"))
+            })
+        }
+    }
 }
 
 impl fmt::Display for Notice<'_> {

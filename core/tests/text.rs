@@ -109,6 +109,56 @@ fn each_notice_once_per_key() {
 }
 
 #[test]
+fn notice_keys_as_text() {
+    let key = |n: Notice<'_>| {
+        let mut buf = [0u8; 64];
+        let len = n.write_key(&mut buf).unwrap();
+        String::from_utf8(buf[..len].to_vec()).unwrap()
+    };
+    // Text-keyed: the namespace and the text as given (untrimmed).
+    assert_eq!(
+        key(Notice::new(NoticeKind::RateMalformed, " 9x", [60, 0, 0])),
+        "rate: 9x"
+    );
+    assert_eq!(
+        key(Notice::new(NoticeKind::RateClamped, "900", [600, 0, 0])),
+        "rate:900"
+    );
+    assert_eq!(
+        key(Notice::new(NoticeKind::RetriesClamped, "9", [2, 14000, 0])),
+        "retries:9"
+    );
+    // Number-keyed: the namespace and all three numbers.
+    assert_eq!(
+        key(Notice::new(NoticeKind::PacingDisabled, "", [3, 14001, 60])),
+        "disabled:3:14001:60"
+    );
+    assert_eq!(
+        key(Notice::new(NoticeKind::NoRefuse, "", [6, 1, 2000])),
+        "norefuse:6:1:2000"
+    );
+    assert_eq!(
+        key(Notice::new(NoticeKind::IdleLowered, "", [120000, 60000, 0])),
+        "pair-idle:120000:60000:0"
+    );
+    // A hostile rate text keeps its own namespace.
+    assert_eq!(
+        key(Notice::new(
+            NoticeKind::RateMalformed,
+            "disabled:3:14001:60",
+            [60, 0, 0]
+        )),
+        "rate:disabled:3:14001:60"
+    );
+    // Too short: the needed length, as for render.
+    let mut short = [0u8; 4];
+    assert_eq!(
+        Notice::new(NoticeKind::RateMalformed, "abc", [60, 0, 0]).write_key(&mut short),
+        Err(8)
+    );
+}
+
+#[test]
 fn hostile_setting_cannot_suppress_disabled_notice() {
     // The design record's bug: a rate text equal to the disabled notice's key
     // suppressed the one notice that must never go missing.

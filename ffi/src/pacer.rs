@@ -192,7 +192,7 @@ pub struct pacer_counters {
     pub clock_regressions: u64,
 }
 
-fn config_from(config: &pacer_config) -> Result<Config, pacer_status> {
+pub(crate) fn config_from(config: &pacer_config) -> Result<Config, pacer_status> {
     let release_policy = match config.release_policy {
         0 => ReleasePolicy::Refund,
         1 => ReleasePolicy::Strict,
@@ -207,7 +207,7 @@ fn config_from(config: &pacer_config) -> Result<Config, pacer_status> {
     })
 }
 
-fn config_error(error: ConfigError) -> pacer_status {
+pub(crate) fn config_error(error: ConfigError) -> pacer_status {
     match error {
         ConfigError::RateTooHigh => pacer_status::RateTooHigh,
         ConfigError::BurstTooLarge => pacer_status::BurstTooLarge,

@@ -4,10 +4,12 @@
 use core::ffi::c_char;
 use core::mem::{align_of, size_of};
 
-use pacer_core::settings::{resolve, Settings, MAX_NOTICES};
-use pacer_core::{Notice, NoticeKind, NoticeRegistry};
+use pacer_core::budget::Budget;
+use pacer_core::settings::{mode_notice, resolve, Settings, MAX_NOTICES};
+use pacer_core::{Notice, NoticeKind, NoticeRegistry, Pacer};
 
-use crate::boundary::{arg, arg_mut, buffer, guard, opt_str, out, put, render_into};
+use crate::boundary::{arg, arg_mut, buffer, guard, guard_value, opt_str, out, put, render_into};
+use crate::pacer::{config_error, config_from, pacer_config};
 use crate::status::pacer_status;
 
 /// Most notices one resolution produces.
@@ -152,17 +154,7 @@ pub unsafe extern "C" fn pacer_resolve(
             items: [EMPTY_NOTICE; PACER_MAX_NOTICES],
         };
         for (item, notice) in notices.items.iter_mut().zip(resolution.notices.iter()) {
-            *item = pacer_notice {
-                kind: notice.kind as u32,
-                reserved: 0,
-                values: notice.values,
-                raw: if notice.raw.is_empty() {
-                    core::ptr::null()
-                } else {
-                    notice.raw.as_ptr().cast()
-                },
-                raw_len: notice.raw.len(),
-            };
+            *item = c_notice(notice);
             notices.count += 1;
         }
         // SAFETY: checked by `out`.
@@ -173,6 +165,21 @@ pub unsafe extern "C" fn pacer_resolve(
         }
         Ok(())
     })
+}
+
+/// A core notice in its C form (`raw` borrows the notice's text).
+fn c_notice(notice: &Notice<'_>) -> pacer_notice {
+    pacer_notice {
+        kind: notice.kind as u32,
+        reserved: 0,
+        values: notice.values,
+        raw: if notice.raw.is_empty() {
+            core::ptr::null()
+        } else {
+            notice.raw.as_ptr().cast()
+        },
+        raw_len: notice.raw.len(),
+    }
 }
 
 /// Rebuilds a core notice from its C form.
@@ -218,6 +225,97 @@ pub unsafe extern "C" fn pacer_notice_render(
         // SAFETY: checked by `out`.
         unsafe { put(out_written, written) };
         status
+    })
+}
+
+/// Writes a notice's dedupe key as text (UTF-8, not NUL-terminated):
+/// `<namespace>:<raw>` for the setting-text kinds (`rate: 9x`),
+/// `<namespace>:<a>:<b>:<c>` for the others (`disabled:3:14001:60`). Equal
+/// keys are the same notice for pacer_notice_registry_first_time; a binding
+/// that deduplicates in its own map uses this text. Buffer rules as
+/// pacer_notice_render.
+#[no_mangle]
+pub unsafe extern "C" fn pacer_notice_key(
+    notice: *const pacer_notice,
+    buf: *mut u8,
+    len: usize,
+    out_written: *mut usize,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; NULL checked by `arg`.
+        let notice = unsafe { notice_from(arg(notice)?) }?;
+        let out_written = out(out_written)?;
+        // SAFETY: `buf` holds `len` writable bytes (caller's contract).
+        let buf = unsafe { buffer(buf, len) }?;
+        let (status, written) = match render_into(buf, |b| notice.write_key(b)) {
+            Ok(n) => (Ok(()), n),
+            Err((status, needed)) => (Err(status), needed),
+        };
+        // SAFETY: checked by `out`.
+        unsafe { put(out_written, written) };
+        status
+    })
+}
+
+/// A static, NUL-terminated name of a notice kind, as in tests/vectors
+/// (`rate_malformed`, …, `norefuse`); NULL for an unknown kind. Never free it.
+#[no_mangle]
+pub extern "C" fn pacer_notice_kind_name(kind: u32) -> *const c_char {
+    guard_value(core::ptr::null(), || match kind_from(kind) {
+        Ok(kind) => kind_c_name(kind).as_ptr(),
+        Err(_) => core::ptr::null(),
+    })
+}
+
+fn kind_c_name(kind: NoticeKind) -> &'static core::ffi::CStr {
+    match kind {
+        NoticeKind::RateMalformed => c"rate_malformed",
+        NoticeKind::RateClamped => c"rate_clamped",
+        NoticeKind::IdleMalformed => c"idle_malformed",
+        NoticeKind::IdleClamped => c"idle_clamped",
+        NoticeKind::TotalMalformed => c"total_malformed",
+        NoticeKind::TotalClamped => c"total_clamped",
+        NoticeKind::RetriesMalformed => c"retries_malformed",
+        NoticeKind::RetriesClamped => c"retries_clamped",
+        NoticeKind::IdleLowered => c"idle_lowered",
+        NoticeKind::TotalRaised => c"total_raised",
+        NoticeKind::PacingDisabled => c"pacing_disabled",
+        NoticeKind::NoRefuse => c"norefuse",
+    }
+}
+
+/// The notice a pacer built from `config` calls for, the one pacer_resolve
+/// ends with when it resolves these numbers from settings text:
+/// `pacing_disabled` (a positive rate with no room to wait) or `norefuse`
+/// (pacing on with retries, but refusals cannot outlast the wait for a
+/// slot). *out_present = false when the mode needs none (out_notice is then
+/// left untouched). An invalid config returns the status pacer_init would.
+#[no_mangle]
+pub unsafe extern "C" fn pacer_mode_notice(
+    config: *const pacer_config,
+    out_notice: *mut pacer_notice,
+    out_present: *mut bool,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; NULL checked by `arg`.
+        let config = config_from(unsafe { arg(config) }?)?;
+        let out_notice = out(out_notice)?;
+        let out_present = out(out_present)?;
+        Pacer::new(&config, 0).map_err(config_error)?;
+        let budget = Budget {
+            rate_per_min: config.rate_per_min,
+            idle_timeout_ms: config.idle_timeout_ms,
+            total_timeout_ms: config.idle_timeout_ms,
+            max_retries: config.max_retries,
+        };
+        let notice = mode_notice(&budget);
+        if let Some(notice) = &notice {
+            // SAFETY: checked by `out`.
+            unsafe { put(out_notice, c_notice(notice)) };
+        }
+        // SAFETY: checked by `out`.
+        unsafe { put(out_present, notice.is_some()) };
+        Ok(())
     })
 }
 

@@ -186,6 +186,68 @@ static void test_notices(void) {
   CHECK(pacer_resolve(NULL, NULL, NULL, NULL, &b, NULL) == PACER_STATUS_OK && b.wait_bound_ms == 4833, "notices optional");
 }
 
+static int key_is(const pacer_notice *n, const char *want) {
+  char key[64];
+  size_t written = 0;
+  if (pacer_notice_key(n, (uint8_t *)key, sizeof key, &written) != PACER_STATUS_OK) return 0;
+  return written == strlen(want) && memcmp(key, want, written) == 0;
+}
+
+static void test_notice_keys_and_names(void) {
+  pacer_budget b;
+  pacer_notices notices;
+  CHECK(pacer_resolve("1", NULL, NULL, NULL, &b, &notices) == PACER_STATUS_OK && notices.count == 1, "resolve");
+  CHECK(key_is(&notices.items[0], "norefuse:1:5:4833"), "norefuse key");
+  CHECK(pacer_resolve("disabled:3:14001", "14001", NULL, NULL, &b, &notices) == PACER_STATUS_OK && notices.count == 2, "hostile");
+  CHECK(key_is(&notices.items[0], "rate:disabled:3:14001"), "hostile text stays in its namespace");
+  CHECK(key_is(&notices.items[1], "disabled:3:14001:60"), "disabled key");
+  CHECK(pacer_resolve(" 9x", NULL, NULL, NULL, &b, &notices) == PACER_STATUS_OK && notices.count == 1, "untrimmed");
+  CHECK(key_is(&notices.items[0], "rate: 9x"), "raw text as given");
+  size_t needed = 0;
+  uint8_t small[4] = {1, 2, 3, 4};
+  CHECK(pacer_notice_key(&notices.items[0], small, sizeof small, &needed) == PACER_STATUS_BUFFER_TOO_SHORT && needed == 8 &&
+            small[0] == 1 && small[3] == 4,
+        "short buffer: needed %zu, untouched", needed);
+  CHECK(pacer_notice_key(&notices.items[0], NULL, 0, &needed) == PACER_STATUS_BUFFER_TOO_SHORT && needed == 8, "measure");
+  CHECK(pacer_notice_key(NULL, small, sizeof small, &needed) == PACER_STATUS_NULL_PARAMETER, "null notice");
+  CHECK(pacer_notice_key(&notices.items[0], small, sizeof small, NULL) == PACER_STATUS_NULL_PARAMETER, "null out");
+  pacer_notice bad = notices.items[0];
+  bad.kind = 13;
+  CHECK(pacer_notice_key(&bad, small, sizeof small, &needed) == PACER_STATUS_INVALID_ENUM, "kind 13");
+
+  CHECK(strcmp(pacer_notice_kind_name(PACER_NOTICE_KIND_RATE_MALFORMED), "rate_malformed") == 0, "name 1");
+  CHECK(strcmp(pacer_notice_kind_name(PACER_NOTICE_KIND_TOTAL_RAISED), "total_raised") == 0, "name 10");
+  CHECK(strcmp(pacer_notice_kind_name(PACER_NOTICE_KIND_NO_REFUSE), "norefuse") == 0, "name 12");
+  CHECK(pacer_notice_kind_name(0) == NULL && pacer_notice_kind_name(13) == NULL, "unknown kinds");
+
+  pacer_config c = {1, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND};
+  pacer_notice n;
+  bool present = false;
+  CHECK(pacer_mode_notice(&c, &n, &present) == PACER_STATUS_OK && present && n.kind == PACER_NOTICE_KIND_NO_REFUSE &&
+            n.values[0] == 1 && n.values[1] == 5 && n.values[2] == 4833 && n.raw == NULL && n.raw_len == 0,
+        "rate 1: norefuse");
+  c.rate_per_min = 60;
+  CHECK(pacer_mode_notice(&c, &n, &present) == PACER_STATUS_OK && !present, "defaults: none");
+  c.idle_timeout_ms = 14001;
+  c.max_retries = 3;
+  CHECK(pacer_mode_notice(&c, &n, &present) == PACER_STATUS_OK && present && n.kind == PACER_NOTICE_KIND_PACING_DISABLED &&
+            key_is(&n, "disabled:3:14001:60"),
+        "no room to wait: disabled");
+  c.max_retries = 4;
+  present = true;
+  CHECK(pacer_mode_notice(&c, &n, &present) == PACER_STATUS_RETRIES_EXCEED_LADDER && present, "bad config changes nothing");
+  c.max_retries = 3;
+  c.rate_per_min = 601;
+  CHECK(pacer_mode_notice(&c, &n, &present) == PACER_STATUS_RATE_TOO_HIGH, "rate 601");
+  c.rate_per_min = 60;
+  c.release_policy = 7;
+  CHECK(pacer_mode_notice(&c, &n, &present) == PACER_STATUS_INVALID_ENUM, "policy 7");
+  c.release_policy = PACER_RELEASE_POLICY_REFUND;
+  CHECK(pacer_mode_notice(NULL, &n, &present) == PACER_STATUS_NULL_PARAMETER, "null config");
+  CHECK(pacer_mode_notice(&c, NULL, &present) == PACER_STATUS_NULL_PARAMETER, "null notice out");
+  CHECK(pacer_mode_notice(&c, &n, NULL) == PACER_STATUS_NULL_PARAMETER, "null present out");
+}
+
 static void test_bad_input(void) {
   pacer p;
   pacer_config c = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND};
@@ -255,6 +317,7 @@ int main(void) {
   test_derived();
   test_frame();
   test_notices();
+  test_notice_keys_and_names();
   test_bad_input();
   printf("%d passed, %d failed\n", checks - failures, failures);
   return failures == 0 ? 0 : 1;
