@@ -24,5 +24,8 @@ bash scripts/test-c.sh
 step "Node binding: addon, node --test, tsc, npm pack into an empty folder"
 bash scripts/test-node.sh
 
+step "Go binding: go vet, go test -race, vectors, one benchmark run"
+bash scripts/test-go.sh
+
 step "loom model of the lock-free state"
 bash scripts/check-loom.sh

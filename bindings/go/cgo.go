@@ -1,0 +1,455 @@
+package pacer
+
+// Every call into the C library lives in this file. Go memory handed to C
+// is either plain data with no Go pointers (kept alive with
+// runtime.KeepAlive until the call returns) or not handed over at all: the
+// hot calls go through small C wrappers that return their results by value.
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../include
+#cgo LDFLAGS: -L${SRCDIR}/../../target/release -l:libpacer.a -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+
+#include <stdlib.h>
+#include <string.h>
+#include "pacer.h"
+
+typedef struct {
+	uint32_t status;
+	pacer_decision decision;
+} pacer_go_reserve_result;
+
+static pacer_go_reserve_result pacer_go_reserve(const pacer *storage, uint64_t now_ms) {
+	pacer_go_reserve_result r;
+	memset(&r, 0, sizeof r);
+	r.status = (uint32_t)pacer_reserve(storage, now_ms, &r.decision);
+	return r;
+}
+
+typedef struct {
+	uint32_t status;
+	bool refunded;
+} pacer_go_release_result;
+
+static pacer_go_release_result pacer_go_release(const pacer *storage, uint32_t seq,
+		uint32_t debit_units, uint64_t now_ms) {
+	pacer_go_release_result r;
+	pacer_ticket ticket;
+	memset(&r, 0, sizeof r);
+	ticket.seq = seq;
+	ticket.debit_units = debit_units;
+	ticket.state = PACER_TICKET_STATE_LIVE;
+	ticket.reserved = 0;
+	r.status = (uint32_t)pacer_release(storage, &ticket, now_ms, &r.refunded);
+	return r;
+}
+
+static uint32_t pacer_go_mode_notice(uint32_t rate, uint32_t burst, uint64_t idle, uint32_t retries,
+		uint32_t policy, pacer_notice *out_notice, bool *out_present) {
+	pacer_config c;
+	c.rate_per_min = rate;
+	c.burst = burst;
+	c.idle_timeout_ms = idle;
+	c.max_retries = retries;
+	c.release_policy = policy;
+	return (uint32_t)pacer_mode_notice(&c, out_notice, out_present);
+}
+
+static pacer *pacer_go_alloc(void) {
+	void *p = aligned_alloc(PACER_STORAGE_ALIGN, PACER_STORAGE_SIZE);
+	if (p != NULL) {
+		memset(p, 0, PACER_STORAGE_SIZE);
+	}
+	return (pacer *)p;
+}
+
+static uint32_t pacer_go_init(pacer *storage, uint32_t rate, uint32_t burst, uint64_t idle,
+		uint32_t retries, uint32_t policy, uint64_t now_ms) {
+	pacer_config c;
+	c.rate_per_min = rate;
+	c.burst = burst;
+	c.idle_timeout_ms = idle;
+	c.max_retries = retries;
+	c.release_policy = policy;
+	return (uint32_t)pacer_init(storage, &c, now_ms);
+}
+
+static uint32_t pacer_go_header_abi_version(void) { return PACER_ABI_VERSION; }
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// Limits from include/pacer.h (checked against it below).
+const (
+	// MaxRatePerMinute is the highest accepted rate (new connections per minute).
+	MaxRatePerMinute = 600
+	// MaxBurst is the largest accepted burst.
+	MaxBurst = 1000000
+	// RefusalStatus is the HTTP status of a refusal (SPEC §9: the error
+	// travels inside the event stream).
+	RefusalStatus = 200
+	// UnitsPerToken is how many units one connection's token is (tickets
+	// and Info report debits and tokens in units).
+	UnitsPerToken = 60000
+	// maxNotices is the most notices one resolution produces.
+	maxNotices = 6
+)
+
+// Compile-time equality with the header: indexing a one-element array
+// with anything but 0 does not compile.
+var (
+	_ = [1]struct{}{}[C.PACER_MAX_RATE_PER_MIN-MaxRatePerMinute]
+	_ = [1]struct{}{}[C.PACER_MAX_BURST-MaxBurst]
+	_ = [1]struct{}{}[C.PACER_REFUSAL_STATUS-RefusalStatus]
+	_ = [1]struct{}{}[C.PACER_MAX_NOTICES-maxNotices]
+	_ = [1]struct{}{}[C.PACER_STATUS_OK-StatusOK]
+	_ = [1]struct{}{}[C.PACER_STATUS_NULL_PARAMETER-StatusNullParameter]
+	_ = [1]struct{}{}[C.PACER_STATUS_PANIC-StatusPanic]
+	_ = [1]struct{}{}[C.PACER_STATUS_INVALID_ENUM-StatusInvalidEnum]
+	_ = [1]struct{}{}[C.PACER_STATUS_BUFFER_TOO_SHORT-StatusBufferTooShort]
+	_ = [1]struct{}{}[C.PACER_STATUS_INVALID_UTF8-StatusInvalidUTF8]
+	_ = [1]struct{}{}[C.PACER_STATUS_NOT_INITIALIZED-StatusNotInitialized]
+	_ = [1]struct{}{}[C.PACER_STATUS_RATE_TOO_HIGH-StatusRateTooHigh]
+	_ = [1]struct{}{}[C.PACER_STATUS_BURST_TOO_LARGE-StatusBurstTooLarge]
+	_ = [1]struct{}{}[C.PACER_STATUS_RETRIES_EXCEED_LADDER-StatusRetriesExceedLadder]
+	_ = [1]struct{}{}[C.PACER_RELEASE_POLICY_REFUND-ReleaseRefund]
+	_ = [1]struct{}{}[C.PACER_RELEASE_POLICY_STRICT-ReleaseStrict]
+	_ = [1]struct{}{}[C.PACER_MODE_DISABLED-ModeDisabled]
+	_ = [1]struct{}{}[C.PACER_MODE_REFUSING-ModeRefusing]
+	_ = [1]struct{}{}[C.PACER_MODE_SHAPING_LOW_RATE-ModeShapingLowRate]
+	_ = [1]struct{}{}[C.PACER_MODE_SHAPING_NO_RETRY-ModeShapingNoRetry]
+	_ = [1]struct{}{}[C.PACER_ADMIT_PATH_NONE-PathNone]
+	_ = [1]struct{}{}[C.PACER_ADMIT_PATH_DISABLED-PathDisabled]
+	_ = [1]struct{}{}[C.PACER_ADMIT_PATH_PACED-PathPaced]
+	_ = [1]struct{}{}[C.PACER_ADMIT_PATH_SHAPED-PathShaped]
+	_ = [1]struct{}{}[C.PACER_ADMIT_PATH_OVERFLOW-PathOverflow]
+	_ = [1]struct{}{}[C.PACER_NOTICE_KIND_RATE_MALFORMED-NoticeRateMalformed]
+	_ = [1]struct{}{}[C.PACER_NOTICE_KIND_RATE_CLAMPED-NoticeRateClamped]
+	_ = [1]struct{}{}[C.PACER_NOTICE_KIND_IDLE_MALFORMED-NoticeIdleMalformed]
+	_ = [1]struct{}{}[C.PACER_NOTICE_KIND_IDLE_CLAMPED-NoticeIdleClamped]
+	_ = [1]struct{}{}[C.PACER_NOTICE_KIND_TOTAL_MALFORMED-NoticeTotalMalformed]
+	_ = [1]struct{}{}[C.PACER_NOTICE_KIND_TOTAL_CLAMPED-NoticeTotalClamped]
+	_ = [1]struct{}{}[C.PACER_NOTICE_KIND_RETRIES_MALFORMED-NoticeRetriesMalformed]
+	_ = [1]struct{}{}[C.PACER_NOTICE_KIND_RETRIES_CLAMPED-NoticeRetriesClamped]
+	_ = [1]struct{}{}[C.PACER_NOTICE_KIND_IDLE_LOWERED-NoticeIdleLowered]
+	_ = [1]struct{}{}[C.PACER_NOTICE_KIND_TOTAL_RAISED-NoticeTotalRaised]
+	_ = [1]struct{}{}[C.PACER_NOTICE_KIND_PACING_DISABLED-NoticePacingDisabled]
+	_ = [1]struct{}{}[C.PACER_NOTICE_KIND_NO_REFUSE-NoticeNoRefuse]
+)
+
+// HeaderABIVersion is PACER_ABI_VERSION from the pacer.h this package was
+// compiled against.
+func HeaderABIVersion() uint32 { return uint32(C.pacer_go_header_abi_version()) }
+
+// LibraryABIVersion is what the linked library reports (pacer_abi_version).
+// New and Resolve refuse to work when it differs from HeaderABIVersion.
+func LibraryABIVersion() uint32 { return uint32(C.pacer_abi_version()) }
+
+// LibraryVersion is the linked library's version, e.g. "0.1.0".
+func LibraryVersion() string { return C.GoString(C.pacer_version()) }
+
+func checkABI() error {
+	if LibraryABIVersion() != HeaderABIVersion() {
+		return ErrABIMismatch
+	}
+	return nil
+}
+
+func statusText(code uint32) string { return C.GoString(C.pacer_status_str(C.uint32_t(code))) }
+
+// storage is one C-allocated struct pacer (PACER_STORAGE_SIZE bytes,
+// PACER_STORAGE_ALIGN-aligned), never in Go memory.
+type storage struct {
+	ptr *C.pacer
+}
+
+func allocStorage() (*storage, error) {
+	p := C.pacer_go_alloc()
+	if p == nil {
+		return nil, ErrOutOfMemory
+	}
+	return &storage{ptr: p}, nil
+}
+
+func (s *storage) free() {
+	if s.ptr != nil {
+		C.free(unsafe.Pointer(s.ptr))
+		s.ptr = nil
+	}
+}
+
+func (s *storage) aligned() bool {
+	return uintptr(unsafe.Pointer(s.ptr))%C.PACER_STORAGE_ALIGN == 0
+}
+
+// cConfig is a pacer_config in Go types.
+type cConfig struct {
+	rate, burst     uint32
+	idle            uint64
+	retries, policy uint32
+}
+
+func (s *storage) init(c cConfig, nowMs uint64) error {
+	code := uint32(C.pacer_go_init(s.ptr, C.uint32_t(c.rate), C.uint32_t(c.burst), C.uint64_t(c.idle),
+		C.uint32_t(c.retries), C.uint32_t(c.policy), C.uint64_t(nowMs)))
+	return statusErr("pacer_init", code)
+}
+
+func (s *storage) reserve(nowMs uint64) (Decision, error) {
+	r := C.pacer_go_reserve(s.ptr, C.uint64_t(nowMs))
+	if err := statusErr("pacer_reserve", uint32(r.status)); err != nil {
+		return Decision{}, err
+	}
+	d := r.decision
+	out := Decision{
+		Admitted:          uint32(d.kind) == C.PACER_DECISION_KIND_ADMITTED,
+		Path:              Path(d.path),
+		WaitMs:            uint64(d.wait_ms),
+		Queued:            bool(d.queued),
+		RequiredWaitMs:    uint64(d.required_wait_ms),
+		RetryAfterSeconds: uint64(d.retry_after_s),
+		ClockRegressed:    bool(d.clock_regressed),
+	}
+	if uint32(d.ticket.state) == C.PACER_TICKET_STATE_LIVE {
+		out.Ticket = &Ticket{seq: uint32(d.ticket.seq), debitUnits: uint32(d.ticket.debit_units)}
+	}
+	return out, nil
+}
+
+func (s *storage) release(seq, debitUnits uint32, nowMs uint64) (bool, error) {
+	r := C.pacer_go_release(s.ptr, C.uint32_t(seq), C.uint32_t(debitUnits), C.uint64_t(nowMs))
+	if err := statusErr("pacer_release", uint32(r.status)); err != nil {
+		return false, err
+	}
+	return bool(r.refunded), nil
+}
+
+func (s *storage) counters() (Counters, error) {
+	var c C.pacer_counters
+	code := uint32(C.pacer_get_counters(s.ptr, &c))
+	runtime.KeepAlive(&c)
+	if err := statusErr("pacer_get_counters", code); err != nil {
+		return Counters{}, err
+	}
+	return Counters{
+		Admitted:          uint64(c.admitted),
+		AdmittedAfterWait: uint64(c.admitted_after_wait),
+		Refused:           uint64(c.refused),
+		Shaped:            uint64(c.shaped),
+		Released:          uint64(c.released),
+		Refunded:          uint64(c.refunded),
+		ClockRegressions:  uint64(c.clock_regressions),
+	}, nil
+}
+
+func (s *storage) info() (Info, error) {
+	var i C.pacer_info
+	code := uint32(C.pacer_get_info(s.ptr, &i))
+	runtime.KeepAlive(&i)
+	if err := statusErr("pacer_get_info", code); err != nil {
+		return Info{}, err
+	}
+	return Info{
+		Mode:          Mode(i.mode),
+		ReleasePolicy: ReleasePolicy(i.release_policy),
+		WaitBoundMs:   uint64(i.wait_bound_ms),
+		CapacityUnits: int64(i.capacity_units),
+		MaxDebtUnits:  int64(i.max_debt_units),
+		HighWaterMs:   uint64(i.high_water_ms),
+		TokensUnits:   int64(i.tokens_units),
+	}, nil
+}
+
+// ---------------------------------------------------------------- SPEC §3
+
+// LadderCeiling is the largest retry count r whose backoff ladder
+// 2000·(2^r − 1) ms is shorter than idleTimeoutMs (SPEC §3).
+func LadderCeiling(idleTimeoutMs uint64) uint32 {
+	return uint32(C.pacer_ladder_ceiling(C.uint64_t(idleTimeoutMs)))
+}
+
+// WaitBoundMs is min(15000, floor(max(0, idle − backoff(r)) / (2(r+1)))) (SPEC §3).
+func WaitBoundMs(idleTimeoutMs uint64, maxRetries uint32) uint64 {
+	return uint64(C.pacer_wait_bound_ms(C.uint64_t(idleTimeoutMs), C.uint32_t(maxRetries)))
+}
+
+// HintCapSeconds is max(1, floor(bound/1000)) (SPEC §3).
+func HintCapSeconds(waitBoundMs uint64) uint64 {
+	return uint64(C.pacer_hint_cap_s(C.uint64_t(waitBoundMs)))
+}
+
+// RetryAfterSeconds is min(max(1, ceil(required/1000)), hint cap) (SPEC §3).
+func RetryAfterSeconds(requiredWaitMs, waitBoundMs uint64) uint64 {
+	return uint64(C.pacer_retry_after_s(C.uint64_t(requiredWaitMs), C.uint64_t(waitBoundMs)))
+}
+
+// CanRefuse reports whether refusals can outlast the wait for one slot:
+// r > 0 && rate > 0 && r·cap_s·1000·rate >= 60000 (SPEC §3).
+func CanRefuse(ratePerMinute, maxRetries uint32, waitBoundMs uint64) bool {
+	return bool(C.pacer_can_refuse(C.uint32_t(ratePerMinute), C.uint32_t(maxRetries), C.uint64_t(waitBoundMs)))
+}
+
+// ---------------------------------------------------------------- settings
+
+// cStrings holds C copies of Go strings until free is called.
+type cStrings []*C.char
+
+// add returns a C copy of s, or nil for an unset setting.
+func (cs *cStrings) add(s *string) *C.char {
+	if s == nil {
+		return nil
+	}
+	p := C.CString(*s)
+	*cs = append(*cs, p)
+	return p
+}
+
+func (cs cStrings) free() {
+	for _, p := range cs {
+		C.free(unsafe.Pointer(p))
+	}
+}
+
+// resolve runs pacer_resolve over the four settings (nil = unset).
+func resolve(s Settings) (Budget, error) {
+	var strs cStrings
+	defer strs.free()
+	rate := strs.add(s.RatePerMinute)
+	idle := strs.add(s.IdleTimeoutMs)
+	total := strs.add(s.TotalTimeoutMs)
+	retries := strs.add(s.MaxRetries)
+	var b C.pacer_budget
+	var n C.pacer_notices
+	code := uint32(C.pacer_resolve(rate, idle, total, retries, &b, &n))
+	runtime.KeepAlive(&b)
+	runtime.KeepAlive(&n)
+	if err := statusErr("pacer_resolve", code); err != nil {
+		return Budget{}, err
+	}
+	out := Budget{
+		RatePerMinute:     uint32(b.rate_per_min),
+		MaxRetries:        uint32(b.max_retries),
+		IdleTimeoutMs:     uint64(b.idle_timeout_ms),
+		TotalTimeoutMs:    uint64(b.total_timeout_ms),
+		WaitBoundMs:       uint64(b.wait_bound_ms),
+		HintCapSeconds:    uint64(b.hint_cap_s),
+		RefusalScheduleMs: uint64(b.refusal_schedule_ms),
+		CanRefuse:         bool(b.can_refuse),
+		Enabled:           bool(b.enabled),
+	}
+	count := int(n.count)
+	if count > maxNotices {
+		count = maxNotices
+	}
+	for i := 0; i < count; i++ {
+		item := &n.items[i]
+		// raw points into one of strs, still allocated here.
+		raw := ""
+		if item.raw != nil && item.raw_len > 0 {
+			raw = C.GoStringN(item.raw, C.int(item.raw_len))
+		}
+		notice, err := noticeFromC(item, raw)
+		if err != nil {
+			return Budget{}, err
+		}
+		out.Notices = append(out.Notices, notice)
+	}
+	return out, nil
+}
+
+// noticeFromC builds a Notice from a pacer_notice (raw: its text, already
+// copied out): the English text from pacer_notice_render and the dedupe key
+// from pacer_notice_key. n is rebuilt in Go memory with its own copy of raw.
+func noticeFromC(item *C.pacer_notice, raw string) (Notice, error) {
+	var n C.pacer_notice
+	n.kind = item.kind
+	n.values = item.values
+	if raw != "" {
+		rawC := C.CString(raw)
+		defer C.free(unsafe.Pointer(rawC))
+		n.raw = rawC
+		n.raw_len = C.size_t(len(raw))
+	}
+	text, err := renderInto("pacer_notice_render", func(buf *C.uint8_t, size C.size_t, written *C.size_t) uint32 {
+		return uint32(C.pacer_notice_render(&n, buf, size, written))
+	})
+	if err != nil {
+		return Notice{}, err
+	}
+	key, err := renderInto("pacer_notice_key", func(buf *C.uint8_t, size C.size_t, written *C.size_t) uint32 {
+		return uint32(C.pacer_notice_key(&n, buf, size, written))
+	})
+	runtime.KeepAlive(&n)
+	if err != nil {
+		return Notice{}, err
+	}
+	values := [3]uint64{uint64(n.values[0]), uint64(n.values[1]), uint64(n.values[2])}
+	return Notice{Kind: NoticeKind(n.kind), Key: string(key), Text: string(text), Raw: raw, Values: values}, nil
+}
+
+// modeNotice is the notice a configuration calls for (SPEC §2), from
+// pacer_mode_notice: pacing disabled by a zero bound, or a refusal
+// schedule too short to refuse.
+func modeNotice(c cConfig) (Notice, bool, error) {
+	var n C.pacer_notice
+	var present C.bool
+	code := C.pacer_go_mode_notice(C.uint32_t(c.rate), C.uint32_t(c.burst), C.uint64_t(c.idle),
+		C.uint32_t(c.retries), C.uint32_t(c.policy), &n, &present)
+	runtime.KeepAlive(&n)
+	runtime.KeepAlive(&present)
+	if err := statusErr("pacer_mode_notice", uint32(code)); err != nil || !bool(present) {
+		return Notice{}, false, err
+	}
+	notice, err := noticeFromC(&n, "")
+	return notice, err == nil, err
+}
+
+// noticeKindName is the kind's name from pacer_notice_kind_name, or
+// "unknown".
+func noticeKindName(kind NoticeKind) string {
+	name := C.pacer_notice_kind_name(C.uint32_t(kind))
+	if name == nil {
+		return "unknown"
+	}
+	return C.GoString(name)
+}
+
+// renderInto runs a C renderer that follows the BUFFER_TOO_SHORT
+// convention: measure with an empty buffer, then render into one of the
+// needed length.
+func renderInto(op string, render func(buf *C.uint8_t, size C.size_t, written *C.size_t) uint32) ([]byte, error) {
+	var needed C.size_t
+	code := render(nil, 0, &needed)
+	runtime.KeepAlive(&needed)
+	switch code {
+	case uint32(C.PACER_STATUS_OK):
+		return []byte{}, nil
+	case uint32(C.PACER_STATUS_BUFFER_TOO_SHORT):
+	default:
+		return nil, statusErr(op, code)
+	}
+	buf := make([]byte, int(needed))
+	var written C.size_t
+	code = render((*C.uint8_t)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &written)
+	runtime.KeepAlive(buf)
+	runtime.KeepAlive(&written)
+	if err := statusErr(op, code); err != nil {
+		return nil, err
+	}
+	return buf[:int(written)], nil
+}
+
+// refusalBody renders the SPEC §9 body via pacer_refusal_body.
+func refusalBody(prefix string, retryAfterSeconds uint64) ([]byte, error) {
+	p := C.CString(prefix)
+	defer C.free(unsafe.Pointer(p))
+	return renderInto("pacer_refusal_body", func(buf *C.uint8_t, size C.size_t, written *C.size_t) uint32 {
+		return uint32(C.pacer_refusal_body(p, C.uint64_t(retryAfterSeconds), buf, size, written))
+	})
+}
+
+// RefusalContentType is the refusal's content-type header value.
+func RefusalContentType() string { return C.GoString(C.pacer_refusal_content_type()) }

@@ -1,0 +1,20 @@
+// Package pacer paces new upstream connections: each request asks whether
+// it may open a connection now, after a bounded wait, or must be refused
+// with a retry-after hint. The decision is the pacer core's, called through
+// its C ABI (libpacer.a, include/pacer.h); waiting, clocks, contexts and
+// notices are Go's.
+//
+// Clocks are monotonic milliseconds as uint64: Reserve and Release take
+// them from the caller (any value, including math.MaxUint64), Admit reads
+// the pacer's Config.Clock (MonotonicMs by default).
+//
+//	p, err := pacer.New(pacer.DefaultConfig())
+//	a, err := p.Admit(ctx)
+//	var refused *pacer.RefusedError
+//	if errors.As(err, &refused) {
+//		r, _ := refused.Response("")
+//		_ = r.Write(w)
+//		return
+//	}
+//	// open the connection; if it will not be opened after all: a.Release()
+package pacer

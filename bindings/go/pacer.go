@@ -1,0 +1,501 @@
+package pacer
+
+import (
+	"context"
+	"math"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ReleasePolicy says when a released ticket's debit is refunded (SPEC §4).
+type ReleasePolicy uint32
+
+const (
+	// ReleaseRefund always refunds, capped at capacity (the default).
+	ReleaseRefund ReleasePolicy = 0
+	// ReleaseStrict refunds only while every later debit has itself been
+	// refunded, so SPEC §6.1's window bound needs no release term.
+	ReleaseStrict ReleasePolicy = 1
+)
+
+func (p ReleasePolicy) String() string {
+	switch p {
+	case ReleaseRefund:
+		return "refund"
+	case ReleaseStrict:
+		return "strict"
+	}
+	return "unknown"
+}
+
+// Mode is how a pacer treats overflow, fixed by its Config.
+type Mode uint32
+
+const (
+	// ModeDisabled: rate 0 or no room to wait; everything admitted at once.
+	ModeDisabled Mode = 0
+	// ModeRefusing: overflow is refused with a retry-after hint.
+	ModeRefusing Mode = 1
+	// ModeShapingLowRate: retries cannot outlast a slot wait at this rate,
+	// so overflow is shaped (admitted late) instead.
+	ModeShapingLowRate Mode = 2
+	// ModeShapingNoRetry: no client retries, so overflow is shaped.
+	ModeShapingNoRetry Mode = 3
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeDisabled:
+		return "disabled"
+	case ModeRefusing:
+		return "refusing"
+	case ModeShapingLowRate:
+		return "shaping-low-rate"
+	case ModeShapingNoRetry:
+		return "shaping-no-retry"
+	}
+	return "unknown"
+}
+
+// Path is the rule that admitted a request.
+type Path uint32
+
+const (
+	// PathNone: not admitted (a refusal).
+	PathNone Path = 0
+	// PathDisabled: pacing is off.
+	PathDisabled Path = 1
+	// PathPaced: a whole token, now or after a wait within the bound.
+	PathPaced Path = 2
+	// PathShaped: shaped overflow, debited down to the floor; waits the bound.
+	PathShaped Path = 3
+	// PathOverflow: overflow past the floor when shaping; at once, nothing debited.
+	PathOverflow Path = 4
+)
+
+func (p Path) String() string {
+	switch p {
+	case PathNone:
+		return "none"
+	case PathDisabled:
+		return "disabled"
+	case PathPaced:
+		return "paced"
+	case PathShaped:
+		return "shaped"
+	case PathOverflow:
+		return "overflow"
+	}
+	return "unknown"
+}
+
+// Defaults of SPEC §2.
+const (
+	DefaultRatePerMinute = 60
+	DefaultBurst         = 10
+	DefaultIdleTimeout   = 120 * time.Second
+	DefaultMaxRetries    = 5
+)
+
+// Config is a pacer's parameters. Fields are taken as given (a zero
+// RatePerMinute switches pacing off); start from DefaultConfig or
+// Budget.Config.
+type Config struct {
+	// RatePerMinute is new connections per minute, 0..600 (0 = pacing off).
+	RatePerMinute int
+	// Burst is how many connections open with no wait after an idle spell,
+	// 0..1000000 (0 means 1).
+	Burst int
+	// IdleTimeout is the request's no-data deadline, a whole number of
+	// milliseconds >= 0; it sizes the wait bound (SPEC §3).
+	IdleTimeout time.Duration
+	// MaxRetries is the client's retry count, 0..LadderCeiling(idle).
+	MaxRetries int
+	// ReleasePolicy is ReleaseRefund (the default) or ReleaseStrict.
+	ReleasePolicy ReleasePolicy
+
+	// Clock is the monotonic clock Admit and Admission.Release read, in
+	// milliseconds; nil means MonotonicMs.
+	Clock func() uint64
+	// Sleep waits d or until ctx is done, returning ctx.Err() then; nil
+	// means a time.Timer raced against ctx.Done().
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Notifier logs the pacer's own notice (pacing disabled, or overflow
+	// shaped rather than refused) once per key; nil means DefaultNotifier.
+	Notifier *Notifier
+}
+
+// DefaultConfig is SPEC §2's defaults: 60/minute, burst 10, idle timeout
+// 120 s, 5 retries, refund policy (wait bound 4833 ms, refusing).
+func DefaultConfig() Config {
+	return Config{
+		RatePerMinute: DefaultRatePerMinute,
+		Burst:         DefaultBurst,
+		IdleTimeout:   DefaultIdleTimeout,
+		MaxRetries:    DefaultMaxRetries,
+		ReleasePolicy: ReleaseRefund,
+	}
+}
+
+// validate checks every field and converts it for pacer_init.
+func (c Config) validate() (cConfig, error) {
+	if c.RatePerMinute < 0 || c.RatePerMinute > MaxRatePerMinute {
+		return cConfig{}, configError("RatePerMinute", c.RatePerMinute, "must be between 0 and 600")
+	}
+	if c.Burst < 0 || c.Burst > MaxBurst {
+		return cConfig{}, configError("Burst", c.Burst, "must be between 0 and 1000000")
+	}
+	if c.IdleTimeout < 0 {
+		return cConfig{}, configError("IdleTimeout", c.IdleTimeout, "must not be negative")
+	}
+	if c.IdleTimeout%time.Millisecond != 0 {
+		return cConfig{}, configError("IdleTimeout", c.IdleTimeout, "must be a whole number of milliseconds")
+	}
+	idleMs := uint64(c.IdleTimeout / time.Millisecond)
+	ceiling := LadderCeiling(idleMs)
+	if c.MaxRetries < 0 || uint64(c.MaxRetries) > uint64(ceiling) {
+		return cConfig{}, configError("MaxRetries", c.MaxRetries,
+			"must be between 0 and the idle timeout's ladder ceiling "+strconv.FormatUint(uint64(ceiling), 10))
+	}
+	if c.ReleasePolicy != ReleaseRefund && c.ReleasePolicy != ReleaseStrict {
+		return cConfig{}, configError("ReleasePolicy", uint32(c.ReleasePolicy), "must be ReleaseRefund or ReleaseStrict")
+	}
+	return cConfig{
+		rate:    uint32(c.RatePerMinute),
+		burst:   uint32(c.Burst),
+		idle:    idleMs,
+		retries: uint32(c.MaxRetries),
+		policy:  uint32(c.ReleasePolicy),
+	}, nil
+}
+
+var processStart = time.Now()
+
+// MonotonicMs is the default clock: whole milliseconds on the monotonic
+// clock since the package was loaded.
+func MonotonicMs() uint64 {
+	d := time.Since(processStart)
+	if d < 0 {
+		return 0
+	}
+	return uint64(d / time.Millisecond)
+}
+
+// timerSleep waits d on a timer, or until ctx is done.
+func timerSleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Pacer decides whether a new upstream connection may open now, after a
+// bounded wait, or must be refused. It is safe for concurrent use: Reserve
+// and Release are lock-free in the core. Its state lives in C-allocated
+// memory, freed by Close (or when the Pacer becomes unreachable).
+type Pacer struct {
+	mu      sync.RWMutex // Close takes it exclusively; every call shares it
+	mem     *storage     // nil ptr once closed
+	cleanup runtime.Cleanup
+
+	cfg      Config
+	clock    func() uint64
+	sleep    func(ctx context.Context, d time.Duration) error
+	notifier *Notifier
+	mode     Mode
+	boundMs  uint64
+}
+
+// New validates cfg and builds a pacer, full (burst tokens available) at
+// cfg.Clock(). A bad field returns an error wrapping ErrInvalidConfig (a
+// *FieldError naming the field); nothing is allocated or logged then.
+func New(cfg Config) (*Pacer, error) {
+	if err := checkABI(); err != nil {
+		return nil, err
+	}
+	cc, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	p := &Pacer{
+		cfg:      cfg,
+		clock:    cfg.Clock,
+		sleep:    cfg.Sleep,
+		notifier: cfg.Notifier,
+	}
+	if p.clock == nil {
+		p.clock = MonotonicMs
+	}
+	if p.sleep == nil {
+		p.sleep = timerSleep
+	}
+	if p.notifier == nil {
+		p.notifier = DefaultNotifier
+	}
+	mem, err := allocStorage()
+	if err != nil {
+		return nil, err
+	}
+	if err := mem.init(cc, p.clock()); err != nil {
+		mem.free()
+		return nil, err
+	}
+	info, err := mem.info()
+	if err != nil {
+		mem.free()
+		return nil, err
+	}
+	p.mem = mem
+	p.mode = info.Mode
+	p.boundMs = info.WaitBoundMs
+	p.cleanup = runtime.AddCleanup(p, func(s *storage) { s.free() }, mem)
+	if notice, ok, err := modeNotice(cc); err == nil && ok {
+		p.notifier.Notify(notice)
+	}
+	return p, nil
+}
+
+// enter read-locks p when its storage is live (the caller then calls
+// p.mu.RUnlock) and reports whether it is: false for a closed pacer, a nil
+// one, or one not made by New.
+func (p *Pacer) enter() bool {
+	if p == nil {
+		return false
+	}
+	p.mu.RLock()
+	if p.mem == nil || p.mem.ptr == nil {
+		p.mu.RUnlock()
+		return false
+	}
+	return true
+}
+
+// Close frees the pacer's C storage. Calls after Close return ErrClosed;
+// Close waits for calls in flight and is idempotent.
+func (p *Pacer) Close() error {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mem == nil || p.mem.ptr == nil {
+		return nil
+	}
+	p.cleanup.Stop()
+	p.mem.free()
+	return nil
+}
+
+// Config is the configuration the pacer was built with.
+func (p *Pacer) Config() Config { return p.cfg }
+
+// Mode is how the pacer treats overflow.
+func (p *Pacer) Mode() Mode { return p.mode }
+
+// WaitBoundMs is the longest wait an admission is given, ms.
+func (p *Pacer) WaitBoundMs() uint64 { return p.boundMs }
+
+// Decision is Reserve's answer.
+type Decision struct {
+	// Admitted: open the connection after WaitMs. Otherwise refused: answer
+	// with a retryable rate limit carrying RetryAfterSeconds.
+	Admitted bool
+	// Path is the rule that admitted (PathNone for a refusal).
+	Path Path
+	// WaitMs is how long to wait before opening, ms (admitted).
+	WaitMs uint64
+	// Queued is WaitMs > 0.
+	Queued bool
+	// Ticket refunds the admission if the connection will not be opened;
+	// nil when nothing was debited.
+	Ticket *Ticket
+	// RequiredWaitMs is the wait the rate would need, ms (refused).
+	RequiredWaitMs uint64
+	// RetryAfterSeconds is the hint for the client (refused).
+	RetryAfterSeconds uint64
+	// ClockRegressed: nowMs was behind the latest reading and was treated
+	// as it (SPEC §5).
+	ClockRegressed bool
+}
+
+// Wait is WaitMs as a time.Duration (saturating).
+func (d Decision) Wait() time.Duration { return msDuration(d.WaitMs) }
+
+func msDuration(ms uint64) time.Duration {
+	if ms > uint64(math.MaxInt64/int64(time.Millisecond)) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// Ticket is the right to refund one admission's debit. It is released at
+// most once, however many goroutines try.
+type Ticket struct {
+	owner      *Pacer
+	seq        uint32
+	debitUnits uint32
+	spent      atomic.Bool
+}
+
+// DebitUnits is the debit the ticket refunds (UnitsPerToken = one connection).
+func (t *Ticket) DebitUnits() uint32 { return t.debitUnits }
+
+// Spent reports whether the ticket was released already.
+func (t *Ticket) Spent() bool { return t.spent.Load() }
+
+// Reserve decides at nowMs (the caller's monotonic clock in milliseconds;
+// any uint64, including math.MaxUint64) without waiting. The caller waits
+// Decision.WaitMs itself and releases Decision.Ticket if it will not open
+// the connection. Safe for concurrent use.
+func (p *Pacer) Reserve(nowMs uint64) (Decision, error) {
+	if !p.enter() {
+		return Decision{}, ErrClosed
+	}
+	defer p.mu.RUnlock()
+	d, err := p.mem.reserve(nowMs)
+	runtime.KeepAlive(p)
+	if d.Ticket != nil {
+		d.Ticket.owner = p
+	}
+	return d, err
+}
+
+// Release refunds an admission that will not open its connection, at
+// nowMs. It reports whether the policy refunded it; a nil ticket, a ticket
+// already released or one from another pacer reports false and changes
+// nothing.
+func (p *Pacer) Release(t *Ticket, nowMs uint64) (bool, error) {
+	if !p.enter() {
+		return false, ErrClosed
+	}
+	defer p.mu.RUnlock()
+	if t == nil || t.owner != p {
+		return false, nil
+	}
+	if !t.spent.CompareAndSwap(false, true) {
+		return false, nil
+	}
+	refunded, err := p.mem.release(t.seq, t.debitUnits, nowMs)
+	runtime.KeepAlive(p)
+	return refunded, err
+}
+
+// Admission is a granted request: open the connection now. If it will not
+// be opened after all, call Release.
+type Admission struct {
+	// Wait is the wait the pacer granted.
+	Wait time.Duration
+	// Waited is how long Admit waited, by the pacer's clock.
+	Waited time.Duration
+	// Queued is Wait > 0.
+	Queued bool
+	// Path is the rule that admitted.
+	Path Path
+	// Ticket is the refund right (nil when nothing was debited).
+	Ticket *Ticket
+
+	pacer *Pacer
+}
+
+// Release gives the admission's slot back (the connection will not be
+// opened). It reports whether the policy refunded it; only the first call
+// on an admission (or any copy of it) can.
+func (a Admission) Release() bool {
+	if a.pacer == nil || a.Ticket == nil {
+		return false
+	}
+	refunded, err := a.pacer.Release(a.Ticket, a.pacer.clock())
+	return err == nil && refunded
+}
+
+// Admit waits for permission to open one new connection. It reserves at
+// the pacer's clock and, when queued, sleeps until the granted time or
+// until ctx is done. A refusal returns a *RefusedError (errors.Is
+// ErrRefused). If ctx is done before admission, the slot is refunded and
+// ctx.Err() returned.
+func (p *Pacer) Admit(ctx context.Context) (Admission, error) {
+	if ctx == nil {
+		return Admission{}, inputError("ctx", nil, "must not be nil")
+	}
+	if p == nil || p.clock == nil {
+		return Admission{}, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return Admission{}, err
+	}
+	start := p.clock()
+	d, err := p.Reserve(start)
+	if err != nil {
+		return Admission{}, err
+	}
+	if !d.Admitted {
+		return Admission{}, &RefusedError{RequiredWaitMs: d.RequiredWaitMs, RetryAfterSeconds: d.RetryAfterSeconds}
+	}
+	a := Admission{Wait: d.Wait(), Queued: d.Queued, Path: d.Path, Ticket: d.Ticket, pacer: p}
+	if !d.Queued {
+		return a, nil
+	}
+	if err := p.sleep(ctx, a.Wait); err != nil {
+		// A cancelled request opens no connection: give the slot back.
+		_, _ = p.Release(d.Ticket, p.clock())
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return Admission{}, ctxErr
+		}
+		return Admission{}, err
+	}
+	if end := p.clock(); end > start {
+		a.Waited = msDuration(end - start)
+	}
+	return a, nil
+}
+
+// Counters are what a pacer decided so far.
+type Counters struct {
+	Admitted          uint64 // admissions by any path
+	AdmittedAfterWait uint64 // admissions with a wait
+	Refused           uint64 // refusals
+	Shaped            uint64 // admissions by the shaping rule
+	Released          uint64 // releases of a live ticket
+	Refunded          uint64 // releases refunded
+	ClockRegressions  uint64 // calls whose clock was behind the latest reading
+}
+
+// Counters reads the decision counters (each read independently).
+func (p *Pacer) Counters() (Counters, error) {
+	if !p.enter() {
+		return Counters{}, ErrClosed
+	}
+	defer p.mu.RUnlock()
+	c, err := p.mem.counters()
+	runtime.KeepAlive(p)
+	return c, err
+}
+
+// Info is a pacer's derived parameters and current state.
+type Info struct {
+	Mode          Mode
+	ReleasePolicy ReleasePolicy
+	WaitBoundMs   uint64 // longest wait granted, ms
+	CapacityUnits int64  // capacity (burst) in units
+	MaxDebtUnits  int64  // debt floor in units
+	HighWaterMs   uint64 // latest clock reading that changed the state
+	TokensUnits   int64  // tokens at HighWaterMs, in units (may be negative)
+}
+
+// Info reads the pacer's derived parameters and current state.
+func (p *Pacer) Info() (Info, error) {
+	if !p.enter() {
+		return Info{}, ErrClosed
+	}
+	defer p.mu.RUnlock()
+	i, err := p.mem.info()
+	runtime.KeepAlive(p)
+	return i, err
+}
