@@ -27,5 +27,8 @@ bash scripts/test-node.sh
 step "Go binding: go vet, go test -race, vectors, one benchmark run"
 bash scripts/test-go.sh
 
+step "Python binding: pip install into a venv, pytest"
+bash scripts/test-python.sh
+
 step "loom model of the lock-free state"
 bash scripts/check-loom.sh

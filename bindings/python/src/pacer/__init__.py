@@ -1,0 +1,99 @@
+"""pacer: admission pacing for new upstream connections.
+
+The decision is the Rust core's, called through its C ABI (libpacer, linked
+into a compiled cffi module); the clock, the waiting (asyncio or threads),
+cancellation and notices (the ``pacer`` logger) are this package's.
+
+    pacer = Pacer.from_env()                    # PACER_RATE_PER_MIN, PACER_IDLE_TIMEOUT_MS, ...
+    outcome = await pacer.admit()               # sleeps; cancellation gives the slot back
+    if isinstance(outcome, Refused):
+        status, headers, body = outcome.response()
+    ...                                         # open the connection, or outcome.release()
+"""
+
+from __future__ import annotations
+
+from ._abi import check_abi
+from ._native import ffi as _ffi
+from ._native import lib as _lib
+from ._pacer import (
+    DEFAULT_BURST,
+    DEFAULT_IDLE_TIMEOUT_MS,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_MESSAGE_PREFIX,
+    DEFAULT_RATE_PER_MINUTE,
+    AdmitPath,
+    Admitted,
+    Counters,
+    Decision,
+    Mode,
+    Pacer,
+    PacerConfig,
+    PacerState,
+    RefusalResponse,
+    Refused,
+    ReleasePolicy,
+    Ticket,
+    refusal_response,
+)
+from ._settings import (
+    ENV_NAMES,
+    Budget,
+    Notice,
+    NoticeKind,
+    NoticeRegistry,
+    PacerError,
+    can_refuse,
+    default_notice_registry,
+    hint_cap_s,
+    ladder_ceiling,
+    retry_after_s,
+    wait_bound_ms,
+)
+
+__version__ = "0.1.0"
+
+#: The ABI version of include/pacer.h this package was compiled with.
+ABI_VERSION: int = int(_lib.PACER_ABI_VERSION)
+
+
+def library_version() -> str:
+    """The linked pacer library's version, e.g. "0.1.0"."""
+    return str(_ffi.string(_lib.pacer_version()).decode("ascii"))
+
+
+__all__ = [
+    "ABI_VERSION",
+    "DEFAULT_BURST",
+    "DEFAULT_IDLE_TIMEOUT_MS",
+    "DEFAULT_MAX_RETRIES",
+    "DEFAULT_MESSAGE_PREFIX",
+    "DEFAULT_RATE_PER_MINUTE",
+    "ENV_NAMES",
+    "AdmitPath",
+    "Admitted",
+    "Budget",
+    "Counters",
+    "Decision",
+    "Mode",
+    "Notice",
+    "NoticeKind",
+    "NoticeRegistry",
+    "Pacer",
+    "PacerConfig",
+    "PacerError",
+    "PacerState",
+    "RefusalResponse",
+    "Refused",
+    "ReleasePolicy",
+    "Ticket",
+    "can_refuse",
+    "check_abi",
+    "default_notice_registry",
+    "hint_cap_s",
+    "ladder_ceiling",
+    "library_version",
+    "refusal_response",
+    "retry_after_s",
+    "wait_bound_ms",
+]

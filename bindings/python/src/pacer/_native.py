@@ -1,0 +1,24 @@
+"""The compiled cffi module, checked once at import."""
+
+from __future__ import annotations
+
+from ._abi import check_abi, missing_extension
+
+try:
+    from ._pacer_cffi import ffi, lib
+except ImportError as error:  # pragma: no cover - exercised by a broken install
+    raise missing_extension(error) from error
+
+check_abi(int(lib.pacer_abi_version()), int(lib.PACER_ABI_VERSION))
+
+__all__ = ["aligned_new", "ffi", "lib"]
+
+
+def aligned_new(ctype: str, size: int, align: int) -> tuple[object, object]:
+    """Zeroed storage of ``size`` bytes aligned to ``align`` as a ``ctype``
+    pointer: (owner, pointer). ffi.new promises no alignment beyond the
+    platform's malloc, so this over-allocates and aligns by hand; the owner
+    must be kept alive as long as the pointer is used."""
+    owner = ffi.new("uint8_t[]", size + align - 1)
+    offset = -int(ffi.cast("uintptr_t", owner)) % align
+    return owner, ffi.cast(ctype, owner + offset)

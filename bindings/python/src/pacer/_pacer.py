@@ -1,0 +1,462 @@
+"""The pacer: the core's decision (through the C ABI) with the clock, the
+waiting and the cancellation that belong to Python."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+from . import _check
+from ._native import aligned_new, ffi, lib
+from ._settings import (
+    ENV_NAMES,
+    Budget,
+    NoticeRegistry,
+    PacerError,
+    _check_registry,
+    _ok,
+    ladder_ceiling,
+    notice_from_c,
+    report,
+    written_bytes,
+)
+
+DEFAULT_RATE_PER_MINUTE = 60
+DEFAULT_BURST = 10
+DEFAULT_IDLE_TIMEOUT_MS = 120_000
+DEFAULT_MAX_RETRIES = 5
+
+DEFAULT_MESSAGE_PREFIX = (
+    "pacer is limiting how fast new upstream connections open to reduce the chance of an upstream rate limit"
+)
+
+ReleasePolicy = Literal["refund", "strict"]
+_POLICIES = {"refund": lib.PACER_RELEASE_POLICY_REFUND, "strict": lib.PACER_RELEASE_POLICY_STRICT}
+
+_ADMITTED = lib.PACER_DECISION_KIND_ADMITTED
+_LIVE = lib.PACER_TICKET_STATE_LIVE
+_OK = lib.PACER_STATUS_OK
+_U64_MAX = _check.U64_MAX
+_new = ffi.new
+_reserve = lib.pacer_reserve
+
+
+class AdmitPath(enum.Enum):
+    """Which rule admitted a request."""
+
+    DISABLED = "disabled"  #: pacing is off
+    PACED = "paced"  #: a whole token, now or after a wait within the bound
+    SHAPED = "shaped"  #: overflow shaped: debited down to the floor, waits the bound
+    OVERFLOW = "overflow"  #: overflow past the floor while shaping: at once, nothing debited
+
+
+class Mode(enum.Enum):
+    """What a pacer does with overflow."""
+
+    DISABLED = "disabled"  #: rate 0 or no room to wait: everything admitted at once
+    REFUSING = "refusing"  #: overflow refused with a retry-after hint
+    SHAPING_LOW_RATE = "shaping-low-rate"  #: retries cannot outlast a slot wait: overflow shaped
+    SHAPING_NO_RETRY = "shaping-no-retry"  #: no retries: overflow shaped
+
+
+_PATHS = {
+    lib.PACER_ADMIT_PATH_DISABLED: AdmitPath.DISABLED,
+    lib.PACER_ADMIT_PATH_PACED: AdmitPath.PACED,
+    lib.PACER_ADMIT_PATH_SHAPED: AdmitPath.SHAPED,
+    lib.PACER_ADMIT_PATH_OVERFLOW: AdmitPath.OVERFLOW,
+}
+_MODES = {
+    lib.PACER_MODE_DISABLED: Mode.DISABLED,
+    lib.PACER_MODE_REFUSING: Mode.REFUSING,
+    lib.PACER_MODE_SHAPING_LOW_RATE: Mode.SHAPING_LOW_RATE,
+    lib.PACER_MODE_SHAPING_NO_RETRY: Mode.SHAPING_NO_RETRY,
+}
+
+
+class Ticket:
+    """The right to refund one admission's debit; released at most once, by
+    the pacer that issued it. Made by ``reserve``, not by hand."""
+
+    __slots__ = ("_pacer", "_seq", "_debit_units", "_spent")
+
+    def __init__(self, pacer: Pacer, seq: int, debit_units: int) -> None:
+        self._pacer = pacer
+        self._seq = seq
+        self._debit_units = debit_units
+        self._spent = False
+
+    @property
+    def debit_units(self) -> int:
+        """The debit this ticket refunds, in 1/60000 of a connection."""
+        return self._debit_units
+
+    @property
+    def spent(self) -> bool:
+        """Whether it was released already."""
+        return self._spent
+
+    def __repr__(self) -> str:
+        return f"<pacer.Ticket debit_units={self._debit_units} spent={self._spent}>"
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """Open the connection after ``wait_ms`` (``admit`` has already waited).
+
+    ``ticket`` is None when nothing was debited (pacing off, or overflow
+    admitted past the floor). Call ``release()`` if the connection will not
+    be opened after all; it refunds at most once."""
+
+    wait_ms: int
+    path: AdmitPath
+    clock_regressed: bool
+    ticket: Ticket | None
+
+    @property
+    def queued(self) -> bool:
+        """Admitted with a wait."""
+        return self.wait_ms > 0
+
+    def release(self, now_ms: int | None = None) -> bool:
+        """Gives the slot back (at ``now_ms``, default the pacer's clock).
+        True when the policy refunded it; False if there is nothing to refund
+        or it was released already. Thread-safe."""
+        ticket = self.ticket
+        if ticket is None:
+            if now_ms is not None:
+                _check.u64("now_ms", now_ms)
+            return False
+        return ticket._pacer.release(ticket, now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Do not open; answer the client with a retryable rate limit carrying
+    ``retry_after_s`` (see ``response``). ``required_wait_ms`` is the wait the
+    rate would have needed (diagnostics)."""
+
+    required_wait_ms: int
+    retry_after_s: int
+    clock_regressed: bool
+
+    def response(self, message_prefix: str = DEFAULT_MESSAGE_PREFIX) -> RefusalResponse:
+        """The refusal as an HTTP answer (SPEC §9)."""
+        return refusal_response(self.retry_after_s, message_prefix=message_prefix)
+
+
+#: What ``reserve``, ``admit`` and ``admit_blocking`` return.
+Decision = Admitted | Refused
+
+
+@dataclass(frozen=True, slots=True)
+class PacerConfig:
+    """The settings a pacer runs with (defaults filled in)."""
+
+    rate_per_minute: int
+    burst: int
+    idle_timeout_ms: int
+    max_retries: int
+    release_policy: ReleasePolicy
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """What a pacer decided so far (each counter read independently)."""
+
+    admitted: int
+    admitted_after_wait: int
+    refused: int
+    shaped: int
+    released: int
+    refunded: int
+    clock_regressions: int
+
+
+@dataclass(frozen=True, slots=True)
+class PacerState:
+    """A pacer's current state, for diagnostics; units are 1/60000 of a connection."""
+
+    mode: Mode
+    wait_bound_ms: int
+    capacity_units: int
+    max_debt_units: int
+    high_water_ms: int
+    tokens_units: int
+
+
+class RefusalResponse(NamedTuple):
+    """``(status, headers, body)`` of a refusal (SPEC §9)."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+class Pacer:
+    """One bucket pacing new upstream connections (SPEC §4).
+
+    ``reserve`` decides without waiting; ``admit`` (asyncio) and
+    ``admit_blocking`` (threads) wait the granted time. ``reserve`` and
+    ``release`` are thread-safe and lock-free in the core; the C calls run
+    without the GIL.
+    """
+
+    __slots__ = ("_owner", "_storage", "_clock", "_sleep", "_config", "_mode", "_wait_bound_ms",
+                 "_release_lock", "__weakref__")
+
+    def __init__(
+        self,
+        *,
+        rate_per_minute: int = DEFAULT_RATE_PER_MINUTE,
+        burst: int = DEFAULT_BURST,
+        idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
+        max_retries: int | None = None,
+        release_policy: ReleasePolicy = "refund",
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
+        notice_registry: NoticeRegistry | None = None,
+    ) -> None:
+        """
+        :param rate_per_minute: new connections per minute, 0..600 (0 = pacing off)
+        :param burst: connections admitted with no wait after an idle spell (0 means 1)
+        :param idle_timeout_ms: the request's no-data deadline, ms; sizes the wait bound
+        :param max_retries: the client's retry count; default min(5, ladder ceiling)
+        :param release_policy: ``"refund"`` (always refund) or ``"strict"``
+        :param clock: monotonic clock in seconds (float), like ``time.monotonic``
+        :param sleep: the coroutine ``admit`` waits with; default ``asyncio.sleep``
+        :param notice_registry: remembers the notices logged; default module-wide
+        """
+        rate = _check.whole("rate_per_minute", rate_per_minute, 0, int(lib.PACER_MAX_RATE_PER_MIN))
+        burst = _check.whole("burst", burst, 0, int(lib.PACER_MAX_BURST))
+        idle = _check.u64("idle_timeout_ms", idle_timeout_ms)
+        ceiling = ladder_ceiling(idle)
+        if max_retries is None:
+            retries = min(DEFAULT_MAX_RETRIES, ceiling)
+        else:
+            retries = _check.u32("max_retries", max_retries)
+            if retries > ceiling:
+                raise ValueError(
+                    f"pacer: max_retries must be at most {ceiling} (the ladder ceiling of an "
+                    f"idle_timeout_ms of {idle}), got {retries}"
+                )
+        if not isinstance(release_policy, str):
+            raise TypeError(
+                f"pacer: release_policy must be 'refund' or 'strict', got {_check.describe(release_policy)}"
+            )
+        if release_policy not in _POLICIES:
+            raise ValueError(f"pacer: release_policy must be 'refund' or 'strict', got {release_policy!r}")
+        self._clock = _check.callable_or("clock", clock, time.monotonic)
+        self._sleep = _check.callable_or("sleep", sleep, asyncio.sleep)
+        registry = _check_registry(notice_registry)
+        now_ms = _check.clock_ms(self._clock)
+
+        config = ffi.new("struct pacer_config *", {
+            "rate_per_min": rate,
+            "burst": burst,
+            "idle_timeout_ms": idle,
+            "max_retries": retries,
+            "release_policy": _POLICIES[release_policy],
+        })
+        owner, storage = aligned_new(
+            "struct pacer *",
+            max(int(lib.PACER_STORAGE_SIZE), ffi.sizeof("struct pacer")),
+            max(int(lib.PACER_STORAGE_ALIGN), ffi.alignof("struct pacer")),
+        )
+        status = lib.pacer_init(storage, config, now_ms)
+        if status in (lib.PACER_STATUS_RATE_TOO_HIGH, lib.PACER_STATUS_BURST_TOO_LARGE,
+                      lib.PACER_STATUS_RETRIES_EXCEED_LADDER):  # pragma: no cover - checked above
+            raise ValueError(ffi.string(lib.pacer_status_str(status)).decode())
+        _ok("pacer_init", status)
+        self._owner = owner
+        self._storage = storage
+        self._release_lock = threading.Lock()
+        self._config = PacerConfig(rate, burst, idle, retries, release_policy)
+        state = self.state()
+        self._mode = state.mode
+        self._wait_bound_ms = state.wait_bound_ms
+        # The mode notice (pacing_disabled / norefuse), as settings resolution
+        # would report it; the rule is the core's.
+        mode_notice = ffi.new("struct pacer_notice *")
+        present = ffi.new("bool *")
+        _ok("pacer_mode_notice", lib.pacer_mode_notice(config, mode_notice, present))
+        if present[0]:
+            report(notice_from_c(mode_notice), registry)
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        names: Mapping[str, str] = ENV_NAMES,
+        burst: int = DEFAULT_BURST,
+        release_policy: ReleasePolicy = "refund",
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
+        notice_registry: NoticeRegistry | None = None,
+    ) -> Pacer:
+        """A pacer configured by ``Budget.from_env(env, names=names)``."""
+        budget = Budget.from_env(env, names=names, notice_registry=notice_registry)
+        return cls(
+            rate_per_minute=budget.rate_per_minute,
+            burst=burst,
+            idle_timeout_ms=budget.idle_timeout_ms,
+            max_retries=budget.max_retries,
+            release_policy=release_policy,
+            clock=clock,
+            sleep=sleep,
+            notice_registry=notice_registry,
+        )
+
+    # ------------------------------------------------------------ properties
+
+    @property
+    def config(self) -> PacerConfig:
+        return self._config
+
+    @property
+    def mode(self) -> Mode:
+        return self._mode
+
+    @property
+    def wait_bound_ms(self) -> int:
+        """The longest wait an admission is given, ms."""
+        return self._wait_bound_ms
+
+    @property
+    def can_refuse(self) -> bool:
+        """Whether overflow is refused (otherwise shaped, or pacing is off)."""
+        return self._mode is Mode.REFUSING
+
+    @property
+    def enabled(self) -> bool:
+        return self._mode is not Mode.DISABLED
+
+    def now_ms(self) -> int:
+        """The pacer's clock, in whole milliseconds."""
+        return _check.clock_ms(self._clock)
+
+    # ------------------------------------------------------------ decisions
+
+    def reserve(self, now_ms: int) -> Decision:
+        """Decides at ``now_ms`` (whole ms on the pacer's clock) without
+        waiting. The caller waits ``wait_ms`` itself and releases the
+        admission if it will not open the connection."""
+        if type(now_ms) is not int or now_ms < 0 or now_ms > _U64_MAX:
+            now_ms = _check.u64("now_ms", now_ms)
+        out = _new("struct pacer_decision *")
+        status = _reserve(self._storage, now_ms, out)
+        if status != _OK:
+            raise PacerError("pacer_reserve", status)
+        if out.kind == _ADMITTED:
+            ticket = out.ticket
+            return Admitted(
+                out.wait_ms,
+                _PATHS[out.path],
+                out.clock_regressed,
+                Ticket(self, ticket.seq, ticket.debit_units) if ticket.state == _LIVE else None,
+            )
+        return Refused(out.required_wait_ms, out.retry_after_s, out.clock_regressed)
+
+    def release(self, ticket: Ticket, now_ms: int | None = None) -> bool:
+        """Refunds an admission that will not open a connection (at ``now_ms``,
+        default the pacer's clock). True when the policy refunded it; False
+        for a ticket already released or issued by another pacer (nothing
+        changes then). Thread-safe: of concurrent releases of one ticket,
+        exactly one goes through."""
+        if not isinstance(ticket, Ticket):
+            raise TypeError(f"pacer: ticket must be a Ticket from reserve(), got {_check.describe(ticket)}")
+        now = _check.clock_ms(self._clock) if now_ms is None else _check.u64("now_ms", now_ms)
+        if ticket._pacer is not self:
+            return False
+        with self._release_lock:
+            if ticket._spent:
+                return False
+            ticket._spent = True
+        c_ticket = _new("struct pacer_ticket *", {
+            "seq": ticket._seq,
+            "debit_units": ticket._debit_units,
+            "state": _LIVE,
+        })
+        refunded = _new("bool *")
+        status = lib.pacer_release(self._storage, c_ticket, now, refunded)
+        if status != _OK:  # pragma: no cover - no argument can cause it
+            with self._release_lock:
+                ticket._spent = False
+            raise PacerError("pacer_release", status)
+        return bool(refunded[0])
+
+    async def admit(self) -> Decision:
+        """Waits (with ``sleep``, default ``asyncio.sleep``) for permission to
+        open one new connection. Returns the ``Admitted`` after its wait, or
+        the ``Refused``. Cancelled while waiting (``task.cancel()``,
+        ``asyncio.timeout``), it gives the slot back and re-raises."""
+        decision = self.reserve(_check.clock_ms(self._clock))
+        if isinstance(decision, Refused) or decision.wait_ms == 0:
+            return decision
+        try:
+            await self._sleep(decision.wait_ms / 1000)
+        except BaseException:
+            # A cancelled request opens no connection: give the slot back.
+            decision.release()
+            raise
+        return decision
+
+    def admit_blocking(self, timeout: float | None = None) -> Decision:
+        """``admit`` for threaded code: sleeps the granted wait in this thread.
+        If the wait is longer than ``timeout`` seconds it gives the slot back at
+        once and raises TimeoutError. Interrupted while sleeping (e.g.
+        KeyboardInterrupt), it gives the slot back and re-raises."""
+        limit = None if timeout is None else _check.seconds("timeout", timeout)
+        decision = self.reserve(_check.clock_ms(self._clock))
+        if isinstance(decision, Refused) or decision.wait_ms == 0:
+            return decision
+        if limit is not None and decision.wait_ms > limit * 1000:
+            decision.release()
+            raise TimeoutError(
+                f"pacer: the granted wait of {decision.wait_ms}ms is longer than the timeout of {limit}s"
+            )
+        try:
+            time.sleep(decision.wait_ms / 1000)
+        except BaseException:
+            decision.release()
+            raise
+        return decision
+
+    # ------------------------------------------------------------ diagnostics
+
+    def counters(self) -> Counters:
+        out = ffi.new("struct pacer_counters *")
+        _ok("pacer_get_counters", lib.pacer_get_counters(self._storage, out))
+        return Counters(int(out.admitted), int(out.admitted_after_wait), int(out.refused), int(out.shaped),
+                        int(out.released), int(out.refunded), int(out.clock_regressions))
+
+    def state(self) -> PacerState:
+        out = ffi.new("struct pacer_info *")
+        _ok("pacer_get_info", lib.pacer_get_info(self._storage, out))
+        return PacerState(_MODES[out.mode], int(out.wait_bound_ms), int(out.capacity_units),
+                          int(out.max_debt_units), int(out.high_water_ms), int(out.tokens_units))
+
+    def __repr__(self) -> str:
+        c = self._config
+        return (f"<pacer.Pacer rate_per_minute={c.rate_per_minute} burst={c.burst} "
+                f"idle_timeout_ms={c.idle_timeout_ms} max_retries={c.max_retries} "
+                f"release_policy={c.release_policy!r} mode={self._mode.value}>")
+
+
+def refusal_response(retry_after_s: int, *, message_prefix: str = DEFAULT_MESSAGE_PREFIX) -> RefusalResponse:
+    """The refusal as an HTTP answer (SPEC §9): status 200, a
+    ``content-type: text/event-stream`` and ``retry-after`` header, and one
+    SSE error event as the body (UTF-8 bytes)."""
+    retry_after_s = _check.u64("retry_after_s", retry_after_s)
+    prefix = ffi.new("char[]", _check.text("message_prefix", message_prefix, optional=False))
+    body = written_bytes("pacer_refusal_body", lambda b, n, w: lib.pacer_refusal_body(prefix, retry_after_s, b, n, w))
+    headers = {
+        "content-type": ffi.string(lib.pacer_refusal_content_type()).decode("ascii"),
+        "retry-after": str(retry_after_s),
+    }
+    return RefusalResponse(int(lib.PACER_REFUSAL_STATUS), headers, body)
