@@ -68,6 +68,38 @@
 #define PACER_NOTICE_REGISTRY_SIZE 2048
 
 /**
+ * Bytes of storage a shared-pacer handle needs (struct pacer_shared).
+ */
+#define PACER_SHARED_STORAGE_SIZE 64
+
+/**
+ * Alignment the handle storage needs.
+ */
+#define PACER_SHARED_STORAGE_ALIGN 16
+
+/**
+ * The file layout this library reads and writes.
+ */
+#define PACER_SHARED_LAYOUT_VERSION 1
+
+/**
+ * The page boundary in the file that the state word touches: it ends or
+ * starts there (the header's state_offset field says which). A multiple of
+ * every page size the library supports, up to 64 KiB.
+ */
+#define PACER_SHARED_SPLIT_OFFSET 65536
+
+/**
+ * The file's exact size (the boundary + 256).
+ */
+#define PACER_SHARED_FILE_SIZE 65792
+
+/**
+ * Bytes of the header at the start of the file.
+ */
+#define PACER_SHARED_HEADER_SIZE 128
+
+/**
  * The ABI version this header describes. A library whose
  * pacer_abi_version() differs is not compatible with it.
  */
@@ -121,6 +153,68 @@ enum pacer_status
    * Config: max_retries above the ladder ceiling of idle_timeout_ms.
    */
   PACER_STATUS_RETRIES_EXCEED_LADDER = 9,
+  /**
+   * Shared pacer: this build or target cannot share a pacer between
+   * processes (128-bit atomics are not lock-free, or the page size or
+   * the pacer's layout does not fit the file layout).
+   */
+  PACER_STATUS_SHARED_UNSUPPORTED = 10,
+  /**
+   * Shared pacer: a system call failed; errno holds its error.
+   */
+  PACER_STATUS_SHARED_OS = 11,
+  /**
+   * Shared pacer: the name is empty, ".", "..", or too long.
+   */
+  PACER_STATUS_SHARED_INVALID_NAME = 12,
+  /**
+   * Shared pacer: the path is a symbolic link.
+   */
+  PACER_STATUS_SHARED_SYMLINK = 13,
+  /**
+   * Shared pacer: the path is not a regular file.
+   */
+  PACER_STATUS_SHARED_NOT_REGULAR = 14,
+  /**
+   * Shared pacer: the file belongs to another user.
+   */
+  PACER_STATUS_SHARED_WRONG_OWNER = 15,
+  /**
+   * Shared pacer: the file is accessible to its group or to others.
+   */
+  PACER_STATUS_SHARED_PERMISSIONS = 16,
+  /**
+   * Shared pacer: the file's size is not the layout's (truncated?).
+   */
+  PACER_STATUS_SHARED_TRUNCATED = 17,
+  /**
+   * Shared pacer: the file is not a shared pacer (bad magic number).
+   */
+  PACER_STATUS_SHARED_FOREIGN = 18,
+  /**
+   * Shared pacer: the file has another layout version.
+   */
+  PACER_STATUS_SHARED_LAYOUT_VERSION = 19,
+  /**
+   * Shared pacer: the file was made by a library of another ABI version.
+   */
+  PACER_STATUS_SHARED_ABI_VERSION = 20,
+  /**
+   * Shared pacer: the file was never completely initialised.
+   */
+  PACER_STATUS_SHARED_INCOMPLETE = 21,
+  /**
+   * Shared pacer: the file holds a different configuration.
+   */
+  PACER_STATUS_SHARED_CONFIG_MISMATCH = 22,
+  /**
+   * Shared pacer: the handle is not open (never opened, or closed).
+   */
+  PACER_STATUS_SHARED_NOT_OPEN = 23,
+  /**
+   * Shared pacer: no such file.
+   */
+  PACER_STATUS_SHARED_NOT_FOUND = 24,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -600,6 +694,15 @@ typedef struct PACER_ALIGNED(8) pacer_notice_registry {
   uint8_t opaque[PACER_NOTICE_REGISTRY_SIZE];
 } pacer_notice_registry;
 
+/**
+ * A handle on a shared pacer: caller-owned storage that pacer_shared_open
+ * fills (the mapping's address and length) and pacer_shared_close
+ * releases. Never copy an open handle; close it once.
+ */
+typedef struct PACER_ALIGNED(16) pacer_shared {
+  uint8_t opaque[PACER_SHARED_STORAGE_SIZE];
+} pacer_shared;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -748,6 +851,62 @@ pacer_status pacer_notice_registry_init(struct pacer_notice_registry *registry);
 pacer_status pacer_notice_registry_first_time(struct pacer_notice_registry *registry,
                                               const struct pacer_notice *notice,
                                               bool *out_first);
+
+/**
+ * Opens the shared pacer `path_or_name` with `config`, creating it (0600,
+ * full: burst tokens at the current pacer_clock_monotonic_ms()) if it
+ * does not exist. A name without '/' lives in /dev/shm; anything with a
+ * '/' is a path. An existing file is checked before use: a symlink, not a
+ * regular file, another owner, group/other permissions, a foreign file, a
+ * different layout or ABI version, a wrong size, an incomplete file or a
+ * different configuration each return their status and change nothing.
+ * On success *handle is open; close it with pacer_shared_close (opening
+ * into a handle that is still open loses its mapping until exit).
+ */
+pacer_status pacer_shared_open(struct pacer_shared *handle,
+                               const char *path_or_name,
+                               const struct pacer_config *config);
+
+/**
+ * The pacer of an open handle, for pacer_reserve, pacer_release,
+ * pacer_get_info and pacer_get_counters (the counters count this
+ * process's calls; the state is the machine's). Pass it the shared clock,
+ * pacer_clock_monotonic_ms(), and nothing else.
+ */
+pacer_status pacer_shared_pacer(const struct pacer_shared *handle, const struct pacer **out_pacer);
+
+/**
+ * pacer_reserve on the shared pacer at pacer_clock_monotonic_ms().
+ */
+pacer_status pacer_shared_reserve(const struct pacer_shared *handle,
+                                  struct pacer_decision *out_decision);
+
+/**
+ * pacer_release on the shared pacer at pacer_clock_monotonic_ms().
+ */
+pacer_status pacer_shared_release(const struct pacer_shared *handle,
+                                  struct pacer_ticket *ticket,
+                                  bool *out_refunded);
+
+/**
+ * Unmaps the shared pacer and marks the handle closed. The file stays
+ * (see pacer_shared_unlink). The pacer pointer from pacer_shared_pacer is
+ * invalid afterwards.
+ */
+pacer_status pacer_shared_close(struct pacer_shared *handle);
+
+/**
+ * Removes the shared pacer's name (a name without '/' lives in /dev/shm).
+ * Processes that have it open keep their bucket; the next open creates a
+ * new, full one. PACER_STATUS_SHARED_NOT_FOUND if there is no such file.
+ */
+pacer_status pacer_shared_unlink(const char *path_or_name);
+
+/**
+ * The machine-wide clock every process sharing a pacer must use:
+ * CLOCK_MONOTONIC in whole milliseconds (0 if the clock cannot be read).
+ */
+uint64_t pacer_clock_monotonic_ms(void);
 
 /**
  * A static, NUL-terminated English description of `status` (any number:

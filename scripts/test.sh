@@ -30,5 +30,8 @@ bash scripts/test-go.sh
 step "Python binding: pip install into a venv, pytest"
 bash scripts/test-python.sh
 
+step "Shared pacers: C processes (fork, SIGKILL, creation race, attach checks), Node and Go attach"
+bash scripts/test-shm.sh
+
 step "loom model of the lock-free state"
 bash scripts/check-loom.sh

@@ -9,6 +9,7 @@ package pacer
 #cgo CFLAGS: -I${SRCDIR}/../../include
 #cgo LDFLAGS: -L${SRCDIR}/../../target/release -l:libpacer.a -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include "pacer.h"
@@ -74,11 +75,46 @@ static uint32_t pacer_go_init(pacer *storage, uint32_t rate, uint32_t burst, uin
 }
 
 static uint32_t pacer_go_header_abi_version(void) { return PACER_ABI_VERSION; }
+
+typedef struct {
+	uint32_t status;
+	int err;
+	const pacer *storage;
+} pacer_go_shared_result;
+
+static pacer_shared *pacer_go_shared_alloc(void) {
+	void *p = aligned_alloc(PACER_SHARED_STORAGE_ALIGN, PACER_SHARED_STORAGE_SIZE);
+	if (p != NULL) {
+		memset(p, 0, PACER_SHARED_STORAGE_SIZE);
+	}
+	return (pacer_shared *)p;
+}
+
+static pacer_go_shared_result pacer_go_shared_open(pacer_shared *handle, const char *path,
+		uint32_t rate, uint32_t burst, uint64_t idle, uint32_t retries, uint32_t policy) {
+	pacer_go_shared_result r;
+	pacer_config c;
+	memset(&r, 0, sizeof r);
+	c.rate_per_min = rate;
+	c.burst = burst;
+	c.idle_timeout_ms = idle;
+	c.max_retries = retries;
+	c.release_policy = policy;
+	errno = 0;
+	r.status = (uint32_t)pacer_shared_open(handle, path, &c);
+	r.err = errno;
+	if (r.status == PACER_STATUS_OK) {
+		r.status = (uint32_t)pacer_shared_pacer(handle, &r.storage);
+	}
+	return r;
+}
 */
 import "C"
 
 import (
+	"fmt"
 	"runtime"
+	"syscall"
 	"unsafe"
 )
 
@@ -115,6 +151,21 @@ var (
 	_ = [1]struct{}{}[C.PACER_STATUS_RATE_TOO_HIGH-StatusRateTooHigh]
 	_ = [1]struct{}{}[C.PACER_STATUS_BURST_TOO_LARGE-StatusBurstTooLarge]
 	_ = [1]struct{}{}[C.PACER_STATUS_RETRIES_EXCEED_LADDER-StatusRetriesExceedLadder]
+	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_UNSUPPORTED-StatusSharedUnsupported]
+	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_OS-StatusSharedOS]
+	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_INVALID_NAME-StatusSharedInvalidName]
+	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_SYMLINK-StatusSharedSymlink]
+	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_NOT_REGULAR-StatusSharedNotRegular]
+	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_WRONG_OWNER-StatusSharedWrongOwner]
+	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_PERMISSIONS-StatusSharedPermissions]
+	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_TRUNCATED-StatusSharedTruncated]
+	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_FOREIGN-StatusSharedForeign]
+	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_LAYOUT_VERSION-StatusSharedLayoutVersion]
+	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_ABI_VERSION-StatusSharedABIVersion]
+	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_INCOMPLETE-StatusSharedIncomplete]
+	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_CONFIG_MISMATCH-StatusSharedConfigMismatch]
+	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_NOT_OPEN-StatusSharedNotOpen]
+	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_NOT_FOUND-StatusSharedNotFound]
 	_ = [1]struct{}{}[C.PACER_RELEASE_POLICY_REFUND-ReleaseRefund]
 	_ = [1]struct{}{}[C.PACER_RELEASE_POLICY_STRICT-ReleaseStrict]
 	_ = [1]struct{}{}[C.PACER_MODE_DISABLED-ModeDisabled]
@@ -161,9 +212,11 @@ func checkABI() error {
 func statusText(code uint32) string { return C.GoString(C.pacer_status_str(C.uint32_t(code))) }
 
 // storage is one C-allocated struct pacer (PACER_STORAGE_SIZE bytes,
-// PACER_STORAGE_ALIGN-aligned), never in Go memory.
+// PACER_STORAGE_ALIGN-aligned), never in Go memory; or, for a shared pacer,
+// the pacer mapped by the C-allocated handle `shared`.
 type storage struct {
-	ptr *C.pacer
+	ptr    *C.pacer
+	shared *C.pacer_shared
 }
 
 func allocStorage() (*storage, error) {
@@ -175,11 +228,58 @@ func allocStorage() (*storage, error) {
 }
 
 func (s *storage) free() {
+	if s.shared != nil {
+		// Unmaps this process's view; the file and the bucket stay.
+		C.pacer_shared_close(s.shared)
+		C.free(unsafe.Pointer(s.shared))
+		s.shared = nil
+		s.ptr = nil
+		return
+	}
 	if s.ptr != nil {
 		C.free(unsafe.Pointer(s.ptr))
 		s.ptr = nil
 	}
 }
+
+// openSharedStorage opens (or creates) the shared pacer at path.
+func openSharedStorage(path string, c cConfig) (*storage, error) {
+	h := C.pacer_go_shared_alloc()
+	if h == nil {
+		return nil, ErrOutOfMemory
+	}
+	p := C.CString(path)
+	defer C.free(unsafe.Pointer(p))
+	r := C.pacer_go_shared_open(h, p, C.uint32_t(c.rate), C.uint32_t(c.burst), C.uint64_t(c.idle),
+		C.uint32_t(c.retries), C.uint32_t(c.policy))
+	if err := statusErr("pacer_shared_open", uint32(r.status)); err != nil {
+		C.free(unsafe.Pointer(h))
+		if Status(r.status) == StatusSharedOS && r.err != 0 {
+			return nil, fmt.Errorf("%w: %w", err, syscall.Errno(r.err))
+		}
+		return nil, err
+	}
+	// The storage pointer is the mapping's, not Go memory; it stays valid
+	// until pacer_shared_close.
+	return &storage{ptr: (*C.pacer)(unsafe.Pointer(r.storage)), shared: h}, nil
+}
+
+// unlinkShared removes the shared pacer's file name.
+func unlinkShared(path string) error {
+	p := C.CString(path)
+	defer C.free(unsafe.Pointer(p))
+	code, errno := C.pacer_shared_unlink(p)
+	err := statusErr("pacer_shared_unlink", uint32(code))
+	if err != nil && Status(code) == StatusSharedOS && errno != nil {
+		return fmt.Errorf("%w: %w", err, errno)
+	}
+	return err
+}
+
+// SharedClockMs is the machine-wide clock (CLOCK_MONOTONIC in whole
+// milliseconds, pacer_clock_monotonic_ms) every process sharing a pacer
+// reads. A SharedPacer always uses it.
+func SharedClockMs() uint64 { return uint64(C.pacer_clock_monotonic_ms()) }
 
 func (s *storage) aligned() bool {
 	return uintptr(unsafe.Pointer(s.ptr))%C.PACER_STORAGE_ALIGN == 0

@@ -156,6 +156,49 @@ export declare class Pacer {
   state(): { highWaterMs: number; tokensUnits: number; seq: number };
 }
 
+/** Options of SharedPacer.open: as PacerOptions, but no clock. */
+export type SharedPacerOptions = Omit<PacerOptions, 'now'> & { now?: never };
+
+/** The codes of a failed shared-pacer call (Error.code). */
+export type SharedErrorCode =
+  | 'SHARED_UNSUPPORTED' | 'SHARED_OS' | 'SHARED_INVALID_NAME' | 'SHARED_SYMLINK'
+  | 'SHARED_NOT_REGULAR' | 'SHARED_WRONG_OWNER' | 'SHARED_PERMISSIONS' | 'SHARED_TRUNCATED'
+  | 'SHARED_FOREIGN' | 'SHARED_LAYOUT_VERSION' | 'SHARED_ABI_VERSION' | 'SHARED_INCOMPLETE'
+  | 'SHARED_CONFIG_MISMATCH' | 'SHARED_NOT_OPEN' | 'SHARED_NOT_FOUND';
+
+/**
+ * A pacer whose bucket lives in a shared-memory file, shared by every
+ * process on the machine that opens the same name. Its calls take no clock:
+ * they read sharedClockMs(), the clock every process shares.
+ */
+export declare class SharedPacer {
+  private constructor();
+  /** Opens `pathOrName` (a bare name lives in /dev/shm), creating it 0600 if missing. */
+  static open(pathOrName: string, options?: SharedPacerOptions): SharedPacer;
+  /** Removes the name; processes that have it open keep their bucket. */
+  static unlink(pathOrName: string): void;
+  readonly config: Pacer['config'];
+  readonly mode: Mode;
+  readonly waitBoundMs: number;
+  readonly canRefuse: boolean;
+  readonly enabled: boolean;
+  /** Decides now (shared clock) without waiting. */
+  reserve(): Decision;
+  /** Refunds an admission that will not open a connection. */
+  release(ticket: Ticket): boolean;
+  /** Waits for permission; rejects when `signal` aborts first. */
+  admit(options?: { signal?: AbortSignal }): Promise<AdmitOutcome>;
+  /** This process's decisions. */
+  counters(): Counters;
+  /** The machine-wide state word. */
+  state(): { highWaterMs: number; tokensUnits: number; seq: number };
+  /** Unmaps this process's view; the file stays. */
+  close(): void;
+}
+
+/** The machine-wide clock shared pacers read: CLOCK_MONOTONIC in whole ms. */
+export declare function sharedClockMs(): number;
+
 export declare function resolveBudget(
   env?: Record<string, string | undefined>,
   options?: ResolveOptions,

@@ -173,6 +173,9 @@ class Ticket {
 
 // ---------------------------------------------------------------- the pacer
 
+/** Module-private: a factory for the native half, used by SharedPacer. */
+const NATIVE_FACTORY = Symbol('pacer.nativeFactory');
+
 function resolveSettingsFrom(env, names, idleOverrideMs) {
   const read = (name) => {
     const value = env[name];
@@ -259,7 +262,10 @@ class Pacer {
     const sink = optionalFunction('onNotice', options.onNotice, defaultNoticeSink);
     this.#now = now;
     this.#schedule = schedule;
-    this.#native = new native.NativePacer(rate, burst, idle, retries, policy === 'strict', this.#clock());
+    const factory = options[NATIVE_FACTORY];
+    this.#native = factory
+      ? factory(rate, burst, idle, retries, policy === 'strict')
+      : new native.NativePacer(rate, burst, idle, retries, policy === 'strict', this.#clock());
     const [mode, waitBoundMs] = this.#native.info();
     this.#mode = MODES[mode];
     this.#waitBoundMs = waitBoundMs;
@@ -411,6 +417,136 @@ class Pacer {
   }
 }
 
+// ---------------------------------------------------------------- shared pacers
+
+/** The machine-wide clock shared pacers read: CLOCK_MONOTONIC in whole ms. */
+function sharedClockMs() {
+  return native.sharedClockMs();
+}
+
+/** An Error for a failed shared-pacer call, with `code` (`SHARED_CONFIG_MISMATCH`, …). */
+function sharedError(error) {
+  const message = String(error?.message ?? error);
+  const match = /^([A-Z_]+): /.exec(message);
+  const e = new Error(`pacer: ${message}`, { cause: error });
+  e.code = match ? match[1] : 'SHARED_OS';
+  return e;
+}
+
+function checkPathOrName(value) {
+  if (typeof value !== 'string' || value === '' || value.includes('\0')) {
+    throw new TypeError(`pacer: pathOrName must be a non-empty string without NUL, got ${describe(value)}`);
+  }
+  return value;
+}
+
+const SHARED_TOKEN = Symbol('pacer.shared');
+
+/**
+ * A pacer whose bucket lives in a shared-memory file: every process on the
+ * machine that opens the same name paces against one bucket. Its calls take
+ * no clock; they all read `sharedClockMs()`, the clock every process shares.
+ */
+class SharedPacer {
+  #pacer;
+  #native;
+
+  constructor(token, pacer, nativePacer) {
+    if (token !== SHARED_TOKEN) throw new TypeError('pacer: use SharedPacer.open(pathOrName, options)');
+    this.#pacer = pacer;
+    this.#native = nativePacer;
+  }
+
+  /**
+   * Opens the shared pacer `pathOrName`, creating it (mode 0600, full) if it
+   * does not exist. A name without '/' lives in /dev/shm; anything with a
+   * '/' is a path. Options as for `new Pacer()` except `now`, which a shared
+   * pacer refuses: it always reads the machine-wide clock. Throws an Error
+   * whose `code` names the check that failed (`SHARED_CONFIG_MISMATCH`,
+   * `SHARED_SYMLINK`, `SHARED_WRONG_OWNER`, …).
+   */
+  static open(pathOrName, options = {}) {
+    checkPathOrName(pathOrName);
+    if (typeof options !== 'object' || options === null) {
+      throw new TypeError(`pacer: options must be an object, got ${describe(options)}`);
+    }
+    if (options.now !== undefined) {
+      throw new TypeError('pacer: a shared pacer takes no `now`: every process sharing it reads sharedClockMs()');
+    }
+    let nativePacer;
+    const factory = (rate, burst, idle, retries, strict) => {
+      try {
+        nativePacer = native.NativeSharedPacer.open(pathOrName, rate, burst, idle, retries, strict);
+      } catch (error) {
+        if (/^(RATE_TOO_HIGH|BURST_TOO_LARGE|RETRIES_EXCEED_LADDER):/.test(String(error?.message))) throw error;
+        throw sharedError(error);
+      }
+      return nativePacer;
+    };
+    const pacer = new Pacer({ ...options, now: sharedClockMs, [NATIVE_FACTORY]: factory });
+    return new SharedPacer(SHARED_TOKEN, pacer, nativePacer);
+  }
+
+  /** Removes the shared pacer's name; processes that have it open keep their bucket. */
+  static unlink(pathOrName) {
+    checkPathOrName(pathOrName);
+    try {
+      native.unlinkShared(pathOrName);
+    } catch (error) {
+      throw sharedError(error);
+    }
+  }
+
+  get config() { return this.#pacer.config; }
+
+  get mode() { return this.#pacer.mode; }
+
+  get waitBoundMs() { return this.#pacer.waitBoundMs; }
+
+  get canRefuse() { return this.#pacer.canRefuse; }
+
+  get enabled() { return this.#pacer.enabled; }
+
+  #call(fn) {
+    try {
+      return fn();
+    } catch (error) {
+      if (/^SHARED_/.test(String(error?.message))) throw sharedError(error);
+      throw error;
+    }
+  }
+
+  /** As `Pacer.reserve`, at the shared clock. */
+  reserve() {
+    return this.#call(() => this.#pacer.reserve(sharedClockMs()));
+  }
+
+  /** As `Pacer.release`, at the shared clock. */
+  release(ticket) {
+    return this.#call(() => this.#pacer.release(ticket, sharedClockMs()));
+  }
+
+  /** As `Pacer.admit`: waits on the shared clock, honours `signal`. */
+  admit(options = {}) {
+    return this.#pacer.admit(options);
+  }
+
+  /** This process's decisions. */
+  counters() {
+    return this.#pacer.counters();
+  }
+
+  /** The machine-wide state word. */
+  state() {
+    return this.#call(() => this.#pacer.state());
+  }
+
+  /** Unmaps this process's view (the file stays). Calls after it throw SHARED_NOT_OPEN. */
+  close() {
+    this.#native.close();
+  }
+}
+
 /**
  * The refusal as an HTTP answer (SPEC §9): `{status, headers, body}`, ready
  * for `new Response(body, {status, headers})`.
@@ -433,6 +569,8 @@ function refusalResponse(retryAfterSeconds, options = {}) {
 
 module.exports = {
   Pacer,
+  SharedPacer,
+  sharedClockMs,
   Ticket,
   NoticeRegistry,
   resolveBudget,

@@ -17,5 +17,6 @@ pub mod derived;
 pub mod frame;
 pub mod pacer;
 pub mod settings;
+pub mod shm;
 pub mod status;
 pub mod version;

@@ -28,6 +28,38 @@ pub enum pacer_status {
     BurstTooLarge = 8,
     /// Config: max_retries above the ladder ceiling of idle_timeout_ms.
     RetriesExceedLadder = 9,
+    /// Shared pacer: this build or target cannot share a pacer between
+    /// processes (128-bit atomics are not lock-free, or the page size or
+    /// the pacer's layout does not fit the file layout).
+    SharedUnsupported = 10,
+    /// Shared pacer: a system call failed; errno holds its error.
+    SharedOs = 11,
+    /// Shared pacer: the name is empty, ".", "..", or too long.
+    SharedInvalidName = 12,
+    /// Shared pacer: the path is a symbolic link.
+    SharedSymlink = 13,
+    /// Shared pacer: the path is not a regular file.
+    SharedNotRegular = 14,
+    /// Shared pacer: the file belongs to another user.
+    SharedWrongOwner = 15,
+    /// Shared pacer: the file is accessible to its group or to others.
+    SharedPermissions = 16,
+    /// Shared pacer: the file's size is not the layout's (truncated?).
+    SharedTruncated = 17,
+    /// Shared pacer: the file is not a shared pacer (bad magic number).
+    SharedForeign = 18,
+    /// Shared pacer: the file has another layout version.
+    SharedLayoutVersion = 19,
+    /// Shared pacer: the file was made by a library of another ABI version.
+    SharedAbiVersion = 20,
+    /// Shared pacer: the file was never completely initialised.
+    SharedIncomplete = 21,
+    /// Shared pacer: the file holds a different configuration.
+    SharedConfigMismatch = 22,
+    /// Shared pacer: the handle is not open (never opened, or closed).
+    SharedNotOpen = 23,
+    /// Shared pacer: no such file.
+    SharedNotFound = 24,
 }
 
 impl pacer_status {
@@ -47,10 +79,41 @@ impl pacer_status {
             pacer_status::RetriesExceedLadder => {
                 b"max_retries above the ladder ceiling of idle_timeout_ms\0"
             }
+            pacer_status::SharedUnsupported => {
+                b"shared pacer unsupported here (128-bit atomics not lock-free, or layout)\0"
+            }
+            pacer_status::SharedOs => b"shared pacer: a system call failed; see errno\0",
+            pacer_status::SharedInvalidName => b"shared pacer: invalid name or path\0",
+            pacer_status::SharedSymlink => b"shared pacer: the path is a symbolic link\0",
+            pacer_status::SharedNotRegular => b"shared pacer: the path is not a regular file\0",
+            pacer_status::SharedWrongOwner => b"shared pacer: the file belongs to another user\0",
+            pacer_status::SharedPermissions => {
+                b"shared pacer: the file is accessible to group or others (want 0600)\0"
+            }
+            pacer_status::SharedTruncated => {
+                b"shared pacer: the file's size is not the layout's (truncated)\0"
+            }
+            pacer_status::SharedForeign => {
+                b"shared pacer: the file is not a shared pacer (bad magic)\0"
+            }
+            pacer_status::SharedLayoutVersion => {
+                b"shared pacer: the file has another layout version\0"
+            }
+            pacer_status::SharedAbiVersion => {
+                b"shared pacer: the file was made by another ABI version\0"
+            }
+            pacer_status::SharedIncomplete => {
+                b"shared pacer: the file was never completely initialised\0"
+            }
+            pacer_status::SharedConfigMismatch => {
+                b"shared pacer: the file holds a different configuration\0"
+            }
+            pacer_status::SharedNotOpen => b"shared pacer: the handle is not open\0",
+            pacer_status::SharedNotFound => b"shared pacer: no such file\0",
         }
     }
 
-    const ALL: [pacer_status; 10] = [
+    const ALL: [pacer_status; 25] = [
         pacer_status::Ok,
         pacer_status::NullParameter,
         pacer_status::Panic,
@@ -61,6 +124,21 @@ impl pacer_status {
         pacer_status::RateTooHigh,
         pacer_status::BurstTooLarge,
         pacer_status::RetriesExceedLadder,
+        pacer_status::SharedUnsupported,
+        pacer_status::SharedOs,
+        pacer_status::SharedInvalidName,
+        pacer_status::SharedSymlink,
+        pacer_status::SharedNotRegular,
+        pacer_status::SharedWrongOwner,
+        pacer_status::SharedPermissions,
+        pacer_status::SharedTruncated,
+        pacer_status::SharedForeign,
+        pacer_status::SharedLayoutVersion,
+        pacer_status::SharedAbiVersion,
+        pacer_status::SharedIncomplete,
+        pacer_status::SharedConfigMismatch,
+        pacer_status::SharedNotOpen,
+        pacer_status::SharedNotFound,
     ];
 }
 

@@ -1,0 +1,157 @@
+package pacer
+
+import (
+	"context"
+	"runtime"
+	"strings"
+)
+
+// The pacer_status codes of shared pacers (include/pacer.h).
+const (
+	StatusSharedUnsupported    Status = 10 // 128-bit atomics not lock-free here, or layout
+	StatusSharedOS             Status = 11 // a system call failed (the error wraps its syscall.Errno)
+	StatusSharedInvalidName    Status = 12 // empty, ".", "..", or too long
+	StatusSharedSymlink        Status = 13 // the path is a symbolic link
+	StatusSharedNotRegular     Status = 14 // the path is not a regular file
+	StatusSharedWrongOwner     Status = 15 // the file belongs to another user
+	StatusSharedPermissions    Status = 16 // the file is accessible to group or others
+	StatusSharedTruncated      Status = 17 // the file's size is not the layout's
+	StatusSharedForeign        Status = 18 // not a shared pacer (bad magic)
+	StatusSharedLayoutVersion  Status = 19 // another file layout
+	StatusSharedABIVersion     Status = 20 // made by another ABI version
+	StatusSharedIncomplete     Status = 21 // never completely initialised
+	StatusSharedConfigMismatch Status = 22 // the file holds a different Config
+	StatusSharedNotOpen        Status = 23 // the handle is not open
+	StatusSharedNotFound       Status = 24 // no such file
+)
+
+// SharedPacer is a pacer whose bucket lives in a shared-memory file, so
+// every process on the machine that opens the same name paces against one
+// bucket. Its calls take no clock: they all read SharedClockMs, the clock
+// every process shares. Otherwise it behaves as Pacer (and is safe for
+// concurrent use).
+type SharedPacer struct {
+	p *Pacer
+}
+
+// OpenShared opens the shared pacer pathOrName, creating it (mode 0600,
+// full) if it does not exist. A name without '/' lives in /dev/shm;
+// anything with a '/' is a path. cfg must equal the Config of the
+// processes already sharing it (else StatusSharedConfigMismatch), and
+// cfg.Clock must be nil: a shared pacer always reads SharedClockMs. An
+// existing file is checked first (owner, mode 0600, no symlink, layout,
+// versions, size): see the Status values above; errors.Is works on them.
+func OpenShared(pathOrName string, cfg Config) (*SharedPacer, error) {
+	if err := checkABI(); err != nil {
+		return nil, err
+	}
+	if cfg.Clock != nil {
+		return nil, configError("Clock", "a function",
+			"must be nil for a shared pacer: every process sharing it reads SharedClockMs")
+	}
+	if pathOrName == "" || strings.IndexByte(pathOrName, 0) >= 0 {
+		return nil, inputError("pathOrName", pathOrName, "must be a non-empty name or path without NUL bytes")
+	}
+	cc, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	p := &Pacer{
+		cfg:      cfg,
+		clock:    SharedClockMs,
+		sleep:    cfg.Sleep,
+		notifier: cfg.Notifier,
+	}
+	if p.sleep == nil {
+		p.sleep = timerSleep
+	}
+	if p.notifier == nil {
+		p.notifier = DefaultNotifier
+	}
+	mem, err := openSharedStorage(pathOrName, cc)
+	if err != nil {
+		return nil, err
+	}
+	info, err := mem.info()
+	if err != nil {
+		mem.free()
+		return nil, err
+	}
+	p.mem = mem
+	p.mode = info.Mode
+	p.boundMs = info.WaitBoundMs
+	p.cleanup = runtime.AddCleanup(p, func(s *storage) { s.free() }, mem)
+	if notice, ok, err := modeNotice(cc); err == nil && ok {
+		p.notifier.Notify(notice)
+	}
+	return &SharedPacer{p: p}, nil
+}
+
+// UnlinkShared removes the shared pacer's name. Processes that have it open
+// keep their bucket; the next OpenShared creates a new, full one.
+// StatusSharedNotFound if there is no such file.
+func UnlinkShared(pathOrName string) error {
+	if pathOrName == "" || strings.IndexByte(pathOrName, 0) >= 0 {
+		return inputError("pathOrName", pathOrName, "must be a non-empty name or path without NUL bytes")
+	}
+	return unlinkShared(pathOrName)
+}
+
+// Reserve decides now (at SharedClockMs) without waiting; see Pacer.Reserve.
+func (s *SharedPacer) Reserve() (Decision, error) {
+	if s == nil {
+		return Decision{}, ErrClosed
+	}
+	return s.p.Reserve(SharedClockMs())
+}
+
+// Release refunds an admission that will not open its connection; see
+// Pacer.Release.
+func (s *SharedPacer) Release(t *Ticket) (bool, error) {
+	if s == nil {
+		return false, ErrClosed
+	}
+	return s.p.Release(t, SharedClockMs())
+}
+
+// Admit waits for permission to open one new connection; see Pacer.Admit.
+func (s *SharedPacer) Admit(ctx context.Context) (Admission, error) {
+	if s == nil {
+		return Admission{}, ErrClosed
+	}
+	return s.p.Admit(ctx)
+}
+
+// Counters reads the decision counters; see Pacer.Counters.
+func (s *SharedPacer) Counters() (Counters, error) {
+	if s == nil {
+		return Counters{}, ErrClosed
+	}
+	return s.p.Counters()
+}
+
+// Info reads the parameters and the machine-wide state; see Pacer.Info.
+func (s *SharedPacer) Info() (Info, error) {
+	if s == nil {
+		return Info{}, ErrClosed
+	}
+	return s.p.Info()
+}
+
+// Config is the configuration the pacer was opened with.
+func (s *SharedPacer) Config() Config { return s.p.Config() }
+
+// Mode is how the pacer treats overflow.
+func (s *SharedPacer) Mode() Mode { return s.p.Mode() }
+
+// WaitBoundMs is the longest wait an admission is given, ms.
+func (s *SharedPacer) WaitBoundMs() uint64 { return s.p.WaitBoundMs() }
+
+// Close unmaps this process's view of the shared pacer (the file stays).
+// Calls after Close return ErrClosed; Close is idempotent.
+func (s *SharedPacer) Close() error {
+	if s == nil {
+		return nil
+	}
+	return s.p.Close()
+}

@@ -1,0 +1,788 @@
+//! `struct pacer_shared`: one pacer for every process on the machine, kept
+//! in a named shared-memory file (the layout and the trust model are in
+//! docs/shared-memory.md).
+//!
+//! The file holds a header (magic number, layout and ABI versions, the
+//! configuration) and, against the page boundary at
+//! `PACER_SHARED_SPLIT_OFFSET`, the pacer's one 128-bit state word. A
+//! process maps only the page holding that word `MAP_SHARED` and writes the
+//! core's immutable parameters itself, from the configuration, into a
+//! private page on the other side of the boundary. The `struct pacer` so
+//! spans the two pages: `pacer_reserve` works on it unchanged, and nothing
+//! another process writes to the file can change the parameters this
+//! process decides with. Which side the parameters are on depends on how
+//! the compiler laid out the core's `Pacer`; it is found at run time and
+//! recorded in the header (the state word's offset), so builds that differ
+//! refuse each other's files instead of misreading them.
+//!
+//! Creation writes a complete file under a temporary name and links it into
+//! place (`link` fails if the name exists), so no process ever sees a
+//! half-initialised file. There is no lock anywhere and nothing to wait for:
+//! a process killed at any instruction leaves the bucket usable.
+
+use core::ffi::c_char;
+use core::mem::{align_of, size_of, MaybeUninit};
+use std::ffi::CString;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::boundary::{arg, arg_mut, guard, guard_value, opt_str, out, put, Outcome};
+use crate::pacer::{
+    pacer, pacer_config, pacer_decision, pacer_init, pacer_release, pacer_reserve, pacer_ticket,
+    PACER_STORAGE_SIZE,
+};
+use crate::status::pacer_status;
+use crate::version::PACER_ABI_VERSION;
+
+/// Bytes of storage a shared-pacer handle needs (struct pacer_shared).
+pub const PACER_SHARED_STORAGE_SIZE: usize = 64;
+/// Alignment the handle storage needs.
+pub const PACER_SHARED_STORAGE_ALIGN: usize = 16;
+/// The file layout this library reads and writes.
+pub const PACER_SHARED_LAYOUT_VERSION: u32 = 1;
+/// The page boundary in the file that the state word touches: it ends or
+/// starts there (the header's state_offset field says which). A multiple of
+/// every page size the library supports, up to 64 KiB.
+pub const PACER_SHARED_SPLIT_OFFSET: u64 = 65536;
+/// The file's exact size (the boundary + 256).
+pub const PACER_SHARED_FILE_SIZE: u64 = 65792;
+const _: () = assert!(PACER_SHARED_FILE_SIZE == PACER_SHARED_SPLIT_OFFSET + 256);
+/// Bytes of the header at the start of the file.
+pub const PACER_SHARED_HEADER_SIZE: usize = 128;
+
+/// A handle on a shared pacer: caller-owned storage that pacer_shared_open
+/// fills (the mapping's address and length) and pacer_shared_close
+/// releases. Never copy an open handle; close it once.
+#[repr(C, align(16))]
+pub struct pacer_shared {
+    opaque: [u8; PACER_SHARED_STORAGE_SIZE],
+}
+
+/// What an open handle holds.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Handle {
+    magic: u64,
+    view: *mut u8,
+    view_len: usize,
+    storage: *const pacer,
+}
+
+const HANDLE_MAGIC: u64 = u64::from_le_bytes(*b"pshared\x01");
+
+const _: () = assert!(size_of::<Handle>() <= PACER_SHARED_STORAGE_SIZE);
+const _: () = assert!(align_of::<Handle>() <= PACER_SHARED_STORAGE_ALIGN);
+const _: () = assert!(size_of::<pacer_shared>() == PACER_SHARED_STORAGE_SIZE);
+const _: () = assert!(align_of::<pacer_shared>() == PACER_SHARED_STORAGE_ALIGN);
+const _: () = assert!(PACER_STORAGE_SIZE == 256);
+
+/// The file's magic number, at offset 0.
+const FILE_MAGIC: [u8; 8] = *b"PACERSHM";
+/// The header's `ready` field once the file is complete ("REDY").
+const READY: u32 = u32::from_le_bytes(*b"REDY");
+/// The directory a bare name lives in.
+const SHM_DIR: &str = "/dev/shm";
+/// Longest accepted name (the last path component), leaving room for the
+/// temporary name's suffix within NAME_MAX.
+const MAX_NAME: usize = 200;
+/// Rounds of open → create → open before giving up (each round ends only
+/// when another process removes the file between two of our calls).
+const OPEN_ROUNDS: u32 = 8;
+
+// Header offsets (little-endian fields).
+const H_MAGIC: usize = 0;
+const H_LAYOUT: usize = 8;
+const H_ABI: usize = 12;
+const H_STATE_OFFSET: usize = 16;
+const H_FILE_SIZE: usize = 24;
+const H_READY: usize = 32;
+const H_RATE: usize = 36;
+const H_BURST: usize = 40;
+const H_RETRIES: usize = 44;
+const H_POLICY: usize = 48;
+const H_IDLE: usize = 56;
+const H_CREATOR_PID: usize = 64;
+const H_CREATED_AT: usize = 72;
+
+/// Why opening failed: a status, or a system call's errno.
+enum Fail {
+    Status(pacer_status),
+    Os(i32),
+}
+
+impl From<pacer_status> for Fail {
+    fn from(status: pacer_status) -> Self {
+        Fail::Status(status)
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// The C outcome of a `Fail`: `SharedOs` leaves the failing call's errno.
+fn finish(result: Result<(), Fail>) -> Outcome {
+    match result {
+        Ok(()) => Ok(()),
+        Err(Fail::Status(status)) => Err(status),
+        Err(Fail::Os(code)) => {
+            // SAFETY: errno is this thread's; the location is always valid.
+            unsafe { *libc::__errno_location() = code };
+            Err(pacer_status::SharedOs)
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC in whole milliseconds.
+fn clock_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec.max(0) as u64)
+        .saturating_mul(1000)
+        .saturating_add(ts.tv_nsec.max(0) as u64 / 1_000_000)
+}
+
+/// The bytes `pacer_init` writes for `config` at `now_ms` into storage
+/// pre-filled with `fill`.
+fn image(config: &pacer_config, now_ms: u64, fill: u8) -> Result<[u8; PACER_STORAGE_SIZE], Fail> {
+    let mut storage = MaybeUninit::<pacer>::uninit();
+    // SAFETY: writes exactly the storage's bytes.
+    unsafe {
+        storage
+            .as_mut_ptr()
+            .cast::<u8>()
+            .write_bytes(fill, PACER_STORAGE_SIZE)
+    };
+    // SAFETY: valid storage and config pointers.
+    let status = unsafe { pacer_init(storage.as_mut_ptr(), config, now_ms) };
+    if status != pacer_status::Ok {
+        return Err(Fail::Status(status));
+    }
+    // SAFETY: every byte was written (filled, then the pacer written over
+    // it; the pacer's types have no padding: 8 + 56 + 48 + 16 bytes).
+    Ok(unsafe { storage.as_ptr().cast::<[u8; PACER_STORAGE_SIZE]>().read() })
+}
+
+/// Where this build keeps things, checked at run time.
+struct Layout {
+    page: usize,
+    /// Offset of the state word in `struct pacer`.
+    state_at: usize,
+    /// Offset in `struct pacer` of the page boundary: the parameters lie
+    /// on one side, the state word on the other (`state_at` or
+    /// `state_at + 16`). Byte `i` of the shared side is byte
+    /// `PACER_SHARED_SPLIT_OFFSET - split + i` of the file.
+    split: usize,
+    /// The shared page comes first (the state word ends it).
+    shared_first: bool,
+}
+
+impl Layout {
+    /// The state word's offset in the file.
+    fn state_in_file(&self) -> u64 {
+        PACER_SHARED_SPLIT_OFFSET - self.split as u64 + self.state_at as u64
+    }
+}
+
+fn layout() -> Result<Layout, Fail> {
+    let unsupported = Fail::Status(pacer_status::SharedUnsupported);
+    // A critical-section fallback cannot lock across processes.
+    if !pacer_core::Pacer::is_lock_free() {
+        return Err(unsupported);
+    }
+    // SAFETY: sysconf has no memory preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if page < PACER_STORAGE_SIZE as libc::c_long
+        || page as u64 > PACER_SHARED_SPLIT_OFFSET
+        || PACER_SHARED_SPLIT_OFFSET % page as u64 != 0
+    {
+        return Err(unsupported);
+    }
+    // Find the state word: the bytes that differ between pacers created at
+    // two clock readings. Find the pacer's end: the last byte pacer_init
+    // writes whatever the storage held before.
+    let probe = pacer_config {
+        rate_per_min: 60,
+        burst: 10,
+        idle_timeout_ms: 120_000,
+        max_retries: 5,
+        release_policy: 0,
+    };
+    let zero = image(&probe, 0, 0x00)?;
+    let fill = image(&probe, 0, 0xA5)?;
+    let later = image(&probe, u64::MAX, 0x00)?;
+    let end = (0..PACER_STORAGE_SIZE)
+        .rev()
+        .find(|&i| zero[i] == fill[i])
+        .map_or(0, |i| i + 1);
+    let first = (0..PACER_STORAGE_SIZE).find(|&i| zero[i] != later[i]);
+    let last = (0..PACER_STORAGE_SIZE).rev().find(|&i| zero[i] != later[i]);
+    let (Some(first), Some(last)) = (first, last) else {
+        return Err(unsupported);
+    };
+    let state_at = first & !15;
+    if last >= state_at + 16 || end < state_at + 16 {
+        return Err(unsupported);
+    }
+    // The parameters: the bytes another configuration changes. They must
+    // all lie on one side of the state word.
+    let other = pacer_config {
+        rate_per_min: 7,
+        burst: 3,
+        idle_timeout_ms: 3_600_000,
+        max_retries: 2,
+        release_policy: 1,
+    };
+    let other = image(&other, 0, 0x00)?;
+    let params = (0..PACER_STORAGE_SIZE)
+        .filter(|&i| zero[i] != other[i] && (i < state_at || i >= state_at + 16));
+    let (mut before, mut after) = (false, false);
+    for i in params {
+        if i < state_at {
+            before = true;
+        } else {
+            after = true;
+        }
+    }
+    // When the shared page comes second, nothing of the pacer may follow
+    // the state word (the file holds only the word there).
+    let shared_first = match (before, after) {
+        (false, true) => true,
+        (true, false) if end == state_at + 16 => false,
+        _ => return Err(unsupported),
+    };
+    Ok(Layout {
+        page: page as usize,
+        state_at,
+        split: if shared_first {
+            state_at + 16
+        } else {
+            state_at
+        },
+        shared_first,
+    })
+}
+
+/// The configuration as stored: burst 0 means 1.
+fn normalised(config: &pacer_config) -> pacer_config {
+    pacer_config {
+        burst: config.burst.max(1),
+        ..*config
+    }
+}
+
+fn put_u32(h: &mut [u8], at: usize, v: u32) {
+    h[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(h: &mut [u8], at: usize, v: u64) {
+    h[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn get_u32(h: &[u8], at: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&h[at..at + 4]);
+    u32::from_le_bytes(b)
+}
+
+fn get_u64(h: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&h[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+fn header(
+    config: &pacer_config,
+    pid: u32,
+    now_ms: u64,
+    state_in_file: u64,
+) -> [u8; PACER_SHARED_HEADER_SIZE] {
+    let c = normalised(config);
+    let mut h = [0u8; PACER_SHARED_HEADER_SIZE];
+    h[H_MAGIC..H_MAGIC + 8].copy_from_slice(&FILE_MAGIC);
+    put_u32(&mut h, H_LAYOUT, PACER_SHARED_LAYOUT_VERSION);
+    put_u32(&mut h, H_ABI, PACER_ABI_VERSION);
+    put_u64(&mut h, H_STATE_OFFSET, state_in_file);
+    put_u64(&mut h, H_FILE_SIZE, PACER_SHARED_FILE_SIZE);
+    put_u32(&mut h, H_READY, READY);
+    put_u32(&mut h, H_RATE, c.rate_per_min);
+    put_u32(&mut h, H_BURST, c.burst);
+    put_u32(&mut h, H_RETRIES, c.max_retries);
+    put_u32(&mut h, H_POLICY, c.release_policy);
+    put_u64(&mut h, H_IDLE, c.idle_timeout_ms);
+    put_u32(&mut h, H_CREATOR_PID, pid);
+    put_u64(&mut h, H_CREATED_AT, now_ms);
+    h
+}
+
+/// Checks a header read from a file of `size` bytes against `config`.
+fn check_header(h: &[u8], size: u64, config: &pacer_config, layout: &Layout) -> Result<(), Fail> {
+    if h[H_MAGIC..H_MAGIC + 8] != FILE_MAGIC {
+        return Err(pacer_status::SharedForeign.into());
+    }
+    if get_u32(h, H_LAYOUT) != PACER_SHARED_LAYOUT_VERSION {
+        return Err(pacer_status::SharedLayoutVersion.into());
+    }
+    if get_u32(h, H_ABI) != PACER_ABI_VERSION {
+        return Err(pacer_status::SharedAbiVersion.into());
+    }
+    if get_u64(h, H_FILE_SIZE) != PACER_SHARED_FILE_SIZE {
+        return Err(pacer_status::SharedForeign.into());
+    }
+    // A build whose core lays the pacer out differently keeps the state
+    // word elsewhere: it must not read this file.
+    if get_u64(h, H_STATE_OFFSET) != layout.state_in_file() {
+        return Err(pacer_status::SharedLayoutVersion.into());
+    }
+    if size != PACER_SHARED_FILE_SIZE {
+        return Err(pacer_status::SharedTruncated.into());
+    }
+    if get_u32(h, H_READY) != READY {
+        return Err(pacer_status::SharedIncomplete.into());
+    }
+    let c = normalised(config);
+    let same = get_u32(h, H_RATE) == c.rate_per_min
+        && get_u32(h, H_BURST) == c.burst
+        && get_u32(h, H_RETRIES) == c.max_retries
+        && get_u32(h, H_POLICY) == c.release_policy
+        && get_u64(h, H_IDLE) == c.idle_timeout_ms;
+    if !same {
+        return Err(pacer_status::SharedConfigMismatch.into());
+    }
+    Ok(())
+}
+
+/// The file's path, its directory and its last component.
+struct Names {
+    path: CString,
+    dir: String,
+    base: String,
+}
+
+fn names(path_or_name: &str) -> Result<Names, Fail> {
+    let invalid = Fail::Status(pacer_status::SharedInvalidName);
+    let (dir, base) = match path_or_name.rfind('/') {
+        Some(0) => ("/".to_string(), &path_or_name[1..]),
+        Some(at) => (path_or_name[..at].to_string(), &path_or_name[at + 1..]),
+        None => (SHM_DIR.to_string(), path_or_name),
+    };
+    if base.is_empty() || base == "." || base == ".." || base.len() > MAX_NAME {
+        return Err(invalid);
+    }
+    let full = if path_or_name.contains('/') {
+        path_or_name.to_string()
+    } else {
+        format!("{SHM_DIR}/{base}")
+    };
+    if full.len() >= 4000 {
+        return Err(invalid);
+    }
+    let path = CString::new(full).map_err(|_| Fail::Status(pacer_status::SharedInvalidName))?;
+    Ok(Names {
+        path,
+        dir,
+        base: base.to_string(),
+    })
+}
+
+/// Writes all of `bytes` at `offset`.
+fn pwrite_all(fd: libc::c_int, bytes: &[u8], offset: u64) -> Result<(), Fail> {
+    let mut done = 0;
+    while done < bytes.len() {
+        // SAFETY: the pointer and length stay within `bytes`.
+        let n = unsafe {
+            libc::pwrite(
+                fd,
+                bytes[done..].as_ptr().cast(),
+                bytes.len() - done,
+                (offset + done as u64) as libc::off_t,
+            )
+        };
+        if n <= 0 {
+            let code = errno();
+            if n < 0 && code == libc::EINTR {
+                continue;
+            }
+            return Err(Fail::Os(if n == 0 { libc::EIO } else { code }));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Reads `buf.len()` bytes at offset 0 (the caller checked the size).
+fn pread_all(fd: libc::c_int, buf: &mut [u8]) -> Result<(), Fail> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: the pointer and length stay within `buf`.
+        let n = unsafe {
+            libc::pread(
+                fd,
+                buf[done..].as_mut_ptr().cast(),
+                buf.len() - done,
+                done as libc::off_t,
+            )
+        };
+        if n <= 0 {
+            let code = errno();
+            if n < 0 && code == libc::EINTR {
+                continue;
+            }
+            return Err(if n == 0 {
+                pacer_status::SharedTruncated.into()
+            } else {
+                Fail::Os(code)
+            });
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+static TEMP_SERIAL: AtomicU32 = AtomicU32::new(0);
+
+/// Creates the file complete under a temporary name in its directory, then
+/// links it into place. Ok also when another process linked first.
+fn create(names: &Names, config: &pacer_config, layout: &Layout) -> Result<(), Fail> {
+    let now = clock_ms();
+    let start = image(config, now, 0)?;
+    // The shared side of a new pacer: everything before the boundary when
+    // the shared page comes first, else the state word alone.
+    let shared = if layout.shared_first {
+        &start[..layout.split]
+    } else {
+        &start[layout.state_at..layout.state_at + 16]
+    };
+    let shared_at = if layout.shared_first {
+        PACER_SHARED_SPLIT_OFFSET - layout.split as u64
+    } else {
+        PACER_SHARED_SPLIT_OFFSET
+    };
+    let pid = std::process::id();
+    let head = header(config, pid, now, layout.state_in_file());
+    for _ in 0..16 {
+        let serial = TEMP_SERIAL.fetch_add(1, Ordering::Relaxed);
+        let temp = format!("{}/.{}.{pid}.{serial}.tmp", names.dir, names.base);
+        let temp = CString::new(temp).map_err(|_| Fail::Status(pacer_status::SharedInvalidName))?;
+        let flags =
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: a NUL-terminated path; open takes the mode as a variadic.
+        let fd = unsafe { libc::open(temp.as_ptr(), flags, 0o600 as libc::c_uint) };
+        if fd < 0 {
+            match errno() {
+                libc::EEXIST => continue,
+                code => return Err(Fail::Os(code)),
+            }
+        }
+        let filled = (|| {
+            // Whatever the umask did, the file is the owner's only.
+            // SAFETY: `fd` is open.
+            if unsafe { libc::fchmod(fd, 0o600) } != 0 {
+                return Err(Fail::Os(errno()));
+            }
+            // SAFETY: `fd` is open.
+            if unsafe { libc::ftruncate(fd, PACER_SHARED_FILE_SIZE as libc::off_t) } != 0 {
+                return Err(Fail::Os(errno()));
+            }
+            pwrite_all(fd, &head, 0)?;
+            pwrite_all(fd, shared, shared_at)?;
+            // SAFETY: both paths are NUL-terminated.
+            if unsafe { libc::link(temp.as_ptr(), names.path.as_ptr()) } != 0 {
+                return match errno() {
+                    libc::EEXIST => Ok(()),
+                    code => Err(Fail::Os(code)),
+                };
+            }
+            Ok(())
+        })();
+        // SAFETY: the temporary name is ours (created O_EXCL above).
+        unsafe { libc::unlink(temp.as_ptr()) };
+        // SAFETY: `fd` is open and closed once.
+        unsafe { libc::close(fd) };
+        return filled;
+    }
+    Err(Fail::Os(libc::EEXIST))
+}
+
+/// Checks the open file `fd` and maps its state page behind a private
+/// page holding this process's own pacer parameters.
+fn attach(
+    fd: libc::c_int,
+    config: &pacer_config,
+    layout: &Layout,
+    reference: &[u8; PACER_STORAGE_SIZE],
+) -> Result<Handle, Fail> {
+    // SAFETY: an all-zero stat is a valid value to overwrite.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: `fd` is open; `st` is writable.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(Fail::Os(errno()));
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(pacer_status::SharedNotRegular.into());
+    }
+    // SAFETY: geteuid has no preconditions.
+    if st.st_uid != unsafe { libc::geteuid() } {
+        return Err(pacer_status::SharedWrongOwner.into());
+    }
+    if st.st_mode & 0o077 != 0 {
+        return Err(pacer_status::SharedPermissions.into());
+    }
+    let size = st.st_size.max(0) as u64;
+    if size < PACER_SHARED_HEADER_SIZE as u64 {
+        return Err(pacer_status::SharedTruncated.into());
+    }
+    let mut head = [0u8; PACER_SHARED_HEADER_SIZE];
+    pread_all(fd, &mut head)?;
+    check_header(&head, size, config, layout)?;
+
+    let page = layout.page;
+    let len = 2 * page;
+    // SAFETY: a fresh anonymous mapping; no existing memory is touched.
+    let view = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if view == libc::MAP_FAILED {
+        return Err(Fail::Os(errno()));
+    }
+    let view = view.cast::<u8>();
+    let (at, file_offset) = if layout.shared_first {
+        (0, PACER_SHARED_SPLIT_OFFSET - page as u64)
+    } else {
+        (page, PACER_SHARED_SPLIT_OFFSET)
+    };
+    // SAFETY: replaces one page of our own fresh mapping with the file's
+    // page on the state word's side of the boundary (offset and length are
+    // page multiples; the file is long enough, checked above).
+    let shared = unsafe {
+        libc::mmap(
+            view.add(at).cast(),
+            page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd,
+            file_offset as libc::off_t,
+        )
+    };
+    if shared == libc::MAP_FAILED {
+        let code = errno();
+        // SAFETY: unmaps only the mapping made above.
+        unsafe { libc::munmap(view.cast(), len) };
+        return Err(Fail::Os(code));
+    }
+    // SAFETY: `page - split` is within the first page and 16-aligned (page
+    // and split are multiples of 16); the storage ends within the view.
+    let storage = unsafe { view.add(page - layout.split) };
+    // The private side gets this process's own parameters.
+    let (from, len) = if layout.shared_first {
+        (layout.split, PACER_STORAGE_SIZE - layout.split)
+    } else {
+        (0, layout.split)
+    };
+    // SAFETY: `from..from + len` is the private side of the storage, in
+    // the anonymous page, which nothing else references yet.
+    unsafe { core::ptr::copy_nonoverlapping(reference.as_ptr().add(from), storage.add(from), len) };
+    Ok(Handle {
+        magic: HANDLE_MAGIC,
+        view,
+        view_len: len,
+        storage: storage.cast::<pacer>(),
+    })
+}
+
+fn open_shared(path_or_name: &str, config: &pacer_config) -> Result<Handle, Fail> {
+    // The config first: an invalid one gets pacer_init's status.
+    let reference = image(config, 0, 0)?;
+    let layout = layout()?;
+    let names = names(path_or_name)?;
+    let flags = libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    for _ in 0..OPEN_ROUNDS {
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe { libc::open(names.path.as_ptr(), flags) };
+        if fd >= 0 {
+            let attached = attach(fd, config, &layout, &reference);
+            // SAFETY: `fd` is open and closed once; the mapping outlives it.
+            unsafe { libc::close(fd) };
+            return attached;
+        }
+        match errno() {
+            libc::ENOENT => create(&names, config, &layout)?,
+            libc::ELOOP => return Err(pacer_status::SharedSymlink.into()),
+            libc::EISDIR => return Err(pacer_status::SharedNotRegular.into()),
+            code => return Err(Fail::Os(code)),
+        }
+    }
+    Err(Fail::Os(libc::EAGAIN))
+}
+
+/// The open handle in `handle`.
+fn open_handle(handle: &pacer_shared) -> Result<Handle, pacer_status> {
+    // SAFETY: the storage is 64 bytes, 16-aligned (const asserts above);
+    // every bit pattern is a valid Handle (integers and raw pointers).
+    let h = unsafe { handle.opaque.as_ptr().cast::<Handle>().read() };
+    if h.magic != HANDLE_MAGIC || h.storage.is_null() {
+        return Err(pacer_status::SharedNotOpen);
+    }
+    Ok(h)
+}
+
+/// Opens the shared pacer `path_or_name` with `config`, creating it (0600,
+/// full: burst tokens at the current pacer_clock_monotonic_ms()) if it
+/// does not exist. A name without '/' lives in /dev/shm; anything with a
+/// '/' is a path. An existing file is checked before use: a symlink, not a
+/// regular file, another owner, group/other permissions, a foreign file, a
+/// different layout or ABI version, a wrong size, an incomplete file or a
+/// different configuration each return their status and change nothing.
+/// On success *handle is open; close it with pacer_shared_close (opening
+/// into a handle that is still open loses its mapping until exit).
+#[no_mangle]
+pub unsafe extern "C" fn pacer_shared_open(
+    handle: *mut pacer_shared,
+    path_or_name: *const c_char,
+    config: *const pacer_config,
+) -> pacer_status {
+    guard(|| {
+        let handle = out(handle)?;
+        // SAFETY: caller's contract; NULL checked by `opt_str`.
+        let path_or_name = unsafe { opt_str(path_or_name) }?;
+        let path_or_name = path_or_name.ok_or(pacer_status::NullParameter)?;
+        // SAFETY: caller's contract; NULL checked by `arg`.
+        let config = unsafe { arg(config) }?;
+        let opened = match open_shared(path_or_name, config) {
+            Ok(h) => h,
+            Err(fail) => return finish(Err(fail)),
+        };
+        // SAFETY: checked by `out`; a pacer_shared is 64 writable bytes,
+        // 16-aligned, large enough for a Handle (const asserts above).
+        unsafe { put(handle.cast::<Handle>(), opened) };
+        Ok(())
+    })
+}
+
+/// The pacer of an open handle, for pacer_reserve, pacer_release,
+/// pacer_get_info and pacer_get_counters (the counters count this
+/// process's calls; the state is the machine's). Pass it the shared clock,
+/// pacer_clock_monotonic_ms(), and nothing else.
+#[no_mangle]
+pub unsafe extern "C" fn pacer_shared_pacer(
+    handle: *const pacer_shared,
+    out_pacer: *mut *const pacer,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; NULL checked by `arg`.
+        let h = open_handle(unsafe { arg(handle) }?)?;
+        let out_pacer = out(out_pacer)?;
+        // SAFETY: checked by `out`.
+        unsafe { put(out_pacer, h.storage) };
+        Ok(())
+    })
+}
+
+/// pacer_reserve on the shared pacer at pacer_clock_monotonic_ms().
+#[no_mangle]
+pub unsafe extern "C" fn pacer_shared_reserve(
+    handle: *const pacer_shared,
+    out_decision: *mut pacer_decision,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; NULL checked by `arg`.
+        let h = open_handle(unsafe { arg(handle) }?)?;
+        let out_decision = out(out_decision)?;
+        // SAFETY: an open handle's storage is an initialised pacer mapped
+        // until pacer_shared_close; `out_decision` was checked.
+        match unsafe { pacer_reserve(h.storage, clock_ms(), out_decision) } {
+            pacer_status::Ok => Ok(()),
+            status => Err(status),
+        }
+    })
+}
+
+/// pacer_release on the shared pacer at pacer_clock_monotonic_ms().
+#[no_mangle]
+pub unsafe extern "C" fn pacer_shared_release(
+    handle: *const pacer_shared,
+    ticket: *mut pacer_ticket,
+    out_refunded: *mut bool,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; NULL checked by `arg`.
+        let h = open_handle(unsafe { arg(handle) }?)?;
+        // SAFETY: caller's contract; NULL checked by `arg_mut`.
+        let ticket: *mut pacer_ticket = unsafe { arg_mut(ticket) }?;
+        let out_refunded = out(out_refunded)?;
+        // SAFETY: as in pacer_shared_reserve; both pointers were checked.
+        match unsafe { pacer_release(h.storage, ticket, clock_ms(), out_refunded) } {
+            pacer_status::Ok => Ok(()),
+            status => Err(status),
+        }
+    })
+}
+
+/// Unmaps the shared pacer and marks the handle closed. The file stays
+/// (see pacer_shared_unlink). The pacer pointer from pacer_shared_pacer is
+/// invalid afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn pacer_shared_close(handle: *mut pacer_shared) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; NULL checked by `arg_mut`.
+        let handle = unsafe { arg_mut(handle) }?;
+        let h = open_handle(handle)?;
+        // SAFETY: the mapping pacer_shared_open made for this handle.
+        if unsafe { libc::munmap(h.view.cast(), h.view_len) } != 0 {
+            return finish(Err(Fail::Os(errno())));
+        }
+        let closed = Handle {
+            magic: 0,
+            view: core::ptr::null_mut(),
+            view_len: 0,
+            storage: core::ptr::null(),
+        };
+        // SAFETY: as in pacer_shared_open.
+        unsafe { handle.opaque.as_mut_ptr().cast::<Handle>().write(closed) };
+        Ok(())
+    })
+}
+
+/// Removes the shared pacer's name (a name without '/' lives in /dev/shm).
+/// Processes that have it open keep their bucket; the next open creates a
+/// new, full one. PACER_STATUS_SHARED_NOT_FOUND if there is no such file.
+#[no_mangle]
+pub unsafe extern "C" fn pacer_shared_unlink(path_or_name: *const c_char) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; NULL checked by `opt_str`.
+        let path_or_name = unsafe { opt_str(path_or_name) }?;
+        let path_or_name = path_or_name.ok_or(pacer_status::NullParameter)?;
+        let names = match names(path_or_name) {
+            Ok(names) => names,
+            Err(fail) => return finish(Err(fail)),
+        };
+        // SAFETY: a NUL-terminated path.
+        if unsafe { libc::unlink(names.path.as_ptr()) } != 0 {
+            return match errno() {
+                libc::ENOENT => Err(pacer_status::SharedNotFound),
+                code => finish(Err(Fail::Os(code))),
+            };
+        }
+        Ok(())
+    })
+}
+
+/// The machine-wide clock every process sharing a pacer must use:
+/// CLOCK_MONOTONIC in whole milliseconds (0 if the clock cannot be read).
+#[no_mangle]
+pub extern "C" fn pacer_clock_monotonic_ms() -> u64 {
+    guard_value(0, clock_ms)
+}

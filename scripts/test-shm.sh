@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Shared pacers (one bucket for every process on the machine): the C tests
+# with fork() (plain, then under AddressSanitizer + UBSan), then the Node and
+# Go smoke tests that attach to a pacer a C process created and debited.
+# Honours CARGO_TARGET_DIR (relative to the repository root when relative);
+# default target/. Skips Node or Go with a message when the tool is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+target="${CARGO_TARGET_DIR:-$root/target}"
+case "$target" in /*) ;; *) target="$root/$target" ;; esac
+export CARGO_TARGET_DIR="$target"
+
+cargo build --release --locked -p pacer-ffi
+lib="$target/release/libpacer.a"
+out="$target/shm-tests"
+mkdir -p "$out"
+
+# Test files go to /dev/shm (the default) unless PACER_SHM_TEST_DIR says.
+dir="${PACER_SHM_TEST_DIR:-/dev/shm}"
+
+CFLAGS=(-std=c11 -Wall -Wextra -Werror -pedantic -O1 -g -I "$root/include")
+LIBS=("$lib" -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc)
+gcc "${CFLAGS[@]}" tests/c/test_shm.c "${LIBS[@]}" -o "$out/test_shm"
+gcc "${CFLAGS[@]}" -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
+  tests/c/test_shm.c "${LIBS[@]}" -o "$out/test_shm_asan"
+
+echo "-- shared pacer (C, fork)"
+"$out/test_shm" "$dir"
+echo "-- shared pacer (C, fork) under ASan + UBSan"
+"$out/test_shm_asan" "$dir"
+
+# The smoke tests run `test_shm debit PATH N` to create and debit a pacer.
+export PACER_SHM_HELPER="$out/test_shm"
+export PACER_SHM_TEST_DIR="$dir"
+
+if command -v node >/dev/null; then
+  echo "-- shared pacer from Node"
+  (
+    cd bindings/node
+    node scripts/build.js
+    node --test --test-reporter=spec test/shared.test.js
+  )
+else
+  echo "-- Node smoke test skipped: node not found"
+fi
+
+if command -v go >/dev/null; then
+  echo "-- shared pacer from Go"
+  (
+    export GOTOOLCHAIN=local GOPROXY=off CGO_ENABLED=1
+    export CGO_LDFLAGS="-L$target/release ${CGO_LDFLAGS:-}"
+    cd bindings/go
+    go test -race -count=1 -run 'Shared' -v ./...
+  )
+else
+  echo "-- Go smoke test skipped: go not found"
+fi
+echo "test-shm: ok"
