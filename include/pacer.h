@@ -208,6 +208,10 @@ enum pacer_admit_path
    * Overflow past the floor in a shaping mode: at once, nothing debited.
    */
   PACER_ADMIT_PATH_OVERFLOW = 4,
+  /**
+   * A redeemed booking (SPEC §11); reserved for the booking calls.
+   */
+  PACER_ADMIT_PATH_BOOKED = 5,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

@@ -90,6 +90,8 @@ pub enum pacer_admit_path {
     Shaped = 3,
     /// Overflow past the floor in a shaping mode: at once, nothing debited.
     Overflow = 4,
+    /// A redeemed booking (SPEC §11); reserved for the booking calls.
+    Booked = 5,
 }
 
 /// Values of pacer_ticket.state.
@@ -297,6 +299,7 @@ pub unsafe extern "C" fn pacer_reserve(
                         AdmitPath::Paced => pacer_admit_path::Paced,
                         AdmitPath::Shaped => pacer_admit_path::Shaped,
                         AdmitPath::Overflow => pacer_admit_path::Overflow,
+                        AdmitPath::Booked => pacer_admit_path::Booked,
                     } as u32,
                     wait_ms: admission.wait_ms,
                     required_wait_ms: 0,
