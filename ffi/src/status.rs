@@ -28,6 +28,9 @@ pub enum pacer_status {
     BurstTooLarge = 8,
     /// Config: max_retries above the ladder ceiling of idle_timeout_ms.
     RetriesExceedLadder = 9,
+    /// A booking presented to pacer_redeem holds no live ticket (already
+    /// redeemed, released, or never booked).
+    InvalidTicket = 25,
 }
 
 impl pacer_status {
@@ -47,10 +50,11 @@ impl pacer_status {
             pacer_status::RetriesExceedLadder => {
                 b"max_retries above the ladder ceiling of idle_timeout_ms\0"
             }
+            pacer_status::InvalidTicket => b"the booking holds no live ticket\0",
         }
     }
 
-    const ALL: [pacer_status; 10] = [
+    const ALL: [pacer_status; 11] = [
         pacer_status::Ok,
         pacer_status::NullParameter,
         pacer_status::Panic,
@@ -61,6 +65,7 @@ impl pacer_status {
         pacer_status::RateTooHigh,
         pacer_status::BurstTooLarge,
         pacer_status::RetriesExceedLadder,
+        pacer_status::InvalidTicket,
     ];
 }
 
