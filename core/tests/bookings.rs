@@ -325,3 +325,45 @@ fn extreme_clocks_book_without_overflow() {
         BookingDecision::Admitted(a) => panic!("{a:?}"),
     }
 }
+
+#[test]
+fn counters_see_bookings_as_refusals_and_redemptions_as_admissions() {
+    use pacer_core::Counters;
+    let pacer = pacer(ReleasePolicy::Refund);
+    let counters = Counters::new();
+    for _ in 0..14 {
+        counters.record_booking(&pacer.reserve_or_book(0, 5));
+    }
+    let decision = pacer.reserve_or_book(0, 5); // booked, slot 5000
+    counters.record_booking(&decision);
+    let refused = pacer.reserve_or_book(0, 0); // beyond the bound: refused
+    counters.record_booking(&refused);
+    let booking = booked(decision);
+    let not_yet = pacer.redeem(booking, 0);
+    counters.record_redemption(&not_yet);
+    let Redemption::NotYet { booking, .. } = not_yet else {
+        panic!("{not_yet:?}")
+    };
+    let admitted = pacer.redeem(booking, 167);
+    counters.record_redemption(&admitted);
+    let s = counters.snapshot();
+    // 14 plain admissions (4 with a wait) + 1 redeemed after 4833 ms;
+    // refusals: the booking, the plain refusal and the early redemption.
+    assert_eq!(
+        (
+            s.admitted,
+            s.admitted_after_wait,
+            s.refused,
+            s.shaped,
+            s.clock_regressions
+        ),
+        (15, 5, 3, 0, 0)
+    );
+    // A booking at a clock behind the mark counts a regression.
+    let behind = pacer.reserve_or_book(0, 5);
+    assert!(matches!(behind, BookingDecision::Booked(_)));
+    let _ = pacer.reserve_or_book(10, 5);
+    let regressed = pacer.reserve_or_book(5, 5);
+    counters.record_booking(&regressed);
+    assert_eq!(counters.snapshot().clock_regressions, 1);
+}
