@@ -19,39 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
 from typing import Any
 
 import pytest
-from conftest import FakeClock
+from conftest import FakeClock, GateSleep, run
 
 import pacer
 
 TOKEN = 60_000  # units per connection
 START_UNITS = 10 * TOKEN  # burst 10, full at the start
-
-
-def run(coro: Coroutine[Any, Any, Any]) -> Any:
-    """asyncio.run with a watchdog, so a broken admit fails instead of hanging."""
-
-    async def guarded() -> Any:
-        return await asyncio.wait_for(coro, 10)
-
-    return asyncio.run(guarded())
-
-
-class GateSleep:
-    """An injected sleep: records the delays asked for and waits until opened."""
-
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-        self.started = asyncio.Event()
-        self.gate = asyncio.Event()
-
-    async def __call__(self, seconds: float) -> None:
-        self.calls.append(seconds)
-        self.started.set()
-        await self.gate.wait()
 
 
 def drained(clock: FakeClock, registry: pacer.NoticeRegistry, **options: Any) -> pacer.Pacer:
