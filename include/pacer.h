@@ -215,6 +215,11 @@ enum pacer_status
    * Shared pacer: no such file.
    */
   PACER_STATUS_SHARED_NOT_FOUND = 24,
+  /**
+   * A booking presented to pacer_redeem holds no live ticket (already
+   * redeemed, released, or never booked).
+   */
+  PACER_STATUS_INVALID_TICKET = 25,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -265,6 +270,11 @@ enum pacer_decision_kind
    * Do not open; answer with a retryable rate limit (retry_after_s).
    */
   PACER_DECISION_KIND_REFUSED = 2,
+  /**
+   * Do not open yet; answer with a retryable rate limit (retry_after_s)
+   * and keep the booking pacer_reserve_or_book wrote for the retry.
+   */
+  PACER_DECISION_KIND_BOOKED = 3,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -302,6 +312,10 @@ enum pacer_admit_path
    * Overflow past the floor in a shaping mode: at once, nothing debited.
    */
   PACER_ADMIT_PATH_OVERFLOW = 4,
+  /**
+   * A redeemed booking (SPEC §11); reserved for the booking calls.
+   */
+  PACER_ADMIT_PATH_BOOKED = 5,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -534,6 +548,24 @@ typedef struct pacer_decision {
 } pacer_decision;
 
 /**
+ * A place in line (SPEC §11), written by pacer_reserve_or_book. Keep it
+ * under the request's own identity; present it with pacer_redeem on the
+ * request's retry; release its ticket with pacer_release if the request
+ * ends without redeeming it.
+ */
+typedef struct pacer_booking {
+  /**
+   * The refund right for the booked token. pacer_redeem moves it into
+   * the admission (this copy is then marked spent).
+   */
+  struct pacer_ticket ticket;
+  /**
+   * When the connection may open, ms on the pacer's clock.
+   */
+  uint64_t slot_ms;
+} pacer_booking;
+
+/**
  * Decision counters.
  */
 typedef struct pacer_counters {
@@ -763,6 +795,31 @@ pacer_status pacer_init(struct pacer *storage, const struct pacer_config *config
 pacer_status pacer_reserve(const struct pacer *storage,
                            uint64_t now_ms,
                            struct pacer_decision *out_decision);
+
+/**
+ * pacer_reserve, except that a refusal whose wait fits the horizon of the
+ * request's `retries_left` retries books a place in line (SPEC §11): kind
+ * PACER_DECISION_KIND_BOOKED, one token debited, *out_booking written.
+ * Otherwise *out_booking is left untouched. Thread-safe and lock-free.
+ */
+pacer_status pacer_reserve_or_book(const struct pacer *storage,
+                                   uint64_t now_ms,
+                                   uint32_t retries_left,
+                                   struct pacer_decision *out_decision,
+                                   struct pacer_booking *out_booking);
+
+/**
+ * Presents a booking on the request's retry at `now_ms`; changes nothing
+ * in the pacer. Admitted (path PACER_ADMIT_PATH_BOOKED) after
+ * `max(0, slot − now)` when `slot − now ≤ bound`: the decision carries the
+ * booking's ticket and the booking's copy is marked spent. Otherwise
+ * PACER_DECISION_KIND_BOOKED again with the next hint, booking unchanged.
+ * A booking whose ticket is not live returns PACER_STATUS_INVALID_TICKET.
+ */
+pacer_status pacer_redeem(const struct pacer *storage,
+                          struct pacer_booking *booking,
+                          uint64_t now_ms,
+                          struct pacer_decision *out_decision);
 
 /**
  * Releases an admission that will not open its connection. A live ticket

@@ -44,6 +44,36 @@ static pacer_go_release_result pacer_go_release(const pacer *storage, uint32_t s
 	return r;
 }
 
+typedef struct {
+	uint32_t status;
+	pacer_decision decision;
+	pacer_booking booking;
+} pacer_go_book_result;
+
+static pacer_go_book_result pacer_go_reserve_or_book(const pacer *storage, uint64_t now_ms,
+		uint32_t retries_left) {
+	pacer_go_book_result r;
+	memset(&r, 0, sizeof r);
+	r.status = (uint32_t)pacer_reserve_or_book(storage, now_ms, retries_left, &r.decision, &r.booking);
+	return r;
+}
+
+// The booking is rebuilt live from its numbers: the Go side keeps the
+// spent flag (Ticket.spent) and presents only bookings it has not spent.
+static pacer_go_reserve_result pacer_go_redeem(const pacer *storage, uint32_t seq,
+		uint32_t debit_units, uint64_t slot_ms, uint64_t now_ms) {
+	pacer_go_reserve_result r;
+	pacer_booking booking;
+	memset(&r, 0, sizeof r);
+	memset(&booking, 0, sizeof booking);
+	booking.ticket.seq = seq;
+	booking.ticket.debit_units = debit_units;
+	booking.ticket.state = PACER_TICKET_STATE_LIVE;
+	booking.slot_ms = slot_ms;
+	r.status = (uint32_t)pacer_redeem(storage, &booking, now_ms, &r.decision);
+	return r;
+}
+
 static uint32_t pacer_go_mode_notice(uint32_t rate, uint32_t burst, uint64_t idle, uint32_t retries,
 		uint32_t policy, pacer_notice *out_notice, bool *out_present) {
 	pacer_config c;
@@ -166,6 +196,7 @@ var (
 	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_CONFIG_MISMATCH-StatusSharedConfigMismatch]
 	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_NOT_OPEN-StatusSharedNotOpen]
 	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_NOT_FOUND-StatusSharedNotFound]
+	_ = [1]struct{}{}[C.PACER_STATUS_INVALID_TICKET-StatusInvalidTicket]
 	_ = [1]struct{}{}[C.PACER_RELEASE_POLICY_REFUND-ReleaseRefund]
 	_ = [1]struct{}{}[C.PACER_RELEASE_POLICY_STRICT-ReleaseStrict]
 	_ = [1]struct{}{}[C.PACER_MODE_DISABLED-ModeDisabled]
@@ -177,6 +208,7 @@ var (
 	_ = [1]struct{}{}[C.PACER_ADMIT_PATH_PACED-PathPaced]
 	_ = [1]struct{}{}[C.PACER_ADMIT_PATH_SHAPED-PathShaped]
 	_ = [1]struct{}{}[C.PACER_ADMIT_PATH_OVERFLOW-PathOverflow]
+	_ = [1]struct{}{}[C.PACER_ADMIT_PATH_BOOKED-PathBooked]
 	_ = [1]struct{}{}[C.PACER_NOTICE_KIND_RATE_MALFORMED-NoticeRateMalformed]
 	_ = [1]struct{}{}[C.PACER_NOTICE_KIND_RATE_CLAMPED-NoticeRateClamped]
 	_ = [1]struct{}{}[C.PACER_NOTICE_KIND_IDLE_MALFORMED-NoticeIdleMalformed]
@@ -303,7 +335,12 @@ func (s *storage) reserve(nowMs uint64) (Decision, error) {
 	if err := statusErr("pacer_reserve", uint32(r.status)); err != nil {
 		return Decision{}, err
 	}
-	d := r.decision
+	return decisionFromC(&r.decision), nil
+}
+
+// decisionFromC converts a pacer_decision; a booked one (kind
+// PACER_DECISION_KIND_BOOKED) is not admitted, like a refusal.
+func decisionFromC(d *C.pacer_decision) Decision {
 	out := Decision{
 		Admitted:          uint32(d.kind) == C.PACER_DECISION_KIND_ADMITTED,
 		Path:              Path(d.path),
@@ -316,7 +353,35 @@ func (s *storage) reserve(nowMs uint64) (Decision, error) {
 	if uint32(d.ticket.state) == C.PACER_TICKET_STATE_LIVE {
 		out.Ticket = &Ticket{seq: uint32(d.ticket.seq), debitUnits: uint32(d.ticket.debit_units)}
 	}
-	return out, nil
+	return out
+}
+
+// reserveOrBook runs pacer_reserve_or_book. A booked answer returns the
+// booking's ticket and slot (nil otherwise); the decision is then not
+// admitted and carries the hint.
+func (s *storage) reserveOrBook(nowMs uint64, retriesLeft uint32) (Decision, *Booking, error) {
+	r := C.pacer_go_reserve_or_book(s.ptr, C.uint64_t(nowMs), C.uint32_t(retriesLeft))
+	if err := statusErr("pacer_reserve_or_book", uint32(r.status)); err != nil {
+		return Decision{}, nil, err
+	}
+	d := decisionFromC(&r.decision)
+	if uint32(r.decision.kind) != C.PACER_DECISION_KIND_BOOKED ||
+		uint32(r.booking.ticket.state) != C.PACER_TICKET_STATE_LIVE {
+		return d, nil, nil
+	}
+	t := &Ticket{seq: uint32(r.booking.ticket.seq), debitUnits: uint32(r.booking.ticket.debit_units)}
+	slot := uint64(r.booking.slot_ms)
+	return d, &Booking{SlotMs: slot, Ticket: t, slot: slot, ticket: t}, nil
+}
+
+// redeem runs pacer_redeem on a live booking with this ticket and slot.
+// Admitted: the decision's Ticket is the booking's, as a new Go value.
+func (s *storage) redeem(seq, debitUnits uint32, slotMs, nowMs uint64) (Decision, error) {
+	r := C.pacer_go_redeem(s.ptr, C.uint32_t(seq), C.uint32_t(debitUnits), C.uint64_t(slotMs), C.uint64_t(nowMs))
+	if err := statusErr("pacer_redeem", uint32(r.status)); err != nil {
+		return Decision{}, err
+	}
+	return decisionFromC(&r.decision), nil
 }
 
 func (s *storage) release(seq, debitUnits uint32, nowMs uint64) (bool, error) {

@@ -4,6 +4,10 @@
 // its C ABI (libpacer.a, include/pacer.h); waiting, clocks, contexts and
 // notices are Go's.
 //
+// Bookings (SPEC §11, opt-in) turn refusals into a place in line for the
+// request's retry: AdmitKey keys them by the request's identity (Forget
+// releases what a key holds); ReserveOrBook and Redeem are the raw calls.
+//
 // Clocks are monotonic milliseconds as uint64: Reserve and Release take
 // them from the caller (any value, including math.MaxUint64), Admit reads
 // the pacer's Config.Clock (MonotonicMs by default).

@@ -12,6 +12,8 @@ import (
 //   - ErrRefused: Admit was refused; errors.As gives the *RefusedError with the
 //     hint for the client.
 //   - ErrClosed: the Pacer was closed.
+//   - ErrBookingSpent: Redeem was given a booking already redeemed or
+//     released; it also matches StatusInvalidTicket.
 //   - a Status (StatusNullParameter, StatusRateTooHigh, …): a C call failed;
 //     errors.As gives the *CallError naming the call.
 var (
@@ -53,6 +55,21 @@ func inputError(field string, value any, reason string) error {
 	return &FieldError{Field: field, Value: value, Reason: reason, input: true}
 }
 
+// ErrBookingSpent is Redeem's error for a booking whose ticket was already
+// redeemed or released. errors.Is(err, StatusInvalidTicket) is true for
+// it too: it is the library's PACER_STATUS_INVALID_TICKET.
+var ErrBookingSpent error = &bookingSpentError{}
+
+type bookingSpentError struct{}
+
+func (*bookingSpentError) Error() string { return "pacer: booking already redeemed or released" }
+
+// Is makes errors.Is(ErrBookingSpent, StatusInvalidTicket) true.
+func (*bookingSpentError) Is(target error) bool {
+	s, ok := target.(Status)
+	return ok && s == StatusInvalidTicket
+}
+
 // RefusedError is Admit's answer when the pacer refuses (SPEC §4 step 5):
 // answer the client with Response and let it retry after RetryAfterSeconds.
 type RefusedError struct {
@@ -60,6 +77,9 @@ type RefusedError struct {
 	RequiredWaitMs uint64
 	// RetryAfterSeconds is the hint the client is asked to honour.
 	RetryAfterSeconds uint64
+	// Booked: the request holds a place in line (AdmitKey, SPEC §11); its
+	// retry with the same key redeems it. Answer the client the same way.
+	Booked bool
 }
 
 func (e *RefusedError) Error() string {
@@ -91,6 +111,9 @@ const (
 	StatusRateTooHigh         Status = 7
 	StatusBurstTooLarge       Status = 8
 	StatusRetriesExceedLadder Status = 9
+	// StatusInvalidTicket: a booking presented to pacer_redeem holds no
+	// live ticket (already redeemed, released, or never booked).
+	StatusInvalidTicket Status = 25
 )
 
 // String is the library's description (pacer_status_str); unknown codes

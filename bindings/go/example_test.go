@@ -73,3 +73,48 @@ func ExampleBudgetFromEnv() {
 	// level=WARN msg="pacer: ignoring new-connection rate \"1e2\": not a whole number of connections per minute; using 60/minute" kind=rate_malformed key=rate:1e2 raw=1e2 values="[60 0 0]"
 	// 60 30000 3 2000 true
 }
+
+// Keyed bookings (SPEC §11): a request refused with a place in line keeps
+// it under its key, and its retry is admitted in turn. Burst 1, rate 60,
+// idle 30 s, 3 retries: wait bound 2000 ms, hint cap 2 s.
+func ExamplePacer_AdmitKey() {
+	var now uint64
+	p, err := pacer.New(pacer.Config{
+		RatePerMinute: 60,
+		Burst:         1,
+		IdleTimeout:   30 * time.Second,
+		MaxRetries:    3,
+		Clock:         func() uint64 { return now },
+		Sleep:         func(context.Context, time.Duration) error { return nil },
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Close()
+	try := func(key string) {
+		a, err := p.AdmitKey(context.Background(), key)
+		var refused *pacer.RefusedError
+		switch {
+		case errors.As(err, &refused):
+			fmt.Printf("%s refused: retry-after %d, booked %v\n", key, refused.RetryAfterSeconds, refused.Booked)
+		case err != nil:
+			fmt.Println(err)
+		default:
+			fmt.Printf("%s admitted after %v (%v)\n", key, a.Wait, a.Path)
+		}
+	}
+	for _, key := range []string{"req-1", "req-2", "req-3", "req-4"} {
+		try(key)
+	}
+	now = 1000 // req-4 comes back after its hint
+	try("req-4")
+	fmt.Println(p.PendingKeys(), "pending")
+	// Output:
+	// req-1 admitted after 0s (paced)
+	// req-2 admitted after 1s (paced)
+	// req-3 admitted after 2s (paced)
+	// req-4 refused: retry-after 1, booked true
+	// req-4 admitted after 2s (booked)
+	// 0 pending
+}

@@ -74,6 +74,9 @@ const (
 	PathShaped Path = 3
 	// PathOverflow: overflow past the floor when shaping; at once, nothing debited.
 	PathOverflow Path = 4
+	// PathBooked: a redeemed booking (SPEC §11); the booked token was
+	// debited when the booking was made.
+	PathBooked Path = 5
 )
 
 func (p Path) String() string {
@@ -88,6 +91,8 @@ func (p Path) String() string {
 		return "shaped"
 	case PathOverflow:
 		return "overflow"
+	case PathBooked:
+		return "booked"
 	}
 	return "unknown"
 }
@@ -211,6 +216,8 @@ type Pacer struct {
 	notifier *Notifier
 	mode     Mode
 	boundMs  uint64
+
+	keyed keyedBookings // AdmitKey's requests refused so far
 }
 
 // New validates cfg and builds a pacer, full (burst tokens available) at
@@ -438,6 +445,13 @@ func (p *Pacer) Admit(ctx context.Context) (Admission, error) {
 	if !d.Admitted {
 		return Admission{}, &RefusedError{RequiredWaitMs: d.RequiredWaitMs, RetryAfterSeconds: d.RetryAfterSeconds}
 	}
+	return p.await(ctx, start, d)
+}
+
+// await turns an admitted decision made at start into an Admission,
+// sleeping when it is queued. If the sleep ends early (ctx done), the
+// slot is refunded and ctx.Err() returned.
+func (p *Pacer) await(ctx context.Context, start uint64, d Decision) (Admission, error) {
 	a := Admission{Wait: d.Wait(), Queued: d.Queued, Path: d.Path, Ticket: d.Ticket, pacer: p}
 	if !d.Queued {
 		return a, nil

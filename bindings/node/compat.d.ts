@@ -49,13 +49,21 @@ export interface WsUpgradePacerOptions {
   now?: () => number;
   /** Runs `fire` after `ms`; returns a cancel function. Injected by tests. */
   schedule?: (ms: number, fire: () => void) => () => void;
+  /** Opt-in (SPEC §11): a refused request called with a `key` keeps a place
+   * in line that the same key's retry redeems. Off by default. */
+  bookRefusals?: boolean;
 }
 
 export declare class WsUpgradePacer implements ConnectionPacer {
   constructor(options?: WsUpgradePacerOptions);
   /** Longest any one request will be queued. Derived; exposed for diagnostics. */
   readonly maxWaitMs: number;
-  admit(signal?: AbortSignal): Promise<UpgradeAdmission>;
+  /** `key`: the request's identity across the client's retries (used only
+   * with `bookRefusals`). */
+  admit(signal?: AbortSignal, key?: string | number | symbol): Promise<UpgradeAdmission>;
+  /** With `bookRefusals`: gives back the booking of a keyed request that
+   * ends without a connection. */
+  forget(key: string | number | symbol): boolean;
 }
 
 export declare function wsNewConnectionsPerMinute(env?: Env, warn?: Warn): number;

@@ -17,6 +17,7 @@
 
 const { native, constants, decodeDecision } = require('./native.js');
 const { sleep } = require('./wait.js');
+const { KeyedBookings, checkKey } = require('./bookings.js');
 
 const WS_NEW_CONNECTIONS_PER_MIN_ENV = 'CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN';
 const UPSTREAM_MAX_RETRIES_ENV = 'CLODEX_UPSTREAM_MAX_RETRIES';
@@ -236,6 +237,8 @@ class WsUpgradePacer {
   #enabled;
   #now;
   #schedule;
+  /** Opt-in (`bookRefusals: true`): keyed requests book a place in line. */
+  #bookings = null;
 
   constructor(options = {}) {
     const ratePerMinute = options.ratePerMinute ?? DEFAULT_WS_NEW_CONNECTIONS_PER_MIN;
@@ -266,6 +269,7 @@ class WsUpgradePacer {
     );
     const mode = this.#native.info()[0];
     this.#enabled = mode !== MODE_DISABLED;
+    if (options.bookRefusals === true) this.#bookings = new KeyedBookings(this.#native, paced ? retries : 0);
     if (rate > 0 && !this.#enabled) {
       reportOnce(reportedNotices, `disabled:${maxRetries}:${idleTimeoutMs}`,
         `not pacing new OpenAI connections: a ${maxRetries}-retry budget leaves no room to `
@@ -296,10 +300,13 @@ class WsUpgradePacer {
    * retryAfterSeconds}`). Rejects when `signal` aborts while queued, and
    * gives the slot back.
    */
-  async admit(signal) {
+  async admit(signal, key) {
     if (!this.#enabled) return { kind: 'admitted', waitedMs: 0 };
     if (signal?.aborted) throw abortError(signal);
-    const d = decodeDecision(this.#native.reserve(this.#clock()), this.maxWaitMs);
+    const keyed = this.#bookings !== null && key !== undefined;
+    const d = keyed
+      ? this.#bookings.attempt(checkKey(key), this.#clock(), this.maxWaitMs)
+      : decodeDecision(this.#native.reserve(this.#clock()), this.maxWaitMs);
     if (!d.admitted) {
       return { kind: 'refused', requiredWaitMs: d.requiredWaitMs, retryAfterSeconds: d.retryAfterSeconds };
     }
@@ -315,6 +322,16 @@ class WsUpgradePacer {
       throw error;
     }
     return { kind: 'admitted', waitedMs: Math.max(0, this.#now() - startedAt) };
+  }
+
+  /**
+   * With `bookRefusals`: releases the booking the request keyed `key` holds
+   * when it ends without a connection (aborted, failed, gave up). True when
+   * a booking was refunded.
+   */
+  forget(key) {
+    if (this.#bookings === null) return false;
+    return this.#bookings.forget(checkKey(key), this.#clock());
   }
 }
 

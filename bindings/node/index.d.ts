@@ -4,7 +4,7 @@
 export type Mode = 'disabled' | 'refusing' | 'shaping-low-rate' | 'shaping-no-retry';
 
 /** Which rule admitted a request. */
-export type AdmitPath = 'disabled' | 'paced' | 'shaped' | 'overflow';
+export type AdmitPath = 'disabled' | 'paced' | 'shaped' | 'overflow' | 'booked';
 
 export type ReleasePolicy = 'refund' | 'strict';
 
@@ -40,6 +40,35 @@ export interface Refused {
 }
 
 export type Decision = Admitted | Refused;
+
+/** A place in line (SPEC §11): redeem it on the request's retry, or release
+ * its ticket if the request ends without redeeming it. */
+export declare class Booking {
+  private constructor();
+  /** When the connection may open, ms on the pacer's clock. */
+  readonly slotMs: number;
+  /** The refund right of the booked token. */
+  readonly ticket: Ticket;
+  static isBooking(value: unknown): value is Booking;
+}
+
+export interface Booked {
+  kind: 'booked';
+  booking: Booking;
+  /** Until the slot, ms. */
+  requiredWaitMs: number;
+  /** The hint for the client's retry, whole seconds. */
+  retryAfterSeconds: number;
+  clockRegressed: boolean;
+}
+
+export interface NotYet {
+  kind: 'booked';
+  booking: Booking;
+  retryAfterSeconds: number;
+}
+
+export type BookingDecision = Admitted | Booked | Refused;
 
 export interface Admission {
   kind: 'admitted';
@@ -150,8 +179,20 @@ export declare class Pacer {
   reserve(nowMs: number): Decision;
   /** Refunds an admission that will not open a connection. */
   release(ticket: Ticket, nowMs: number): boolean;
-  /** Waits (setTimeout) for permission; rejects when `signal` aborts first. */
-  admit(options?: { signal?: AbortSignal }): Promise<AdmitOutcome>;
+  /** `reserve`, booking a place in line where a refusal's wait fits the
+   * horizon of `retriesLeft` retries (SPEC §11). */
+  reserveOrBook(nowMs: number, retriesLeft: number): BookingDecision;
+  /** Presents a booking on the request's retry; changes nothing. */
+  redeem(booking: Booking, nowMs: number): Admitted | NotYet;
+  /** Releases what the keyed request `key` holds (its booking); call it when
+   * a request passed to `admit({key})` ends without being admitted. */
+  forget(key: string | number | symbol, nowMs?: number): boolean;
+  /** Keyed requests refused and not yet admitted or forgotten. */
+  readonly pendingKeys: number;
+  /** Waits (setTimeout) for permission; rejects when `signal` aborts first.
+   * With `key` (the request's identity across the client's retries), a
+   * refusal books a place in line that the key's retry redeems (SPEC §11). */
+  admit(options?: { signal?: AbortSignal; key?: string | number | symbol }): Promise<AdmitOutcome>;
   counters(): Counters;
   state(): { highWaterMs: number; tokensUnits: number; seq: number };
 }

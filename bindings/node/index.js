@@ -7,9 +7,10 @@
 
 const { native, constants, decodeDecision } = require('./native.js');
 const { sleep } = require('./wait.js');
+const { KeyedBookings, checkKey } = require('./bookings.js');
 
 const MODES = ['disabled', 'refusing', 'shaping-low-rate', 'shaping-no-retry'];
-const PATHS = ['disabled', 'paced', 'shaped', 'overflow'];
+const PATHS = ['disabled', 'paced', 'shaped', 'overflow', 'booked'];
 
 /** Environment variables `Pacer.fromEnv` and `resolveBudget` read by default. */
 const ENV_NAMES = Object.freeze({
@@ -166,8 +167,51 @@ class Ticket {
     return [ticket.#seq, ticket.#debitUnits];
   }
 
+  /** The ticket's position when it is `owner`'s and live, else null. */
+  static peek(ticket, owner) {
+    if (!Ticket.isTicket(ticket) || ticket.#owner !== owner || ticket.#spent) return null;
+    return ticket.#seq;
+  }
+
+  /** A new live ticket for the same debit; `ticket` becomes spent. */
+  static transfer(ticket, owner) {
+    const raw = Ticket.take(ticket, owner);
+    return raw === null ? null : new Ticket(owner, raw[0], raw[1]);
+  }
+
   static isTicket(value) {
     return typeof value === 'object' && value !== null && #owner in value;
+  }
+}
+
+/**
+ * A place in line (SPEC §11): one connection's token, debited when it was
+ * booked, for a connection that may open at `slotMs`. Present it with
+ * `pacer.redeem()` on the request's retry; release `ticket` if the request
+ * ends without redeeming it.
+ */
+class Booking {
+  #slotMs;
+  #ticket;
+
+  constructor(slotMs, ticket) {
+    this.#slotMs = slotMs;
+    this.#ticket = ticket;
+    Object.freeze(this);
+  }
+
+  /** When the connection may open, ms on the pacer's clock. */
+  get slotMs() {
+    return this.#slotMs;
+  }
+
+  /** The refund right of the booked token. */
+  get ticket() {
+    return this.#ticket;
+  }
+
+  static isBooking(value) {
+    return typeof value === 'object' && value !== null && #slotMs in value;
   }
 }
 
@@ -226,6 +270,8 @@ class Pacer {
   #mode;
   #waitBoundMs;
   #config;
+  /** Keyed requests refused so far (admit with a key). */
+  #keyed;
 
   /**
    * @param options.ratePerMinute new connections per minute, 0..600 (0 = off); default 60
@@ -266,6 +312,10 @@ class Pacer {
     this.#native = factory
       ? factory(rate, burst, idle, retries, policy === 'strict')
       : new native.NativePacer(rate, burst, idle, retries, policy === 'strict', this.#clock());
+    // Bookings need the native calls; a shared pacer has none.
+    this.#keyed = typeof this.#native.reserveOrBook === 'function'
+      ? new KeyedBookings(this.#native, retries)
+      : null;
     const [mode, waitBoundMs] = this.#native.info();
     this.#mode = MODES[mode];
     this.#waitBoundMs = waitBoundMs;
@@ -373,6 +423,76 @@ class Pacer {
   }
 
   /**
+   * `reserve`, except that a refusal whose wait fits the horizon of the
+   * request's `retriesLeft` retries books a place in line (SPEC §11):
+   * `{kind: 'booked', booking, requiredWaitMs, retryAfterSeconds,
+   * clockRegressed}`, one token debited. Answer the client with the
+   * refusal, keep `booking` under the request's identity, and present it
+   * with `redeem()` on its retry (or release `booking.ticket`).
+   */
+  reserveOrBook(nowMs, retriesLeft) {
+    wholeNumber('nowMs', nowMs, 0, Number.MAX_SAFE_INTEGER);
+    wholeNumber('retriesLeft', retriesLeft, 0, 0xffffffff);
+    this.#bookable();
+    const r = this.#native.reserveOrBook(nowMs, retriesLeft);
+    if (r[0] === 0) return this.#decode(r[1]);
+    if (r[0] === 1) {
+      const [, seq, slotMs, retryAfterSeconds, regressed] = r;
+      return {
+        kind: 'booked',
+        booking: new Booking(slotMs, new Ticket(this, seq, constants.unitsPerToken)),
+        requiredWaitMs: Math.max(0, slotMs - nowMs),
+        retryAfterSeconds,
+        clockRegressed: regressed === 1,
+      };
+    }
+    const [, requiredWaitMs, retryAfterSeconds, regressed] = r;
+    return { kind: 'refused', requiredWaitMs, retryAfterSeconds, clockRegressed: regressed === 1 };
+  }
+
+  /**
+   * Presents a booking on the request's retry; changes nothing in the
+   * pacer. `{kind: 'admitted', waitMs, queued, path: 'booked', ticket}` when
+   * the slot is within the bound (the booking's ticket), else `{kind:
+   * 'booked', booking, retryAfterSeconds}` with the same booking. A booking
+   * whose ticket was released or redeemed already throws a RangeError.
+   */
+  redeem(booking, nowMs) {
+    if (!Booking.isBooking(booking)) {
+      throw new TypeError(`pacer: booking must be a booking from reserveOrBook(), got ${describe(booking)}`);
+    }
+    wholeNumber('nowMs', nowMs, 0, Number.MAX_SAFE_INTEGER);
+    const { ticket } = booking;
+    const seq = Ticket.peek(ticket, this);
+    if (seq === null) throw new RangeError('pacer: this booking was redeemed or released already, or is not from this pacer');
+    this.#bookable();
+    const [kind, value] = this.#native.redeem(seq, booking.slotMs, nowMs);
+    if (kind === 0) {
+      // The admission takes over the booking's ticket.
+      return { kind: 'admitted', waitMs: value, queued: value > 0, path: 'booked', clockRegressed: false,
+        ticket: Ticket.transfer(ticket, this) };
+    }
+    return { kind: 'booked', booking, retryAfterSeconds: value };
+  }
+
+  /**
+   * Gives back what a keyed request holds (its booking) when it ends
+   * without opening: aborted, failed, or given up. True when a booking was
+   * refunded. Call it for every key passed to `admit` that is not admitted.
+   */
+  forget(key, nowMs = this.#clock()) {
+    checkKey(key);
+    wholeNumber('nowMs', nowMs, 0, Number.MAX_SAFE_INTEGER);
+    this.#bookable();
+    return this.#keyed.forget(key, nowMs);
+  }
+
+  /** Keyed requests refused and not yet admitted or forgotten. */
+  get pendingKeys() {
+    return this.#keyed === null ? 0 : this.#keyed.size;
+  }
+
+  /**
    * Waits for permission to open one new connection. Resolves to
    * `{kind: 'admitted', waitedMs, queued, release()}` or `{kind: 'refused',
    * requiredWaitMs, retryAfterSeconds}`; rejects with the signal's reason (or
@@ -380,9 +500,10 @@ class Pacer {
    */
   async admit(options = {}) {
     const signal = checkSignal(options?.signal);
+    const key = options?.key;
     if (signal?.aborted) throw abortReason(signal);
-    const decision = this.reserve(this.#clock());
-    if (decision.kind === 'refused') {
+    const decision = key === undefined ? this.reserve(this.#clock()) : this.#admitKeyed(key);
+    if (decision.kind !== 'admitted') {
       return {
         kind: 'refused',
         requiredWaitMs: decision.requiredWaitMs,
@@ -401,6 +522,30 @@ class Pacer {
       throw error;
     }
     return { kind: 'admitted', waitedMs: Math.max(0, this.#clock() - startedAt), queued: true, release };
+  }
+
+  /** Throws unless this pacer can book (a shared pacer cannot yet). */
+  #bookable() {
+    if (this.#keyed === null) throw new TypeError('pacer: bookings are not available on a shared pacer');
+  }
+
+  /** One attempt of the keyed request `key` (SPEC §11), decoded as `reserve`. */
+  #admitKeyed(key) {
+    checkKey(key);
+    this.#bookable();
+    const d = this.#keyed.attempt(key, this.#clock(), this.#waitBoundMs);
+    if (!d.admitted) {
+      return { kind: 'refused', requiredWaitMs: d.requiredWaitMs, retryAfterSeconds: d.retryAfterSeconds,
+        clockRegressed: d.clockRegressed };
+    }
+    return {
+      kind: 'admitted',
+      waitMs: d.waitMs,
+      queued: d.waitMs > 0,
+      path: PATHS[d.path],
+      clockRegressed: d.clockRegressed,
+      ticket: d.debitUnits > 0 ? new Ticket(this, d.seq, d.debitUnits) : null,
+    };
   }
 
   /** What this pacer decided so far. */
@@ -572,6 +717,7 @@ module.exports = {
   SharedPacer,
   sharedClockMs,
   Ticket,
+  Booking,
   NoticeRegistry,
   resolveBudget,
   refusalResponse,

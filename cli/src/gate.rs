@@ -7,7 +7,10 @@
 
 use std::collections::HashMap;
 
-use pacer_core::{Config, ConfigError, Decision, Pacer, Ticket, UNITS_PER_TOKEN};
+use pacer_core::{
+    Booking, BookingDecision, Config, ConfigError, Decision, Pacer, Redemption, Ticket,
+    UNITS_PER_TOKEN,
+};
 
 /// One answer to a reservation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +39,16 @@ pub trait Gate {
     /// Gives back a ticket's debit; whether it was refunded (`false` for an
     /// unknown or already-released ticket).
     fn release(&mut self, ticket: u64, now_ms: u64) -> bool;
+    /// An attempt of request `request` with `retries_left` retries after
+    /// it. Gates without bookings ignore who asks.
+    fn reserve_for(&mut self, now_ms: u64, _request: usize, _retries_left: u32) -> GateDecision {
+        self.reserve(now_ms)
+    }
+    /// Request `request` ended without opening: give back anything held
+    /// for it (a booking). Whether something was refunded.
+    fn forget(&mut self, _request: usize, _now_ms: u64) -> bool {
+        false
+    }
 }
 
 /// This design: the core's pacer, with tickets kept by number.
@@ -87,6 +100,86 @@ impl Gate for CoreGate {
     fn release(&mut self, ticket: u64, now_ms: u64) -> bool {
         match self.tickets.remove(&ticket) {
             Some(ticket) => self.pacer.release(ticket, now_ms),
+            None => false,
+        }
+    }
+}
+
+/// This design with bookings (SPEC §11): the proxy keys each request's
+/// booking by its identity, redeems it on the request's retry and releases
+/// it when the request ends without redeeming it.
+#[derive(Debug)]
+pub struct BookingGate {
+    inner: CoreGate,
+    bookings: HashMap<usize, Booking>,
+}
+
+impl BookingGate {
+    /// A pacer created full at `now_ms`.
+    pub fn new(config: &Config, now_ms: u64) -> Result<Self, ConfigError> {
+        Ok(BookingGate {
+            inner: CoreGate::new(config, now_ms)?,
+            bookings: HashMap::new(),
+        })
+    }
+
+    fn admitted(&mut self, wait_ms: u64, ticket: Option<Ticket>) -> GateDecision {
+        let ticket = ticket.map(|ticket| {
+            let number = self.inner.next_ticket;
+            self.inner.next_ticket += 1;
+            self.inner.tickets.insert(number, ticket);
+            number
+        });
+        GateDecision::Admitted { wait_ms, ticket }
+    }
+}
+
+impl Gate for BookingGate {
+    fn reserve(&mut self, now_ms: u64) -> GateDecision {
+        self.inner.reserve(now_ms)
+    }
+
+    fn release(&mut self, ticket: u64, now_ms: u64) -> bool {
+        self.inner.release(ticket, now_ms)
+    }
+
+    fn reserve_for(&mut self, now_ms: u64, request: usize, retries_left: u32) -> GateDecision {
+        if let Some(booking) = self.bookings.remove(&request) {
+            let slot_ms = booking.slot_ms;
+            return match self.inner.pacer.redeem(booking, now_ms) {
+                Redemption::Admitted(a) => self.admitted(a.wait_ms, a.ticket),
+                Redemption::NotYet {
+                    booking,
+                    retry_after_s,
+                } => {
+                    self.bookings.insert(request, booking);
+                    GateDecision::Refused {
+                        required_wait_ms: slot_ms - now_ms,
+                        retry_after_s,
+                    }
+                }
+            };
+        }
+        match self.inner.pacer.reserve_or_book(now_ms, retries_left) {
+            BookingDecision::Admitted(a) => self.admitted(a.wait_ms, a.ticket),
+            BookingDecision::Booked(b) => {
+                let required_wait_ms = b.booking.slot_ms.saturating_sub(now_ms);
+                self.bookings.insert(request, b.booking);
+                GateDecision::Refused {
+                    required_wait_ms,
+                    retry_after_s: b.retry_after_s,
+                }
+            }
+            BookingDecision::Refused(r) => GateDecision::Refused {
+                required_wait_ms: r.required_wait_ms,
+                retry_after_s: r.retry_after_s,
+            },
+        }
+    }
+
+    fn forget(&mut self, request: usize, now_ms: u64) -> bool {
+        match self.bookings.remove(&request) {
+            Some(booking) => self.inner.pacer.release(booking.ticket, now_ms),
             None => false,
         }
     }

@@ -133,6 +133,13 @@ struct SimulateArgs {
     /// Percent of waiting requests cancelled during their wait (releases).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
     cancel_percent: u32,
+    /// Book refusals (SPEC §11): a refused request keeps a place in line
+    /// for its retry, so overload becomes latency instead of errors.
+    #[arg(long, conflicts_with = "compare_booking")]
+    booking: bool,
+    /// Run the same workload without and with bookings and print both.
+    #[arg(long, conflicts_with_all = ["json", "plot"])]
+    compare_booking: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -308,7 +315,18 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
         duration_ms: args.duration_ms,
         seed: args.seed,
         cancel_percent: args.cancel_percent,
+        booking: args.booking,
     };
+    if args.compare_booking {
+        let mut runs = Vec::new();
+        for booking in [false, true] {
+            let config = SimConfig { booking, ..config };
+            let mut report = sim::run(&config, &mut |_| {})?;
+            report.notices = notices.clone();
+            runs.push(report);
+        }
+        return print(&sim::render_comparison(&runs[0], &runs[1]));
+    }
     let long_run = args.duration_ms >= 30 * 60_000 || args.agents >= 200;
     let bar = progress::bar(args.duration_ms, "simulating", long_run);
     let result = sim::run(&config, &mut |now| bar.set_position(now));

@@ -50,7 +50,7 @@ use pacer_core::{Budget, Config, Mode, ReleasePolicy};
 use serde::Serialize;
 
 use crate::client::{Client, ClientStep, RetryHeaders};
-use crate::gate::{AdmitAnywayGate, CoreGate, Gate, GateDecision};
+use crate::gate::{AdmitAnywayGate, BookingGate, CoreGate, Gate, GateDecision};
 use crate::rng::SplitMix64;
 use crate::stats::{count_in, percentile, PerMinute};
 
@@ -140,6 +140,9 @@ pub struct SimConfig {
     pub seed: u64,
     /// Percent of waiting requests cancelled during their wait.
     pub cancel_percent: u32,
+    /// Book refusals (SPEC §11): a refused request keeps a place in line
+    /// for its retry (this design only).
+    pub booking: bool,
 }
 
 /// One minute of a run.
@@ -212,6 +215,8 @@ pub struct RunSettings {
     pub seed: u64,
     /// Percent of waits cancelled.
     pub cancel_percent: u32,
+    /// Refusals book a place in line (SPEC §11).
+    pub booking: bool,
 }
 
 /// What a run measured.
@@ -406,7 +411,11 @@ impl<'a> Sim<'a> {
         self.requests[id].attempts += 1;
         self.attempts += 1;
         self.attempts_pm.add(now);
-        match self.gate.reserve(now) {
+        let retries_left = self
+            .client
+            .max_retries
+            .saturating_sub(self.requests[id].attempts - 1);
+        match self.gate.reserve_for(now, id, retries_left) {
             GateDecision::Admitted { wait_ms, ticket } => {
                 self.admissions += 1;
                 if wait_ms > 0 {
@@ -449,6 +458,11 @@ impl<'a> Sim<'a> {
     }
 
     fn finish(&mut self, id: usize, outcome: Outcome, now: u64) {
+        // A booking the request will never redeem goes back (SPEC §11).
+        if self.gate.forget(id, now) {
+            self.releases += 1;
+            self.refunded += 1;
+        }
         let request = &mut self.requests[id];
         request.phase = Phase::Done;
         match outcome {
@@ -591,7 +605,63 @@ pub fn validate(cfg: &SimConfig) -> Result<(), String> {
     if cfg.cancel_percent > 100 {
         return Err("--cancel-percent must be 0..=100".into());
     }
+    if cfg.booking && cfg.design != Design::Paced {
+        return Err("--booking needs --design paced".into());
+    }
     Ok(())
+}
+
+/// The same workload without and with bookings, side by side.
+pub fn render_comparison(without: &SimReport, with: &SimReport) -> String {
+    let mut out = String::new();
+    let s = &without.settings;
+    out.push_str(&format!(
+        "pacer simulate --compare-booking — rate {}/min, burst {}, bound {} ms, {} retries, idle timeout {} ms; {} s virtual, seed {}\n\n",
+        s.rate_per_min,
+        s.burst,
+        s.bound_ms,
+        s.max_retries,
+        s.idle_timeout_ms,
+        s.duration_ms as f64 / 1000.0,
+        s.seed
+    ));
+    for notice in &without.notices {
+        out.push_str(&format!("notice: {notice}\n"));
+    }
+    let row = |name: &str, a: String, b: String| format!("{name:<32} {a:>16} {b:>16}\n");
+    out.push_str(&row("", "without bookings".into(), "with bookings".into()));
+    let count = |f: fn(&SimReport) -> u64| (f(without).to_string(), f(with).to_string());
+    let pct = |r: &SimReport| format!("{:.1}%", r.terminal_error_percent);
+    let rows: [(&str, (String, String)); 9] = [
+        ("turns started", count(|r| r.turns_started)),
+        ("turns completed", count(|r| r.turns_completed)),
+        (
+            "terminal rate-limit errors",
+            count(|r| r.terminal_rate_limit_errors),
+        ),
+        ("  as % of turns started", (pct(without), pct(with))),
+        ("deadline overruns", count(|r| r.deadline_overruns)),
+        (
+            "turn latency p50",
+            (
+                seconds(without.latency_p50_ms),
+                seconds(with.latency_p50_ms),
+            ),
+        ),
+        (
+            "turn latency p90",
+            (
+                seconds(without.latency_p90_ms),
+                seconds(with.latency_p90_ms),
+            ),
+        ),
+        ("connections opened", count(|r| r.admitted_total)),
+        ("releases refunded", count(|r| r.releases_refunded)),
+    ];
+    for (name, (a, b)) in rows {
+        out.push_str(&row(name, a, b));
+    }
+    out
 }
 
 /// Runs a simulation. `progress` is called now and then with the virtual
@@ -611,6 +681,10 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(u64)) -> Result<SimReport, 
     let mode = core.pacer().mode();
     let bound_ms = core.pacer().wait_bound_ms();
     let gate: Box<dyn Gate> = match cfg.design {
+        Design::Paced if cfg.booking => Box::new(
+            BookingGate::new(&config, 0)
+                .map_err(|e| format!("the pacer rejected the settings: {e:?}"))?,
+        ),
         Design::Paced => Box::new(core),
         Design::AdmitAnyway => Box::new(AdmitAnywayGate::new(
             budget.rate_per_min,
@@ -814,6 +888,7 @@ fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64) -> SimReport {
             duration_ms: duration,
             seed: cfg.seed,
             cancel_percent: cfg.cancel_percent,
+            booking: cfg.booking,
         },
         turns_started: started,
         turns_completed: sim.completed,
@@ -895,9 +970,10 @@ pub fn render(report: &SimReport, per_minute: bool) -> String {
     ));
     line(format!(
         "design: {} (mode {}): rate {}/min, burst {}, bound {} ms, hint cap {} s, {} retries, idle timeout {} ms, release policy {}",
-        match s.design {
-            Design::Paced => "this design",
-            Design::AdmitAnyway => "admit anyway (the rejected design)",
+        match (s.design, s.booking) {
+            (Design::Paced, false) => "this design",
+            (Design::Paced, true) => "this design with bookings",
+            (Design::AdmitAnyway, _) => "admit anyway (the rejected design)",
         },
         s.mode,
         s.rate_per_min,
@@ -1021,6 +1097,7 @@ mod tests {
             duration_ms,
             seed: 1,
             cancel_percent: 0,
+            booking: false,
         }
     }
 
@@ -1045,5 +1122,50 @@ mod tests {
         assert_eq!(report.settings.mode, "shaping-low-rate");
         assert_eq!((report.refusals, report.terminal_rate_limit_errors), (0, 0));
         assert!(report.waits >= 1);
+    }
+
+    /// SPEC §11's acceptance: with bookings, N agents with 3 s turns at the
+    /// defaults settle near N seconds per turn with no terminal errors, and
+    /// every slot is used: 10 + 60 · 10 − 1 = 609 connections open in the
+    /// 10 minutes (the burst, then one per second up to 599 s).
+    #[test]
+    fn bookings_turn_overload_into_latency() {
+        for agents in [10u32, 20] {
+            let cfg = SimConfig {
+                booking: true,
+                turn_jitter_ms: 1000,
+                ..closed(agents, 60, 3000, 600_000)
+            };
+            let report = run(&cfg, &mut |_| {}).unwrap();
+            assert_eq!(report.terminal_rate_limit_errors, 0, "{agents} agents");
+            assert_eq!(report.deadline_overruns, 0, "{agents} agents");
+            let p50 = report.latency_p50_ms.unwrap();
+            let n = u64::from(agents) * 1000;
+            assert!(
+                p50 + 1000 >= n && p50 <= n + 1000,
+                "{agents} agents: p50 {p50} ms"
+            );
+            assert_eq!(report.admitted_total, 609, "{agents} agents");
+        }
+    }
+
+    #[test]
+    fn without_bookings_twenty_agents_hit_terminal_errors() {
+        let cfg = SimConfig {
+            turn_jitter_ms: 1000,
+            ..closed(20, 60, 3000, 600_000)
+        };
+        let report = run(&cfg, &mut |_| {}).unwrap();
+        assert!(report.terminal_rate_limit_errors > 0);
+    }
+
+    #[test]
+    fn bookings_need_this_design() {
+        let cfg = SimConfig {
+            booking: true,
+            design: Design::AdmitAnyway,
+            ..closed(10, 60, 3000, 60_000)
+        };
+        assert!(validate(&cfg).is_err());
     }
 }

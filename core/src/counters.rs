@@ -2,7 +2,7 @@
 //! admission path stays a load and a compare-and-swap: whoever wants them
 //! records each decision (one relaxed increment per call).
 
-use crate::pacer::{AdmitPath, Decision};
+use crate::pacer::{Admission, AdmitPath, BookingDecision, Decision, Redemption};
 use crate::sync::{AtomicU64, Ordering};
 
 /// Live counters, updated with relaxed atomic increments.
@@ -58,23 +58,46 @@ impl Counters {
 
     /// Counts one decision of [`crate::Pacer::reserve`].
     pub fn record(&self, decision: &Decision) {
-        let regressed = match decision {
-            Decision::Admitted(admission) => {
-                bump(&self.admitted);
-                if admission.wait_ms > 0 {
-                    bump(&self.admitted_after_wait);
-                }
-                if matches!(admission.path, AdmitPath::Shaped | AdmitPath::Overflow) {
-                    bump(&self.shaped);
-                }
-                admission.clock_regressed
-            }
-            Decision::Refused(refusal) => {
-                bump(&self.refused);
-                refusal.clock_regressed
-            }
-        };
-        if regressed {
+        match decision {
+            Decision::Admitted(admission) => self.record_admission(admission),
+            Decision::Refused(refusal) => self.record_refusal(refusal.clock_regressed),
+        }
+    }
+
+    /// Counts one decision of [`crate::Pacer::reserve_or_book`]: a booking
+    /// is a refusal on the wire.
+    pub fn record_booking(&self, decision: &BookingDecision) {
+        match decision {
+            BookingDecision::Admitted(admission) => self.record_admission(admission),
+            BookingDecision::Booked(booked) => self.record_refusal(booked.clock_regressed),
+            BookingDecision::Refused(refusal) => self.record_refusal(refusal.clock_regressed),
+        }
+    }
+
+    /// Counts one [`crate::Pacer::redeem`]: not yet is a refusal again.
+    pub fn record_redemption(&self, redemption: &Redemption) {
+        match redemption {
+            Redemption::Admitted(admission) => self.record_admission(admission),
+            Redemption::NotYet { .. } => self.record_refusal(false),
+        }
+    }
+
+    fn record_admission(&self, admission: &Admission) {
+        bump(&self.admitted);
+        if admission.wait_ms > 0 {
+            bump(&self.admitted_after_wait);
+        }
+        if matches!(admission.path, AdmitPath::Shaped | AdmitPath::Overflow) {
+            bump(&self.shaped);
+        }
+        if admission.clock_regressed {
+            bump(&self.clock_regressions);
+        }
+    }
+
+    fn record_refusal(&self, clock_regressed: bool) {
+        bump(&self.refused);
+        if clock_regressed {
             bump(&self.clock_regressions);
         }
     }

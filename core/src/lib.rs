@@ -48,7 +48,7 @@ pub use budget::Budget;
 pub use counters::{CounterSnapshot, Counters};
 pub use notice::{Notice, NoticeKey, NoticeKind, NoticeRegistry};
 pub use pacer::{
-    Admission, AdmitPath, Config, ConfigError, Decision, Mode, Pacer, Refusal, ReleasePolicy,
-    StateView, Ticket, MAX_BURST, UNITS_PER_TOKEN,
+    Admission, AdmitPath, Booked, Booking, BookingDecision, Config, ConfigError, Decision, Mode,
+    Pacer, Redemption, Refusal, ReleasePolicy, StateView, Ticket, MAX_BURST, UNITS_PER_TOKEN,
 };
 pub use settings::{resolve, Parsed, Resolution, Settings};

@@ -19,7 +19,9 @@ use loom::sync::Arc;
 use loom::thread;
 
 use crate::counters::Counters;
-use crate::pacer::{AdmitPath, Config, Decision, Pacer, ReleasePolicy, StateView, Ticket};
+use crate::pacer::{
+    AdmitPath, BookingDecision, Config, Decision, Pacer, ReleasePolicy, StateView, Ticket,
+};
 
 /// One token in units.
 const TOKEN: i64 = 60_000;
@@ -498,6 +500,33 @@ fn strict_release_races_reserve() {
 /// The counters lose no increment: two threads reserve on `b1` at 0 (one
 /// waits 0, one 1000) and release what they got under the refund policy,
 /// recording each call.
+/// `b1` drained to a 3000 ms wait (three admissions at 0: waits 0, 1000,
+/// 2000), then two requests race to book (SPEC §11): horizon with 3
+/// retries left = 2000 + 3·2·1000 = 8000 ms, so both book, one at slot
+/// 3000 and one at 4000, and each booking debits exactly one token.
+#[test]
+fn concurrent_bookings_take_distinct_fifo_slots() {
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new(&b1(ReleasePolicy::Refund), 0).unwrap());
+        for want in [0, 1000, 2000] {
+            assert_eq!(paced(pacer.reserve(0)).0, want);
+        }
+        let handles: [_; 2] = core::array::from_fn(|_| {
+            let pacer = pacer.clone();
+            thread::spawn(move || match pacer.reserve_or_book(0, 3) {
+                BookingDecision::Booked(b) => (b.booking.slot_ms, b.booking.ticket.seq()),
+                other => panic!("expected a booking: {other:?}"),
+            })
+        });
+        let results = handles.map(|h| h.join().unwrap());
+        assert_eq!(sorted(results.map(|(slot, _)| slot)), [3000, 4000]);
+        for (slot, seq) in results {
+            assert_eq!(u64::from(seq), slot / 1000 + 1, "tickets in slot order");
+        }
+        assert_eq!(pacer.state().tokens_units, -4 * TOKEN);
+    });
+}
+
 #[test]
 fn counters_lose_no_increment() {
     loom::model(|| {

@@ -125,6 +125,9 @@ pub enum AdmitPath {
     /// Overflow in a shaping mode with the floor reached: admitted at once,
     /// nothing debited.
     Overflow = 3,
+    /// A booking redeemed at (or within the bound before) its slot; its
+    /// token was debited when it was booked (SPEC §11).
+    Booked = 4,
 }
 
 /// The right to a refund of one admission's debit. Not `Clone`: in Rust a
@@ -199,6 +202,60 @@ pub enum Decision {
     Refused(Refusal),
 }
 
+/// A place in line (SPEC §11): one token debited at booking time for a
+/// connection that may open at `slot_ms`. The holder keys it by its own
+/// request identity, presents it with [`Pacer::redeem`] on the request's
+/// retry, and releases [`Booking::ticket`] if the request ends without
+/// redeeming it. Not `Clone`, like [`Ticket`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Booking {
+    /// The refund right for the booked token.
+    pub ticket: Ticket,
+    /// When the connection may open, ms on the pacer's clock.
+    pub slot_ms: u64,
+}
+
+/// A refusal that booked a place in line: answer the client with a
+/// retryable rate limit carrying `retry_after_s`, and keep the booking for
+/// its retry.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Booked {
+    /// The place in line.
+    pub booking: Booking,
+    /// The hint: `clamp(⌈(wait − bound)/1000⌉, 1, hint cap)`, so the retry
+    /// lands when the slot is within the bound.
+    pub retry_after_s: u64,
+    /// `now_ms` was behind the high-water mark (and treated as it).
+    pub clock_regressed: bool,
+}
+
+/// The answer to [`Pacer::reserve_or_book`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub enum BookingDecision {
+    /// Open after the wait, as [`Decision::Admitted`].
+    Admitted(Admission),
+    /// Refused now, with a place in line for the retry.
+    Booked(Booked),
+    /// Refused, nothing debited: the wait is beyond even the horizon the
+    /// request's remaining retries could cover.
+    Refused(Refusal),
+}
+
+/// The answer to [`Pacer::redeem`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub enum Redemption {
+    /// The slot is within the bound: open after `wait_ms` (path
+    /// [`AdmitPath::Booked`]); the booking's ticket is the admission's.
+    Admitted(Admission),
+    /// Still too early: refuse again with `retry_after_s`, keep `booking`.
+    NotYet {
+        /// The same booking, for the next retry.
+        booking: Booking,
+        /// `clamp(⌈(slot − bound − now)/1000⌉, 1, hint cap)`.
+        retry_after_s: u64,
+    },
+}
+
 /// A read-only view of the state word, for diagnostics and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct StateView {
@@ -229,8 +286,11 @@ impl StateView {
 /// The derived, immutable parameters a pacer decides with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Params {
-    /// Refill per ms in units (= new connections per minute).
-    rate: u32,
+    /// Refill per ms in units (= new connections per minute, ≤ 600).
+    rate: u16,
+    /// The client's retry count (at most the ladder ceiling, which is
+    /// below 64 for every deadline): sizes the booking horizon.
+    max_retries: u16,
     /// `⌈2^64 / rate⌉`, so the wait needs a multiply instead of a divide
     /// (see [`Params::wait_ms`]); 0 when the rate is 0 (never used then).
     rate_reciprocal: u128,
@@ -248,8 +308,11 @@ struct Params {
     release_policy: ReleasePolicy,
 }
 
-// The bound and the refusal hint are stored in 16 bits.
+// The bound, the refusal hint, the rate and the retry count are stored in
+// 16 bits.
 const _: () = assert!(budget::WAIT_BOUND_CEILING_MS <= u16::MAX as u64);
+const _: () = assert!(MAX_RATE_PER_MIN <= u16::MAX as u32);
+const _: () = assert!(budget::ladder_ceiling(u64::MAX) <= u16::MAX as u32);
 
 /// What one reservation does at a given token level.
 enum Step {
@@ -288,7 +351,8 @@ impl Params {
             Mode::ShapingNoRetry
         };
         Ok(Params {
-            rate,
+            rate: rate as u16,
+            max_retries: config.max_retries as u16,
             rate_reciprocal: if rate == 0 {
                 0
             } else {
@@ -322,6 +386,33 @@ impl Params {
             self.capacity_units
         } else {
             state.tokens_units + gain as i64
+        }
+    }
+
+    /// How far ahead a request with `retries_left` retries may book (SPEC
+    /// §11): `bound + min(retries_left, max_retries) · hint_cap_s · 1000` ms.
+    /// Clamping to the configured retry count keeps the debt within
+    /// `horizon_max · rate` units whatever the caller passes.
+    fn horizon_ms(&self, retries_left: u32) -> u64 {
+        let retries = if retries_left < self.max_retries as u32 {
+            retries_left
+        } else {
+            self.max_retries as u32
+        };
+        self.bound_ms as u64 + retries as u64 * self.refusal_hint_s as u64 * 1000
+    }
+
+    /// The hint for a wait of `wait_ms` beyond the bound:
+    /// `clamp(⌈wait_ms/1000⌉, 1, hint_cap_s)`.
+    fn booking_hint_s(&self, beyond_bound_ms: u64) -> u64 {
+        let wanted = beyond_bound_ms.div_ceil(1000);
+        let cap = self.refusal_hint_s as u64;
+        if wanted < 1 {
+            1
+        } else if wanted > cap {
+            cap
+        } else {
+            wanted
         }
     }
 
@@ -521,6 +612,114 @@ impl Pacer {
                     })
                 }
                 Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// [`Pacer::reserve`], except that a refusal whose wait is within the
+    /// horizon of the request's `retries_left` retries books a place in
+    /// line (SPEC §11): one token is debited now and the refusal carries a
+    /// [`Booking`] for the retry to [`redeem`](Pacer::redeem). Beyond the
+    /// horizon it is a plain refusal with nothing debited. Opt-in: a caller
+    /// that never calls it gets the §4 behaviour.
+    pub fn reserve_or_book(&self, now_ms: u64, retries_left: u32) -> BookingDecision {
+        let params = &self.params;
+        if let Mode::Disabled = params.mode {
+            return BookingDecision::Admitted(Admission {
+                wait_ms: 0,
+                ticket: None,
+                path: AdmitPath::Disabled,
+                clock_regressed: false,
+            });
+        }
+        let mut word = self.state.load(Ordering::Relaxed);
+        loop {
+            let state = StateView::unpack(word);
+            let (at_ms, clock_regressed) = Params::effective_now(&state, now_ms);
+            let tokens = params.refill(&state, at_ms);
+            let (wait_ms, units, path) = match params.step(tokens) {
+                Step::Refuse { required_wait_ms } => {
+                    if required_wait_ms > params.horizon_ms(retries_left) {
+                        return BookingDecision::Refused(Refusal {
+                            required_wait_ms,
+                            retry_after_s: params.refusal_hint_s as u64,
+                            clock_regressed,
+                        });
+                    }
+                    // A place in line: the token the slot will use.
+                    (required_wait_ms, UNITS_PER_TOKEN, AdmitPath::Booked)
+                }
+                Step::AdmitFree => {
+                    return BookingDecision::Admitted(Admission {
+                        wait_ms: 0,
+                        ticket: None,
+                        path: AdmitPath::Overflow,
+                        clock_regressed,
+                    })
+                }
+                Step::Debit {
+                    wait_ms,
+                    units,
+                    path,
+                } => (wait_ms, units, path),
+            };
+            let seq = state.seq.wrapping_add(1) & SEQ_MASK as u32;
+            let next = StateView {
+                high_water_ms: at_ms,
+                tokens_units: tokens - units,
+                seq,
+            };
+            if let Err(actual) = self.state.compare_exchange_weak(
+                word,
+                next.pack(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                word = actual;
+                continue;
+            }
+            let ticket = Ticket {
+                seq,
+                debit_units: units as u32,
+            };
+            return if let AdmitPath::Booked = path {
+                BookingDecision::Booked(Booked {
+                    retry_after_s: params.booking_hint_s(wait_ms - params.bound_ms as u64),
+                    booking: Booking {
+                        ticket,
+                        slot_ms: at_ms.saturating_add(wait_ms),
+                    },
+                    clock_regressed,
+                })
+            } else {
+                BookingDecision::Admitted(Admission {
+                    wait_ms,
+                    ticket: Some(ticket),
+                    path,
+                    clock_regressed,
+                })
+            };
+        }
+    }
+
+    /// Presents a booking on the request's retry at `now_ms`. Pure: reads
+    /// only the pacer's parameters, changes nothing. Admitted after
+    /// `max(0, slot − now)` when `slot − now ≤ bound`; otherwise not yet,
+    /// with the hint for the next retry and the same booking.
+    pub fn redeem(&self, booking: Booking, now_ms: u64) -> Redemption {
+        let bound = self.params.bound_ms as u64;
+        if booking.slot_ms <= now_ms.saturating_add(bound) {
+            Redemption::Admitted(Admission {
+                wait_ms: booking.slot_ms.saturating_sub(now_ms),
+                ticket: Some(booking.ticket),
+                path: AdmitPath::Booked,
+                clock_regressed: false,
+            })
+        } else {
+            let beyond = booking.slot_ms - bound - now_ms;
+            Redemption::NotYet {
+                retry_after_s: self.params.booking_hint_s(beyond),
+                booking,
             }
         }
     }

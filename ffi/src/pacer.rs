@@ -3,7 +3,8 @@
 use core::mem::{align_of, size_of};
 
 use pacer_core::{
-    AdmitPath, Config, ConfigError, Counters, Decision, Mode, Pacer, ReleasePolicy, Ticket,
+    Admission, AdmitPath, Booking, BookingDecision, Config, ConfigError, Counters, Decision, Mode,
+    Pacer, Redemption, ReleasePolicy, Ticket,
 };
 
 use crate::boundary::{arg, arg_mut, guard, out, put};
@@ -75,6 +76,9 @@ pub enum pacer_decision_kind {
     Admitted = 1,
     /// Do not open; answer with a retryable rate limit (retry_after_s).
     Refused = 2,
+    /// Do not open yet; answer with a retryable rate limit (retry_after_s)
+    /// and keep the booking pacer_reserve_or_book wrote for the retry.
+    Booked = 3,
 }
 
 /// Values of pacer_decision.path (which rule admitted).
@@ -90,6 +94,8 @@ pub enum pacer_admit_path {
     Shaped = 3,
     /// Overflow past the floor in a shaping mode: at once, nothing debited.
     Overflow = 4,
+    /// A redeemed booking (SPEC §11); reserved for the booking calls.
+    Booked = 5,
 }
 
 /// Values of pacer_ticket.state.
@@ -277,47 +283,173 @@ pub unsafe extern "C" fn pacer_reserve(
         let decision = slot.pacer.reserve(now_ms);
         slot.counters.record(&decision);
         let result = match decision {
-            Decision::Admitted(admission) => {
-                let ticket = match admission.ticket {
-                    Some(ticket) => {
-                        let (seq, debit_units) = ticket.into_raw();
-                        pacer_ticket {
-                            seq,
-                            debit_units,
-                            state: pacer_ticket_state::Live as u32,
-                            reserved: 0,
-                        }
-                    }
-                    None => NO_TICKET,
-                };
-                pacer_decision {
-                    kind: pacer_decision_kind::Admitted as u32,
-                    path: match admission.path {
-                        AdmitPath::Disabled => pacer_admit_path::Disabled,
-                        AdmitPath::Paced => pacer_admit_path::Paced,
-                        AdmitPath::Shaped => pacer_admit_path::Shaped,
-                        AdmitPath::Overflow => pacer_admit_path::Overflow,
-                    } as u32,
-                    wait_ms: admission.wait_ms,
-                    required_wait_ms: 0,
-                    retry_after_s: 0,
-                    queued: admission.wait_ms > 0,
-                    clock_regressed: admission.clock_regressed,
-                    ticket,
-                }
-            }
-            Decision::Refused(refusal) => pacer_decision {
-                kind: pacer_decision_kind::Refused as u32,
-                path: pacer_admit_path::None as u32,
-                wait_ms: 0,
-                required_wait_ms: refusal.required_wait_ms,
-                retry_after_s: refusal.retry_after_s,
-                queued: false,
-                clock_regressed: refusal.clock_regressed,
-                ticket: NO_TICKET,
-            },
+            Decision::Admitted(admission) => admitted(admission),
+            Decision::Refused(refusal) => refused(
+                pacer_decision_kind::Refused,
+                refusal.required_wait_ms,
+                refusal.retry_after_s,
+                refusal.clock_regressed,
+            ),
         };
         // SAFETY: checked by `out`; the caller provides a writable decision.
+        unsafe { put(out_decision, result) };
+        Ok(())
+    })
+}
+
+fn live_ticket(ticket: Ticket) -> pacer_ticket {
+    let (seq, debit_units) = ticket.into_raw();
+    pacer_ticket {
+        seq,
+        debit_units,
+        state: pacer_ticket_state::Live as u32,
+        reserved: 0,
+    }
+}
+
+fn admitted(admission: Admission) -> pacer_decision {
+    pacer_decision {
+        kind: pacer_decision_kind::Admitted as u32,
+        path: match admission.path {
+            AdmitPath::Disabled => pacer_admit_path::Disabled,
+            AdmitPath::Paced => pacer_admit_path::Paced,
+            AdmitPath::Shaped => pacer_admit_path::Shaped,
+            AdmitPath::Overflow => pacer_admit_path::Overflow,
+            AdmitPath::Booked => pacer_admit_path::Booked,
+        } as u32,
+        wait_ms: admission.wait_ms,
+        required_wait_ms: 0,
+        retry_after_s: 0,
+        queued: admission.wait_ms > 0,
+        clock_regressed: admission.clock_regressed,
+        ticket: admission.ticket.map_or(NO_TICKET, live_ticket),
+    }
+}
+
+fn refused(
+    kind: pacer_decision_kind,
+    required_wait_ms: u64,
+    retry_after_s: u64,
+    clock_regressed: bool,
+) -> pacer_decision {
+    pacer_decision {
+        kind: kind as u32,
+        path: pacer_admit_path::None as u32,
+        wait_ms: 0,
+        required_wait_ms,
+        retry_after_s,
+        queued: false,
+        clock_regressed,
+        ticket: NO_TICKET,
+    }
+}
+
+/// A place in line (SPEC §11), written by pacer_reserve_or_book. Keep it
+/// under the request's own identity; present it with pacer_redeem on the
+/// request's retry; release its ticket with pacer_release if the request
+/// ends without redeeming it.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct pacer_booking {
+    /// The refund right for the booked token. pacer_redeem moves it into
+    /// the admission (this copy is then marked spent).
+    pub ticket: pacer_ticket,
+    /// When the connection may open, ms on the pacer's clock.
+    pub slot_ms: u64,
+}
+
+/// pacer_reserve, except that a refusal whose wait fits the horizon of the
+/// request's `retries_left` retries books a place in line (SPEC §11): kind
+/// PACER_DECISION_KIND_BOOKED, one token debited, *out_booking written.
+/// Otherwise *out_booking is left untouched. Thread-safe and lock-free.
+#[no_mangle]
+pub unsafe extern "C" fn pacer_reserve_or_book(
+    storage: *const pacer,
+    now_ms: u64,
+    retries_left: u32,
+    out_decision: *mut pacer_decision,
+    out_booking: *mut pacer_booking,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; checked by `slot`.
+        let slot = unsafe { slot(storage) }?;
+        let out_decision = out(out_decision)?;
+        let out_booking = out(out_booking)?;
+        let decision = slot.pacer.reserve_or_book(now_ms, retries_left);
+        slot.counters.record_booking(&decision);
+        let result = match decision {
+            BookingDecision::Admitted(admission) => admitted(admission),
+            BookingDecision::Booked(booked) => {
+                let booking = pacer_booking {
+                    slot_ms: booked.booking.slot_ms,
+                    ticket: live_ticket(booked.booking.ticket),
+                };
+                // SAFETY: checked by `out`.
+                unsafe { put(out_booking, booking) };
+                refused(
+                    pacer_decision_kind::Booked,
+                    booked.booking.slot_ms.saturating_sub(now_ms),
+                    booked.retry_after_s,
+                    booked.clock_regressed,
+                )
+            }
+            BookingDecision::Refused(refusal) => refused(
+                pacer_decision_kind::Refused,
+                refusal.required_wait_ms,
+                refusal.retry_after_s,
+                refusal.clock_regressed,
+            ),
+        };
+        // SAFETY: checked by `out`.
+        unsafe { put(out_decision, result) };
+        Ok(())
+    })
+}
+
+/// Presents a booking on the request's retry at `now_ms`; changes nothing
+/// in the pacer. Admitted (path PACER_ADMIT_PATH_BOOKED) after
+/// `max(0, slot − now)` when `slot − now ≤ bound`: the decision carries the
+/// booking's ticket and the booking's copy is marked spent. Otherwise
+/// PACER_DECISION_KIND_BOOKED again with the next hint, booking unchanged.
+/// A booking whose ticket is not live returns PACER_STATUS_INVALID_TICKET.
+#[no_mangle]
+pub unsafe extern "C" fn pacer_redeem(
+    storage: *const pacer,
+    booking: *mut pacer_booking,
+    now_ms: u64,
+    out_decision: *mut pacer_decision,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; checked by `slot`.
+        let slot = unsafe { slot(storage) }?;
+        // SAFETY: caller's contract; NULL checked by `arg_mut`.
+        let booking = unsafe { arg_mut(booking) }?;
+        let out_decision = out(out_decision)?;
+        if booking.ticket.state != pacer_ticket_state::Live as u32 {
+            return Err(pacer_status::InvalidTicket);
+        }
+        let core_booking = Booking {
+            ticket: Ticket::from_raw(booking.ticket.seq, booking.ticket.debit_units),
+            slot_ms: booking.slot_ms,
+        };
+        let redemption = slot.pacer.redeem(core_booking, now_ms);
+        slot.counters.record_redemption(&redemption);
+        let result = match redemption {
+            Redemption::Admitted(admission) => {
+                booking.ticket.state = pacer_ticket_state::Spent as u32;
+                admitted(admission)
+            }
+            Redemption::NotYet {
+                booking: kept,
+                retry_after_s,
+            } => refused(
+                pacer_decision_kind::Booked,
+                kept.slot_ms.saturating_sub(now_ms),
+                retry_after_s,
+                false,
+            ),
+        };
+        // SAFETY: checked by `out`.
         unsafe { put(out_decision, result) };
         Ok(())
     })

@@ -60,6 +60,9 @@ pub enum pacer_status {
     SharedNotOpen = 23,
     /// Shared pacer: no such file.
     SharedNotFound = 24,
+    /// A booking presented to pacer_redeem holds no live ticket (already
+    /// redeemed, released, or never booked).
+    InvalidTicket = 25,
 }
 
 impl pacer_status {
@@ -110,10 +113,11 @@ impl pacer_status {
             }
             pacer_status::SharedNotOpen => b"shared pacer: the handle is not open\0",
             pacer_status::SharedNotFound => b"shared pacer: no such file\0",
+            pacer_status::InvalidTicket => b"the booking holds no live ticket\0",
         }
     }
 
-    const ALL: [pacer_status; 25] = [
+    const ALL: [pacer_status; 26] = [
         pacer_status::Ok,
         pacer_status::NullParameter,
         pacer_status::Panic,
@@ -139,6 +143,7 @@ impl pacer_status {
         pacer_status::SharedConfigMismatch,
         pacer_status::SharedNotOpen,
         pacer_status::SharedNotFound,
+        pacer_status::InvalidTicket,
     ];
 }
 

@@ -248,6 +248,59 @@ static void test_notice_keys_and_names(void) {
   CHECK(pacer_mode_notice(&c, &n, NULL) == PACER_STATUS_NULL_PARAMETER, "null present out");
 }
 
+/* SPEC §11 at the defaults (rate 60, burst 10, bound 4833, hint cap 4, 5
+ * retries): 14 admissions at t = 0 take the burst and waits up to 4000; the
+ * 15th would wait 5000 > 4833, within the horizon 4833 + 5·4·1000. */
+static void test_bookings(void) {
+  pacer p;
+  pacer_config c = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND};
+  CHECK(pacer_init(&p, &c, 0) == PACER_STATUS_OK, "init");
+  pacer_decision d;
+  pacer_booking b;
+  memset(&b, 0xAB, sizeof b);
+  for (int i = 0; i < 14; i++) {
+    CHECK(pacer_reserve_or_book(&p, 0, 5, &d, &b) == PACER_STATUS_OK && d.kind == PACER_DECISION_KIND_ADMITTED &&
+              d.wait_ms == (uint64_t)(i < 10 ? 0 : (i - 9) * 1000),
+          "admission %d", i);
+  }
+  CHECK(b.slot_ms == 0xABABABABABABABABull, "an admission leaves the booking untouched");
+  CHECK(pacer_reserve_or_book(&p, 0, 5, &d, &b) == PACER_STATUS_OK && d.kind == PACER_DECISION_KIND_BOOKED &&
+            d.required_wait_ms == 5000 && d.retry_after_s == 1 && d.ticket.state == PACER_TICKET_STATE_NONE,
+        "booked: kind %u required %" PRIu64 " hint %" PRIu64, d.kind, d.required_wait_ms, d.retry_after_s);
+  CHECK(b.slot_ms == 5000 && b.ticket.state == PACER_TICKET_STATE_LIVE && b.ticket.seq == 15 &&
+            b.ticket.debit_units == 60000,
+        "booking: slot %" PRIu64 " seq %u", b.slot_ms, b.ticket.seq);
+  pacer_booking untouched = b;
+  /* No retries left: the horizon is the bound; 6000 > 4833 is a plain refusal. */
+  CHECK(pacer_reserve_or_book(&p, 0, 0, &d, &untouched) == PACER_STATUS_OK && d.kind == PACER_DECISION_KIND_REFUSED &&
+            d.required_wait_ms == 6000 && d.retry_after_s == 4 && untouched.slot_ms == 5000,
+        "refused beyond the horizon");
+  /* Too early: 5000 − 0 > 4833, again booked with hint ceil(167/1000) = 1. */
+  CHECK(pacer_redeem(&p, &b, 0, &d) == PACER_STATUS_OK && d.kind == PACER_DECISION_KIND_BOOKED && d.retry_after_s == 1 &&
+            d.required_wait_ms == 5000 && b.ticket.state == PACER_TICKET_STATE_LIVE,
+        "not yet");
+  /* At 167 the slot is exactly the bound away: admitted after 4833. */
+  CHECK(pacer_redeem(&p, &b, 167, &d) == PACER_STATUS_OK && d.kind == PACER_DECISION_KIND_ADMITTED &&
+            d.path == PACER_ADMIT_PATH_BOOKED && d.wait_ms == 4833 && d.queued && d.ticket.state == PACER_TICKET_STATE_LIVE &&
+            d.ticket.seq == 15 && b.ticket.state == PACER_TICKET_STATE_SPENT,
+        "redeemed: kind %u path %u wait %" PRIu64, d.kind, d.path, d.wait_ms);
+  pacer_decision before = d;
+  CHECK(pacer_redeem(&p, &b, 167, &d) == PACER_STATUS_INVALID_TICKET && d.kind == before.kind && d.wait_ms == before.wait_ms &&
+            d.ticket.seq == before.ticket.seq && d.ticket.state == before.ticket.state,
+        "a spent booking redeems nothing");
+  bool refunded = false;
+  CHECK(pacer_release(&p, &d.ticket, 200, &refunded) == PACER_STATUS_OK && refunded, "the redeemed ticket releases");
+  pacer_counters k;
+  CHECK(pacer_get_counters(&p, &k) == PACER_STATUS_OK && k.admitted == 15 && k.refused == 3 && k.released == 1,
+        "counters: admitted %" PRIu64 " refused %" PRIu64, k.admitted, k.refused);
+  CHECK(pacer_reserve_or_book(NULL, 0, 5, &d, &b) == PACER_STATUS_NULL_PARAMETER, "null pacer");
+  CHECK(pacer_reserve_or_book(&p, 0, 5, NULL, &b) == PACER_STATUS_NULL_PARAMETER, "null decision");
+  CHECK(pacer_reserve_or_book(&p, 0, 5, &d, NULL) == PACER_STATUS_NULL_PARAMETER, "null booking");
+  CHECK(pacer_redeem(&p, NULL, 0, &d) == PACER_STATUS_NULL_PARAMETER, "null booking to redeem");
+  CHECK(pacer_redeem(&p, &b, 0, NULL) == PACER_STATUS_NULL_PARAMETER, "null decision to redeem");
+  CHECK(strcmp(pacer_status_str(PACER_STATUS_INVALID_TICKET), "the booking holds no live ticket") == 0, "status text");
+}
+
 static void test_bad_input(void) {
   pacer p;
   pacer_config c = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND};
@@ -305,8 +358,8 @@ static void test_bad_input(void) {
   CHECK(pacer_notice_registry_init(NULL) == PACER_STATUS_NULL_PARAMETER, "null registry");
   CHECK(pacer_resolve(NULL, NULL, NULL, NULL, NULL, NULL) == PACER_STATUS_NULL_PARAMETER, "null budget");
 
-  for (uint32_t s = 0; s <= 24; s++) CHECK(strcmp(pacer_status_str(s), "unknown status") != 0, "status %u named", s);
-  CHECK(strcmp(pacer_status_str(25), "unknown status") == 0, "status 25 unknown");
+  for (uint32_t s = 0; s <= 25; s++) CHECK(strcmp(pacer_status_str(s), "unknown status") != 0, "status %u named", s);
+  CHECK(strcmp(pacer_status_str(26), "unknown status") == 0, "status 26 unknown");
   CHECK(strcmp(pacer_status_str(UINT32_MAX), "unknown status") == 0, "status max unknown");
 }
 
@@ -318,6 +371,7 @@ int main(void) {
   test_frame();
   test_notices();
   test_notice_keys_and_names();
+  test_bookings();
   test_bad_input();
   printf("%d passed, %d failed\n", checks - failures, failures);
   return failures == 0 ? 0 : 1;

@@ -11,9 +11,12 @@ use napi_derive::napi;
 use pacer_core::frame::{write_refusal_body, REFUSAL_CONTENT_TYPE, REFUSAL_STATUS};
 use pacer_core::settings::{mode_notice, resolve, resolve_with_idle_override, Settings};
 use pacer_core::{
-    budget, AdmitPath, Budget, Config, ConfigError, Counters, Decision, Notice, Pacer,
-    ReleasePolicy, Ticket, MAX_BURST, UNITS_PER_TOKEN,
+    budget, AdmitPath, Booking, BookingDecision, Budget, Config, ConfigError, Counters, Decision,
+    Notice, Pacer, Redemption, ReleasePolicy, Ticket, MAX_BURST, UNITS_PER_TOKEN,
 };
+
+/// The largest integer a JS number holds exactly (2^53 − 1).
+const MAX_SAFE: u64 = (1 << 53) - 1;
 
 /// A JS number as `u64`: truncates fractions, saturates, NaN and negatives
 /// are 0 (Rust's float-to-int `as` is saturating).
@@ -120,6 +123,59 @@ impl NativePacer {
         let decision = self.pacer.reserve(to_u64(now_ms));
         self.counters.record(&decision);
         encode(decision)
+    }
+
+    /// `Pacer::reserve_or_book` (SPEC §11). Admitted: `[0, code]` with
+    /// `code` as [`encode`]; booked: `[1, seq, slot_ms, retry_after_s,
+    /// clock_regressed]` (the booking's debit is one token); refused: `[2,
+    /// required_wait_ms, retry_after_s, clock_regressed]`. Not the hot path.
+    #[napi]
+    pub fn reserve_or_book(&self, now_ms: f64, retries_left: f64) -> Vec<f64> {
+        let decision = self
+            .pacer
+            .reserve_or_book(to_u64(now_ms), to_u32(retries_left));
+        self.counters.record_booking(&decision);
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        match decision {
+            BookingDecision::Admitted(admission) => {
+                vec![0.0, encode(Decision::Admitted(admission))]
+            }
+            BookingDecision::Booked(booked) => {
+                let (seq, _) = booked.booking.ticket.into_raw();
+                vec![
+                    1.0,
+                    f64::from(seq),
+                    booked.booking.slot_ms.min(MAX_SAFE) as f64,
+                    booked.retry_after_s as f64,
+                    flag(booked.clock_regressed),
+                ]
+            }
+            BookingDecision::Refused(refusal) => vec![
+                2.0,
+                refusal.required_wait_ms.min(MAX_SAFE) as f64,
+                refusal.retry_after_s as f64,
+                flag(refusal.clock_regressed),
+            ],
+        }
+    }
+
+    /// `Pacer::redeem` of the booking `(seq, slot_ms)`: `[0, wait_ms]` when
+    /// admitted (the ticket is the booking's), `[1, retry_after_s]` when not
+    /// yet. Changes nothing but the counters.
+    #[napi]
+    pub fn redeem(&self, seq: f64, slot_ms: f64, now_ms: f64) -> Vec<f64> {
+        let booking = Booking {
+            ticket: Ticket::from_raw(to_u32(seq), UNITS_PER_TOKEN as u32),
+            slot_ms: to_u64(slot_ms),
+        };
+        let redemption = self.pacer.redeem(booking, to_u64(now_ms));
+        self.counters.record_redemption(&redemption);
+        match redemption {
+            Redemption::Admitted(admission) => {
+                vec![0.0, admission.wait_ms.min(MAX_SAFE) as f64]
+            }
+            Redemption::NotYet { retry_after_s, .. } => vec![1.0, retry_after_s as f64],
+        }
     }
 
     /// `Pacer::release` of the ticket `(seq, debit_units)`; whether the

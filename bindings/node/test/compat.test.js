@@ -321,3 +321,29 @@ test('sharedWsUpgradePacer: one process-wide pacer from the environment; reset r
     else process.env.CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN = saved;
   }
 });
+
+test('bookRefusals (opt-in): keyed retries redeem their place in line; off, nothing changes', async () => {
+  // Defaults (bound 4833, cap 4 s, 5 retries): 14 at once take the burst
+  // and waits up to 4000; the 15th, keyed, books slot 5000 (hint 1 s).
+  const time = new FakeTime(0);
+  const p = pacer(time, { idleTimeoutMs: 120000, maxRetries: 5, bookRefusals: true });
+  const first14 = fanOut(p, 14);
+  assert.deepEqual(await p.admit(undefined, 'a'), { kind: 'refused', requiredWaitMs: 5000, retryAfterSeconds: 1 });
+  assert.deepEqual(await p.admit(undefined, 'b'), { kind: 'refused', requiredWaitMs: 6000, retryAfterSeconds: 2 });
+  // Unkeyed requests keep the original behaviour: refused with the cap.
+  assert.deepEqual(await p.admit(), { kind: 'refused', requiredWaitMs: 7000, retryAfterSeconds: 4 });
+  await time.advance(1000);
+  const a = p.admit(undefined, 'a'); // slot 5000 is 4000 ahead: waits
+  await flush();
+  assert.equal(p.forget('b'), true, "b's booking goes back");
+  await time.advance(4000);
+  assert.deepEqual(await a, { kind: 'admitted', waitedMs: 4000 });
+  await Promise.all(first14);
+  assert.equal(p.forget('a'), false, 'admitted: nothing held');
+  assert.throws(() => p.forget({}), TypeError);
+
+  const plain = pacer(new FakeTime(0), { idleTimeoutMs: 120000, maxRetries: 5 });
+  for (let i = 0; i < 14; i += 1) plain.admit();
+  assert.deepEqual(await plain.admit(undefined, 'a'), { kind: 'refused', requiredWaitMs: 5000, retryAfterSeconds: 4 });
+  assert.equal(plain.forget('a'), false);
+});

@@ -151,3 +151,15 @@ test('a pacer Node created is one a C process attaches to', { skip: !process.env
     fs.rmSync(p, { force: true });
   }
 });
+
+test('a shared pacer does not book (yet): keyed calls throw, plain ones work', async () => {
+  const p = sharedPath('book');
+  const s = SharedPacer.open(p, quiet);
+  try {
+    await assert.rejects(s.admit({ key: 'a' }), /not available on a shared pacer/);
+    assert.equal((await s.admit()).kind, 'admitted');
+  } finally {
+    s.close();
+    SharedPacer.unlink(p);
+  }
+});

@@ -2,6 +2,7 @@
 // TypeScript proxy uses them. Lines marked @ts-expect-error must fail.
 import {
   Pacer, refusalResponse, resolveBudget, NoticeRegistry, type AdmitOutcome, type Decision, type Notice,
+  type Booking, type BookingDecision,
 } from 'pacer';
 import {
   WsUpgradePacer, sharedWsUpgradePacer, resetWsUpgradePacerForTests, upstreamRequestBudget,
@@ -51,3 +52,22 @@ async function dropIn(signal?: AbortSignal): Promise<number> {
 
 void idiomatic;
 void dropIn;
+
+// Bookings (SPEC §11), explicit and keyed.
+async function bookings(pacer: Pacer): Promise<number> {
+  const d: BookingDecision = pacer.reserveOrBook(0, 5);
+  let held: Booking | null = null;
+  if (d.kind === 'booked') held = d.booking;
+  if (held !== null) {
+    const r = pacer.redeem(held, 1000);
+    if (r.kind === 'admitted' && r.ticket !== null) pacer.release(r.ticket, 1000);
+    else if (r.kind === 'booked') pacer.release(r.booking.ticket, 1000);
+  }
+  const outcome = await pacer.admit({ key: 'request-1' });
+  if (outcome.kind === 'refused') pacer.forget('request-1');
+  const dropInWithBookings = new WsUpgradePacer({ bookRefusals: true });
+  const a = await dropInWithBookings.admit(undefined, 'request-2');
+  if (a.kind === 'refused') dropInWithBookings.forget('request-2');
+  return pacer.pendingKeys;
+}
+void bookings;

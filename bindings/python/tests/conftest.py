@@ -4,7 +4,9 @@ test itself, never from the code under test."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +44,26 @@ def clock() -> FakeClock:
 def registry() -> pacer.NoticeRegistry:
     """A fresh notice registry, so tests see their own notices."""
     return pacer.NoticeRegistry()
+
+
+def run(coro: Coroutine[Any, Any, Any]) -> Any:
+    """asyncio.run with a watchdog, so a broken admit fails instead of hanging."""
+
+    async def guarded() -> Any:
+        return await asyncio.wait_for(coro, 10)
+
+    return asyncio.run(guarded())
+
+
+class GateSleep:
+    """An injected sleep: records the delays asked for and waits until opened."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+        self.started = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)
+        self.started.set()
+        await self.gate.wait()

@@ -10,39 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Coroutine
-from typing import Any
 
 import pytest
-from conftest import FakeClock
+from conftest import FakeClock, GateSleep, run
 
 import pacer
 
 # SPEC §7: rate 60, burst 1, bound 15000 (idle 3600000, 5 retries).
 ONE_SLOT = {"rate_per_minute": 60, "burst": 1, "idle_timeout_ms": 3_600_000, "max_retries": 5}
-
-
-def run(coro: Coroutine[Any, Any, Any]) -> Any:
-    """asyncio.run with a watchdog, so a broken admit fails instead of hanging."""
-
-    async def guarded() -> Any:
-        return await asyncio.wait_for(coro, 10)
-
-    return asyncio.run(guarded())
-
-
-class GateSleep:
-    """An injected sleep: records the delays asked for and waits until opened."""
-
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-        self.started = asyncio.Event()
-        self.gate = asyncio.Event()
-
-    async def __call__(self, seconds: float) -> None:
-        self.calls.append(seconds)
-        self.started.set()
-        await self.gate.wait()
 
 
 def make(clock: FakeClock, registry: pacer.NoticeRegistry, **options) -> pacer.Pacer:

@@ -9,6 +9,12 @@ cancellation and notices (the ``pacer`` logger) are this package's.
     if isinstance(outcome, Refused):
         status, headers, body = outcome.response()
     ...                                         # open the connection, or outcome.release()
+
+With bookings (SPEC §11, opt-in), a keyed request lines up across its
+client's retries instead of competing with fresh arrivals:
+
+    outcome = await pacer.admit(key=request_id)  # refused: booked, answer 429 as usual
+    ...                                          # pacer.forget(request_id) if it ends unadmitted
 """
 
 from __future__ import annotations
@@ -24,13 +30,18 @@ from ._pacer import (
     DEFAULT_RATE_PER_MINUTE,
     AdmitPath,
     Admitted,
+    Booked,
+    Booking,
+    BookingDecision,
     Counters,
     Decision,
+    Key,
     Mode,
     Pacer,
     PacerConfig,
     PacerState,
     RefusalResponse,
+    Redemption,
     Refused,
     ReleasePolicy,
     Ticket,
@@ -72,9 +83,13 @@ __all__ = [
     "ENV_NAMES",
     "AdmitPath",
     "Admitted",
+    "Booked",
+    "Booking",
+    "BookingDecision",
     "Budget",
     "Counters",
     "Decision",
+    "Key",
     "Mode",
     "Notice",
     "NoticeKind",
@@ -84,6 +99,7 @@ __all__ = [
     "PacerError",
     "PacerState",
     "RefusalResponse",
+    "Redemption",
     "Refused",
     "ReleasePolicy",
     "Ticket",

@@ -86,6 +86,13 @@ def text(field: str, value: Any, *, optional: bool) -> bytes | None:
         raise ValueError(f"pacer: {field} is not valid Unicode text (it holds a lone surrogate)") from None
 
 
+def key(field: str, value: Any) -> Any:
+    """A request key: a str, int (not bool) or bytes."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, bytes)):
+        raise TypeError(f"pacer: {field} must be a str, int or bytes, got {describe(value)}")
+    return value
+
+
 def callable_or(field: str, value: Any, fallback: Any) -> Any:
     if value is None:
         return fallback

@@ -39,6 +39,7 @@ ReleasePolicy = Literal["refund", "strict"]
 _POLICIES = {"refund": lib.PACER_RELEASE_POLICY_REFUND, "strict": lib.PACER_RELEASE_POLICY_STRICT}
 
 _ADMITTED = lib.PACER_DECISION_KIND_ADMITTED
+_BOOKED = lib.PACER_DECISION_KIND_BOOKED
 _LIVE = lib.PACER_TICKET_STATE_LIVE
 _OK = lib.PACER_STATUS_OK
 _U64_MAX = _check.U64_MAX
@@ -53,6 +54,7 @@ class AdmitPath(enum.Enum):
     PACED = "paced"  #: a whole token, now or after a wait within the bound
     SHAPED = "shaped"  #: overflow shaped: debited down to the floor, waits the bound
     OVERFLOW = "overflow"  #: overflow past the floor while shaping: at once, nothing debited
+    BOOKED = "booked"  #: a redeemed booking (SPEC §11): the token debited when it was booked
 
 
 class Mode(enum.Enum):
@@ -69,6 +71,7 @@ _PATHS = {
     lib.PACER_ADMIT_PATH_PACED: AdmitPath.PACED,
     lib.PACER_ADMIT_PATH_SHAPED: AdmitPath.SHAPED,
     lib.PACER_ADMIT_PATH_OVERFLOW: AdmitPath.OVERFLOW,
+    lib.PACER_ADMIT_PATH_BOOKED: AdmitPath.BOOKED,
 }
 _MODES = {
     lib.PACER_MODE_DISABLED: Mode.DISABLED,
@@ -152,6 +155,89 @@ class Refused:
 #: What ``reserve``, ``admit`` and ``admit_blocking`` return.
 Decision = Admitted | Refused
 
+#: A key naming one request across its client's retries (``admit(key=...)``).
+Key = str | int | bytes
+
+
+class Booking:
+    """A place in line (SPEC §11): the token debited for one request's
+    connection, which may open at ``slot_ms``. Made by ``reserve_or_book``,
+    not by hand.
+
+    Keep it under the request's own identity and present it with
+    ``Pacer.redeem`` on the request's retry. If the request ends without
+    redeeming it (aborted, failed, gave up), ``release()`` it, or its slot is
+    lost to everyone. Redeeming moves its ticket into the admission; it can
+    be redeemed or released at most once."""
+
+    __slots__ = ("_ticket", "_slot_ms")
+
+    def __init__(self, ticket: Ticket, slot_ms: int) -> None:
+        self._ticket = ticket
+        self._slot_ms = slot_ms
+
+    @property
+    def slot_ms(self) -> int:
+        """When the connection may open, ms on the pacer's clock."""
+        return self._slot_ms
+
+    @property
+    def ticket(self) -> Ticket:
+        """The refund right of the booked token."""
+        return self._ticket
+
+    @property
+    def spent(self) -> bool:
+        """Whether it was redeemed (admitted) or released already."""
+        return self._ticket._spent
+
+    def release(self, now_ms: int | None = None) -> bool:
+        """Gives the booked token back (at ``now_ms``, default the pacer's
+        clock), as ``Pacer.release(booking.ticket)``. True when the policy
+        refunded it; False if it was redeemed or released already."""
+        return self._ticket._pacer.release(self._ticket, now_ms)
+
+    def __repr__(self) -> str:
+        return f"<pacer.Booking slot_ms={self._slot_ms} spent={self._ticket._spent}>"
+
+
+@dataclass(frozen=True, slots=True)
+class Booked:
+    """Do not open yet: answer the client with a retryable rate limit
+    carrying ``retry_after_s`` (see ``response``), exactly as for ``Refused``,
+    and keep ``booking`` for the request's retry (``Pacer.redeem``).
+
+    ``required_wait_ms`` is how far the slot is from the decision's time."""
+
+    booking: Booking
+    required_wait_ms: int
+    retry_after_s: int
+    clock_regressed: bool
+
+    def response(self, message_prefix: str = DEFAULT_MESSAGE_PREFIX) -> RefusalResponse:
+        """The answer for this attempt as HTTP (SPEC §9), the same as a refusal's."""
+        return refusal_response(self.retry_after_s, message_prefix=message_prefix)
+
+    def release(self, now_ms: int | None = None) -> bool:
+        """``booking.release(now_ms)``: the request will not retry after all."""
+        return self.booking.release(now_ms)
+
+
+#: What ``reserve_or_book`` returns.
+BookingDecision = Admitted | Booked | Refused
+#: What ``redeem`` returns: admitted, or not yet (the same booking, the next hint).
+Redemption = Admitted | Booked
+
+
+class _Pending:
+    """One keyed request refused so far: its refused attempts and its booking."""
+
+    __slots__ = ("attempts", "booking")
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        self.booking: Booking | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class PacerConfig:
@@ -204,10 +290,15 @@ class Pacer:
     ``admit_blocking`` (threads) wait the granted time. ``reserve`` and
     ``release`` are thread-safe and lock-free in the core; the C calls run
     without the GIL.
+
+    Bookings (SPEC §11, opt-in): ``admit(key=...)`` lines a keyed request up
+    across its client's retries (``forget``, ``pending_keys``);
+    ``reserve_or_book`` and ``redeem`` are the same calls for callers that
+    keep the bookings themselves.
     """
 
     __slots__ = ("_owner", "_storage", "_clock", "_sleep", "_config", "_mode", "_wait_bound_ms",
-                 "_release_lock", "__weakref__")
+                 "_release_lock", "_keyed_lock", "_pending", "__weakref__")
 
     def __init__(
         self,
@@ -275,6 +366,8 @@ class Pacer:
         self._owner = owner
         self._storage = storage
         self._release_lock = threading.Lock()
+        self._keyed_lock = threading.Lock()
+        self._pending: dict[Key, _Pending] = {}
         self._config = PacerConfig(rate, burst, idle, retries, release_policy)
         state = self.state()
         self._mode = state.mode
@@ -390,12 +483,149 @@ class Pacer:
             raise PacerError("pacer_release", status)
         return bool(refunded[0])
 
-    async def admit(self) -> Decision:
+    def reserve_or_book(self, now_ms: int, retries_left: int) -> BookingDecision:
+        """``reserve``, except that a refusal whose wait fits the horizon of
+        the request's ``retries_left`` retries books a place in line (SPEC
+        §11): one token is debited and the answer is ``Booked``. Answer the
+        client as for a refusal (``Booked.response()``), keep the booking
+        under the request's identity, and present it with ``redeem`` on its
+        retry, or release it if the request ends.
+
+        The horizon is ``wait_bound_ms + retries_left · hint cap · 1000`` ms
+        (``retries_left`` counts above ``max_retries`` as ``max_retries``);
+        beyond it the answer is a plain ``Refused`` and nothing is debited.
+        Thread-safe and lock-free, like ``reserve``."""
+        if type(now_ms) is not int or now_ms < 0 or now_ms > _U64_MAX:
+            now_ms = _check.u64("now_ms", now_ms)
+        retries_left = _check.u32("retries_left", retries_left)
+        out = _new("struct pacer_decision *")
+        c_booking = _new("struct pacer_booking *")
+        status = lib.pacer_reserve_or_book(self._storage, now_ms, retries_left, out, c_booking)
+        if status != _OK:
+            raise PacerError("pacer_reserve_or_book", status)
+        if out.kind == _ADMITTED:
+            ticket = out.ticket
+            return Admitted(
+                out.wait_ms,
+                _PATHS[out.path],
+                out.clock_regressed,
+                Ticket(self, ticket.seq, ticket.debit_units) if ticket.state == _LIVE else None,
+            )
+        if out.kind == _BOOKED:
+            c_ticket = c_booking.ticket
+            booking = Booking(Ticket(self, c_ticket.seq, c_ticket.debit_units), int(c_booking.slot_ms))
+            return Booked(booking, out.required_wait_ms, out.retry_after_s, out.clock_regressed)
+        return Refused(out.required_wait_ms, out.retry_after_s, out.clock_regressed)
+
+    def redeem(self, booking: Booking, now_ms: int) -> Redemption:
+        """Presents ``booking`` on the request's retry at ``now_ms``. Changes
+        nothing in the pacer (only the counters count the attempt).
+
+        When the slot is at most ``wait_bound_ms`` away: ``Admitted`` after
+        ``max(0, slot_ms - now_ms)`` with path ``AdmitPath.BOOKED``; the
+        booking's ticket moves into the admission (``Admitted.release()``
+        refunds it from then on; the booking is spent). Otherwise ``Booked``
+        again: the same booking, ``required_wait_ms`` the distance to the
+        slot and ``retry_after_s`` the hint for the next retry.
+
+        A booking redeemed or released already, or booked on another pacer,
+        raises ValueError. Thread-safe: of concurrent redeems and releases of
+        one booking, at most one takes it."""
+        if not isinstance(booking, Booking):
+            raise TypeError(
+                f"pacer: booking must be a Booking from reserve_or_book(), got {_check.describe(booking)}"
+            )
+        now_ms = _check.u64("now_ms", now_ms)
+        ticket = booking._ticket
+        if ticket._pacer is not self:
+            raise ValueError("pacer: this booking was made by another pacer")
+        c_booking = _new("struct pacer_booking *", {
+            "ticket": {"seq": ticket._seq, "debit_units": ticket._debit_units, "state": _LIVE},
+            "slot_ms": booking._slot_ms,
+        })
+        out = _new("struct pacer_decision *")
+        # Under the release lock, so a concurrent release or redeem of the
+        # same booking sees it either before (and takes it) or after.
+        with self._release_lock:
+            if ticket._spent:
+                raise ValueError("pacer: this booking was redeemed or released already")
+            status = lib.pacer_redeem(self._storage, c_booking, now_ms, out)
+            if status != _OK:
+                raise PacerError("pacer_redeem", status)
+            admitted = out.kind == _ADMITTED
+            if admitted:
+                ticket._spent = True
+        if admitted:
+            return Admitted(out.wait_ms, _PATHS[out.path], out.clock_regressed,
+                            Ticket(self, ticket._seq, ticket._debit_units))
+        return Booked(booking, out.required_wait_ms, out.retry_after_s, out.clock_regressed)
+
+    # ------------------------------------------------------------ keyed bookings
+
+    @property
+    def pending_keys(self) -> int:
+        """How many keyed requests (``admit(key=...)``) were refused and are
+        not yet admitted or forgotten."""
+        with self._keyed_lock:
+            return len(self._pending)
+
+    def forget(self, key: Key, now_ms: int | None = None) -> bool:
+        """Gives back what the keyed request ``key`` holds (its booking) when
+        it ends without opening: aborted, failed, or given up; the key is
+        forgotten. True when a booking was refunded; False when the key held
+        none (or is unknown). Call it for every key passed to ``admit`` that
+        is not admitted."""
+        _check.key("key", key)
+        now = _check.clock_ms(self._clock) if now_ms is None else _check.u64("now_ms", now_ms)
+        with self._keyed_lock:
+            entry = self._pending.pop(key, None)
+        if entry is None or entry.booking is None:
+            return False
+        return self.release(entry.booking._ticket, now)
+
+    def _attempt(self, key: Key, now_ms: int) -> Decision:
+        """One attempt of the keyed request ``key`` at ``now_ms`` (SPEC §11):
+        redeems the booking it holds, else reserves or books with the retries
+        it has left (``max_retries`` minus its attempts refused so far). A
+        booking or a not-yet redemption is returned as a ``Refused``."""
+        with self._keyed_lock:
+            entry = self._pending.get(key)
+            if entry is None:
+                entry = _Pending()
+            outcome: BookingDecision
+            if entry.booking is not None:
+                outcome = self.redeem(entry.booking, now_ms)
+            else:
+                retries_left = max(0, self._config.max_retries - entry.attempts)
+                outcome = self.reserve_or_book(now_ms, retries_left)
+                if isinstance(outcome, Booked):
+                    entry.booking = outcome.booking
+            if isinstance(outcome, Admitted):
+                self._pending.pop(key, None)
+                return outcome
+            entry.attempts += 1
+            self._pending[key] = entry
+        if isinstance(outcome, Booked):
+            return Refused(outcome.required_wait_ms, outcome.retry_after_s, outcome.clock_regressed)
+        return outcome
+
+    # ------------------------------------------------------------ waiting
+
+    async def admit(self, *, key: Key | None = None) -> Decision:
         """Waits (with ``sleep``, default ``asyncio.sleep``) for permission to
         open one new connection. Returns the ``Admitted`` after its wait, or
         the ``Refused``. Cancelled while waiting (``task.cancel()``,
-        ``asyncio.timeout``), it gives the slot back and re-raises."""
-        decision = self.reserve(_check.clock_ms(self._clock))
+        ``asyncio.timeout``), it gives the slot back and re-raises.
+
+        With ``key`` (a str, int or bytes naming the request across its
+        client's retries), a refusal whose wait fits the request's remaining
+        retries books a place in line, still answered as ``Refused``; the
+        key's next attempt redeems it. See ``forget`` for a keyed request
+        that ends without being admitted."""
+        if key is not None:
+            _check.key("key", key)
+        now_ms = _check.clock_ms(self._clock)
+        decision = self.reserve(now_ms) if key is None else self._attempt(key, now_ms)
         if isinstance(decision, Refused) or decision.wait_ms == 0:
             return decision
         try:
@@ -406,13 +636,17 @@ class Pacer:
             raise
         return decision
 
-    def admit_blocking(self, timeout: float | None = None) -> Decision:
+    def admit_blocking(self, timeout: float | None = None, *, key: Key | None = None) -> Decision:
         """``admit`` for threaded code: sleeps the granted wait in this thread.
         If the wait is longer than ``timeout`` seconds it gives the slot back at
         once and raises TimeoutError. Interrupted while sleeping (e.g.
-        KeyboardInterrupt), it gives the slot back and re-raises."""
+        KeyboardInterrupt), it gives the slot back and re-raises. ``key`` as
+        for ``admit``."""
         limit = None if timeout is None else _check.seconds("timeout", timeout)
-        decision = self.reserve(_check.clock_ms(self._clock))
+        if key is not None:
+            _check.key("key", key)
+        now_ms = _check.clock_ms(self._clock)
+        decision = self.reserve(now_ms) if key is None else self._attempt(key, now_ms)
         if isinstance(decision, Refused) or decision.wait_ms == 0:
             return decision
         if limit is not None and decision.wait_ms > limit * 1000:

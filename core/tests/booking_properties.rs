@@ -1,0 +1,345 @@
+//! Bookings (SPEC §11) against an independent model, and the §11 bounds.
+//!
+//! The model is a plain `i128` token bucket written from the SPEC's words
+//! (§4 steps in refusing mode, then §11's horizon, slot and hints), with the
+//! §3 quantities from `model/mod.rs`. Only refusing-mode pacers with the
+//! refund policy are generated: the only mode where §11 books anything.
+
+mod model;
+
+use pacer_core::{
+    Booking, BookingDecision, Config, Mode, Pacer, Redemption, ReleasePolicy, UNITS_PER_TOKEN,
+};
+use proptest::prelude::*;
+use proptest::test_runner::Config as ProptestConfig;
+
+const U: i128 = UNITS_PER_TOKEN as i128;
+
+#[derive(Clone, Copy, Debug)]
+struct Cfg {
+    rate: u32,
+    burst: u32,
+    idle: u64,
+    retries: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    /// A fresh request `dt` ms after the previous op, `left` retries left.
+    Book { dt: u64, left: u32 },
+    /// The held booking at `pick % held` retries `dt` ms later.
+    Redeem { pick: usize, dt: u64 },
+    /// The held booking at `pick % held` gives up `dt` ms later.
+    Release { pick: usize, dt: u64 },
+}
+
+fn cfg_strategy() -> impl Strategy<Value = Cfg> {
+    (
+        prop_oneof![Just(60u32), Just(600), 2u32..=600],
+        1u32..=12,
+        prop_oneof![Just(120_000u64), Just(30_000), 10_000u64..=600_000],
+        0u32..=6,
+    )
+        .prop_map(|(rate, burst, idle, r)| Cfg {
+            rate,
+            burst,
+            idle,
+            retries: r.min(model::ladder_ceiling(idle)),
+        })
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (prop_oneof![Just(0u64), 0u64..=3000], 0u32..=7).prop_map(|(dt, left)| Op::Book { dt, left }),
+        2 => (any::<usize>(), 0u64..=6000).prop_map(|(pick, dt)| Op::Redeem { pick, dt }),
+        1 => (any::<usize>(), 0u64..=3000).prop_map(|(pick, dt)| Op::Release { pick, dt }),
+    ]
+}
+
+/// What the model says one op answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Answer {
+    Admitted {
+        wait_ms: u64,
+    },
+    Booked {
+        slot_ms: u64,
+        retry_after_s: u64,
+    },
+    Refused {
+        required_wait_ms: u64,
+        retry_after_s: u64,
+    },
+    NotYet {
+        retry_after_s: u64,
+    },
+    Released,
+}
+
+/// The model bucket: state changes only when something is debited or
+/// refunded, as SPEC §5 says of the high-water mark.
+struct Bucket {
+    rate: i128,
+    capacity: i128,
+    bound: i128,
+    cap_s: i128,
+    retries: i128,
+    high_water: u64,
+    tokens: i128,
+}
+
+impl Bucket {
+    fn new(c: &Cfg, now: u64) -> Bucket {
+        let bound = model::bound(c.idle, c.retries);
+        Bucket {
+            rate: c.rate as i128,
+            capacity: c.burst as i128 * U,
+            bound,
+            cap_s: model::cap_s(bound),
+            retries: c.retries as i128,
+            high_water: now,
+            tokens: c.burst as i128 * U,
+        }
+    }
+
+    fn refilled(&self, at: u64) -> i128 {
+        (self.tokens + (at - self.high_water) as i128 * self.rate).min(self.capacity)
+    }
+
+    fn hint(&self, beyond_ms: i128) -> u64 {
+        let wanted = (beyond_ms + 999) / 1000;
+        wanted.clamp(1, self.cap_s) as u64
+    }
+
+    fn book(&mut self, now: u64, left: u32) -> Answer {
+        let at = now.max(self.high_water);
+        let tokens = self.refilled(at);
+        let debit = |b: &mut Bucket| {
+            b.high_water = at;
+            b.tokens = tokens - U;
+        };
+        if tokens >= U {
+            debit(self);
+            return Answer::Admitted { wait_ms: 0 };
+        }
+        let wait = (U - tokens + self.rate - 1) / self.rate;
+        if wait <= self.bound {
+            debit(self);
+            return Answer::Admitted {
+                wait_ms: wait as u64,
+            };
+        }
+        let horizon = self.bound + (left as i128).min(self.retries) * self.cap_s * 1000;
+        if wait <= horizon {
+            debit(self);
+            return Answer::Booked {
+                slot_ms: at + wait as u64,
+                retry_after_s: self.hint(wait - self.bound),
+            };
+        }
+        Answer::Refused {
+            required_wait_ms: wait as u64,
+            retry_after_s: self.cap_s as u64,
+        }
+    }
+
+    fn redeem(&self, slot: u64, now: u64) -> Answer {
+        if slot as i128 - now as i128 <= self.bound {
+            Answer::Admitted {
+                wait_ms: slot.saturating_sub(now),
+            }
+        } else {
+            Answer::NotYet {
+                retry_after_s: self.hint(slot as i128 - self.bound - now as i128),
+            }
+        }
+    }
+
+    fn release(&mut self, now: u64) -> Answer {
+        let at = now.max(self.high_water);
+        self.tokens = (self.refilled(at) + U).min(self.capacity);
+        self.high_water = at;
+        Answer::Released
+    }
+}
+
+/// One run: the pacer and the model side by side.
+struct Run {
+    pacer: Pacer,
+    bucket: Bucket,
+    now: u64,
+    held: Vec<Booking>,
+    /// Every debit in order: when it opens (admission time, or the slot
+    /// of a booking), whether it waited, and the booking's ticket position.
+    opens: Vec<Opening>,
+}
+
+struct Opening {
+    at: u64,
+    queued: bool,
+    booking_seq: Option<u32>,
+    released: bool,
+}
+
+fn answer_of(d: &BookingDecision) -> Answer {
+    match d {
+        BookingDecision::Admitted(a) => Answer::Admitted { wait_ms: a.wait_ms },
+        BookingDecision::Booked(b) => Answer::Booked {
+            slot_ms: b.booking.slot_ms,
+            retry_after_s: b.retry_after_s,
+        },
+        BookingDecision::Refused(r) => Answer::Refused {
+            required_wait_ms: r.required_wait_ms,
+            retry_after_s: r.retry_after_s,
+        },
+    }
+}
+
+impl Run {
+    fn step(&mut self, op: Op) -> Result<(), TestCaseError> {
+        match op {
+            Op::Book { dt, left } => {
+                self.now += dt;
+                let want = self.bucket.book(self.now, left);
+                let got = self.pacer.reserve_or_book(self.now, left);
+                prop_assert_eq!(answer_of(&got), want, "book at {}", self.now);
+                match got {
+                    BookingDecision::Admitted(a) => self.opens.push(Opening {
+                        at: self.now + a.wait_ms,
+                        queued: a.wait_ms > 0,
+                        booking_seq: None,
+                        released: false,
+                    }),
+                    BookingDecision::Booked(b) => {
+                        self.opens.push(Opening {
+                            at: b.booking.slot_ms,
+                            queued: true,
+                            booking_seq: Some(b.booking.ticket.seq()),
+                            released: false,
+                        });
+                        self.held.push(b.booking);
+                    }
+                    BookingDecision::Refused(_) => {}
+                }
+            }
+            Op::Redeem { pick, dt } if !self.held.is_empty() => {
+                self.now += dt;
+                let booking = self.held.swap_remove(pick % self.held.len());
+                let want = self.bucket.redeem(booking.slot_ms, self.now);
+                let before = self.pacer.state();
+                let got = match self.pacer.redeem(booking, self.now) {
+                    Redemption::Admitted(a) => Answer::Admitted { wait_ms: a.wait_ms },
+                    Redemption::NotYet {
+                        booking,
+                        retry_after_s,
+                    } => {
+                        self.held.push(booking);
+                        Answer::NotYet { retry_after_s }
+                    }
+                };
+                prop_assert_eq!(got, want, "redeem at {}", self.now);
+                prop_assert_eq!(self.pacer.state(), before, "redeem changed the state");
+            }
+            Op::Release { pick, dt } if !self.held.is_empty() => {
+                self.now += dt;
+                let booking = self.held.swap_remove(pick % self.held.len());
+                let seq = booking.ticket.seq();
+                for open in self.opens.iter_mut() {
+                    if open.booking_seq == Some(seq) {
+                        open.released = true;
+                    }
+                }
+                prop_assert!(self.pacer.release(booking.ticket, self.now));
+                self.bucket.release(self.now);
+            }
+            Op::Redeem { .. } | Op::Release { .. } => {}
+        }
+        let state = self.pacer.state();
+        prop_assert_eq!(
+            (state.high_water_ms, state.tokens_units as i128),
+            (self.bucket.high_water, self.bucket.tokens),
+            "state after {:?}",
+            op
+        );
+        Ok(())
+    }
+}
+
+fn new_run(c: &Cfg, start: u64) -> Option<Run> {
+    let pacer = Pacer::new(
+        &Config {
+            rate_per_min: c.rate,
+            burst: c.burst,
+            idle_timeout_ms: c.idle,
+            max_retries: c.retries,
+            release_policy: ReleasePolicy::Refund,
+        },
+        start,
+    )
+    .ok()?;
+    if pacer.mode() != Mode::Refusing {
+        return None;
+    }
+    Some(Run {
+        pacer,
+        bucket: Bucket::new(c, start),
+        now: start,
+        held: Vec::new(),
+        opens: Vec::new(),
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1_500, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Every answer and every state agree with the model; the debt never
+    /// passes `horizon_max · rate` units (SPEC §11's bound).
+    #[test]
+    fn bookings_agree_with_the_model(
+        c in cfg_strategy(),
+        start in 0u64..=1_000_000,
+        ops in prop::collection::vec(op_strategy(), 1..160),
+    ) {
+        let Some(mut run) = new_run(&c, start) else { return Ok(()) };
+        let horizon_max = run.bucket.bound + run.bucket.retries * run.bucket.cap_s * 1000;
+        for op in ops {
+            run.step(op)?;
+            let tokens = run.pacer.state().tokens_units as i128;
+            prop_assert!(tokens >= -horizon_max * run.bucket.rate,
+                "debt {} units past the horizon bound {}", -tokens, horizon_max * run.bucket.rate);
+        }
+    }
+
+    /// Opening times (admissions and booked slots that were not released)
+    /// keep §6.1's window bound, and consecutive queued openings are FIFO
+    /// and at least `floor(60000/rate)` apart.
+    #[test]
+    fn openings_keep_the_window_bound_and_fifo(
+        c in cfg_strategy(),
+        start in 0u64..=1_000_000,
+        books in prop::collection::vec((prop_oneof![Just(0u64), 0u64..=2000], 0u32..=7), 1..200),
+        random_window in 0u64..=200_000,
+    ) {
+        let Some(mut run) = new_run(&c, start) else { return Ok(()) };
+        for (dt, left) in books {
+            run.step(Op::Book { dt, left })?;
+        }
+        let interval = 60_000 / c.rate as u64;
+        let opens: Vec<u64> = run.opens.iter().filter(|o| !o.released).map(|o| o.at).collect();
+        for w in [0, 1, 999, 1_000, interval, interval + 1, 60_000, random_window] {
+            for &t1 in &opens {
+                let n = opens.iter().filter(|&&t| t >= t1 && t <= t1 + w).count() as i128;
+                let limit = c.burst as i128 * U + c.rate as i128 * w as i128 + U;
+                prop_assert!(n * U <= limit, "{} openings in [{}, {}]: limit {}/60000", n, t1, t1 + w, limit);
+            }
+        }
+        // FIFO: of two consecutive debits that both waited (no releases
+        // here), the later opens at least one interval after the earlier.
+        for pair in run.opens.windows(2) {
+            if pair[0].queued && pair[1].queued {
+                prop_assert!(pair[1].at >= pair[0].at + interval,
+                    "openings {} then {}: less than {} apart", pair[0].at, pair[1].at, interval);
+            }
+        }
+    }
+}
