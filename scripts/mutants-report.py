@@ -51,6 +51,20 @@ SURVIVORS = {
         "Equivalent. The refund cap `min(tokens + debit, capacity)`: a tie "
         "yields capacity on either branch."
     ),
+    "core/src/pacer.rs: replace < with <= in Params::horizon_ms": (
+        "Equivalent. `min(retries_left, max_retries)`: a tie yields the same "
+        "count on either branch."
+    ),
+    "core/src/pacer.rs: replace < with == in Params::booking_hint_s": (
+        "Equivalent. `wanted` is unsigned, so `wanted < 1` and `wanted == 0` "
+        "are the same test."
+    ),
+    "core/src/pacer.rs: replace < with <= in Params::booking_hint_s": (
+        "Equivalent. The floor of 1: at `wanted == 1` both branches return 1."
+    ),
+    "core/src/pacer.rs: replace > with >= in Params::booking_hint_s": (
+        "Equivalent. The cap: at `wanted == cap` both branches return the cap."
+    ),
     "core/src/settings.rs: replace < with <= in resolve_inner": (
         "Equivalent. `min(DEFAULT_RETRIES, ceiling)`: a tie yields the same "
         "retry count on either branch."

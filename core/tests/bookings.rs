@@ -367,3 +367,23 @@ fn counters_see_bookings_as_refusals_and_redemptions_as_admissions() {
     counters.record_booking(&regressed);
     assert_eq!(counters.snapshot().clock_regressions, 1);
 }
+
+#[test]
+fn a_wait_exactly_at_the_horizon_books() {
+    // 34 debits at t = 0 leave the next slot at 25000, 167 ms past the
+    // horizon 24833; at t = 167 the same slot is exactly 24833 away.
+    let pacer = pacer(ReleasePolicy::Refund);
+    for _ in 0..34 {
+        pacer.reserve_or_book(0, 5);
+    }
+    assert!(matches!(
+        pacer.reserve_or_book(0, 5),
+        BookingDecision::Refused(_)
+    ));
+    assert!(matches!(
+        pacer.reserve_or_book(166, 5),
+        BookingDecision::Refused(_)
+    ));
+    let at_horizon = booked(pacer.reserve_or_book(167, 5));
+    assert_eq!(at_horizon.slot_ms, 25000);
+}
