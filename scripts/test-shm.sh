@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Shared pacers (one bucket for every process on the machine): the C tests
-# with fork() (plain, then under AddressSanitizer + UBSan), then the Node and
-# Go smoke tests that attach to a pacer a C process created and debited.
-# Honours CARGO_TARGET_DIR (relative to the repository root when relative);
-# default target/. Skips Node or Go with a message when the tool is missing.
+# with fork() (plain, then under AddressSanitizer + UBSan), then the Node, Go
+# and Python smoke tests that attach to a pacer a C process created and
+# debited. Honours CARGO_TARGET_DIR (relative to the repository root when
+# relative); default target/. Skips Node, Go or Python with a message when
+# the tool is missing. Python uses the virtual environment of
+# scripts/test-python.sh (target/python-venv), creating it if needed, and
+# installs the package there first, so it tests the current sources.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -56,5 +59,19 @@ if command -v go >/dev/null; then
   )
 else
   echo "-- Go smoke test skipped: go not found"
+fi
+if command -v python3 >/dev/null; then
+  echo "-- shared pacer from Python"
+  venv="$root/target/python-venv"
+  if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+  fi
+  py="$venv/bin/python"
+  # As scripts/test-python.sh does: a local folder is always rebuilt and reinstalled.
+  "$py" -m pip install --quiet --disable-pip-version-check pytest==8.3.5
+  "$py" -m pip install --quiet --disable-pip-version-check ./bindings/python
+  "$py" -m pytest bindings/python/tests/test_shared.py -v -p no:cacheprovider
+else
+  echo "-- Python smoke test skipped: python3 not found"
 fi
 echo "test-shm: ok"

@@ -15,6 +15,12 @@ client's retries instead of competing with fresh arrivals:
 
     outcome = await pacer.admit(key=request_id)  # refused: booked, answer 429 as usual
     ...                                          # pacer.forget(request_id) if it ends unadmitted
+
+A shared pacer keeps its bucket in a shared-memory file, so every process on
+the machine that opens the same name paces against one bucket:
+
+    with SharedPacer.open("myproxy-openai") as shared:   # /dev/shm/myproxy-openai
+        outcome = await shared.admit()                   # no clock anywhere: shared_clock_ms()
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from ._pacer import (
     Ticket,
     refusal_response,
 )
+from ._shared import SharedPacer, SharedPacerError, shared_clock_ms, status_name
 from ._settings import (
     ENV_NAMES,
     Budget,
@@ -102,6 +109,8 @@ __all__ = [
     "Redemption",
     "Refused",
     "ReleasePolicy",
+    "SharedPacer",
+    "SharedPacerError",
     "Ticket",
     "can_refuse",
     "check_abi",
@@ -111,5 +120,7 @@ __all__ = [
     "library_version",
     "refusal_response",
     "retry_after_s",
+    "shared_clock_ms",
+    "status_name",
     "wait_bound_ms",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -44,7 +45,9 @@ _LIVE = lib.PACER_TICKET_STATE_LIVE
 _OK = lib.PACER_STATUS_OK
 _U64_MAX = _check.U64_MAX
 _new = ffi.new
-_reserve = lib.pacer_reserve
+
+#: Bookings need calls a shared pacer does not have (as in the Node binding).
+_NO_BOOKINGS = "pacer: bookings are not available on a shared pacer"
 
 
 class AdmitPath(enum.Enum):
@@ -283,6 +286,64 @@ class RefusalResponse(NamedTuple):
     body: bytes
 
 
+#: A shared pacer reads the machine-wide clock itself (``shared_clock_ms``).
+_NO_CLOCK = ("pacer: a shared pacer takes no clock: every process sharing it reads the "
+             "machine-wide clock, shared_clock_ms()")
+
+
+@dataclass(frozen=True, slots=True)
+class NativeCalls:
+    """The C calls a pacer decides and reports with, each with the signature
+    of its ``lib.pacer_*`` function (the pacer's storage first). A plain
+    pacer uses those functions; a shared pacer plugs in calls that go
+    through its handle (``pacer_shared_reserve``, ...)."""
+
+    reserve: Callable[[Any, int, Any], int]
+    release: Callable[[Any, Any, int, Any], int]
+    get_counters: Callable[[Any, Any], int]
+    get_info: Callable[[Any, Any], int]
+    #: Whether the pacer is shared: no clock argument, no bookings.
+    shared: bool
+
+
+_LOCAL_CALLS = NativeCalls(lib.pacer_reserve, lib.pacer_release, lib.pacer_get_counters, lib.pacer_get_info, False)
+
+
+def _settings(
+    rate_per_minute: Any, burst: Any, idle_timeout_ms: Any, max_retries: Any, release_policy: Any
+) -> tuple[PacerConfig, Any]:
+    """Checks a pacer's settings (TypeError/ValueError naming the field):
+    the ``PacerConfig`` with the defaults filled in, and its
+    ``struct pacer_config *``."""
+    rate = _check.whole("rate_per_minute", rate_per_minute, 0, int(lib.PACER_MAX_RATE_PER_MIN))
+    burst = _check.whole("burst", burst, 0, int(lib.PACER_MAX_BURST))
+    idle = _check.u64("idle_timeout_ms", idle_timeout_ms)
+    ceiling = ladder_ceiling(idle)
+    if max_retries is None:
+        retries = min(DEFAULT_MAX_RETRIES, ceiling)
+    else:
+        retries = _check.u32("max_retries", max_retries)
+        if retries > ceiling:
+            raise ValueError(
+                f"pacer: max_retries must be at most {ceiling} (the ladder ceiling of an "
+                f"idle_timeout_ms of {idle}), got {retries}"
+            )
+    if not isinstance(release_policy, str):
+        raise TypeError(
+            f"pacer: release_policy must be 'refund' or 'strict', got {_check.describe(release_policy)}"
+        )
+    if release_policy not in _POLICIES:
+        raise ValueError(f"pacer: release_policy must be 'refund' or 'strict', got {release_policy!r}")
+    c_config = ffi.new("struct pacer_config *", {
+        "rate_per_min": rate,
+        "burst": burst,
+        "idle_timeout_ms": idle,
+        "max_retries": retries,
+        "release_policy": _POLICIES[release_policy],
+    })
+    return PacerConfig(rate, burst, idle, retries, release_policy), c_config
+
+
 class Pacer:
     """One bucket pacing new upstream connections (SPEC §4).
 
@@ -297,7 +358,8 @@ class Pacer:
     keep the bookings themselves.
     """
 
-    __slots__ = ("_owner", "_storage", "_clock", "_sleep", "_config", "_mode", "_wait_bound_ms",
+    __slots__ = ("_owner", "_storage", "_now", "_sleep", "_config", "_mode", "_wait_bound_ms",
+                 "_c_reserve", "_c_release", "_c_counters", "_c_info", "_shared",
                  "_release_lock", "_keyed_lock", "_pending", "__weakref__")
 
     def __init__(
@@ -322,53 +384,51 @@ class Pacer:
         :param sleep: the coroutine ``admit`` waits with; default ``asyncio.sleep``
         :param notice_registry: remembers the notices logged; default module-wide
         """
-        rate = _check.whole("rate_per_minute", rate_per_minute, 0, int(lib.PACER_MAX_RATE_PER_MIN))
-        burst = _check.whole("burst", burst, 0, int(lib.PACER_MAX_BURST))
-        idle = _check.u64("idle_timeout_ms", idle_timeout_ms)
-        ceiling = ladder_ceiling(idle)
-        if max_retries is None:
-            retries = min(DEFAULT_MAX_RETRIES, ceiling)
-        else:
-            retries = _check.u32("max_retries", max_retries)
-            if retries > ceiling:
-                raise ValueError(
-                    f"pacer: max_retries must be at most {ceiling} (the ladder ceiling of an "
-                    f"idle_timeout_ms of {idle}), got {retries}"
-                )
-        if not isinstance(release_policy, str):
-            raise TypeError(
-                f"pacer: release_policy must be 'refund' or 'strict', got {_check.describe(release_policy)}"
-            )
-        if release_policy not in _POLICIES:
-            raise ValueError(f"pacer: release_policy must be 'refund' or 'strict', got {release_policy!r}")
-        self._clock = _check.callable_or("clock", clock, time.monotonic)
-        self._sleep = _check.callable_or("sleep", sleep, asyncio.sleep)
+        config, c_config = _settings(rate_per_minute, burst, idle_timeout_ms, max_retries, release_policy)
+        clock = _check.callable_or("clock", clock, time.monotonic)
+        sleep = _check.callable_or("sleep", sleep, asyncio.sleep)
         registry = _check_registry(notice_registry)
-        now_ms = _check.clock_ms(self._clock)
-
-        config = ffi.new("struct pacer_config *", {
-            "rate_per_min": rate,
-            "burst": burst,
-            "idle_timeout_ms": idle,
-            "max_retries": retries,
-            "release_policy": _POLICIES[release_policy],
-        })
+        now_ms = _check.clock_ms(clock)
         owner, storage = aligned_new(
             "struct pacer *",
             max(int(lib.PACER_STORAGE_SIZE), ffi.sizeof("struct pacer")),
             max(int(lib.PACER_STORAGE_ALIGN), ffi.alignof("struct pacer")),
         )
-        status = lib.pacer_init(storage, config, now_ms)
+        status = lib.pacer_init(storage, c_config, now_ms)
         if status in (lib.PACER_STATUS_RATE_TOO_HIGH, lib.PACER_STATUS_BURST_TOO_LARGE,
                       lib.PACER_STATUS_RETRIES_EXCEED_LADDER):  # pragma: no cover - checked above
             raise ValueError(ffi.string(lib.pacer_status_str(status)).decode())
         _ok("pacer_init", status)
+        self._attach(config, c_config, owner, storage, functools.partial(_check.clock_ms, clock), sleep,
+                     registry, _LOCAL_CALLS)
+
+    def _attach(
+        self,
+        config: PacerConfig,
+        c_config: Any,
+        owner: object,
+        storage: Any,
+        now: Callable[[], int],
+        sleep: Callable[[float], Awaitable[Any]],
+        registry: NoticeRegistry,
+        calls: NativeCalls,
+    ) -> None:
+        """Sets up a pacer on ``storage`` (an initialised ``struct pacer *``,
+        kept alive by ``owner``) whose clock reads whole ms with ``now`` and
+        whose C calls are ``calls`` (a plain pacer's or a shared pacer's)."""
         self._owner = owner
         self._storage = storage
+        self._now = now
+        self._sleep = sleep
+        self._c_reserve = calls.reserve
+        self._c_release = calls.release
+        self._c_counters = calls.get_counters
+        self._c_info = calls.get_info
+        self._shared = calls.shared
         self._release_lock = threading.Lock()
         self._keyed_lock = threading.Lock()
         self._pending: dict[Key, _Pending] = {}
-        self._config = PacerConfig(rate, burst, idle, retries, release_policy)
+        self._config = config
         state = self.state()
         self._mode = state.mode
         self._wait_bound_ms = state.wait_bound_ms
@@ -376,7 +436,7 @@ class Pacer:
         # would report it; the rule is the core's.
         mode_notice = ffi.new("struct pacer_notice *")
         present = ffi.new("bool *")
-        _ok("pacer_mode_notice", lib.pacer_mode_notice(config, mode_notice, present))
+        _ok("pacer_mode_notice", lib.pacer_mode_notice(c_config, mode_notice, present))
         if present[0]:
             report(notice_from_c(mode_notice), registry)
 
@@ -431,7 +491,7 @@ class Pacer:
 
     def now_ms(self) -> int:
         """The pacer's clock, in whole milliseconds."""
-        return _check.clock_ms(self._clock)
+        return self._now()
 
     # ------------------------------------------------------------ decisions
 
@@ -442,7 +502,7 @@ class Pacer:
         if type(now_ms) is not int or now_ms < 0 or now_ms > _U64_MAX:
             now_ms = _check.u64("now_ms", now_ms)
         out = _new("struct pacer_decision *")
-        status = _reserve(self._storage, now_ms, out)
+        status = self._c_reserve(self._storage, now_ms, out)
         if status != _OK:
             raise PacerError("pacer_reserve", status)
         if out.kind == _ADMITTED:
@@ -463,7 +523,12 @@ class Pacer:
         exactly one goes through."""
         if not isinstance(ticket, Ticket):
             raise TypeError(f"pacer: ticket must be a Ticket from reserve(), got {_check.describe(ticket)}")
-        now = _check.clock_ms(self._clock) if now_ms is None else _check.u64("now_ms", now_ms)
+        if now_ms is None:
+            now = self._now()
+        elif self._shared:
+            raise TypeError(_NO_CLOCK)
+        else:
+            now = _check.u64("now_ms", now_ms)
         if ticket._pacer is not self:
             return False
         with self._release_lock:
@@ -476,11 +541,16 @@ class Pacer:
             "state": _LIVE,
         })
         refunded = _new("bool *")
-        status = lib.pacer_release(self._storage, c_ticket, now, refunded)
-        if status != _OK:  # pragma: no cover - no argument can cause it
+        try:
+            status = self._c_release(self._storage, c_ticket, now, refunded)
+            if status != _OK:  # pragma: no cover - no argument can cause it
+                raise PacerError("pacer_release", status)
+        except BaseException:
+            # Not released (a library fault, or a shared pacer closed): the
+            # ticket keeps its refund right.
             with self._release_lock:
                 ticket._spent = False
-            raise PacerError("pacer_release", status)
+            raise
         return bool(refunded[0])
 
     def reserve_or_book(self, now_ms: int, retries_left: int) -> BookingDecision:
@@ -495,6 +565,8 @@ class Pacer:
         (``retries_left`` counts above ``max_retries`` as ``max_retries``);
         beyond it the answer is a plain ``Refused`` and nothing is debited.
         Thread-safe and lock-free, like ``reserve``."""
+        if self._shared:
+            raise TypeError(_NO_BOOKINGS)
         if type(now_ms) is not int or now_ms < 0 or now_ms > _U64_MAX:
             now_ms = _check.u64("now_ms", now_ms)
         retries_left = _check.u32("retries_left", retries_left)
@@ -535,6 +607,8 @@ class Pacer:
             raise TypeError(
                 f"pacer: booking must be a Booking from reserve_or_book(), got {_check.describe(booking)}"
             )
+        if self._shared:
+            raise TypeError(_NO_BOOKINGS)
         now_ms = _check.u64("now_ms", now_ms)
         ticket = booking._ticket
         if ticket._pacer is not self:
@@ -576,7 +650,7 @@ class Pacer:
         none (or is unknown). Call it for every key passed to ``admit`` that
         is not admitted."""
         _check.key("key", key)
-        now = _check.clock_ms(self._clock) if now_ms is None else _check.u64("now_ms", now_ms)
+        now = self._now() if now_ms is None else _check.u64("now_ms", now_ms)
         with self._keyed_lock:
             entry = self._pending.pop(key, None)
         if entry is None or entry.booking is None:
@@ -624,7 +698,9 @@ class Pacer:
         that ends without being admitted."""
         if key is not None:
             _check.key("key", key)
-        now_ms = _check.clock_ms(self._clock)
+            if self._shared:
+                raise TypeError(_NO_BOOKINGS)
+        now_ms = self._now()
         decision = self.reserve(now_ms) if key is None else self._attempt(key, now_ms)
         if isinstance(decision, Refused) or decision.wait_ms == 0:
             return decision
@@ -645,7 +721,9 @@ class Pacer:
         limit = None if timeout is None else _check.seconds("timeout", timeout)
         if key is not None:
             _check.key("key", key)
-        now_ms = _check.clock_ms(self._clock)
+            if self._shared:
+                raise TypeError(_NO_BOOKINGS)
+        now_ms = self._now()
         decision = self.reserve(now_ms) if key is None else self._attempt(key, now_ms)
         if isinstance(decision, Refused) or decision.wait_ms == 0:
             return decision
@@ -665,13 +743,13 @@ class Pacer:
 
     def counters(self) -> Counters:
         out = ffi.new("struct pacer_counters *")
-        _ok("pacer_get_counters", lib.pacer_get_counters(self._storage, out))
+        _ok("pacer_get_counters", self._c_counters(self._storage, out))
         return Counters(int(out.admitted), int(out.admitted_after_wait), int(out.refused), int(out.shaped),
                         int(out.released), int(out.refunded), int(out.clock_regressions))
 
     def state(self) -> PacerState:
         out = ffi.new("struct pacer_info *")
-        _ok("pacer_get_info", lib.pacer_get_info(self._storage, out))
+        _ok("pacer_get_info", self._c_info(self._storage, out))
         return PacerState(_MODES[out.mode], int(out.wait_bound_ms), int(out.capacity_units),
                           int(out.max_debt_units), int(out.high_water_ms), int(out.tokens_units))
 

@@ -1,0 +1,387 @@
+"""Shared pacers: one bucket, in a shared-memory file, for every process on
+the machine that opens the same name (``pacer_shared_*`` in the C ABI).
+
+A ``SharedPacer`` is a ``Pacer`` underneath (the same decisions, tickets and
+waiting) whose C calls go through the shared handle and whose clock is the
+machine-wide one, ``shared_clock_ms()``: no call takes a clock."""
+
+from __future__ import annotations
+
+import asyncio
+import errno as _errno
+import os
+import threading
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from . import _check
+from ._native import aligned_new, ffi, lib
+from ._pacer import (
+    _NO_BOOKINGS,
+    _NO_CLOCK,
+    DEFAULT_BURST,
+    DEFAULT_IDLE_TIMEOUT_MS,
+    DEFAULT_RATE_PER_MINUTE,
+    Counters,
+    Decision,
+    Mode,
+    NativeCalls,
+    Pacer,
+    PacerConfig,
+    PacerState,
+    ReleasePolicy,
+    Ticket,
+    _settings,
+)
+from ._settings import NoticeRegistry, _check_registry
+
+_OK = lib.PACER_STATUS_OK
+_NOT_OPEN = lib.PACER_STATUS_SHARED_NOT_OPEN
+_SHARED_OS = lib.PACER_STATUS_SHARED_OS
+_PREFIX = "PACER_STATUS_"
+#: Status number -> its name without the prefix (``SHARED_CONFIG_MISMATCH``), from the header.
+_STATUS_NAMES: dict[int, str] = {
+    int(getattr(lib, name)): name[len(_PREFIX):] for name in dir(lib) if name.startswith(_PREFIX)
+}
+_shared_reserve = lib.pacer_shared_reserve
+_shared_release = lib.pacer_shared_release
+
+
+def shared_clock_ms() -> int:
+    """The machine-wide clock every process sharing a pacer reads:
+    ``CLOCK_MONOTONIC`` in whole milliseconds (``pacer_clock_monotonic_ms``)."""
+    return int(lib.pacer_clock_monotonic_ms())
+
+
+def status_name(status: int) -> str:
+    """The name of a ``pacer_status`` without its prefix, e.g.
+    ``"SHARED_CONFIG_MISMATCH"`` (``"UNKNOWN_<n>"`` for a number the header
+    does not define)."""
+    return _STATUS_NAMES.get(status, f"UNKNOWN_{status}")
+
+
+class SharedPacerError(OSError):
+    """A shared-pacer call failed. ``status_name`` names the check that
+    failed (``"SHARED_CONFIG_MISMATCH"``, ``"SHARED_SYMLINK"``,
+    ``"SHARED_NOT_OPEN"``, ...; the ``PACER_STATUS_*`` names of
+    include/pacer.h without the prefix), ``status`` is its number and
+    ``filename`` the path or name. For ``SHARED_OS`` (a system call failed)
+    ``errno`` and ``strerror`` are the system's error; otherwise ``errno`` is
+    None. The message holds the status name."""
+
+    status: int
+    status_name: str
+
+    def __init__(self, function: str, status: int, path: str | None = None, os_errno: int = 0) -> None:
+        name = status_name(status)
+        text = ffi.string(lib.pacer_status_str(status)).decode("utf-8", "replace")
+        where = "" if path is None else f" {path!r}"
+        message = f"pacer: {function}{where}: {name} ({text})"
+        if status == _SHARED_OS and os_errno:
+            message += f": {os.strerror(os_errno)} ({_errno.errorcode.get(os_errno, os_errno)})"
+            super().__init__(os_errno, os.strerror(os_errno))
+        else:
+            os_errno = 0
+            super().__init__(message)
+        self.status = status
+        self.status_name = name
+        self.filename = path
+        self._message = message
+        self._made_with = (function, status, path, os_errno)
+
+    def __str__(self) -> str:
+        return self._message
+
+    def __reduce__(self) -> Any:
+        return (type(self), self._made_with)
+
+
+def _path_text(path_or_name: Any) -> tuple[str, bytes]:
+    """``path_or_name`` (str or os.PathLike of str) as text and as NUL-free UTF-8."""
+    if isinstance(path_or_name, os.PathLike):
+        path_or_name = os.fspath(path_or_name)
+    if not isinstance(path_or_name, str):
+        raise TypeError(f"pacer: path_or_name must be a str or path, got {_check.describe(path_or_name)}")
+    if path_or_name == "":
+        raise ValueError("pacer: path_or_name must not be empty")
+    encoded = _check.text("path_or_name", path_or_name, optional=False)
+    assert encoded is not None
+    return path_or_name, encoded
+
+
+def _close_handle(owner: object, handle: Any) -> None:
+    """Unmaps an open handle (a closed one answers SHARED_NOT_OPEN: nothing to do)."""
+    del owner  # kept alive until here by the finalizer's arguments
+    lib.pacer_shared_close(handle)
+
+
+class _Handle:
+    """An open ``struct pacer_shared`` (caller-owned storage, aligned by
+    hand) and the gate that keeps ``close`` from unmapping the pacer under a
+    call still running in another thread: calls enter and leave it; close
+    marks it closing and the last call out (or close itself, if none is in)
+    unmaps. Calls after close raise SHARED_NOT_OPEN."""
+
+    __slots__ = ("ptr", "pacer", "path", "_lock", "_active", "_closing", "_finalize", "calls", "__weakref__")
+
+    def __init__(self, path: str, encoded: bytes, c_config: Any) -> None:
+        owner, handle = aligned_new(
+            "struct pacer_shared *",
+            max(int(lib.PACER_SHARED_STORAGE_SIZE), ffi.sizeof("struct pacer_shared")),
+            max(int(lib.PACER_SHARED_STORAGE_ALIGN), ffi.alignof("struct pacer_shared")),
+        )
+        c_path = ffi.new("char[]", encoded)
+        status = lib.pacer_shared_open(handle, c_path, c_config)
+        if status != _OK:
+            raise SharedPacerError("pacer_shared_open", status, path, ffi.errno)
+        self.ptr = handle
+        self.path = path
+        self._lock = threading.Lock()
+        self._active = 0
+        self._closing = False
+        # Unmaps when closed, or when the last reference (a pacer, a ticket) goes.
+        self._finalize = weakref.finalize(self, _close_handle, owner, handle)
+        out = ffi.new("const struct pacer **")
+        status = lib.pacer_shared_pacer(handle, out)
+        if status != _OK:  # pragma: no cover - the handle was just opened
+            self._finalize()
+            raise SharedPacerError("pacer_shared_pacer", status, path)
+        self.pacer = out[0]
+        self.calls = NativeCalls(self._reserve, self._release, self._get_counters, self._get_info, True)
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    def _enter(self) -> None:
+        with self._lock:
+            if self._closing:
+                raise SharedPacerError("call on a closed shared pacer", _NOT_OPEN, self.path)
+            self._active += 1
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._closing and self._active == 0:
+                self._finalize()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            if self._active == 0:
+                self._finalize()
+
+    # The NativeCalls of a shared pacer: the signatures of lib.pacer_reserve,
+    # ... (the storage and the clock arguments are the handle's business).
+
+    def _reserve(self, _storage: Any, _now_ms: int, out: Any) -> int:
+        self._enter()
+        try:
+            return _shared_reserve(self.ptr, out)
+        finally:
+            self._leave()
+
+    def _release(self, _storage: Any, ticket: Any, _now_ms: int, refunded: Any) -> int:
+        self._enter()
+        try:
+            return _shared_release(self.ptr, ticket, refunded)
+        finally:
+            self._leave()
+
+    def _get_counters(self, _storage: Any, out: Any) -> int:
+        self._enter()
+        try:
+            return lib.pacer_get_counters(self.pacer, out)
+        finally:
+            self._leave()
+
+    def _get_info(self, _storage: Any, out: Any) -> int:
+        self._enter()
+        try:
+            return lib.pacer_get_info(self.pacer, out)
+        finally:
+            self._leave()
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<no clock: a shared pacer reads shared_clock_ms()>"
+
+
+_UNSET: Any = _Unset()
+_OPEN_TOKEN = object()
+
+
+class SharedPacer:
+    """A pacer whose bucket lives in a shared-memory file: every process on
+    the machine that opens the same name with the same settings paces
+    against one bucket. Made by ``SharedPacer.open``.
+
+    It decides, waits and refunds as ``Pacer`` does, but no call takes a
+    clock: every process sharing it reads the machine-wide clock,
+    ``shared_clock_ms()``. Bookings are not available. Failed shared-pacer
+    calls raise ``SharedPacerError`` (an ``OSError``) naming the status.
+    Thread-safe; ``close()`` (or leaving a ``with`` block) unmaps this
+    process's view, and the file stays until ``SharedPacer.unlink``."""
+
+    __slots__ = ("_pacer", "_handle", "__weakref__")
+
+    def __init__(self, token: object = None, pacer: Pacer | None = None, handle: _Handle | None = None) -> None:
+        if token is not _OPEN_TOKEN or pacer is None or handle is None:
+            raise TypeError("pacer: use SharedPacer.open(path_or_name, ...) to open a shared pacer")
+        self._pacer = pacer
+        self._handle = handle
+
+    @classmethod
+    def open(
+        cls,
+        path_or_name: str | os.PathLike[str],
+        *,
+        rate_per_minute: int = DEFAULT_RATE_PER_MINUTE,
+        burst: int = DEFAULT_BURST,
+        idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
+        max_retries: int | None = None,
+        release_policy: ReleasePolicy = "refund",
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
+        notice_registry: NoticeRegistry | None = None,
+        clock: Any = _UNSET,
+    ) -> SharedPacer:
+        """Opens the shared pacer ``path_or_name``, creating it (mode 0600,
+        full: ``burst`` tokens) if it does not exist. A name without ``/``
+        is the file ``/dev/shm/<name>``; anything with a ``/`` is a path.
+
+        The settings are ``Pacer``'s and are checked the same way
+        (TypeError/ValueError naming the field, before any file is touched);
+        they must equal those of the processes already sharing the file
+        (else ``SharedPacerError`` with ``status_name ==
+        "SHARED_CONFIG_MISMATCH"``). An existing file is checked before use
+        (a symlink, not a regular file, another owner, group/other
+        permissions, a foreign file, another layout or ABI version, a wrong
+        size, an incomplete file): each raises ``SharedPacerError`` naming
+        its status and changes nothing. ``clock`` is refused (TypeError):
+        a shared pacer always reads ``shared_clock_ms()``."""
+        if clock is not _UNSET:
+            raise TypeError(_NO_CLOCK)
+        path, encoded = _path_text(path_or_name)
+        config, c_config = _settings(rate_per_minute, burst, idle_timeout_ms, max_retries, release_policy)
+        sleep = _check.callable_or("sleep", sleep, asyncio.sleep)
+        registry = _check_registry(notice_registry)
+        handle = _Handle(path, encoded, c_config)
+        try:
+            pacer = Pacer.__new__(Pacer)
+            pacer._attach(config, c_config, handle, handle.pacer, shared_clock_ms, sleep, registry, handle.calls)
+        except BaseException:  # pragma: no cover - the handle was just opened
+            handle.close()
+            raise
+        return cls(_OPEN_TOKEN, pacer, handle)
+
+    @staticmethod
+    def unlink(path_or_name: str | os.PathLike[str]) -> None:
+        """Removes the shared pacer's name. Processes that have it open keep
+        their bucket; the next ``open`` creates a new, full one.
+        ``SharedPacerError`` (``SHARED_NOT_FOUND``) if there is no such file."""
+        path, encoded = _path_text(path_or_name)
+        status = lib.pacer_shared_unlink(ffi.new("char[]", encoded))
+        if status != _OK:
+            raise SharedPacerError("pacer_shared_unlink", status, path, ffi.errno)
+
+    # ------------------------------------------------------------ properties
+
+    @property
+    def path(self) -> str:
+        """The path or name it was opened with."""
+        return self._handle.path
+
+    @property
+    def closed(self) -> bool:
+        return self._handle.closed
+
+    @property
+    def config(self) -> PacerConfig:
+        return self._pacer.config
+
+    @property
+    def mode(self) -> Mode:
+        return self._pacer.mode
+
+    @property
+    def wait_bound_ms(self) -> int:
+        """The longest wait an admission is given, ms."""
+        return self._pacer.wait_bound_ms
+
+    @property
+    def can_refuse(self) -> bool:
+        return self._pacer.can_refuse
+
+    @property
+    def enabled(self) -> bool:
+        return self._pacer.enabled
+
+    def now_ms(self) -> int:
+        """The shared clock, ``shared_clock_ms()``."""
+        return shared_clock_ms()
+
+    # ------------------------------------------------------------ decisions
+
+    def reserve(self) -> Decision:
+        """As ``Pacer.reserve``, now on the shared clock (read by the C call)."""
+        # The time argument is not used: pacer_shared_reserve reads the clock itself.
+        return self._pacer.reserve(0)
+
+    def release(self, ticket: Ticket) -> bool:
+        """As ``Pacer.release``, now on the shared clock: True when the policy
+        refunded it; False for a ticket released already or issued by another
+        handle (another ``SharedPacer``, even on the same file)."""
+        return self._pacer.release(ticket)
+
+    async def admit(self, *, key: Any = None) -> Decision:
+        """As ``Pacer.admit``: waits the granted time (with ``sleep``);
+        cancelled while waiting, it gives the slot back and re-raises.
+        ``key`` is refused: bookings are not available on a shared pacer."""
+        if key is not None:
+            raise TypeError(_NO_BOOKINGS)
+        return await self._pacer.admit()
+
+    def admit_blocking(self, timeout: float | None = None, *, key: Any = None) -> Decision:
+        """As ``Pacer.admit_blocking``. ``key`` is refused (no bookings)."""
+        if key is not None:
+            raise TypeError(_NO_BOOKINGS)
+        return self._pacer.admit_blocking(timeout)
+
+    # ------------------------------------------------------------ diagnostics
+
+    def counters(self) -> Counters:
+        """The decision counters (diagnostics only: machine-wide or this
+        process's, depending on the library's layout; see docs/shared-memory.md)."""
+        return self._pacer.counters()
+
+    def state(self) -> PacerState:
+        """The machine-wide state of the bucket."""
+        return self._pacer.state()
+
+    # ------------------------------------------------------------ closing
+
+    def close(self) -> None:
+        """Unmaps this process's view (the file and the bucket stay). Calls
+        after it raise ``SharedPacerError`` (``SHARED_NOT_OPEN``); a call
+        running in another thread finishes first. Idempotent."""
+        self._handle.close()
+
+    def __enter__(self) -> SharedPacer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        c = self._pacer.config
+        state = "closed" if self.closed else f"mode={self._pacer.mode.value}"
+        return (f"<pacer.SharedPacer {self.path!r} rate_per_minute={c.rate_per_minute} burst={c.burst} "
+                f"idle_timeout_ms={c.idle_timeout_ms} max_retries={c.max_retries} "
+                f"release_policy={c.release_policy!r} {state}>")
+
+
+__all__ = ["SharedPacer", "SharedPacerError", "shared_clock_ms", "status_name"]
