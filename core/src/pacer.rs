@@ -176,6 +176,24 @@ pub struct Admission {
 }
 
 impl Admission {
+    /// Pacing is off: at once, nothing debited.
+    const DISABLED: Admission = Admission {
+        wait_ms: 0,
+        ticket: None,
+        path: AdmitPath::Disabled,
+        clock_regressed: false,
+    };
+
+    /// Overflow past the floor in a shaping mode: at once, nothing debited.
+    const fn overflow(clock_regressed: bool) -> Admission {
+        Admission {
+            wait_ms: 0,
+            ticket: None,
+            path: AdmitPath::Overflow,
+            clock_regressed,
+        }
+    }
+
     /// Whether the caller must wait before opening.
     pub const fn queued(&self) -> bool {
         self.wait_ms > 0
@@ -550,18 +568,11 @@ impl Pacer {
     pub fn reserve(&self, now_ms: u64) -> Decision {
         let params = &self.params;
         if let Mode::Disabled = params.mode {
-            return Decision::Admitted(Admission {
-                wait_ms: 0,
-                ticket: None,
-                path: AdmitPath::Disabled,
-                clock_regressed: false,
-            });
+            return Decision::Admitted(Admission::DISABLED);
         }
         let mut word = self.state.load(Ordering::Relaxed);
         loop {
-            let state = StateView::unpack(word);
-            let (at_ms, clock_regressed) = Params::effective_now(&state, now_ms);
-            let tokens = params.refill(&state, at_ms);
+            let (state, at_ms, clock_regressed, tokens) = self.view(word, now_ms);
             let (wait_ms, units, path) = match params.step(tokens) {
                 Step::Refuse { required_wait_ms } => {
                     debug_assert_eq!(
@@ -574,39 +585,18 @@ impl Pacer {
                         clock_regressed,
                     });
                 }
-                Step::AdmitFree => {
-                    return Decision::Admitted(Admission {
-                        wait_ms: 0,
-                        ticket: None,
-                        path: AdmitPath::Overflow,
-                        clock_regressed,
-                    })
-                }
+                Step::AdmitFree => return Decision::Admitted(Admission::overflow(clock_regressed)),
                 Step::Debit {
                     wait_ms,
                     units,
                     path,
                 } => (wait_ms, units, path),
             };
-            let seq = state.seq.wrapping_add(1) & SEQ_MASK as u32;
-            let next = StateView {
-                high_water_ms: at_ms,
-                tokens_units: tokens - units,
-                seq,
-            };
-            match self.state.compare_exchange_weak(
-                word,
-                next.pack(),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
+            match self.commit(word, &state, at_ms, tokens, units) {
+                Ok(ticket) => {
                     return Decision::Admitted(Admission {
                         wait_ms,
-                        ticket: Some(Ticket {
-                            seq,
-                            debit_units: units as u32,
-                        }),
+                        ticket: Some(ticket),
                         path,
                         clock_regressed,
                     })
@@ -614,6 +604,42 @@ impl Pacer {
                 Err(actual) => word = actual,
             }
         }
+    }
+
+    /// The state in `word` as seen at `now_ms`: the decoded word, the
+    /// instant to act at, whether `now_ms` was behind, and the refilled
+    /// token level.
+    #[inline(always)]
+    fn view(&self, word: u128, now_ms: u64) -> (StateView, u64, bool, i64) {
+        let state = StateView::unpack(word);
+        let (at_ms, clock_regressed) = Params::effective_now(&state, now_ms);
+        let tokens = self.params.refill(&state, at_ms);
+        (state, at_ms, clock_regressed, tokens)
+    }
+
+    /// Debits `units` from `tokens` at `at_ms` with one compare-and-swap
+    /// of `word`: the debit's ticket, or the word found instead.
+    #[inline(always)]
+    fn commit(
+        &self,
+        word: u128,
+        state: &StateView,
+        at_ms: u64,
+        tokens: i64,
+        units: i64,
+    ) -> Result<Ticket, u128> {
+        let seq = state.seq.wrapping_add(1) & SEQ_MASK as u32;
+        let next = StateView {
+            high_water_ms: at_ms,
+            tokens_units: tokens - units,
+            seq,
+        };
+        self.state
+            .compare_exchange_weak(word, next.pack(), Ordering::Relaxed, Ordering::Relaxed)
+            .map(|_| Ticket {
+                seq,
+                debit_units: units as u32,
+            })
     }
 
     /// [`Pacer::reserve`], except that a refusal whose wait is within the
@@ -625,18 +651,11 @@ impl Pacer {
     pub fn reserve_or_book(&self, now_ms: u64, retries_left: u32) -> BookingDecision {
         let params = &self.params;
         if let Mode::Disabled = params.mode {
-            return BookingDecision::Admitted(Admission {
-                wait_ms: 0,
-                ticket: None,
-                path: AdmitPath::Disabled,
-                clock_regressed: false,
-            });
+            return BookingDecision::Admitted(Admission::DISABLED);
         }
         let mut word = self.state.load(Ordering::Relaxed);
         loop {
-            let state = StateView::unpack(word);
-            let (at_ms, clock_regressed) = Params::effective_now(&state, now_ms);
-            let tokens = params.refill(&state, at_ms);
+            let (state, at_ms, clock_regressed, tokens) = self.view(word, now_ms);
             let (wait_ms, units, path) = match params.step(tokens) {
                 Step::Refuse { required_wait_ms } => {
                     if required_wait_ms > params.horizon_ms(retries_left) {
@@ -650,12 +669,7 @@ impl Pacer {
                     (required_wait_ms, UNITS_PER_TOKEN, AdmitPath::Booked)
                 }
                 Step::AdmitFree => {
-                    return BookingDecision::Admitted(Admission {
-                        wait_ms: 0,
-                        ticket: None,
-                        path: AdmitPath::Overflow,
-                        clock_regressed,
-                    })
+                    return BookingDecision::Admitted(Admission::overflow(clock_regressed))
                 }
                 Step::Debit {
                     wait_ms,
@@ -663,24 +677,12 @@ impl Pacer {
                     path,
                 } => (wait_ms, units, path),
             };
-            let seq = state.seq.wrapping_add(1) & SEQ_MASK as u32;
-            let next = StateView {
-                high_water_ms: at_ms,
-                tokens_units: tokens - units,
-                seq,
-            };
-            if let Err(actual) = self.state.compare_exchange_weak(
-                word,
-                next.pack(),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                word = actual;
-                continue;
-            }
-            let ticket = Ticket {
-                seq,
-                debit_units: units as u32,
+            let ticket = match self.commit(word, &state, at_ms, tokens, units) {
+                Ok(ticket) => ticket,
+                Err(actual) => {
+                    word = actual;
+                    continue;
+                }
             };
             return if let AdmitPath::Booked = path {
                 BookingDecision::Booked(Booked {
