@@ -31,10 +31,10 @@ pub struct pacer {
 
 /// What lives in the storage once initialised.
 #[repr(C)]
-struct Slot {
+pub(crate) struct Slot {
     magic: u64,
     counters: Counters,
-    pacer: Pacer,
+    pub(crate) pacer: Pacer,
 }
 
 const MAGIC: u64 = u64::from_le_bytes(*b"pacer\x00\x01\x00");
@@ -225,7 +225,7 @@ pub(crate) fn config_error(error: ConfigError) -> pacer_status {
 ///
 /// # Safety
 /// `storage` is NULL or points to a `struct pacer` valid for `'a`.
-unsafe fn slot<'a>(storage: *const pacer) -> Result<&'a Slot, pacer_status> {
+pub(crate) unsafe fn slot<'a>(storage: *const pacer) -> Result<&'a Slot, pacer_status> {
     // SAFETY: caller's contract; NULL checked by `arg`.
     let storage = unsafe { arg(storage) }?;
     let base = storage.opaque.as_ptr();

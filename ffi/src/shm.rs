@@ -27,11 +27,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::boundary::{arg, arg_mut, guard, guard_value, opt_str, out, put, Outcome};
 use crate::pacer::{
-    pacer, pacer_config, pacer_decision, pacer_init, pacer_release, pacer_reserve, pacer_ticket,
-    PACER_STORAGE_SIZE,
+    pacer, pacer_config, pacer_decision, pacer_init, pacer_release, pacer_release_policy,
+    pacer_reserve, pacer_ticket, PACER_STORAGE_SIZE,
 };
 use crate::status::pacer_status;
 use crate::version::PACER_ABI_VERSION;
+use pacer_core::{Config, Pacer, ReleasePolicy};
 
 /// Bytes of storage a shared-pacer handle needs (struct pacer_shared).
 pub const PACER_SHARED_STORAGE_SIZE: usize = 64;
@@ -119,21 +120,26 @@ fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-/// The C outcome of a `Fail`: `SharedOs` leaves the failing call's errno.
-fn finish(result: Result<(), Fail>) -> Outcome {
-    match result {
-        Ok(()) => Ok(()),
-        Err(Fail::Status(status)) => Err(status),
-        Err(Fail::Os(code)) => {
+/// The status of a `Fail`: `SharedOs` leaves the failing call's errno.
+fn status_of(fail: Fail) -> pacer_status {
+    match fail {
+        Fail::Status(status) => status,
+        Fail::Os(code) => {
             // SAFETY: errno is this thread's; the location is always valid.
             unsafe { *libc::__errno_location() = code };
-            Err(pacer_status::SharedOs)
+            pacer_status::SharedOs
         }
     }
 }
 
-/// CLOCK_MONOTONIC in whole milliseconds.
-fn clock_ms() -> u64 {
+/// The C outcome of a `Fail`: `SharedOs` leaves the failing call's errno.
+fn finish(result: Result<(), Fail>) -> Outcome {
+    result.map_err(status_of)
+}
+
+/// CLOCK_MONOTONIC in whole milliseconds (0 if the clock cannot be read):
+/// pacer_clock_monotonic_ms, the clock every process sharing a pacer uses.
+pub fn clock_ms() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -628,6 +634,43 @@ fn open_shared(path_or_name: &str, config: &pacer_config) -> Result<Handle, Fail
     Err(Fail::Os(libc::EAGAIN))
 }
 
+/// Makes `handle` hold `h`.
+fn store(handle: &mut pacer_shared, h: Handle) {
+    // SAFETY: the storage is 64 bytes, 16-aligned, large enough for a
+    // Handle (const asserts above).
+    unsafe { handle.opaque.as_mut_ptr().cast::<Handle>().write(h) };
+}
+
+/// Unmaps an open handle's view and marks it closed.
+fn close_handle(handle: &mut pacer_shared) -> Outcome {
+    let h = open_handle(handle)?;
+    // SAFETY: the mapping pacer_shared_open made for this handle.
+    if unsafe { libc::munmap(h.view.cast(), h.view_len) } != 0 {
+        return finish(Err(Fail::Os(errno())));
+    }
+    let closed = Handle {
+        magic: 0,
+        view: core::ptr::null_mut(),
+        view_len: 0,
+        storage: core::ptr::null(),
+    };
+    store(handle, closed);
+    Ok(())
+}
+
+/// Removes the file's name.
+fn remove(path_or_name: &str) -> Result<(), Fail> {
+    let names = names(path_or_name)?;
+    // SAFETY: a NUL-terminated path.
+    if unsafe { libc::unlink(names.path.as_ptr()) } != 0 {
+        return match errno() {
+            libc::ENOENT => Err(pacer_status::SharedNotFound.into()),
+            code => Err(Fail::Os(code)),
+        };
+    }
+    Ok(())
+}
+
 /// The open handle in `handle`.
 fn open_handle(handle: &pacer_shared) -> Result<Handle, pacer_status> {
     // SAFETY: the storage is 64 bytes, 16-aligned (const asserts above);
@@ -739,20 +782,7 @@ pub unsafe extern "C" fn pacer_shared_close(handle: *mut pacer_shared) -> pacer_
     guard(|| {
         // SAFETY: caller's contract; NULL checked by `arg_mut`.
         let handle = unsafe { arg_mut(handle) }?;
-        let h = open_handle(handle)?;
-        // SAFETY: the mapping pacer_shared_open made for this handle.
-        if unsafe { libc::munmap(h.view.cast(), h.view_len) } != 0 {
-            return finish(Err(Fail::Os(errno())));
-        }
-        let closed = Handle {
-            magic: 0,
-            view: core::ptr::null_mut(),
-            view_len: 0,
-            storage: core::ptr::null(),
-        };
-        // SAFETY: as in pacer_shared_open.
-        unsafe { handle.opaque.as_mut_ptr().cast::<Handle>().write(closed) };
-        Ok(())
+        close_handle(handle)
     })
 }
 
@@ -765,18 +795,7 @@ pub unsafe extern "C" fn pacer_shared_unlink(path_or_name: *const c_char) -> pac
         // SAFETY: caller's contract; NULL checked by `opt_str`.
         let path_or_name = unsafe { opt_str(path_or_name) }?;
         let path_or_name = path_or_name.ok_or(pacer_status::NullParameter)?;
-        let names = match names(path_or_name) {
-            Ok(names) => names,
-            Err(fail) => return finish(Err(fail)),
-        };
-        // SAFETY: a NUL-terminated path.
-        if unsafe { libc::unlink(names.path.as_ptr()) } != 0 {
-            return match errno() {
-                libc::ENOENT => Err(pacer_status::SharedNotFound),
-                code => finish(Err(Fail::Os(code))),
-            };
-        }
-        Ok(())
+        finish(remove(path_or_name))
     })
 }
 
@@ -785,4 +804,69 @@ pub unsafe extern "C" fn pacer_shared_unlink(path_or_name: *const c_char) -> pac
 #[no_mangle]
 pub extern "C" fn pacer_clock_monotonic_ms() -> u64 {
     guard_value(0, clock_ms)
+}
+
+// ------------------------------------------------------------ Rust callers
+
+/// A `pacer_config` for a core `Config`.
+fn c_config(config: &Config) -> pacer_config {
+    pacer_config {
+        rate_per_min: config.rate_per_min,
+        burst: config.burst,
+        idle_timeout_ms: config.idle_timeout_ms,
+        max_retries: config.max_retries,
+        release_policy: match config.release_policy {
+            ReleasePolicy::Refund => pacer_release_policy::Refund as u32,
+            ReleasePolicy::Strict => pacer_release_policy::Strict as u32,
+        },
+    }
+}
+
+/// A shared pacer for Rust callers: an open `pacer_shared` handle, closed
+/// on drop. The same files, checks and mapping as pacer_shared_open.
+pub struct SharedPacer {
+    handle: pacer_shared,
+    core: *const Pacer,
+}
+
+impl SharedPacer {
+    /// pacer_shared_open: opens (or creates) the shared pacer `path_or_name`
+    /// with `config`. `SharedOs` leaves the failing call's errno.
+    pub fn open(path_or_name: &str, config: &Config) -> Result<SharedPacer, pacer_status> {
+        let opened = open_shared(path_or_name, &c_config(config)).map_err(status_of)?;
+        let mut shared = SharedPacer {
+            handle: pacer_shared {
+                opaque: [0; PACER_SHARED_STORAGE_SIZE],
+            },
+            core: core::ptr::null(),
+        };
+        store(&mut shared.handle, opened);
+        // As pacer_shared_pacer: the open handle's storage, then the slot
+        // pacer_init wrote there (on failure, dropping `shared` unmaps).
+        let storage = open_handle(&shared.handle)?.storage;
+        // SAFETY: the view holds a `struct pacer` initialised by pacer_init,
+        // mapped until the handle is closed (when `shared` drops).
+        shared.core = &unsafe { crate::pacer::slot(storage) }?.pacer;
+        Ok(shared)
+    }
+
+    /// The mapped core pacer (its state word is the machine's). Pass it
+    /// [`clock_ms`] and nothing else.
+    pub fn pacer(&self) -> &Pacer {
+        // SAFETY: an initialised core pacer (this process's parameters, the
+        // file's state word) in the view, mapped until `self` drops.
+        unsafe { &*self.core }
+    }
+}
+
+impl Drop for SharedPacer {
+    fn drop(&mut self) {
+        // pacer_shared_close; nothing borrows the view past `self`.
+        let _ = close_handle(&mut self.handle);
+    }
+}
+
+/// pacer_shared_unlink. `SharedOs` leaves the failing call's errno.
+pub fn unlink(path_or_name: &str) -> Result<(), pacer_status> {
+    finish(remove(path_or_name))
 }

@@ -6,8 +6,12 @@
 //! name the field lives in `index.js`; here every input is total (a NaN,
 //! negative or huge number saturates into range), so nothing can panic.
 
+use std::ffi::CStr;
+
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
+use pacer::shm::{self, SharedPacer};
+use pacer::status::{pacer_status, pacer_status_str};
 use pacer_core::frame::{write_refusal_body, REFUSAL_CONTENT_TYPE, REFUSAL_STATUS};
 use pacer_core::settings::{mode_notice, resolve, resolve_with_idle_override, Settings};
 use pacer_core::{
@@ -191,47 +195,63 @@ impl NativePacer {
     /// `[mode, wait_bound_ms, capacity_units, max_debt_units, strict]`.
     #[napi]
     pub fn info(&self) -> Vec<f64> {
-        vec![
-            self.pacer.mode() as u32 as f64,
-            self.pacer.wait_bound_ms() as f64,
-            self.pacer.capacity_units() as f64,
-            self.pacer.max_debt_units() as f64,
-            match self.pacer.release_policy() {
-                ReleasePolicy::Refund => 0.0,
-                ReleasePolicy::Strict => 1.0,
-            },
-        ]
+        info_of(&self.pacer)
     }
 
     /// `[high_water_ms, tokens_units, seq]`.
     #[napi]
     pub fn state(&self) -> Vec<f64> {
-        let state = self.pacer.state();
-        vec![
-            state.high_water_ms as f64,
-            state.tokens_units as f64,
-            f64::from(state.seq),
-        ]
+        state_of(&self.pacer)
     }
 
     /// `[admitted, admitted_after_wait, refused, shaped, released, refunded,
     /// clock_regressions]`.
     #[napi]
     pub fn counters(&self) -> Vec<f64> {
-        let c = self.counters.snapshot();
-        [
-            c.admitted,
-            c.admitted_after_wait,
-            c.refused,
-            c.shaped,
-            c.released,
-            c.refunded,
-            c.clock_regressions,
-        ]
-        .iter()
-        .map(|&v| v as f64)
-        .collect()
+        counters_of(&self.counters)
     }
+}
+
+/// `[mode, wait_bound_ms, capacity_units, max_debt_units, strict]`.
+fn info_of(pacer: &Pacer) -> Vec<f64> {
+    vec![
+        pacer.mode() as u32 as f64,
+        pacer.wait_bound_ms() as f64,
+        pacer.capacity_units() as f64,
+        pacer.max_debt_units() as f64,
+        match pacer.release_policy() {
+            ReleasePolicy::Refund => 0.0,
+            ReleasePolicy::Strict => 1.0,
+        },
+    ]
+}
+
+/// `[high_water_ms, tokens_units, seq]`.
+fn state_of(pacer: &Pacer) -> Vec<f64> {
+    let state = pacer.state();
+    vec![
+        state.high_water_ms as f64,
+        state.tokens_units as f64,
+        f64::from(state.seq),
+    ]
+}
+
+/// `[admitted, admitted_after_wait, refused, shaped, released, refunded,
+/// clock_regressions]`.
+fn counters_of(counters: &Counters) -> Vec<f64> {
+    let c = counters.snapshot();
+    [
+        c.admitted,
+        c.admitted_after_wait,
+        c.refused,
+        c.shaped,
+        c.released,
+        c.refunded,
+        c.clock_regressions,
+    ]
+    .iter()
+    .map(|&v| v as f64)
+    .collect()
 }
 
 fn config_error_text(error: ConfigError) -> &'static str {
@@ -452,15 +472,36 @@ pub fn constants() -> NativeConstants {
 
 // ---------------------------------------------------------------- shared pacers
 
+/// A failed shared-pacer call as `CODE: text`: the C status name
+/// (`SHARED_CONFIG_MISMATCH`, …) and `pacer_status_str`'s text, with the
+/// system's error for `SHARED_OS`.
+fn shared_error(status: pacer_status) -> Error {
+    // Read first: errno is what `SharedOs` leaves.
+    let os = std::io::Error::last_os_error();
+    let mut code = String::new();
+    for (i, c) in format!("{status:?}").chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            code.push('_');
+        }
+        code.push(c.to_ascii_uppercase());
+    }
+    // SAFETY: pacer_status_str returns a static NUL-terminated string.
+    let text = unsafe { CStr::from_ptr(pacer_status_str(status as u32)) }.to_string_lossy();
+    let message = match status {
+        pacer_status::SharedOs => format!("{code}: {text} ({os})"),
+        _ => format!("{code}: {text}"),
+    };
+    Error::new(Status::GenericFailure, message)
+}
+
 /// A pacer whose state word lives in a shared-memory file, so every process
-/// on the machine that opens the same name paces against one bucket. The
-/// file layout is docs/shared-memory.md's; the C library (`ffi/src/shm.rs`)
-/// reads and writes the same files, and the smoke test checks that both
-/// see each other's debits. The calls take no clock: they read
-/// CLOCK_MONOTONIC, the clock every process on the machine shares.
+/// on the machine that opens the same name paces against one bucket: the C
+/// library's shared pacer (`ffi/src/shm.rs`, docs/shared-memory.md). The
+/// calls take no clock: they read CLOCK_MONOTONIC, the clock every process
+/// on the machine shares.
 #[napi]
 pub struct NativeSharedPacer {
-    view: Option<shared::View>,
+    shared: Option<SharedPacer>,
     counters: Counters,
 }
 
@@ -491,22 +532,19 @@ impl NativeSharedPacer {
         if let Err(error) = Pacer::new(&config, 0) {
             return Err(Error::new(Status::InvalidArg, config_error_text(error)));
         }
-        match shared::View::open(&path_or_name, &config) {
-            Ok(view) => Ok(NativeSharedPacer {
-                view: Some(view),
+        match SharedPacer::open(&path_or_name, &config) {
+            Ok(shared) => Ok(NativeSharedPacer {
+                shared: Some(shared),
                 counters: Counters::new(),
             }),
-            Err(text) => Err(Error::new(Status::GenericFailure, text)),
+            Err(status) => Err(shared_error(status)),
         }
     }
 
     fn pacer(&self) -> Result<&Pacer> {
-        match &self.view {
-            Some(view) => Ok(view.pacer()),
-            None => Err(Error::new(
-                Status::GenericFailure,
-                "SHARED_NOT_OPEN: the shared pacer was closed",
-            )),
+        match &self.shared {
+            Some(shared) => Ok(shared.pacer()),
+            None => Err(shared_error(pacer_status::SharedNotOpen)),
         }
     }
 
@@ -514,7 +552,7 @@ impl NativeSharedPacer {
     /// argument is ignored: a shared pacer never takes a caller's clock.
     #[napi]
     pub fn reserve(&self) -> Result<f64> {
-        let decision = self.pacer()?.reserve(shared::clock_ms());
+        let decision = self.pacer()?.reserve(shm::clock_ms());
         self.counters.record(&decision);
         Ok(encode(decision))
     }
@@ -524,7 +562,7 @@ impl NativeSharedPacer {
     #[napi]
     pub fn release(&self, seq: f64, debit_units: f64) -> Result<bool> {
         let ticket = Ticket::from_raw(to_u32(seq), to_u32(debit_units));
-        let refunded = self.pacer()?.release(ticket, shared::clock_ms());
+        let refunded = self.pacer()?.release(ticket, shm::clock_ms());
         self.counters.record_release(refunded);
         Ok(refunded)
     }
@@ -532,597 +570,36 @@ impl NativeSharedPacer {
     /// `[mode, wait_bound_ms, capacity_units, max_debt_units, strict]`.
     #[napi]
     pub fn info(&self) -> Result<Vec<f64>> {
-        let pacer = self.pacer()?;
-        Ok(vec![
-            pacer.mode() as u32 as f64,
-            pacer.wait_bound_ms() as f64,
-            pacer.capacity_units() as f64,
-            pacer.max_debt_units() as f64,
-            match pacer.release_policy() {
-                ReleasePolicy::Refund => 0.0,
-                ReleasePolicy::Strict => 1.0,
-            },
-        ])
+        Ok(info_of(self.pacer()?))
     }
 
     /// `[high_water_ms, tokens_units, seq]` of the machine-wide state.
     #[napi]
     pub fn state(&self) -> Result<Vec<f64>> {
-        let state = self.pacer()?.state();
-        Ok(vec![
-            state.high_water_ms as f64,
-            state.tokens_units as f64,
-            f64::from(state.seq),
-        ])
+        Ok(state_of(self.pacer()?))
     }
 
     /// This process's decisions, as `NativePacer::counters`.
     #[napi]
     pub fn counters(&self) -> Vec<f64> {
-        let c = self.counters.snapshot();
-        [
-            c.admitted,
-            c.admitted_after_wait,
-            c.refused,
-            c.shaped,
-            c.released,
-            c.refunded,
-            c.clock_regressions,
-        ]
-        .iter()
-        .map(|&v| v as f64)
-        .collect()
+        counters_of(&self.counters)
     }
 
     /// Unmaps this process's view (the file stays). Idempotent.
     #[napi]
     pub fn close(&mut self) {
-        self.view = None;
+        self.shared = None;
     }
 }
 
 /// The machine-wide clock shared pacers read: CLOCK_MONOTONIC, whole ms.
 #[napi]
 pub fn shared_clock_ms() -> f64 {
-    shared::clock_ms() as f64
+    shm::clock_ms() as f64
 }
 
 /// Removes a shared pacer's name; `SHARED_NOT_FOUND: …` if there is none.
 #[napi]
 pub fn unlink_shared(path_or_name: String) -> Result<()> {
-    shared::unlink(&path_or_name).map_err(|text| Error::new(Status::GenericFailure, text))
-}
-
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-mod shared {
-    //! The file protocol of docs/shared-memory.md over std and five libc
-    //! calls (declared here: the addon has no libc dependency). Linux on
-    //! x86_64 and aarch64, where the constants below hold.
-
-    use std::ffi::{c_int, c_long, c_void};
-    use std::fs::{self, OpenOptions};
-    use std::io::ErrorKind;
-    use std::mem::size_of;
-    use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-    use std::os::unix::io::AsRawFd;
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    use pacer_core::{Config, Pacer, ReleasePolicy};
-
-    #[repr(C)]
-    struct Timespec {
-        tv_sec: i64,
-        tv_nsec: i64,
-    }
-
-    extern "C" {
-        fn mmap(
-            addr: *mut c_void,
-            len: usize,
-            prot: c_int,
-            flags: c_int,
-            fd: c_int,
-            off: i64,
-        ) -> *mut c_void;
-        fn munmap(addr: *mut c_void, len: usize) -> c_int;
-        fn sysconf(name: c_int) -> c_long;
-        fn geteuid() -> u32;
-        fn clock_gettime(clock: c_int, ts: *mut Timespec) -> c_int;
-    }
-
-    const PROT_READ: c_int = 1;
-    const PROT_WRITE: c_int = 2;
-    const MAP_SHARED: c_int = 1;
-    const MAP_PRIVATE: c_int = 2;
-    const MAP_FIXED: c_int = 0x10;
-    const MAP_ANONYMOUS: c_int = 0x20;
-    const SC_PAGESIZE: c_int = 30;
-    const CLOCK_MONOTONIC: c_int = 1;
-
-    // The file layout (docs/shared-memory.md; ffi/src/shm.rs).
-    const SPLIT: u64 = 65536;
-    const FILE_SIZE: u64 = SPLIT + 256;
-    const HEADER: usize = 128;
-    const MAGIC: [u8; 8] = *b"PACERSHM";
-    const LAYOUT_VERSION: u32 = 1;
-    /// PACER_ABI_VERSION of the C library whose files these are.
-    const ABI_VERSION: u32 = 1;
-    const READY: u32 = u32::from_le_bytes(*b"REDY");
-    /// When the state word ends the shared page, the 64 bytes before it
-    /// are the C library's slot prefix: its magic and its counters.
-    const SLOT_MAGIC: [u8; 8] = *b"pacer\x00\x01\x00";
-    const SLOT_PREFIX: usize = 64;
-
-    /// CLOCK_MONOTONIC in whole milliseconds.
-    pub fn clock_ms() -> u64 {
-        let mut ts = Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec.
-        if unsafe { clock_gettime(CLOCK_MONOTONIC, &mut ts) } != 0 {
-            return 0;
-        }
-        (ts.tv_sec.max(0) as u64)
-            .saturating_mul(1000)
-            .saturating_add(ts.tv_nsec.max(0) as u64 / 1_000_000)
-    }
-
-    fn err(code: &str, text: &str) -> String {
-        format!("{code}: {text}")
-    }
-
-    fn unsupported() -> String {
-        err(
-            "SHARED_UNSUPPORTED",
-            "shared pacers need lock-free 128-bit atomics and a supported layout",
-        )
-    }
-
-    fn os(what: &str, e: std::io::Error) -> String {
-        err("SHARED_OS", &format!("{what}: {e}"))
-    }
-
-    /// A core pacer's bytes (it has no padding: checked by its size).
-    fn bytes(p: &Pacer) -> [u8; 64] {
-        let mut out = [0u8; 64];
-        if size_of::<Pacer>() == 64 {
-            // SAFETY: the pacer is exactly 64 initialised bytes (its fields
-            // add up to 64, so there is no padding).
-            out = unsafe { std::ptr::read((p as *const Pacer).cast::<[u8; 64]>()) };
-        }
-        out
-    }
-
-    struct Layout {
-        page: usize,
-        /// Offset of the state word in `Pacer`.
-        state_at: usize,
-        /// The page boundary's offset in `Pacer`.
-        split: usize,
-        shared_first: bool,
-    }
-
-    impl Layout {
-        fn state_in_file(&self) -> u64 {
-            SPLIT - self.split as u64 + self.state_at as u64
-        }
-    }
-
-    fn layout() -> Result<Layout, String> {
-        if !Pacer::is_lock_free() || size_of::<Pacer>() != 64 {
-            return Err(unsupported());
-        }
-        // SAFETY: sysconf has no memory preconditions.
-        let page = unsafe { sysconf(SC_PAGESIZE) };
-        if page < 256 || page as u64 > SPLIT || !SPLIT.is_multiple_of(page as u64) {
-            return Err(unsupported());
-        }
-        let cfg = Config::DEFAULT;
-        let other = Config {
-            rate_per_min: 7,
-            burst: 3,
-            idle_timeout_ms: 3_600_000,
-            max_retries: 2,
-            release_policy: ReleasePolicy::Strict,
-        };
-        let make = |c: &Config, now| {
-            Pacer::new(c, now)
-                .map(|p| bytes(&p))
-                .map_err(|_| unsupported())
-        };
-        let (a, b, c) = (make(&cfg, 0)?, make(&cfg, u64::MAX)?, make(&other, 0)?);
-        let first = (0..64).find(|&i| a[i] != b[i]).ok_or_else(unsupported)?;
-        let last = (0..64)
-            .rev()
-            .find(|&i| a[i] != b[i])
-            .ok_or_else(unsupported)?;
-        let state_at = first & !15;
-        if last >= state_at + 16 {
-            return Err(unsupported());
-        }
-        let params = (0..64).filter(|&i| a[i] != c[i] && (i < state_at || i >= state_at + 16));
-        let (mut before, mut after) = (false, false);
-        for i in params {
-            if i < state_at {
-                before = true;
-            } else {
-                after = true;
-            }
-        }
-        let shared_first = match (before, after) {
-            (false, true) if state_at == 0 => true,
-            (true, false) if state_at == 48 => false,
-            _ => return Err(unsupported()),
-        };
-        Ok(Layout {
-            page: page as usize,
-            state_at,
-            split: if shared_first { 16 } else { 48 },
-            shared_first,
-        })
-    }
-
-    fn normalised(c: &Config) -> (u32, u32, u32, u32, u64) {
-        (
-            c.rate_per_min,
-            c.burst.max(1),
-            c.max_retries,
-            c.release_policy as u32,
-            c.idle_timeout_ms,
-        )
-    }
-
-    fn header(c: &Config, now_ms: u64, state_in_file: u64) -> [u8; HEADER] {
-        let (rate, burst, retries, policy, idle) = normalised(c);
-        let mut h = [0u8; HEADER];
-        let mut put = |at: usize, b: &[u8]| h[at..at + b.len()].copy_from_slice(b);
-        put(0, &MAGIC);
-        put(8, &LAYOUT_VERSION.to_le_bytes());
-        put(12, &ABI_VERSION.to_le_bytes());
-        put(16, &state_in_file.to_le_bytes());
-        put(24, &FILE_SIZE.to_le_bytes());
-        put(32, &READY.to_le_bytes());
-        put(36, &rate.to_le_bytes());
-        put(40, &burst.to_le_bytes());
-        put(44, &retries.to_le_bytes());
-        put(48, &policy.to_le_bytes());
-        put(56, &idle.to_le_bytes());
-        put(64, &std::process::id().to_le_bytes());
-        put(72, &now_ms.to_le_bytes());
-        h
-    }
-
-    fn u32_at(h: &[u8], at: usize) -> u32 {
-        u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]])
-    }
-
-    fn u64_at(h: &[u8], at: usize) -> u64 {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&h[at..at + 8]);
-        u64::from_le_bytes(b)
-    }
-
-    fn check_header(h: &[u8], size: u64, c: &Config, layout: &Layout) -> Result<(), String> {
-        if h[..8] != MAGIC {
-            return Err(err(
-                "SHARED_FOREIGN",
-                "the file is not a shared pacer (bad magic)",
-            ));
-        }
-        if u32_at(h, 8) != LAYOUT_VERSION {
-            return Err(err(
-                "SHARED_LAYOUT_VERSION",
-                "the file has another layout version",
-            ));
-        }
-        if u32_at(h, 12) != ABI_VERSION {
-            return Err(err(
-                "SHARED_ABI_VERSION",
-                "the file was made by another ABI version",
-            ));
-        }
-        if u64_at(h, 24) != FILE_SIZE {
-            return Err(err(
-                "SHARED_FOREIGN",
-                "the file is not a shared pacer (bad header)",
-            ));
-        }
-        if u64_at(h, 16) != layout.state_in_file() {
-            return Err(err(
-                "SHARED_LAYOUT_VERSION",
-                "the file keeps the state word elsewhere",
-            ));
-        }
-        if size != FILE_SIZE {
-            return Err(err(
-                "SHARED_TRUNCATED",
-                "the file's size is not the layout's",
-            ));
-        }
-        if u32_at(h, 32) != READY {
-            return Err(err(
-                "SHARED_INCOMPLETE",
-                "the file was never completely initialised",
-            ));
-        }
-        let (rate, burst, retries, policy, idle) = normalised(c);
-        if u32_at(h, 36) != rate
-            || u32_at(h, 40) != burst
-            || u32_at(h, 44) != retries
-            || u32_at(h, 48) != policy
-            || u64_at(h, 56) != idle
-        {
-            return Err(err(
-                "SHARED_CONFIG_MISMATCH",
-                "the file holds a different configuration",
-            ));
-        }
-        Ok(())
-    }
-
-    /// The file's path, its directory and its name.
-    fn names(path_or_name: &str) -> Result<(String, String, String), String> {
-        let (dir, base) = match path_or_name.rfind('/') {
-            Some(0) => ("/".to_string(), &path_or_name[1..]),
-            Some(at) => (path_or_name[..at].to_string(), &path_or_name[at + 1..]),
-            None => ("/dev/shm".to_string(), path_or_name),
-        };
-        if base.is_empty()
-            || base == "."
-            || base == ".."
-            || base.len() > 200
-            || path_or_name.len() >= 4000
-            || path_or_name.contains('\0')
-        {
-            return Err(err("SHARED_INVALID_NAME", "invalid name or path"));
-        }
-        let path = if path_or_name.contains('/') {
-            path_or_name.to_string()
-        } else {
-            format!("{dir}/{base}")
-        };
-        Ok((path, dir, base.to_string()))
-    }
-
-    static TEMP_SERIAL: AtomicU32 = AtomicU32::new(0);
-
-    /// Writes a complete file under a temporary name, then links it into
-    /// place; Ok also when another process linked first.
-    fn create(
-        path: &str,
-        dir: &str,
-        base: &str,
-        c: &Config,
-        layout: &Layout,
-    ) -> Result<(), String> {
-        let now = clock_ms();
-        let start = Pacer::new(c, now).map_err(|_| unsupported())?;
-        let start = bytes(&start);
-        let state = &start[layout.state_at..layout.state_at + 16];
-        let mut shared = Vec::with_capacity(SLOT_PREFIX + 16);
-        let at = if layout.shared_first {
-            shared.extend_from_slice(&SLOT_MAGIC);
-            shared.resize(SLOT_PREFIX, 0);
-            shared.extend_from_slice(state);
-            SPLIT - shared.len() as u64
-        } else {
-            shared.extend_from_slice(state);
-            SPLIT
-        };
-        let head = header(c, now, layout.state_in_file());
-        for _ in 0..16 {
-            let serial = TEMP_SERIAL.fetch_add(1, Ordering::Relaxed);
-            let temp = format!("{dir}/.{base}.{}.{serial}.tmp", std::process::id());
-            let file = match OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&temp)
-            {
-                Ok(file) => file,
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(os("create", e)),
-            };
-            let written = (|| {
-                file.set_permissions(fs::Permissions::from_mode(0o600))?;
-                file.set_len(FILE_SIZE)?;
-                file.write_all_at(&head, 0)?;
-                file.write_all_at(&shared, at)?;
-                match fs::hard_link(&temp, path) {
-                    Err(e) if e.kind() != ErrorKind::AlreadyExists => Err(e),
-                    _ => Ok(()),
-                }
-            })();
-            let _ = fs::remove_file(&temp);
-            return written.map_err(|e| os("create", e));
-        }
-        Err(err("SHARED_OS", "no free temporary name"))
-    }
-
-    /// This process's view: a private page with its own parameters beside
-    /// the file's page holding the state word.
-    pub struct View {
-        base: *mut c_void,
-        len: usize,
-        pacer: *const Pacer,
-    }
-
-    impl View {
-        pub fn open(path_or_name: &str, c: &Config) -> Result<View, String> {
-            let reference = bytes(&Pacer::new(c, 0).map_err(|_| unsupported())?);
-            let layout = layout()?;
-            let (path, dir, base) = names(path_or_name)?;
-            for _ in 0..8 {
-                let link = match fs::symlink_metadata(&path) {
-                    Ok(m) => m,
-                    Err(e) if e.kind() == ErrorKind::NotFound => {
-                        create(&path, &dir, &base, c, &layout)?;
-                        continue;
-                    }
-                    Err(e) => return Err(os("stat", e)),
-                };
-                if link.file_type().is_symlink() {
-                    return Err(err("SHARED_SYMLINK", "the path is a symbolic link"));
-                }
-                if !link.is_file() {
-                    return Err(err("SHARED_NOT_REGULAR", "the path is not a regular file"));
-                }
-                let file = match OpenOptions::new().read(true).write(true).open(&path) {
-                    Ok(file) => file,
-                    Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                    Err(e) => return Err(os("open", e)),
-                };
-                let m = file.metadata().map_err(|e| os("fstat", e))?;
-                // Swapped for something else (a symlink) since the check
-                // above: look again.
-                if m.dev() != link.dev() || m.ino() != link.ino() {
-                    continue;
-                }
-                // SAFETY: geteuid has no preconditions.
-                if m.uid() != unsafe { geteuid() } {
-                    return Err(err(
-                        "SHARED_WRONG_OWNER",
-                        "the file belongs to another user",
-                    ));
-                }
-                if m.mode() & 0o077 != 0 {
-                    return Err(err(
-                        "SHARED_PERMISSIONS",
-                        "the file is accessible to group or others (want 0600)",
-                    ));
-                }
-                if m.len() < HEADER as u64 {
-                    return Err(err(
-                        "SHARED_TRUNCATED",
-                        "the file's size is not the layout's",
-                    ));
-                }
-                let mut head = [0u8; HEADER];
-                file.read_exact_at(&mut head, 0)
-                    .map_err(|e| os("read", e))?;
-                check_header(&head, m.len(), c, &layout)?;
-                return View::map(file.as_raw_fd(), &layout, &reference);
-            }
-            Err(err("SHARED_OS", "the file kept changing while opening it"))
-        }
-
-        fn map(fd: c_int, layout: &Layout, reference: &[u8; 64]) -> Result<View, String> {
-            let page = layout.page;
-            let len = 2 * page;
-            // SAFETY: a fresh anonymous mapping.
-            let base = unsafe {
-                mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            if base as isize == -1 {
-                return Err(os("mmap", std::io::Error::last_os_error()));
-            }
-            let (at, offset) = if layout.shared_first {
-                (0, SPLIT - page as u64)
-            } else {
-                (page, SPLIT)
-            };
-            // SAFETY: replaces one page of the fresh mapping with the file's
-            // page holding the state word (page-multiple offset and length).
-            let shared = unsafe {
-                mmap(
-                    base.cast::<u8>().add(at).cast(),
-                    page,
-                    PROT_READ | PROT_WRITE,
-                    MAP_SHARED | MAP_FIXED,
-                    fd,
-                    offset as i64,
-                )
-            };
-            if shared as isize == -1 {
-                let e = std::io::Error::last_os_error();
-                // SAFETY: the mapping made above.
-                unsafe { munmap(base, len) };
-                return Err(os("mmap", e));
-            }
-            // SAFETY: within the first page, 16-aligned (page and split are
-            // multiples of 16); the pacer's 64 bytes end within the view.
-            let pacer = unsafe { base.cast::<u8>().add(page - layout.split) };
-            let (from, count) = if layout.shared_first {
-                (layout.split, 64 - layout.split)
-            } else {
-                (0, layout.split)
-            };
-            // SAFETY: the private side of the pacer, in the anonymous page.
-            unsafe {
-                std::ptr::copy_nonoverlapping(reference.as_ptr().add(from), pacer.add(from), count)
-            };
-            Ok(View {
-                base,
-                len,
-                pacer: pacer.cast::<Pacer>(),
-            })
-        }
-
-        pub fn pacer(&self) -> &Pacer {
-            // SAFETY: an initialised pacer (private parameters, shared state
-            // word) mapped for as long as the view lives.
-            unsafe { &*self.pacer }
-        }
-    }
-
-    impl Drop for View {
-        fn drop(&mut self) {
-            // SAFETY: the mapping `open` made; nothing borrows it past self.
-            unsafe { munmap(self.base, self.len) };
-        }
-    }
-
-    pub fn unlink(path_or_name: &str) -> Result<(), String> {
-        let (path, _, _) = names(path_or_name)?;
-        match fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                Err(err("SHARED_NOT_FOUND", "no such file"))
-            }
-            Err(e) => Err(os("unlink", e)),
-        }
-    }
-}
-
-#[cfg(not(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-)))]
-mod shared {
-    //! Shared pacers are implemented for Linux on x86_64 and aarch64.
-    use pacer_core::{Config, Pacer};
-
-    const UNSUPPORTED: &str = "SHARED_UNSUPPORTED: shared pacers need Linux on x86_64 or aarch64";
-
-    pub fn clock_ms() -> u64 {
-        0
-    }
-
-    pub struct View;
-
-    impl View {
-        pub fn open(_: &str, _: &Config) -> Result<View, String> {
-            Err(UNSUPPORTED.to_string())
-        }
-
-        pub fn pacer(&self) -> &Pacer {
-            unreachable!("never opened")
-        }
-    }
-
-    pub fn unlink(_: &str) -> Result<(), String> {
-        Err(UNSUPPORTED.to_string())
-    }
+    shm::unlink(&path_or_name).map_err(shared_error)
 }
