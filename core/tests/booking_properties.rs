@@ -266,13 +266,19 @@ impl Run {
 }
 
 fn new_run(c: &Cfg, start: u64) -> Option<Run> {
+    new_run_with(c, start, ReleasePolicy::Refund)
+}
+
+/// A run whose pacer has `policy`; the model refunds like `Refund`, so a
+/// `Strict` run must not release out of order.
+fn new_run_with(c: &Cfg, start: u64, policy: ReleasePolicy) -> Option<Run> {
     let pacer = Pacer::new(
         &Config {
             rate_per_min: c.rate,
             burst: c.burst,
             idle_timeout_ms: c.idle,
             max_retries: c.retries,
-            release_policy: ReleasePolicy::Refund,
+            release_policy: policy,
         },
         start,
     )
@@ -341,5 +347,58 @@ proptest! {
                     "openings {} then {}: less than {} apart", pair[0].at, pair[1].at, interval);
             }
         }
+    }
+
+    /// Releasing every unredeemed booking, newest first, returns the level
+    /// to what it was before they were booked, under either policy: the
+    /// prefix runs against the model, the bookings are made at one instant
+    /// once plain reservations are refused there.
+    #[test]
+    fn releasing_every_unredeemed_booking_restores_the_level(
+        c in cfg_strategy(),
+        start in 0u64..=1_000_000,
+        prefix in prop::collection::vec(op_strategy(), 0..80),
+        later in 0u64..=3000,
+        bookings in 1usize..=30,
+        strict in any::<bool>(),
+    ) {
+        // The model refunds like `Refund`; under `Strict` the prefix makes
+        // no releases, so both agree on every step.
+        let policy = if strict { ReleasePolicy::Strict } else { ReleasePolicy::Refund };
+        let Some(mut run) = new_run_with(&c, start, policy) else { return Ok(()) };
+        for op in prefix {
+            if strict && matches!(op, Op::Release { .. }) {
+                continue;
+            }
+            run.step(op)?;
+        }
+        // At `at`, plain reservations (no retries left: the horizon is the
+        // bound) until one is refused; the model follows.
+        let at = run.now + later;
+        run.step(Op::Book { dt: later, left: 0 })?;
+        while !matches!(run.bucket.book(at, 0), Answer::Refused { .. }) {
+            prop_assert!(matches!(run.pacer.reserve_or_book(at, 0), BookingDecision::Admitted(_)));
+        }
+        let before = run.bucket.refilled(at);
+        let pacer = run.pacer;
+        let mut held = Vec::new();
+        for _ in 0..bookings {
+            match pacer.reserve_or_book(at, c.retries) {
+                BookingDecision::Booked(b) => held.push(b.booking),
+                BookingDecision::Refused(_) => break,
+                BookingDecision::Admitted(a) => prop_assert!(false, "admitted at a refusing instant: {:?}", a),
+            }
+        }
+        if held.is_empty() {
+            return Ok(()); // beyond the horizon: nothing booked, nothing written
+        }
+        prop_assert_eq!(
+            pacer.state().tokens_units as i128,
+            before - U * held.len() as i128
+        );
+        while let Some(booking) = held.pop() {
+            prop_assert!(pacer.release(booking.ticket, at), "strict {}", strict);
+        }
+        prop_assert_eq!(pacer.state().tokens_units as i128, before);
     }
 }
