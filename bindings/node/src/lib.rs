@@ -80,6 +80,27 @@ fn encode(decision: Decision) -> f64 {
     }
 }
 
+/// The core config from the JS numbers (`index.js` has range-checked them).
+fn config_of(
+    rate_per_minute: f64,
+    burst: f64,
+    idle_timeout_ms: f64,
+    max_retries: f64,
+    strict: bool,
+) -> Config {
+    Config {
+        rate_per_min: to_u32(rate_per_minute),
+        burst: to_u32(burst),
+        idle_timeout_ms: to_u64(idle_timeout_ms),
+        max_retries: to_u32(max_retries),
+        release_policy: if strict {
+            ReleasePolicy::Strict
+        } else {
+            ReleasePolicy::Refund
+        },
+    }
+}
+
 /// The native half of `Pacer` in `index.js`: the core pacer and its
 /// counters.
 #[napi]
@@ -101,17 +122,7 @@ impl NativePacer {
         strict: bool,
         now_ms: f64,
     ) -> Result<Self> {
-        let config = Config {
-            rate_per_min: to_u32(rate_per_minute),
-            burst: to_u32(burst),
-            idle_timeout_ms: to_u64(idle_timeout_ms),
-            max_retries: to_u32(max_retries),
-            release_policy: if strict {
-                ReleasePolicy::Strict
-            } else {
-                ReleasePolicy::Refund
-            },
-        };
+        let config = config_of(rate_per_minute, burst, idle_timeout_ms, max_retries, strict);
         match Pacer::new(&config, to_u64(now_ms)) {
             Ok(pacer) => Ok(NativePacer {
                 pacer,
@@ -518,17 +529,7 @@ impl NativeSharedPacer {
         max_retries: f64,
         strict: bool,
     ) -> Result<Self> {
-        let config = Config {
-            rate_per_min: to_u32(rate_per_minute),
-            burst: to_u32(burst),
-            idle_timeout_ms: to_u64(idle_timeout_ms),
-            max_retries: to_u32(max_retries),
-            release_policy: if strict {
-                ReleasePolicy::Strict
-            } else {
-                ReleasePolicy::Refund
-            },
-        };
+        let config = config_of(rate_per_minute, burst, idle_timeout_ms, max_retries, strict);
         if let Err(error) = Pacer::new(&config, 0) {
             return Err(Error::new(Status::InvalidArg, config_error_text(error)));
         }
