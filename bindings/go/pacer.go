@@ -254,10 +254,20 @@ func New(cfg Config) (*Pacer, error) {
 		mem.free()
 		return nil, err
 	}
+	if err := p.attach(mem, cc); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// attach makes mem, an initialised pacer, p's storage: reads its mode and
+// bound, frees it when p is collected, and reports the configuration's
+// mode notice. On error mem is freed and p is unchanged.
+func (p *Pacer) attach(mem *storage, cc cConfig) error {
 	info, err := mem.info()
 	if err != nil {
 		mem.free()
-		return nil, err
+		return err
 	}
 	p.mem = mem
 	p.mode = info.Mode
@@ -266,7 +276,7 @@ func New(cfg Config) (*Pacer, error) {
 	if notice, ok, err := modeNotice(cc); err == nil && ok {
 		p.notifier.Notify(notice)
 	}
-	return p, nil
+	return nil
 }
 
 // enter read-locks p when its storage is live (the caller then calls

@@ -2,7 +2,6 @@ package pacer
 
 import (
 	"context"
-	"runtime"
 	"strings"
 )
 
@@ -72,17 +71,8 @@ func OpenShared(pathOrName string, cfg Config) (*SharedPacer, error) {
 	if err != nil {
 		return nil, err
 	}
-	info, err := mem.info()
-	if err != nil {
-		mem.free()
+	if err := p.attach(mem, cc); err != nil {
 		return nil, err
-	}
-	p.mem = mem
-	p.mode = info.Mode
-	p.boundMs = info.WaitBoundMs
-	p.cleanup = runtime.AddCleanup(p, func(s *storage) { s.free() }, mem)
-	if notice, ok, err := modeNotice(cc); err == nil && ok {
-		p.notifier.Notify(notice)
 	}
 	return &SharedPacer{p: p}, nil
 }
