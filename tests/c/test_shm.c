@@ -110,6 +110,14 @@ static int cmp_u64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Forks `n` processes hammering the shared pacer `path` until `until`. */
+static void spawn_hammers(struct board *b, const char *path, uint64_t until, pid_t *kids, int n) {
+  for (int i = 0; i < n; i++) {
+    kids[i] = fork();
+    if (kids[i] == 0) _exit(hammer(b, i, path, until));
+  }
+}
+
 static void test_hammer(void) {
   char path[600];
   path_of(path, sizeof path, "hammer");
@@ -121,10 +129,7 @@ static void test_hammer(void) {
   CHECK(pacer_shared_open(&h, path, &FAST) == PACER_STATUS_OK, "create %s", path);
   uint64_t until = start + 300;
   pid_t kids[N];
-  for (int i = 0; i < N; i++) {
-    kids[i] = fork();
-    if (kids[i] == 0) _exit(hammer(b, i, path, until));
-  }
+  spawn_hammers(b, path, until, kids, N);
   for (int i = 0; i < N; i++) {
     int st;
     waitpid(kids[i], &st, 0);
@@ -177,10 +182,7 @@ static void test_sigkill(void) {
   CHECK(pacer_shared_open(&h, path, &FAST) == PACER_STATUS_OK, "create %s", path);
   uint64_t until = start + 400;
   pid_t kids[N];
-  for (int i = 0; i < N; i++) {
-    kids[i] = fork();
-    if (kids[i] == 0) _exit(hammer(b, i, path, until));
-  }
+  spawn_hammers(b, path, until, kids, N);
   /* Kill child 0 while it hammers (no lock anywhere: the others go on). */
   struct timespec pause = {0, 100 * 1000 * 1000};
   nanosleep(&pause, NULL);
