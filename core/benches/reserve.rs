@@ -1,6 +1,6 @@
 //! The cost of one decision, beside its baselines, in one criterion group so
 //! every ratio in `docs/benchmarks.md` comes from the same run
-//! (`scripts/bench-core.sh` runs this and writes that file).
+//! (`scripts/bench.sh` runs this and writes that file).
 //!
 //! Every benchmark reports nanoseconds per call. The `1t` variants run on
 //! the bench thread; the `2t` variants run two threads hammering the same
@@ -62,30 +62,12 @@ use governor::clock::{Clock, FakeRelativeClock};
 use governor::middleware::NoOpMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use pacer_core::{Config, Decision, Pacer, ReleasePolicy, Ticket, MAX_BURST, UNITS_PER_TOKEN};
+use pacer_core::{Decision, Pacer, Ticket, MAX_BURST, UNITS_PER_TOKEN};
 use portable_atomic::AtomicU128;
 
-/// How far each thread's clock moves per admit-path call, ms. At 600/min one
-/// token refills per 100 ms, so every call refills ten tokens (capped).
-const STEP_MS: u64 = 1000;
-
-/// Admit-path config: 600/min, bound 4833 ms (defaults), refusing mode.
-const ADMIT: Config = Config {
-    rate_per_min: 600,
-    burst: MAX_BURST,
-    idle_timeout_ms: 120_000,
-    max_retries: 5,
-    release_policy: ReleasePolicy::Refund,
-};
-
-/// Refuse-path config: 60/min, burst 1, bound 2000 ms.
-const REFUSE: Config = Config {
-    rate_per_min: 60,
-    burst: 1,
-    idle_timeout_ms: 30_000,
-    max_retries: 3,
-    release_policy: ReleasePolicy::Refund,
-};
+#[path = "shared/configs.rs"]
+mod configs;
+use configs::{ADMIT, REFUSE, STEP_MS};
 
 fn admit_pacer() -> Pacer {
     Pacer::new(&ADMIT, 0).expect("valid config")

@@ -198,6 +198,22 @@ pub struct pacer_counters {
     pub clock_regressions: u64,
 }
 
+/// The C form of a core `Config`, for Rust callers of the C calls.
+impl From<&Config> for pacer_config {
+    fn from(config: &Config) -> Self {
+        pacer_config {
+            rate_per_min: config.rate_per_min,
+            burst: config.burst,
+            idle_timeout_ms: config.idle_timeout_ms,
+            max_retries: config.max_retries,
+            release_policy: match config.release_policy {
+                ReleasePolicy::Refund => pacer_release_policy::Refund as u32,
+                ReleasePolicy::Strict => pacer_release_policy::Strict as u32,
+            },
+        }
+    }
+}
+
 pub(crate) fn config_from(config: &pacer_config) -> Result<Config, pacer_status> {
     let release_policy = match config.release_policy {
         0 => ReleasePolicy::Refund,

@@ -27,12 +27,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::boundary::{arg, arg_mut, guard, guard_value, opt_str, out, put, Outcome};
 use crate::pacer::{
-    pacer, pacer_config, pacer_decision, pacer_init, pacer_release, pacer_release_policy,
-    pacer_reserve, pacer_ticket, PACER_STORAGE_SIZE,
+    pacer, pacer_config, pacer_decision, pacer_init, pacer_release, pacer_reserve, pacer_ticket,
+    PACER_STORAGE_SIZE,
 };
 use crate::status::pacer_status;
 use crate::version::PACER_ABI_VERSION;
-use pacer_core::{Config, Pacer, ReleasePolicy};
+use pacer_core::{Config, Pacer};
 
 /// Bytes of storage a shared-pacer handle needs (struct pacer_shared).
 pub const PACER_SHARED_STORAGE_SIZE: usize = 64;
@@ -808,20 +808,6 @@ pub extern "C" fn pacer_clock_monotonic_ms() -> u64 {
 
 // ------------------------------------------------------------ Rust callers
 
-/// A `pacer_config` for a core `Config`.
-fn c_config(config: &Config) -> pacer_config {
-    pacer_config {
-        rate_per_min: config.rate_per_min,
-        burst: config.burst,
-        idle_timeout_ms: config.idle_timeout_ms,
-        max_retries: config.max_retries,
-        release_policy: match config.release_policy {
-            ReleasePolicy::Refund => pacer_release_policy::Refund as u32,
-            ReleasePolicy::Strict => pacer_release_policy::Strict as u32,
-        },
-    }
-}
-
 /// A shared pacer for Rust callers: an open `pacer_shared` handle, closed
 /// on drop. The same files, checks and mapping as pacer_shared_open.
 pub struct SharedPacer {
@@ -833,7 +819,7 @@ impl SharedPacer {
     /// pacer_shared_open: opens (or creates) the shared pacer `path_or_name`
     /// with `config`. `SharedOs` leaves the failing call's errno.
     pub fn open(path_or_name: &str, config: &Config) -> Result<SharedPacer, pacer_status> {
-        let opened = open_shared(path_or_name, &c_config(config)).map_err(status_of)?;
+        let opened = open_shared(path_or_name, &pacer_config::from(config)).map_err(status_of)?;
         let mut shared = SharedPacer {
             handle: pacer_shared {
                 opaque: [0; PACER_SHARED_STORAGE_SIZE],

@@ -1,0 +1,441 @@
+#!/usr/bin/env python3
+"""Writes docs/benchmarks.md from the JSON files scripts/bench.sh collects
+(RESULTS/meta.json and one RESULTS/<layer>.json per layer run).
+
+    bench-report.py RESULTS_DIR OUT.md
+
+Every figure is a median over rounds of a per-round figure, with [min, max]
+over rounds; a ratio or difference is computed within each round first (both
+sides from the same run) and its median taken after. Verdicts are on those
+medians. Exits 1 when a layer that was run left no results.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import median
+from typing import Callable
+
+ORDER = ["core", "c", "cli", "node", "python", "go"]
+FEW_NS = 3.0  # what "within a few nanoseconds" of a plain load is taken to mean
+
+CORE_WHAT = {
+    "pacer_admit": "`Pacer::reserve`, admit path (debits a token, 128-bit CAS)",
+    "pacer_admit_release": "`reserve` + `release` at a fixed clock (two 128-bit CAS)",
+    "pacer_release": "`Pacer::release` (refund capped at capacity, 128-bit CAS)",
+    "pacer_refuse": "`Pacer::reserve`, refuse path (drained pacer; load, no write)",
+    "load_u128": "plain `portable_atomic::AtomicU128` load",
+    "load_u64": "plain `AtomicU64` load",
+    "cas_u64": "the same token bucket packed in one `AtomicU64`, CAS loop",
+    "cas_u128": "the same token bucket on a bare `AtomicU128`, CAS loop",
+    "mutex": "the same token bucket in a `Mutex<(u64, i64)>`",
+    "governor_fake": "`governor` direct `check()`, `FakeRelativeClock`",
+    "governor_clock": "`governor` direct `check()`, default clock (`quanta`)",
+}
+C_WHAT = {
+    "rust_admit": "`Pacer::reserve` called from Rust, admit path",
+    "rust_counted_admit": "`Pacer::reserve` + `Counters::record` from Rust (the counting the C call does)",
+    "c_admit": "`pacer_reserve` through a C function pointer, admit path",
+    "rust_refuse": "`Pacer::reserve` called from Rust, refuse path",
+    "rust_counted_refuse": "`Pacer::reserve` + `Counters::record` from Rust, refuse path",
+    "c_refuse": "`pacer_reserve` through a C function pointer, refuse path",
+}
+
+
+class Layer:
+    """One layer's rows: per-round ns by (id, threads)."""
+
+    def __init__(self, data: dict):
+        self.data = data
+        self.rows = {(r["id"], r.get("threads", 1)): r for r in data.get("rows", [])}
+        self.rounds = max((len(r.get("rounds_ns", [])) for r in data.get("rows", [])), default=0)
+
+    def has(self, id: str, threads: int = 1) -> bool:
+        return (id, threads) in self.rows
+
+    def ns(self, id: str, threads: int, k: int) -> float:
+        return self.rows[(id, threads)]["rounds_ns"][k]
+
+    def per_round(self, f: Callable[[int], float]) -> tuple[float, float, float]:
+        values = [f(k) for k in range(self.rounds)]
+        return median(values), min(values), max(values)
+
+    def figure(self, id: str, threads: int = 1) -> tuple[float, float, float]:
+        return self.per_round(lambda k: self.ns(id, threads, k))
+
+
+@dataclass
+class Target:
+    layer: str
+    text: str
+    threads: str
+    # (median, min, max) of the figure, or None when its rows are missing
+    value: tuple[float, float, float] | None
+    unit: str  # "x", "ns", "s", "" (free text in `shown`)
+    met: bool | None
+    shown: str = ""
+
+
+def fmt(v: tuple[float, float, float], unit: str) -> str:
+    m, lo, hi = v
+    if unit == "x":
+        return "%.2f× [%.2f, %.2f]" % (m, lo, hi)
+    if unit == "+ns":
+        return "%+.2f ns [%+.2f, %+.2f]" % (m, lo, hi)
+    if unit == "ns":
+        return "%.1f ns [%.1f, %.1f]" % (m, lo, hi)
+    if unit == "s":
+        return "%.3f s [%.3f, %.3f]" % (m, lo, hi)
+    return "%.2f" % m
+
+
+def ratio(layer: Layer, a: tuple[str, int], b: tuple[str, int]):
+    if not (layer.has(*a) and layer.has(*b)):
+        return None
+    return layer.per_round(lambda k: layer.ns(*a, k) / layer.ns(*b, k))
+
+
+def diff(layer: Layer, a: tuple[str, int], b: tuple[str, int]):
+    if not (layer.has(*a) and layer.has(*b)):
+        return None
+    return layer.per_round(lambda k: layer.ns(*a, k) - layer.ns(*b, k))
+
+
+def absolute(layer: Layer, a: tuple[str, int]):
+    return layer.figure(*a) if layer.has(*a) else None
+
+
+def boundary_free(c: Layer) -> bool:
+    pairs = [(("c_admit", 1), ("rust_counted_admit", 1)), (("c_refuse", 1), ("rust_counted_refuse", 1))]
+    values = [diff(c, a, b) for a, b in pairs]
+    return all(v is not None and v[0] <= 2.0 for v in values)
+
+
+def signed(value) -> str:
+    return "not measured" if value is None else fmt(value, "+ns")
+
+
+def verdict(met: bool | None) -> str:
+    return "not measured" if met is None else ("**met**" if met else "**missed**")
+
+
+def targets(layers: dict[str, Layer], raw: dict[str, dict]) -> list[Target]:
+    out: list[Target] = []
+
+    def add(name, text, threads, value, unit, ok):
+        out.append(Target(name, text, threads, value, unit, None if value is None else ok(value[0])))
+
+    if "core" in layers:
+        core = layers["core"]
+        for t in (1, 2):
+            add("core", "admit path within 1.5× of the bare `AtomicU64` CAS (`pacer_admit / cas_u64`)",
+                "%dt" % t, ratio(core, ("pacer_admit", t), ("cas_u64", t)), "x", lambda v: v <= 1.5)
+        for t in (1, 2):
+            add("core", "admit path no slower than governor's, fake clock (`pacer_admit / governor_fake`)",
+                "%dt" % t, ratio(core, ("pacer_admit", t), ("governor_fake", t)), "x", lambda v: v <= 1.0)
+        for t in (1, 2):
+            add("core", "refuse path within %.0f ns of a plain 128-bit load (`pacer_refuse − load_u128`)" % FEW_NS,
+                "%dt" % t, diff(core, ("pacer_refuse", t), ("load_u128", t)), "+ns", lambda v: v <= FEW_NS)
+        alloc = raw["core"].get("alloc_test")
+        if alloc:
+            out.append(Target("core", "zero heap allocations per call (`core/tests/alloc_free.rs`, counting allocator)",
+                              "—", None, "", alloc["passed"],
+                              "0 allocations" if alloc["passed"] else "test failed"))
+            word = alloc.get("state_bytes")
+            out.append(Target("core", "state at most 32 bytes", "—", None, "",
+                              None if word is None else word <= 32,
+                              "state word %s bytes (whole `Pacer`: %s bytes, align %s)"
+                              % (word, alloc.get("pacer_bytes"), alloc.get("pacer_align"))))
+    if "c" in layers:
+        c = layers["c"]
+        add("c", "C call within 2 ns of the direct Rust call (`c_admit − rust_admit`)", "1t",
+            diff(c, ("c_admit", 1), ("rust_admit", 1)), "+ns", lambda v: v <= 2.0)
+        add("c", "C call within 2 ns of the direct Rust call (`c_refuse − rust_refuse`)", "1t",
+            diff(c, ("c_refuse", 1), ("rust_refuse", 1)), "+ns", lambda v: v <= 2.0)
+        add("c", "for reference: the boundary alone, counting on both sides (`c_admit − rust_counted_admit`)", "1t",
+            diff(c, ("c_admit", 1), ("rust_counted_admit", 1)), "+ns", lambda v: v <= 2.0)
+    if "cli" in raw:
+        for row in raw["cli"]["rows"]:
+            if row["id"] == "matrix":
+                walls = row["rounds_s"]
+                v = (median(walls), min(walls), max(walls))
+                add("cli", "`pacer matrix` (%d cases) under 10 s" % row["cases"], "—", v, "s", lambda v: v < 10.0)
+    if "node" in layers:
+        n = layers["node"]
+        add("node", "`Pacer.reserve` at most 50 ns", "1t", absolute(n, ("pacer_reserve", 1)), "ns", lambda v: v <= 50)
+        add("node", "`Pacer.reserve` at most half of `limiter` (`pacer_reserve / limiter_try_remove`)", "1t",
+            ratio(n, ("pacer_reserve", 1), ("limiter_try_remove", 1)), "x", lambda v: v <= 0.5)
+    if "python" in layers:
+        p = layers["python"]
+        add("python", "`Pacer.reserve` at most 120 ns", "1t", absolute(p, ("pacer_reserve", 1)), "ns",
+            lambda v: v <= 120)
+        add("python", "`Pacer.reserve` at least 5× faster than aiolimiter (`aiolimiter_acquire / pacer_reserve`)",
+            "1t", ratio(p, ("aiolimiter_acquire", 1), ("pacer_reserve", 1)), "x", lambda v: v >= 5.0)
+    if "go" in layers:
+        g = layers["go"]
+        add("go", "`Reserve` at most 75 ns", "1t", absolute(g, ("pacer_reserve", 1)), "ns", lambda v: v <= 75)
+        add("go", "`Reserve` faster than x/time/rate `Allow` at 2 goroutines (`pacer_reserve / rate_allow`)",
+            "2t", ratio(g, ("pacer_reserve", 2), ("rate_allow", 2)), "x", lambda v: v < 1.0)
+        add("go", "for reference: against `AllowN` with the same explicit clock (`pacer_reserve / rate_allow_n`)",
+            "2t", ratio(g, ("pacer_reserve", 2), ("rate_allow_n", 2)), "x", lambda v: v < 1.0)
+    return out
+
+
+def cell(layer: Layer, id: str, threads: int) -> str:
+    if not layer.has(id, threads):
+        return "—"
+    m, lo, hi = layer.figure(id, threads)
+    return "%.2f [%.2f, %.2f]" % (m, lo, hi) if m < 100 else "%.0f [%.0f, %.0f]" % (m, lo, hi)
+
+
+def per_call(value) -> str:
+    if value is None:
+        return "—"
+    return ("%.0f" % value) if abs(value - round(value)) < 0.005 else ("%.2f" % value)
+
+
+def main() -> None:
+    results, out_path = Path(sys.argv[1]), Path(sys.argv[2])
+    meta = json.loads((results / "meta.json").read_text())
+    raw: dict[str, dict] = {}
+    missing = []
+    for name in ORDER:
+        path = results / ("%s.json" % name)
+        if path.exists():
+            raw[name] = json.loads(path.read_text())
+        elif name in meta["layers"]:
+            missing.append(name)
+    layers = {name: Layer(d) for name, d in raw.items() if name != "cli"}
+    goals = targets(layers, raw)
+
+    lines: list[str] = []
+    w = lines.append
+    w("# Benchmarks")
+    w("")
+    w("Generated by `bash scripts/bench.sh` from the runs it makes; do not edit by")
+    w("hand, rerun it. Nanoseconds per call unless a unit is given. Each layer")
+    w("measures all of its cases in every round; a figure is the median over")
+    w("rounds of that round's median, with [min, max] over rounds. A ratio or a")
+    w("difference is computed within each round (both sides from the same run),")
+    w("then the median over rounds is taken; every verdict is on that median.")
+    w("`1t`: one thread (goroutine); `2t`: two calling the same object at once.")
+    w("")
+    w("## Run")
+    w("")
+    w("| | |")
+    w("|---|---|")
+    w("| command | `%s` |" % meta["command"])
+    w("| layers run | %s |" % ", ".join(meta["layers"]))
+    if missing:
+        w("| layers with no results | %s |" % ", ".join(missing))
+    not_run = [n for n in ORDER if n not in meta["layers"]]
+    if not_run:
+        w("| layers not run | %s (figures for them are absent, not stale) |" % ", ".join(not_run))
+    w("| rounds | %s |" % meta["rounds"])
+    w("| date | %s (took %s min) |" % (meta["date"], meta["minutes"]))
+    w("| load average (1, 5, 15 min) | before %s; after %s |" % (meta["load_before"], meta["load_after"]))
+    w("| revision | %s%s |" % (meta["revision"], " with uncommitted changes" if meta["dirty"] else ""))
+    w("| cores (`nproc`) | %s |" % meta["nproc"])
+    w("| CPU | %s; flags seen: %s |" % (meta["cpu"], meta["cpu_flags"]))
+    w("| RUSTFLAGS | `%s` |" % (meta["rustflags"] or "(none: cmpxchg16b chosen at run time)"))
+    for name in ORDER:
+        if name in raw and raw[name].get("versions"):
+            versions = ", ".join(v if str(v).lower().startswith(k.lower()) else "%s %s" % (k, v)
+                                 for k, v in raw[name]["versions"].items())
+            w("| %s | %s |" % (raw[name].get("title", name), versions))
+    w("")
+
+    w("## Targets")
+    w("")
+    w("| layer | target | threads | figure | verdict |")
+    w("|---|---|---|---:|---|")
+    for g in goals:
+        shown = g.shown or (fmt(g.value, g.unit) if g.value else "rows missing")
+        w("| %s | %s | %s | %s | %s |" % (raw[g.layer].get("title", g.layer), g.text, g.threads, shown,
+                                          verdict(g.met) if not g.text.startswith("for reference") else
+                                          ("(reference)" if g.met is None else ("within" if g.met else "over"))))
+    w("")
+    missed = [g for g in goals if g.met is False and not g.text.startswith("for reference")]
+
+    sections = [("core", "Core (Rust): `Pacer` beside governor and bare buckets", CORE_WHAT, (1, 2), CORE_NOTES),
+                ("c", "C ABI: `pacer_reserve` beside the direct call", C_WHAT, (1,), C_NOTES)]
+    for name, title, what, threads, notes in sections:
+        if name not in layers:
+            continue
+        layer = layers[name]
+        w("## %s" % title)
+        w("")
+        w("Command: `%s`." % raw[name]["command"])
+        w("")
+        w("| benchmark | what | %s |" % " | ".join("%dt" % t for t in threads))
+        w("|---|---|" + "---:|" * len(threads))
+        for id in list(what) + sorted({i for i, _ in layer.rows} - set(what)):
+            w("| `%s` | %s | %s |" % (id, what.get(id, ""), " | ".join(cell(layer, id, t) for t in threads)))
+        w("")
+        w(notes)
+        w("")
+    if "cli" in raw:
+        w("## CLI")
+        w("")
+        w("| command | cases | counterexamples | runs | wall | CPU |")
+        w("|---|---:|---:|---:|---:|---:|")
+        for row in raw["cli"]["rows"]:
+            walls, cpus = row["rounds_s"], row["cpu_s"]
+            w("| `%s` | %s | %s | %d | %s | %.3f s |" % (
+                row["command"], format(row["cases"], ","), row["counterexamples"], len(walls),
+                fmt((median(walls), min(walls), max(walls)), "s") if len(walls) > 1 else "%.2f s" % walls[0],
+                median(cpus)))
+        w("")
+    for name in ("node", "python", "go"):
+        if name not in layers:
+            continue
+        layer, data = layers[name], raw[name]
+        w("## %s" % data.get("title", name))
+        w("")
+        w("Command: `%s`." % data.get("command", "bash bench/%s/run.sh" % name))
+        w("")
+        w("| case | what | threads | ns/call | × our `pacer_reserve` | allocs/call | bytes/call |")
+        w("|---|---|---:|---:|---:|---:|---:|")
+        for row in data["rows"]:
+            t = row.get("threads", 1)
+            rel = "—"
+            if row["id"] != "pacer_reserve" and layer.has("pacer_reserve", t):
+                r = ratio(layer, (row["id"], t), ("pacer_reserve", t))
+                rel = "%.2f×" % r[0]
+            w("| `%s` | %s | %d | %s | %s | %s | %s |" % (
+                row["id"], row.get("what", ""), t, cell(layer, row["id"], t), rel,
+                per_call(row.get("allocs_per_call")), per_call(row.get("bytes_per_call"))))
+        w("")
+        w("`× our pacer_reserve`: the case's time over the public reserve's, same")
+        w("round, same thread count (above 1: slower than ours).")
+        w("")
+        for note in data.get("notes", []):
+            w("- %s" % note)
+        w("")
+
+    w("## Targets missed: why, and what it would take")
+    w("")
+    if not missed:
+        w("None in this run.")
+    given = set()
+    for g in missed:
+        key = (g.layer, g.text.split("(")[0].strip())
+        reason = MISSES.get(key)
+        if callable(reason):
+            reason = reason(layers)
+        if key in given:
+            reason = "The same reason as above."
+        given.add(key)
+        w("- **%s — %s (%s): %s.** %s" % (raw[g.layer].get("title", g.layer), g.text, g.threads,
+                                          g.shown or fmt(g.value, g.unit),
+                                          reason or "No explanation recorded for this target yet."))
+    w("")
+    w("The machine is a shared virtual machine (%s cores) with other work running" % meta["nproc"])
+    w("(see the load average above); figures move between runs, two-thread ones")
+    w("most. Rerun with more `ROUNDS` (and `WARMUP`/`MEASURE` for criterion) for")
+    w("steadier figures.")
+    w("")
+    out_path.write_text("\n".join(lines))
+    print("wrote %s" % out_path, file=sys.stderr)
+    if missing:
+        sys.exit("bench-report: no results from %s" % ", ".join(missing))
+
+
+CORE_NOTES = """\
+- `pacer_admit` stays on the admit path honestly: each thread's `now_ms`
+  advances 1000 ms per call (a register add, not a clock read), so every call
+  refills, debits one token and wins its compare-and-swap; any refusal aborts
+  the bench. In `2t` the two threads share that clock (each adopts the other's
+  reading every 1024 calls), as two callers of one pacer would. `cas_u64`,
+  `cas_u128` and `mutex` run the same bucket arithmetic, driven the same way.
+- `governor_fake` never advances its fake clock; its quota (one cell per ns,
+  burst `u32::MAX`) admits every call of a run, and each admission moves
+  governor's state forward, so it is its real admit path. `governor_clock`
+  adds what a governor user pays for reading the time. A pacer caller also
+  reads a clock, outside the pacer; that cost is not in `pacer_admit`.
+- Every contender is one out-of-line call; the plain loads are inline.
+- The 2t figure is the slower thread's time per call (what one caller sees
+  while the other contends)."""
+
+C_NOTES = """\
+- Both sides run the same configs as the core's admit and refuse benches.
+  The C call goes through a `black_box`ed function pointer with the C
+  calling convention, as a C, Go or Python caller's does; what it adds is the
+  storage check (a magic word), the panic guard (free unless a panic
+  happens), the per-decision counters (`pacer_counters`; one to four relaxed
+  atomic increments) and writing the caller's `pacer_decision`.
+  `rust_counted_admit` does the counting in Rust, so `c_admit −
+  rust_counted_admit` is the boundary alone."""
+
+def binding_miss(layer: Layer, floor: str, native: str | None, why: str, threads: int = 1) -> str:
+    """The measured split of a binding's call (the crossing floor, the raw
+    native call, the public method) and the recorded reason."""
+    parts = []
+    if layer.has(floor, threads):
+        parts.append("an empty call into native code (`%s`) costs %s" % (floor, fmt(layer.figure(floor, threads), "ns")))
+    if native and layer.has(native, threads):
+        parts.append("the raw native reserve (`%s`) %s" % (native, fmt(layer.figure(native, threads), "ns")))
+    if layer.has("pacer_reserve", threads):
+        parts.append("the public reserve %s" % fmt(layer.figure("pacer_reserve", threads), "ns"))
+    split = ("In this run %s. " % "; ".join(parts)) if parts else ""
+    return split + why
+
+
+NODE_WHY = ("Node's cost is the Node-API crossing plus the JavaScript around it (validating `nowMs`, "
+            "decoding the answer, building the result object and its ticket); see the Node notes above.")
+PYTHON_WHY = ("A Python method call, the int check and building the result object cost more than the "
+              "pacer's decision itself; see the Python notes above.")
+GO_WHY = ("Go's cost is the cgo crossing (the `floor_cgo_noop` row) plus what the binding adds per call; "
+          "see the Go notes above.")
+
+# Why a target is missed and what it would take, keyed by (layer, the
+# target's text up to its first parenthesis).
+MISSES = {
+    ("core", "admit path within 1.5× of the bare `AtomicU64` CAS"):
+        "The pacer's state word is 128 bits, updated with `lock cmpxchg16b`; compare the `cas_u128` row "
+        "(the same bucket on a bare 128-bit word) with `cas_u64`: most of the gap is the width of the "
+        "compare-and-swap. `portable-atomic` picks `cmpxchg16b` at run time; a build with "
+        "`-C target-feature=+cmpxchg16b`, measured separately once, was no faster here. Meeting it would "
+        "take a 64-bit state word, which would give up the 40-bit token level, the 24-bit release counter "
+        "or the clock width (SPEC §5).",
+    ("core", "admit path no slower than governor's, fake clock"):
+        "governor's GCRA state is one `u64` (theoretical arrival time): one 64-bit `lock cmpxchg` and three "
+        "comparisons. The pacer does a token bucket with a wait bound, a refusal hint and a release counter "
+        "on a 128-bit word (see `cas_u64` and `cas_u128` for the same bucket at each width). Against "
+        "governor with its own clock (`governor_clock`), what a governor user pays, the pacer is about even.",
+    ("core", "refuse path within 3 ns of a plain 128-bit load"):
+        "A refusal writes nothing, but beyond the 128-bit load it is an out-of-line call that unpacks the "
+        "word, refills, computes the required wait (a multiply by the rate's precomputed reciprocal, no "
+        "division; the hint is precomputed too) and returns a `Decision` through memory; the load is one "
+        "inline instruction.",
+    ("c", "C call within 2 ns of the direct Rust call"): lambda layers: (
+        "With the counting done on both sides the C call is %s from the direct one (`c_admit − "
+        "rust_counted_admit`; refuse path: `c_refuse − rust_counted_refuse` %s): %s. What the C call adds is `pacer_counters`' per-decision counting: one relaxed atomic "
+        "increment (`lock xadd`) for a plain admission or refusal, which every binding reads for its "
+        "`counters()`. Meeting the target would take counting off the hot path: a per-pacer switch that "
+        "turns the counters off for callers that never read them, or per-thread counters summed on read."
+        % (signed(diff(layers["c"], ("c_admit", 1), ("rust_counted_admit", 1))),
+           signed(diff(layers["c"], ("c_refuse", 1), ("rust_counted_refuse", 1))),
+           "the boundary itself (a function-pointer call, the storage check, the panic guard, writing the "
+           "caller's struct) is not the cost" if boundary_free(layers["c"]) else
+           "the boundary itself (the storage check, the panic guard, writing the caller's struct) costs "
+           "more than 2 ns here too")),
+    ("node", "`Pacer.reserve` at most 50 ns"): lambda layers: binding_miss(
+        layers["node"], "floor_napi_noop", "native_reserve", NODE_WHY),
+    ("node", "`Pacer.reserve` at most half of `limiter`"): lambda layers: binding_miss(
+        layers["node"], "floor_napi_noop", "native_reserve", NODE_WHY),
+    ("python", "`Pacer.reserve` at most 120 ns"): lambda layers: binding_miss(
+        layers["python"], "floor_cffi_noop", None, PYTHON_WHY),
+    ("python", "`Pacer.reserve` at least 5× faster than aiolimiter"): lambda layers: binding_miss(
+        layers["python"], "floor_cffi_noop", None, PYTHON_WHY),
+    ("go", "`Reserve` at most 75 ns"): lambda layers: binding_miss(
+        layers["go"], "floor_cgo_noop", None, GO_WHY),
+    ("go", "`Reserve` faster than x/time/rate `Allow` at 2 goroutines"): lambda layers: binding_miss(
+        layers["go"], "floor_cgo_noop", None, GO_WHY, threads=2),
+}
+
+if __name__ == "__main__":
+    main()
