@@ -25,7 +25,8 @@
 //! - `pacer_admit_release`: `reserve` then `release` at a fixed `now_ms`,
 //!   the admit-then-cancel cycle, two compare-and-swaps per iteration.
 //! - `pacer_release`: `release` alone (a refund capped at capacity is still
-//!   a load and a compare-and-swap).
+//!   a load and a compare-and-swap); in `2t` both threads release into one
+//!   full pacer at the shared advancing clock.
 //! - `pacer_refuse`: `reserve` on a drained pacer (rate 60, burst 1, bound
 //!   2000 ms, three reservations at 0), so every call refuses: a load and
 //!   arithmetic, no write. Baselines `load_u128` (the same
@@ -450,6 +451,14 @@ fn reserve(c: &mut Criterion) {
         let pacer = &pacer.0;
         run_2t(iters, |now| {
             admitted(black_box(pacer).reserve(black_box(now)))
+        })
+    });
+    bench_2t(&mut g, "pacer_release", |iters| {
+        let pacer = isolate(admit_pacer());
+        let pacer = &pacer.0;
+        run_2t(iters, |now| {
+            let ticket = Ticket::from_raw(black_box(0), black_box(UNITS_PER_TOKEN as u32));
+            black_box(pacer).release(ticket, black_box(now))
         })
     });
     bench_2t(&mut g, "pacer_refuse", |iters| {
