@@ -3,6 +3,9 @@
 ``build_ext`` first runs ``cargo build --release --locked -p pacer-ffi`` in
 the repository root (found relative to this file, or ``PACER_SOURCE_DIR``),
 then compiles the cffi module and links ``libpacer.a`` into it statically.
+It also compiles ``pacer._fast`` (``src/pacer/_fast.c``, the C
+``Pacer.reserve``), which links nothing: it takes pacer.h's types from the
+header and calls pacer_reserve in the cffi module through its address.
 Cargo's target folder is the one cargo itself uses: ``CARGO_TARGET_DIR``
 when set, else ``target/`` in the repository root (read from
 ``cargo metadata`` so a cargo config is honoured too).
@@ -16,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -76,7 +79,17 @@ class build_ext_with_cargo(build_ext):
             ext.extra_link_args = [*ext.extra_link_args, "-Wl,--exclude-libs,ALL"]
 
 
+# The hot call in C (see the file's head). The source path is relative, as
+# setuptools wants; the header comes from the repository's include/.
+FAST = Extension(
+    "pacer._fast",
+    sources=["src/pacer/_fast.c"],
+    include_dirs=[str(find_source_root() / "include")],
+    depends=[str(find_source_root() / "include" / "pacer.h")],
+)
+
 setup(
+    ext_modules=[FAST],
     cffi_modules=["pacer_build.py:ffibuilder"],
     cmdclass={"build_ext": build_ext_with_cargo},
 )

@@ -20,6 +20,6 @@ def check_abi(library_abi: int, header_abi: int) -> None:
         )
 
 
-def missing_extension(error: BaseException) -> ImportError:
-    """The ImportError raised when the compiled module cannot be loaded."""
-    return ImportError(f"pacer: cannot load the compiled module pacer._pacer_cffi ({error}); {REBUILD_HINT}")
+def missing_extension(error: BaseException, module: str = "pacer._pacer_cffi") -> ImportError:
+    """The ImportError raised when a compiled module cannot be loaded."""
+    return ImportError(f"pacer: cannot load the compiled module {module} ({error}); {REBUILD_HINT}")

@@ -58,7 +58,11 @@ def clock_ms(clock: Callable[[], float]) -> int:
     millisecond, so readings such as 1.001 (1000.999… ms in binary) count
     as the millisecond they denote.
     """
-    reading = clock()
+    return reading_ms(clock())
+
+
+def reading_ms(reading: Any) -> int:
+    """A clock reading in seconds as whole milliseconds (see ``clock_ms``)."""
     if isinstance(reading, int) and not isinstance(reading, bool):
         ms = reading * 1000
     else:

@@ -1,4 +1,5 @@
-"""The compiled cffi module, checked once at import."""
+"""The compiled modules: the cffi module (checked once at import) and the
+C extension with the hot call (``pacer._fast``)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ try:
     from ._pacer_cffi import ffi, lib
 except ImportError as error:  # pragma: no cover - exercised by a broken install
     raise missing_extension(error) from error
+try:
+    from . import _fast as fast
+except ImportError as error:  # pragma: no cover - exercised by a broken install
+    raise missing_extension(error, "pacer._fast") from error
 
 check_abi(int(lib.pacer_abi_version()), int(lib.PACER_ABI_VERSION))
 
-__all__ = ["aligned_new", "ffi", "lib"]
+__all__ = ["aligned_new", "fast", "ffi", "lib"]
 
 
 def aligned_new(ctype: str, size: int, align: int) -> tuple[object, object]:

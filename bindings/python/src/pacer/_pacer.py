@@ -10,10 +10,10 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from . import _check
-from ._native import aligned_new, ffi, lib
+from ._native import aligned_new, fast, ffi, lib
 from ._settings import (
     ENV_NAMES,
     Budget,
@@ -84,30 +84,12 @@ _MODES = {
 }
 
 
-class Ticket:
-    """The right to refund one admission's debit; released at most once, by
-    the pacer that issued it. Made by ``reserve``, not by hand."""
-
-    __slots__ = ("_pacer", "_seq", "_debit_units", "_spent")
-
-    def __init__(self, pacer: Pacer, seq: int, debit_units: int) -> None:
-        self._pacer = pacer
-        self._seq = seq
-        self._debit_units = debit_units
-        self._spent = False
-
-    @property
-    def debit_units(self) -> int:
-        """The debit this ticket refunds, in 1/60000 of a connection."""
-        return self._debit_units
-
-    @property
-    def spent(self) -> bool:
-        """Whether it was released already."""
-        return self._spent
-
-    def __repr__(self) -> str:
-        return f"<pacer.Ticket debit_units={self._debit_units} spent={self._spent}>"
+#: The right to refund one admission's debit; released at most once, by the
+#: pacer that issued it. Made by ``reserve``, not by hand. A C type
+#: (``pacer._fast``): properties ``debit_units`` (in 1/60000 of a
+#: connection) and ``spent``; the package reads ``_pacer``, ``_seq``,
+#: ``_debit_units`` and sets ``_spent`` under the pacer's release lock.
+Ticket = fast.Ticket
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +289,8 @@ class NativeCalls:
 
 
 _LOCAL_CALLS = NativeCalls(lib.pacer_reserve, lib.pacer_release, lib.pacer_get_counters, lib.pacer_get_info, False)
+#: pacer_reserve's address in the cffi module, for the C ``reserve`` (pacer._fast).
+_RESERVE_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "pacer_reserve")))
 
 
 def _settings(
@@ -344,13 +328,18 @@ def _settings(
     return PacerConfig(rate, burst, idle, retries, release_policy), c_config
 
 
-class Pacer:
+class Pacer(fast.Core):
     """One bucket pacing new upstream connections (SPEC §4).
 
     ``reserve`` decides without waiting; ``admit`` (asyncio) and
     ``admit_blocking`` (threads) wait the granted time. ``reserve`` and
-    ``release`` are thread-safe and lock-free in the core; the C calls run
-    without the GIL.
+    ``release`` are thread-safe and lock-free in the core.
+
+    ``reserve`` is the C base type's (``pacer._fast.Core``): one C call that
+    checks the clock, calls ``pacer_reserve`` and builds the ``Admitted`` or
+    ``Refused``, keeping the GIL for the core's short lock-free call. A
+    pacer whose calls go through a handle (a shared pacer) is not bound to
+    it and reserves with ``_reserve_calls``, through cffi.
 
     Bookings (SPEC §11, opt-in): ``admit(key=...)`` lines a keyed request up
     across its client's retries (``forget``, ``pending_keys``);
@@ -399,8 +388,10 @@ class Pacer:
                       lib.PACER_STATUS_RETRIES_EXCEED_LADDER):  # pragma: no cover - checked above
             raise ValueError(ffi.string(lib.pacer_status_str(status)).decode())
         _ok("pacer_init", status)
-        self._attach(config, c_config, owner, storage, functools.partial(_check.clock_ms, clock), sleep,
+        self._attach(config, c_config, owner, storage, functools.partial(fast.clock_ms, clock), sleep,
                      registry, _LOCAL_CALLS)
+        # reserve calls pacer_reserve on the storage from C from now on.
+        self._bind(owner, int(ffi.cast("uintptr_t", storage)), _RESERVE_ADDRESS)
 
     def _attach(
         self,
@@ -495,10 +486,19 @@ class Pacer:
 
     # ------------------------------------------------------------ decisions
 
-    def reserve(self, now_ms: int) -> Decision:
-        """Decides at ``now_ms`` (whole ms on the pacer's clock) without
-        waiting. The caller waits ``wait_ms`` itself and releases the
-        admission if it will not open the connection."""
+    if TYPE_CHECKING:
+        def reserve(self, now_ms: int) -> Decision:
+            """Decides at ``now_ms`` (whole ms on the pacer's clock) without
+            waiting. The caller waits ``wait_ms`` itself and releases the
+            admission if it will not open the connection.
+
+            Implemented in C (``pacer._fast.Core.reserve``); a pacer that is
+            not bound to it (a shared pacer) goes to ``_reserve_calls``."""
+
+    def _reserve_calls(self, now_ms: int) -> Decision:
+        """``reserve`` through the pacer's ``NativeCalls`` (cffi): what a
+        shared pacer's reserve runs. The same checks and answers as the C
+        ``reserve``."""
         if type(now_ms) is not int or now_ms < 0 or now_ms > _U64_MAX:
             now_ms = _check.u64("now_ms", now_ms)
         out = _new("struct pacer_decision *")
@@ -772,3 +772,7 @@ def refusal_response(retry_after_s: int, *, message_prefix: str = DEFAULT_MESSAG
         "retry-after": str(retry_after_s),
     }
     return RefusalResponse(int(lib.PACER_REFUSAL_STATUS), headers, body)
+
+
+# The C reserve builds these classes' instances slot by slot (pacer._fast).
+fast.setup(Admitted, Refused, _PATHS, PacerError, _check.u64, _check.reading_ms)
