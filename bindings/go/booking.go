@@ -55,17 +55,10 @@ func (p *Pacer) ReserveOrBook(nowMs uint64, retriesLeft uint32) (BookingDecision
 	if !p.enter() {
 		return BookingDecision{}, ErrClosed
 	}
-	defer p.mu.RUnlock()
-	d, b, err := p.mem.reserveOrBook(nowMs, retriesLeft)
+	d, b, err := p.mem.reserveOrBook(nowMs, retriesLeft, p)
 	runtime.KeepAlive(p)
 	if err != nil {
 		return BookingDecision{}, err
-	}
-	if d.Ticket != nil {
-		d.Ticket.owner = p
-	}
-	if b != nil {
-		b.Ticket.owner = p
 	}
 	return BookingDecision{Decision: d, Booking: b}, nil
 }
@@ -86,11 +79,10 @@ func (p *Pacer) Redeem(b *Booking, nowMs uint64) (Decision, error) {
 	if !p.enter() {
 		return Decision{}, ErrClosed
 	}
-	defer p.mu.RUnlock()
 	switch {
 	case b == nil:
 		return Decision{}, inputError("booking", nil, "must not be nil")
-	case b.ticket == nil || b.ticket.owner != p:
+	case b.ticket == nil || !p.issued(b.ticket):
 		return Decision{}, inputError("booking", b, "must come from this pacer's ReserveOrBook")
 	case b.Ticket != b.ticket || b.SlotMs != b.slot:
 		return Decision{}, inputError("booking", b, "must not be changed after ReserveOrBook")
@@ -98,7 +90,7 @@ func (p *Pacer) Redeem(b *Booking, nowMs uint64) (Decision, error) {
 		return Decision{}, ErrBookingSpent
 	}
 	t := b.ticket
-	d, err := p.mem.redeem(t.seq, t.debitUnits, b.slot, nowMs)
+	d, err := p.mem.redeem(t.seq, t.debitUnits, b.slot, nowMs, p)
 	runtime.KeepAlive(p)
 	if errors.Is(err, StatusInvalidTicket) {
 		return Decision{}, ErrBookingSpent
@@ -116,9 +108,8 @@ func (p *Pacer) Redeem(b *Booking, nowMs uint64) (Decision, error) {
 		return Decision{}, ErrBookingSpent
 	}
 	if d.Ticket == nil {
-		d.Ticket = &Ticket{seq: t.seq, debitUnits: t.debitUnits}
+		d.Ticket = p.newTicket(t.seq, t.debitUnits)
 	}
-	d.Ticket.owner = p
 	return d, nil
 }
 
@@ -216,7 +207,7 @@ func (p *Pacer) AdmitKey(ctx context.Context, key string) (Admission, error) {
 			RequiredWaitMs: d.RequiredWaitMs, RetryAfterSeconds: d.RetryAfterSeconds, Booked: booked,
 		}
 	}
-	return p.await(ctx, start, d)
+	return p.await(ctx, start, &d)
 }
 
 // Forget gives back what the keyed request holds when it ends without

@@ -3,7 +3,8 @@ package pacer
 // Every call into the C library lives in this file. Go memory handed to C
 // is either plain data with no Go pointers (kept alive with
 // runtime.KeepAlive until the call returns) or not handed over at all: the
-// hot calls go through small C wrappers that return their results by value.
+// calls go through small C wrappers that return their results by value, or,
+// for Reserve, write them to a Go stack variable C does not keep.
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../../include
@@ -14,17 +15,17 @@ package pacer
 #include <string.h>
 #include "pacer.h"
 
+// The hot call, pacer_reserve, is called directly and writes its decision
+// through a pointer to a Go stack variable: noescape keeps that variable
+// on the stack (C does not keep the pointer) and nocallback lets the
+// runtime skip its callback bookkeeping (C never calls back into Go).
+#cgo noescape pacer_reserve
+#cgo nocallback pacer_reserve
+
 typedef struct {
 	uint32_t status;
 	pacer_decision decision;
 } pacer_go_reserve_result;
-
-static pacer_go_reserve_result pacer_go_reserve(const pacer *storage, uint64_t now_ms) {
-	pacer_go_reserve_result r;
-	memset(&r, 0, sizeof r);
-	r.status = (uint32_t)pacer_reserve(storage, now_ms, &r.decision);
-	return r;
-}
 
 typedef struct {
 	uint32_t status;
@@ -259,6 +260,8 @@ func allocStorage() (*storage, error) {
 	return &storage{ptr: p}, nil
 }
 
+// free releases the storage: from a failed New or OpenShared, or from the
+// cleanup of the Pacer that holds it, so never while a call can use it.
 func (s *storage) free() {
 	if s.shared != nil {
 		// Unmaps this process's view; the file and the bucket stay.
@@ -330,17 +333,32 @@ func (s *storage) init(c cConfig, nowMs uint64) error {
 	return statusErr("pacer_init", code)
 }
 
-func (s *storage) reserve(nowMs uint64) (Decision, error) {
-	r := C.pacer_go_reserve(s.ptr, C.uint64_t(nowMs))
-	if err := statusErr("pacer_reserve", uint32(r.status)); err != nil {
-		return Decision{}, err
+// reserve runs pacer_reserve and writes its decision to *out, an
+// admission's Ticket being owner's (newTicket). *out is written field by
+// field, not built and copied: the hot path then moves no whole Decision
+// between frames, whose wide copies of just-written fields stall.
+func (s *storage) reserve(nowMs uint64, owner *Pacer, out *Decision) error {
+	var d C.pacer_decision // zeroed; pacer_reserve writes all of it on success
+	if code := uint32(C.pacer_reserve(s.ptr, C.uint64_t(nowMs), &d)); code != uint32(StatusOK) {
+		return statusErr("pacer_reserve", code)
 	}
-	return decisionFromC(&r.decision), nil
+	out.Admitted = uint32(d.kind) == C.PACER_DECISION_KIND_ADMITTED
+	out.Path = Path(d.path)
+	out.WaitMs = uint64(d.wait_ms)
+	out.Queued = bool(d.queued)
+	out.RequiredWaitMs = uint64(d.required_wait_ms)
+	out.RetryAfterSeconds = uint64(d.retry_after_s)
+	out.ClockRegressed = bool(d.clock_regressed)
+	if uint32(d.ticket.state) == C.PACER_TICKET_STATE_LIVE {
+		out.Ticket = owner.newTicket(uint32(d.ticket.seq), uint32(d.ticket.debit_units))
+	}
+	return nil
 }
 
-// decisionFromC converts a pacer_decision; a booked one (kind
-// PACER_DECISION_KIND_BOOKED) is not admitted, like a refusal.
-func decisionFromC(d *C.pacer_decision) Decision {
+// decisionFromC converts a pacer_decision, its live ticket as one of
+// owner's; a booked one (kind PACER_DECISION_KIND_BOOKED) is not admitted,
+// like a refusal.
+func decisionFromC(d *C.pacer_decision, owner *Pacer) Decision {
 	out := Decision{
 		Admitted:          uint32(d.kind) == C.PACER_DECISION_KIND_ADMITTED,
 		Path:              Path(d.path),
@@ -351,7 +369,7 @@ func decisionFromC(d *C.pacer_decision) Decision {
 		ClockRegressed:    bool(d.clock_regressed),
 	}
 	if uint32(d.ticket.state) == C.PACER_TICKET_STATE_LIVE {
-		out.Ticket = &Ticket{seq: uint32(d.ticket.seq), debitUnits: uint32(d.ticket.debit_units)}
+		out.Ticket = owner.newTicket(uint32(d.ticket.seq), uint32(d.ticket.debit_units))
 	}
 	return out
 }
@@ -359,29 +377,30 @@ func decisionFromC(d *C.pacer_decision) Decision {
 // reserveOrBook runs pacer_reserve_or_book. A booked answer returns the
 // booking's ticket and slot (nil otherwise); the decision is then not
 // admitted and carries the hint.
-func (s *storage) reserveOrBook(nowMs uint64, retriesLeft uint32) (Decision, *Booking, error) {
+func (s *storage) reserveOrBook(nowMs uint64, retriesLeft uint32, owner *Pacer) (Decision, *Booking, error) {
 	r := C.pacer_go_reserve_or_book(s.ptr, C.uint64_t(nowMs), C.uint32_t(retriesLeft))
 	if err := statusErr("pacer_reserve_or_book", uint32(r.status)); err != nil {
 		return Decision{}, nil, err
 	}
-	d := decisionFromC(&r.decision)
+	d := decisionFromC(&r.decision, owner)
 	if uint32(r.decision.kind) != C.PACER_DECISION_KIND_BOOKED ||
 		uint32(r.booking.ticket.state) != C.PACER_TICKET_STATE_LIVE {
 		return d, nil, nil
 	}
-	t := &Ticket{seq: uint32(r.booking.ticket.seq), debitUnits: uint32(r.booking.ticket.debit_units)}
+	t := owner.newTicket(uint32(r.booking.ticket.seq), uint32(r.booking.ticket.debit_units))
 	slot := uint64(r.booking.slot_ms)
 	return d, &Booking{SlotMs: slot, Ticket: t, slot: slot, ticket: t}, nil
 }
 
 // redeem runs pacer_redeem on a live booking with this ticket and slot.
-// Admitted: the decision's Ticket is the booking's, as a new Go value.
-func (s *storage) redeem(seq, debitUnits uint32, slotMs, nowMs uint64) (Decision, error) {
+// Admitted: the decision's Ticket is the booking's, as a new Go value of
+// owner's.
+func (s *storage) redeem(seq, debitUnits uint32, slotMs, nowMs uint64, owner *Pacer) (Decision, error) {
 	r := C.pacer_go_redeem(s.ptr, C.uint32_t(seq), C.uint32_t(debitUnits), C.uint64_t(slotMs), C.uint64_t(nowMs))
 	if err := statusErr("pacer_redeem", uint32(r.status)); err != nil {
 		return Decision{}, err
 	}
-	return decisionFromC(&r.decision), nil
+	return decisionFromC(&r.decision, owner), nil
 }
 
 func (s *storage) release(seq, debitUnits uint32, nowMs uint64) (bool, error) {

@@ -14,11 +14,17 @@ func TestStatusErrorsFromC(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.free()
+	owner := &Pacer{} // the tickets' owner
+	reserve := func(nowMs uint64) (Decision, error) {
+		var d Decision
+		err := s.reserve(nowMs, owner, &d)
+		return d, err
+	}
 	if !s.aligned() {
 		t.Fatal("storage is not 16-byte aligned")
 	}
 	// Zeroed storage was never initialised.
-	if _, err := s.reserve(0); !errors.Is(err, StatusNotInitialized) {
+	if _, err := reserve(0); !errors.Is(err, StatusNotInitialized) {
 		t.Fatalf("reserve on fresh storage: %v", err)
 	}
 	valid := cConfig{rate: 60, burst: 10, idle: 120000, retries: 5}
@@ -39,14 +45,14 @@ func TestStatusErrorsFromC(t *testing.T) {
 			t.Errorf("init %+v: got %v, want %v", c, err, tc.want)
 		}
 		// A failing init leaves the storage as it was: still uninitialised.
-		if _, err := s.reserve(0); !errors.Is(err, StatusNotInitialized) {
+		if _, err := reserve(0); !errors.Is(err, StatusNotInitialized) {
 			t.Errorf("after a failed init: %v", err)
 		}
 	}
 	if err := s.init(valid, 0); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := s.reserve(0); err != nil || !d.Admitted {
+	if d, err := reserve(0); err != nil || !d.Admitted {
 		t.Fatalf("%+v, %v", d, err)
 	}
 	if got := StatusNullParameter.String(); got != "a required pointer argument was NULL" {

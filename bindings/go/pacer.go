@@ -5,7 +5,6 @@ import (
 	"math"
 	"runtime"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -203,12 +202,16 @@ func timerSleep(ctx context.Context, d time.Duration) error {
 
 // Pacer decides whether a new upstream connection may open now, after a
 // bounded wait, or must be refused. It is safe for concurrent use: Reserve
-// and Release are lock-free in the core. Its state lives in C-allocated
-// memory, freed by Close (or when the Pacer becomes unreachable).
+// and Release are lock-free in the core and take no lock in Go either. Its
+// state lives in C-allocated memory, freed once the Pacer is unreachable
+// (Close only marks it closed, so no call can ever use freed memory).
 type Pacer struct {
-	mu      sync.RWMutex // Close takes it exclusively; every call shares it
-	mem     *storage     // nil ptr once closed
-	cleanup runtime.Cleanup
+	// mem is set once by attach and freed only by the cleanup attached to
+	// the Pacer: every call reads it while holding p (runtime.KeepAlive
+	// after the C call), so it is live for the whole call.
+	mem    *storage
+	closed atomic.Bool // set by Close; calls then return ErrClosed
+	id     uint64      // names the Pacer in its tickets (0: not made by New)
 
 	cfg      Config
 	clock    func() uint64
@@ -218,6 +221,10 @@ type Pacer struct {
 	boundMs  uint64
 
 	keyed keyedBookings // AdmitKey's requests refused so far
+
+	// tickets is where the Pacer's tickets are carved from; last, away
+	// from the fields every call reads, as its stripes are written.
+	tickets ticketCache
 }
 
 // New validates cfg and builds a pacer, full (burst tokens available) at
@@ -270,43 +277,34 @@ func (p *Pacer) attach(mem *storage, cc cConfig) error {
 		return err
 	}
 	p.mem = mem
+	p.id = pacerIDs.Add(1)
 	p.mode = info.Mode
 	p.boundMs = info.WaitBoundMs
-	p.cleanup = runtime.AddCleanup(p, func(s *storage) { s.free() }, mem)
+	runtime.AddCleanup(p, func(s *storage) { s.free() }, mem)
 	if notice, ok, err := modeNotice(cc); err == nil && ok {
 		p.notifier.Notify(notice)
 	}
 	return nil
 }
 
-// enter read-locks p when its storage is live (the caller then calls
-// p.mu.RUnlock) and reports whether it is: false for a closed pacer, a nil
-// one, or one not made by New.
+// enter reports whether p may call into its storage: false for a closed
+// pacer, a nil one, or one not made by New. It takes no lock: the storage
+// stays allocated while the caller holds p, so a Close racing the call
+// cannot free it underneath (the caller ends with runtime.KeepAlive(p)).
 func (p *Pacer) enter() bool {
-	if p == nil {
-		return false
-	}
-	p.mu.RLock()
-	if p.mem == nil || p.mem.ptr == nil {
-		p.mu.RUnlock()
-		return false
-	}
-	return true
+	return p != nil && p.mem != nil && !p.closed.Load()
 }
 
-// Close frees the pacer's C storage. Calls after Close return ErrClosed;
-// Close waits for calls in flight and is idempotent.
+// Close closes the pacer: calls that start after Close return ErrClosed
+// (one already running may still complete). Close is idempotent and never
+// waits. The C storage is freed once the Pacer is unreachable
+// (runtime.AddCleanup; an Admission refers to its Pacer, a Ticket does
+// not): calls take no lock, so only the collector knows that none is
+// still running.
 func (p *Pacer) Close() error {
-	if p == nil {
-		return nil
+	if p != nil {
+		p.closed.Store(true)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.mem == nil || p.mem.ptr == nil {
-		return nil
-	}
-	p.cleanup.Stop()
-	p.mem.free()
 	return nil
 }
 
@@ -352,35 +350,16 @@ func msDuration(ms uint64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// Ticket is the right to refund one admission's debit. It is released at
-// most once, however many goroutines try.
-type Ticket struct {
-	owner      *Pacer
-	seq        uint32
-	debitUnits uint32
-	spent      atomic.Bool
-}
-
-// DebitUnits is the debit the ticket refunds (UnitsPerToken = one connection).
-func (t *Ticket) DebitUnits() uint32 { return t.debitUnits }
-
-// Spent reports whether the ticket was released already.
-func (t *Ticket) Spent() bool { return t.spent.Load() }
-
 // Reserve decides at nowMs (the caller's monotonic clock in milliseconds;
 // any uint64, including math.MaxUint64) without waiting. The caller waits
 // Decision.WaitMs itself and releases Decision.Ticket if it will not open
 // the connection. Safe for concurrent use.
-func (p *Pacer) Reserve(nowMs uint64) (Decision, error) {
+func (p *Pacer) Reserve(nowMs uint64) (d Decision, err error) {
 	if !p.enter() {
 		return Decision{}, ErrClosed
 	}
-	defer p.mu.RUnlock()
-	d, err := p.mem.reserve(nowMs)
+	err = p.mem.reserve(nowMs, p, &d)
 	runtime.KeepAlive(p)
-	if d.Ticket != nil {
-		d.Ticket.owner = p
-	}
 	return d, err
 }
 
@@ -392,8 +371,7 @@ func (p *Pacer) Release(t *Ticket, nowMs uint64) (bool, error) {
 	if !p.enter() {
 		return false, ErrClosed
 	}
-	defer p.mu.RUnlock()
-	if t == nil || t.owner != p {
+	if t == nil || !p.issued(t) {
 		return false, nil
 	}
 	if !t.spent.CompareAndSwap(false, true) {
@@ -455,17 +433,19 @@ func (p *Pacer) Admit(ctx context.Context) (Admission, error) {
 	if !d.Admitted {
 		return Admission{}, &RefusedError{RequiredWaitMs: d.RequiredWaitMs, RetryAfterSeconds: d.RetryAfterSeconds}
 	}
-	return p.await(ctx, start, d)
+	return p.await(ctx, start, &d)
 }
 
 // await turns an admitted decision made at start into an Admission,
 // sleeping when it is queued. If the sleep ends early (ctx done), the
-// slot is refunded and ctx.Err() returned.
-func (p *Pacer) await(ctx context.Context, start uint64, d Decision) (Admission, error) {
-	a := Admission{Wait: d.Wait(), Queued: d.Queued, Path: d.Path, Ticket: d.Ticket, pacer: p}
+// slot is refunded and ctx.Err() returned. (d is a pointer, and the
+// unqueued answer a literal, so no whole Decision or Admission is copied
+// on the way: wide copies of fields just written stall the processor.)
+func (p *Pacer) await(ctx context.Context, start uint64, d *Decision) (Admission, error) {
 	if !d.Queued {
-		return a, nil
+		return Admission{Wait: d.Wait(), Path: d.Path, Ticket: d.Ticket, pacer: p}, nil
 	}
+	a := Admission{Wait: d.Wait(), Queued: true, Path: d.Path, Ticket: d.Ticket, pacer: p}
 	if err := p.sleep(ctx, a.Wait); err != nil {
 		// A cancelled request opens no connection: give the slot back.
 		_, _ = p.Release(d.Ticket, p.clock())
@@ -496,7 +476,6 @@ func (p *Pacer) Counters() (Counters, error) {
 	if !p.enter() {
 		return Counters{}, ErrClosed
 	}
-	defer p.mu.RUnlock()
 	c, err := p.mem.counters()
 	runtime.KeepAlive(p)
 	return c, err
@@ -518,7 +497,6 @@ func (p *Pacer) Info() (Info, error) {
 	if !p.enter() {
 		return Info{}, ErrClosed
 	}
-	defer p.mu.RUnlock()
 	i, err := p.mem.info()
 	runtime.KeepAlive(p)
 	return i, err

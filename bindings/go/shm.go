@@ -137,8 +137,10 @@ func (s *SharedPacer) Mode() Mode { return s.p.Mode() }
 // WaitBoundMs is the longest wait an admission is given, ms.
 func (s *SharedPacer) WaitBoundMs() uint64 { return s.p.WaitBoundMs() }
 
-// Close unmaps this process's view of the shared pacer (the file stays).
-// Calls after Close return ErrClosed; Close is idempotent.
+// Close closes this process's view of the shared pacer (the file stays):
+// calls after Close return ErrClosed; Close is idempotent. The view is
+// unmapped once the SharedPacer is unreachable, as a Pacer's storage is
+// freed.
 func (s *SharedPacer) Close() error {
 	if s == nil {
 		return nil
