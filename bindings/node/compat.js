@@ -234,6 +234,8 @@ function abortError(signal) {
 /** Token bucket over new-connection creation; decisions by the pacer core. */
 class WsUpgradePacer {
   #native;
+  /** The native half's handle for the hot call `reserveHot` (src/hot.rs). */
+  #handle;
   #enabled;
   #now;
   #schedule;
@@ -267,6 +269,7 @@ class WsUpgradePacer {
       false,
       this.#clock(),
     );
+    this.#handle = this.#native.handle();
     const mode = this.#native.info()[0];
     this.#enabled = mode !== MODE_DISABLED;
     if (options.bookRefusals === true) this.#bookings = new KeyedBookings(this.#native, paced ? retries : 0);
@@ -306,7 +309,7 @@ class WsUpgradePacer {
     const keyed = this.#bookings !== null && key !== undefined;
     const d = keyed
       ? this.#bookings.attempt(checkKey(key), this.#clock(), this.maxWaitMs)
-      : decodeDecision(this.#native.reserve(this.#clock()), this.maxWaitMs);
+      : decodeDecision(native.reserveHot(this.#handle, this.#clock()), this.maxWaitMs);
     if (!d.admitted) {
       return { kind: 'refused', requiredWaitMs: d.requiredWaitMs, retryAfterSeconds: d.retryAfterSeconds };
     }

@@ -5,9 +5,14 @@
 // The addon returns plain numbers; this file builds the objects. The
 // decision itself is never re-derived here.
 
-const { native, constants, decodeDecision } = require('./native.js');
+const {
+  native, constants, decodeDecision, PACED_WAIT_SPAN, REFUSAL_HINT_SPAN, PATH_PACED,
+} = require('./native.js');
 const { sleep } = require('./wait.js');
 const { KeyedBookings, checkKey } = require('./bookings.js');
+
+// The hot calls (src/hot.rs): one function for every pacer, given its handle.
+const { reserveHot, reserveSharedHot } = native;
 
 const MODES = ['disabled', 'refusing', 'shaping-low-rate', 'shaping-no-retry'];
 const PATHS = ['disabled', 'paced', 'shaped', 'overflow', 'booked'];
@@ -219,6 +224,9 @@ class Booking {
 
 /** Module-private: a factory for the native half, used by SharedPacer. */
 const NATIVE_FACTORY = Symbol('pacer.nativeFactory');
+/** Module-private: `reserve` with no clock, for SharedPacer (its native
+ * half reads the machine-wide clock itself). */
+const RESERVE_AT_NATIVE_CLOCK = Symbol('pacer.reserveAtNativeClock');
 
 function resolveSettingsFrom(env, names, idleOverrideMs) {
   const read = (name) => {
@@ -265,6 +273,10 @@ function resolveBudget(env = process.env, options = {}) {
 
 class Pacer {
   #native;
+  /** The native half's handle for the hot calls. */
+  #handle;
+  /** Whether the native half is a shared pacer (`reserveSharedHot`). */
+  #shared;
   #now;
   #schedule;
   #mode;
@@ -312,6 +324,8 @@ class Pacer {
     this.#native = factory
       ? factory(rate, burst, idle, retries, policy === 'strict')
       : new native.NativePacer(rate, burst, idle, retries, policy === 'strict', this.#clock());
+    this.#handle = this.#native.handle();
+    this.#shared = Boolean(factory);
     // Bookings need the native calls; a shared pacer has none.
     this.#keyed = typeof this.#native.reserveOrBook === 'function'
       ? new KeyedBookings(this.#native, retries)
@@ -383,11 +397,42 @@ class Pacer {
    * and releases `ticket` if it will not open the connection.
    */
   reserve(nowMs) {
-    wholeNumber('nowMs', nowMs, 0, Number.MAX_SAFE_INTEGER);
-    return this.#decode(this.#native.reserve(nowMs));
+    // One test for the common case; anything else gets wholeNumber's error.
+    if (!(Number.isSafeInteger(nowMs) && nowMs >= 0)) wholeNumber('nowMs', nowMs, 0, Number.MAX_SAFE_INTEGER);
+    return this.#decode(this.#shared ? reserveSharedHot(this.#handle) : reserveHot(this.#handle, nowMs));
+  }
+
+  /** `reserve` of a shared pacer, which reads the machine-wide clock itself. */
+  [RESERVE_AT_NATIVE_CLOCK]() {
+    return this.#decode(reserveSharedHot(this.#handle));
   }
 
   #decode(code) {
+    // The two common answers, a paced admission and a refusal, are decoded
+    // here as `decodeDecision` (native.js) would, straight into the result
+    // without its intermediate object.
+    if (code < 0) {
+      const flat = -code - 1;
+      const low = flat & (REFUSAL_HINT_SPAN - 1);
+      return {
+        kind: 'refused',
+        requiredWaitMs: (flat - low) / REFUSAL_HINT_SPAN,
+        retryAfterSeconds: low >> 1,
+        clockRegressed: (low & 1) === 1,
+      };
+    }
+    if ((code & 3) === PATH_PACED) {
+      const payload = (code - (code & 7)) / 8;
+      const waitMs = payload & (PACED_WAIT_SPAN - 1);
+      return {
+        kind: 'admitted',
+        waitMs,
+        queued: waitMs > 0,
+        path: 'paced',
+        clockRegressed: (code & 4) !== 0,
+        ticket: new Ticket(this, (payload - waitMs) / PACED_WAIT_SPAN, constants.unitsPerToken),
+      };
+    }
     const d = decodeDecision(code, this.#waitBoundMs);
     if (!d.admitted) {
       return {
@@ -663,7 +708,13 @@ class SharedPacer {
 
   /** As `Pacer.reserve`, at the shared clock. */
   reserve() {
-    return this.#call(() => this.#pacer.reserve(sharedClockMs()));
+    // The native half reads the clock: no call to sharedClockMs() here.
+    try {
+      return this.#pacer[RESERVE_AT_NATIVE_CLOCK]();
+    } catch (error) {
+      if (/^SHARED_/.test(String(error?.message))) throw sharedError(error);
+      throw error;
+    }
   }
 
   /** As `Pacer.release`, at the shared clock. */

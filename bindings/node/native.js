@@ -38,32 +38,34 @@ const PATH_SHAPED = 2;
  * waits the bound, which the caller passes in.
  */
 function decodeDecision(code, waitBoundMs) {
+  // Codes pass 2^31, but `&` on a whole double keeps its low 32 bits, so
+  // the low fields come out with `&` and the high ones by exact division.
   if (code >= 0) {
-    const low = code % 8;
-    const path = low % 4;
+    const low = code & 7;
+    const path = low & 3;
     const payload = (code - low) / 8;
     let waitMs = 0;
     let seq = 0;
     let debitUnits = 0;
     if (path === PATH_PACED) {
-      waitMs = payload % PACED_WAIT_SPAN;
+      waitMs = payload & (PACED_WAIT_SPAN - 1);
       seq = (payload - waitMs) / PACED_WAIT_SPAN;
       debitUnits = constants.unitsPerToken;
     } else if (path === PATH_SHAPED) {
-      debitUnits = payload % SHAPED_DEBIT_SPAN;
+      debitUnits = payload & (SHAPED_DEBIT_SPAN - 1);
       seq = (payload - debitUnits) / SHAPED_DEBIT_SPAN;
       waitMs = waitBoundMs;
     }
     return { admitted: true, waitMs, path, seq, debitUnits, clockRegressed: low >= 4 };
   }
   const flat = -code - 1;
-  const low = flat % REFUSAL_HINT_SPAN;
+  const low = flat & (REFUSAL_HINT_SPAN - 1);
   return {
     admitted: false,
     requiredWaitMs: (flat - low) / REFUSAL_HINT_SPAN,
-    retryAfterSeconds: (low - (low % 2)) / 2,
-    clockRegressed: low % 2 === 1,
+    retryAfterSeconds: low >> 1,
+    clockRegressed: (low & 1) === 1,
   };
 }
 
-module.exports = { native, constants, decodeDecision };
+module.exports = { native, constants, decodeDecision, PACED_WAIT_SPAN, REFUSAL_HINT_SPAN, PATH_PACED };

@@ -6,9 +6,16 @@
 //! name the field lives in `index.js`; here every input is total (a NaN,
 //! negative or huge number saturates into range), so nothing can panic.
 
+mod hot;
+
+use hot::Table;
+
+use std::cell::RefCell;
 use std::ffi::CStr;
+use std::rc::Rc;
 
 use napi::bindgen_prelude::*;
+use napi::sys;
 use napi_derive::napi;
 use pacer::shm::{self, SharedPacer};
 use pacer::status::{pacer_status, pacer_status_str};
@@ -101,12 +108,62 @@ fn config_of(
     }
 }
 
+/// The core pacer and its counters: shared by a `NativePacer` and the table
+/// slots of its handles (only ever used on its env's JS thread).
+struct Core {
+    pacer: Pacer,
+    counters: Counters,
+}
+
+impl Core {
+    /// `Pacer::reserve`, counted and encoded by [`encode`].
+    fn reserve(&self, now_ms: f64) -> f64 {
+        let decision = self.pacer.reserve(to_u64(now_ms));
+        self.counters.record(&decision);
+        encode(decision)
+    }
+}
+
 /// The native half of `Pacer` in `index.js`: the core pacer and its
 /// counters.
 #[napi]
 pub struct NativePacer {
-    pacer: Pacer,
-    counters: Counters,
+    core: Rc<Core>,
+}
+
+/// `reserveHot(handle, nowMs)`: [`Core::reserve`] of the pacer whose
+/// handle ([`NativePacer::handle`]) is given.
+unsafe extern "C" fn reserve_hot(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: Node-API calls this with its env and info; `init` made this
+    // function over the env's `Table<Core>`.
+    unsafe { hot::call::<Core>(env, info, true, |core, now_ms| Ok(core.reserve(now_ms))) }
+}
+
+/// One env's pacer tables: plain and shared pacers.
+#[derive(Clone)]
+struct Tables {
+    pacers: Rc<Table<Core>>,
+    shared: Rc<Table<SharedCore>>,
+}
+
+thread_local! {
+    /// This thread's env's tables (set by `init`; one env per thread).
+    static TABLES: RefCell<Option<Tables>> = const { RefCell::new(None) };
+}
+
+/// This env's tables (`init` ran on this thread before any pacer exists).
+fn tables() -> Result<Tables> {
+    TABLES
+        .with(|tables| tables.borrow().clone())
+        .ok_or_else(|| {
+            Error::new(
+                Status::GenericFailure,
+                "pacer: the addon was not initialized on this thread",
+            )
+        })
 }
 
 #[napi]
@@ -125,8 +182,10 @@ impl NativePacer {
         let config = config_of(rate_per_minute, burst, idle_timeout_ms, max_retries, strict);
         match Pacer::new(&config, to_u64(now_ms)) {
             Ok(pacer) => Ok(NativePacer {
-                pacer,
-                counters: Counters::new(),
+                core: Rc::new(Core {
+                    pacer,
+                    counters: Counters::new(),
+                }),
             }),
             Err(error) => Err(Error::new(Status::InvalidArg, config_error_text(error))),
         }
@@ -135,9 +194,14 @@ impl NativePacer {
     /// `Pacer::reserve`, encoded by [`encode`].
     #[napi]
     pub fn reserve(&self, now_ms: f64) -> f64 {
-        let decision = self.pacer.reserve(to_u64(now_ms));
-        self.counters.record(&decision);
-        encode(decision)
+        self.core.reserve(now_ms)
+    }
+
+    /// This pacer's handle for `reserveHot(handle, nowMs)`, which does what
+    /// [`Self::reserve`] does at a fraction of the cost (`src/hot.rs`).
+    #[napi]
+    pub fn handle<'env>(&self, env: &'env Env) -> Result<Unknown<'env>> {
+        hot::handle(env, &tables()?.pacers, Rc::clone(&self.core))
     }
 
     /// `Pacer::reserve_or_book` (SPEC §11). Admitted: `[0, code]` with
@@ -147,9 +211,10 @@ impl NativePacer {
     #[napi]
     pub fn reserve_or_book(&self, now_ms: f64, retries_left: f64) -> Vec<f64> {
         let decision = self
+            .core
             .pacer
             .reserve_or_book(to_u64(now_ms), to_u32(retries_left));
-        self.counters.record_booking(&decision);
+        self.core.counters.record_booking(&decision);
         let flag = |b: bool| if b { 1.0 } else { 0.0 };
         match decision {
             BookingDecision::Admitted(admission) => {
@@ -183,8 +248,8 @@ impl NativePacer {
             ticket: Ticket::from_raw(to_u32(seq), UNITS_PER_TOKEN as u32),
             slot_ms: to_u64(slot_ms),
         };
-        let redemption = self.pacer.redeem(booking, to_u64(now_ms));
-        self.counters.record_redemption(&redemption);
+        let redemption = self.core.pacer.redeem(booking, to_u64(now_ms));
+        self.core.counters.record_redemption(&redemption);
         match redemption {
             Redemption::Admitted(admission) => {
                 vec![0.0, admission.wait_ms.min(MAX_SAFE) as f64]
@@ -198,28 +263,28 @@ impl NativePacer {
     #[napi]
     pub fn release(&self, seq: f64, debit_units: f64, now_ms: f64) -> bool {
         let ticket = Ticket::from_raw(to_u32(seq), to_u32(debit_units));
-        let refunded = self.pacer.release(ticket, to_u64(now_ms));
-        self.counters.record_release(refunded);
+        let refunded = self.core.pacer.release(ticket, to_u64(now_ms));
+        self.core.counters.record_release(refunded);
         refunded
     }
 
     /// `[mode, wait_bound_ms, capacity_units, max_debt_units, strict]`.
     #[napi]
     pub fn info(&self) -> Vec<f64> {
-        info_of(&self.pacer)
+        info_of(&self.core.pacer)
     }
 
     /// `[high_water_ms, tokens_units, seq]`.
     #[napi]
     pub fn state(&self) -> Vec<f64> {
-        state_of(&self.pacer)
+        state_of(&self.core.pacer)
     }
 
     /// `[admitted, admitted_after_wait, refused, shaped, released, refunded,
     /// clock_regressions]`.
     #[napi]
     pub fn counters(&self) -> Vec<f64> {
-        counters_of(&self.counters)
+        counters_of(&self.core.counters)
     }
 }
 
@@ -487,6 +552,11 @@ pub fn constants() -> NativeConstants {
 /// (`SHARED_CONFIG_MISMATCH`, …) and `pacer_status_str`'s text, with the
 /// system's error for `SHARED_OS`.
 fn shared_error(status: pacer_status) -> Error {
+    Error::new(Status::GenericFailure, shared_error_text(status))
+}
+
+/// The message of [`shared_error`].
+fn shared_error_text(status: pacer_status) -> String {
     // Read first: errno is what `SharedOs` leaves.
     let os = std::io::Error::last_os_error();
     let mut code = String::new();
@@ -498,11 +568,10 @@ fn shared_error(status: pacer_status) -> Error {
     }
     // SAFETY: pacer_status_str returns a static NUL-terminated string.
     let text = unsafe { CStr::from_ptr(pacer_status_str(status as u32)) }.to_string_lossy();
-    let message = match status {
+    match status {
         pacer_status::SharedOs => format!("{code}: {text} ({os})"),
         _ => format!("{code}: {text}"),
-    };
-    Error::new(Status::GenericFailure, message)
+    }
 }
 
 /// A pacer whose state word lives in a shared-memory file, so every process
@@ -512,8 +581,49 @@ fn shared_error(status: pacer_status) -> Error {
 /// on the machine shares.
 #[napi]
 pub struct NativeSharedPacer {
-    shared: Option<SharedPacer>,
+    core: Rc<SharedCore>,
+}
+
+/// The mapping (none once closed) and this process's counters: shared by a
+/// `NativeSharedPacer` and the table slots of its handles (only ever used
+/// on its env's JS thread).
+struct SharedCore {
+    shared: RefCell<Option<SharedPacer>>,
     counters: Counters,
+}
+
+impl SharedCore {
+    /// `f` on the pacer, or `SharedNotOpen` once closed.
+    fn with_pacer<R>(&self, f: impl FnOnce(&Pacer) -> R) -> std::result::Result<R, pacer_status> {
+        match &*self.shared.borrow() {
+            Some(shared) => Ok(f(shared.pacer())),
+            None => Err(pacer_status::SharedNotOpen),
+        }
+    }
+
+    /// `Pacer::reserve` at the shared clock, counted and encoded by
+    /// [`encode`].
+    fn reserve(&self) -> std::result::Result<f64, pacer_status> {
+        let decision = self.with_pacer(|pacer| pacer.reserve(shm::clock_ms()))?;
+        self.counters.record(&decision);
+        Ok(encode(decision))
+    }
+}
+
+/// `reserveSharedHot(handle)`: [`SharedCore::reserve`] of the shared pacer
+/// whose handle ([`NativeSharedPacer::handle`]) is given; after `close` it
+/// throws `SHARED_NOT_OPEN: …` as the class method does.
+unsafe extern "C" fn reserve_shared_hot(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: Node-API calls this with its env and info; `init` made this
+    // function over the env's `Table<SharedCore>`.
+    unsafe {
+        hot::call::<SharedCore>(env, info, false, |core, _| {
+            core.reserve().map_err(shared_error_text)
+        })
+    }
 }
 
 #[napi]
@@ -535,17 +645,12 @@ impl NativeSharedPacer {
         }
         match SharedPacer::open(&path_or_name, &config) {
             Ok(shared) => Ok(NativeSharedPacer {
-                shared: Some(shared),
-                counters: Counters::new(),
+                core: Rc::new(SharedCore {
+                    shared: RefCell::new(Some(shared)),
+                    counters: Counters::new(),
+                }),
             }),
             Err(status) => Err(shared_error(status)),
-        }
-    }
-
-    fn pacer(&self) -> Result<&Pacer> {
-        match &self.shared {
-            Some(shared) => Ok(shared.pacer()),
-            None => Err(shared_error(pacer_status::SharedNotOpen)),
         }
     }
 
@@ -553,9 +658,14 @@ impl NativeSharedPacer {
     /// argument is ignored: a shared pacer never takes a caller's clock.
     #[napi]
     pub fn reserve(&self) -> Result<f64> {
-        let decision = self.pacer()?.reserve(shm::clock_ms());
-        self.counters.record(&decision);
-        Ok(encode(decision))
+        self.core.reserve().map_err(shared_error)
+    }
+
+    /// This pacer's handle for `reserveSharedHot(handle)`, which does what
+    /// [`Self::reserve`] does at a fraction of the cost (`src/hot.rs`).
+    #[napi]
+    pub fn handle<'env>(&self, env: &'env Env) -> Result<Unknown<'env>> {
+        hot::handle(env, &tables()?.shared, Rc::clone(&self.core))
     }
 
     /// `Pacer::release` of `(seq, debit_units)` at the shared clock (a third
@@ -563,33 +673,37 @@ impl NativeSharedPacer {
     #[napi]
     pub fn release(&self, seq: f64, debit_units: f64) -> Result<bool> {
         let ticket = Ticket::from_raw(to_u32(seq), to_u32(debit_units));
-        let refunded = self.pacer()?.release(ticket, shm::clock_ms());
-        self.counters.record_release(refunded);
+        let refunded = self
+            .core
+            .with_pacer(|pacer| pacer.release(ticket, shm::clock_ms()))
+            .map_err(shared_error)?;
+        self.core.counters.record_release(refunded);
         Ok(refunded)
     }
 
     /// `[mode, wait_bound_ms, capacity_units, max_debt_units, strict]`.
     #[napi]
     pub fn info(&self) -> Result<Vec<f64>> {
-        Ok(info_of(self.pacer()?))
+        self.core.with_pacer(info_of).map_err(shared_error)
     }
 
     /// `[high_water_ms, tokens_units, seq]` of the machine-wide state.
     #[napi]
     pub fn state(&self) -> Result<Vec<f64>> {
-        Ok(state_of(self.pacer()?))
+        self.core.with_pacer(state_of).map_err(shared_error)
     }
 
     /// This process's decisions, as `NativePacer::counters`.
     #[napi]
     pub fn counters(&self) -> Vec<f64> {
-        counters_of(&self.counters)
+        counters_of(&self.core.counters)
     }
 
-    /// Unmaps this process's view (the file stays). Idempotent.
+    /// Unmaps this process's view (the file stays); the hot `reserve`
+    /// functions made for it throw from then on. Idempotent.
     #[napi]
-    pub fn close(&mut self) {
-        self.shared = None;
+    pub fn close(&self) {
+        self.core.shared.borrow_mut().take();
     }
 }
 
@@ -603,4 +717,37 @@ pub fn shared_clock_ms() -> f64 {
 #[napi]
 pub fn unlink_shared(path_or_name: String) -> Result<()> {
     shm::unlink(&path_or_name).map_err(shared_error)
+}
+
+/// Adds the hot calls to the exports, over this env's pacer tables:
+/// `reserveHot(handle, nowMs)`, `reserveSharedHot(handle)`, and
+/// `floorNoop()`, an empty call made the same way: the crossing floor the
+/// benchmarks (bench/node) compare them with.
+#[napi(module_exports)]
+pub fn init(mut exports: Object, env: Env) -> Result<()> {
+    let tables = Tables {
+        pacers: Rc::new(Table::new(0)),
+        shared: Rc::new(Table::new(1)),
+    };
+    TABLES.with(|slot| *slot.borrow_mut() = Some(tables.clone()));
+    let functions = [
+        (
+            "reserveHot",
+            hot::table_function(&env, "reserveHot", reserve_hot, tables.pacers)?,
+        ),
+        (
+            "reserveSharedHot",
+            hot::table_function(&env, "reserveSharedHot", reserve_shared_hot, tables.shared)?,
+        ),
+        (
+            "floorNoop",
+            hot::table_function(&env, "floorNoop", hot::noop, Rc::new(()))?,
+        ),
+    ];
+    for (name, function) in functions {
+        // SAFETY: `function` is a live value of this env.
+        let function = unsafe { Unknown::from_raw_unchecked(env.raw(), function) };
+        exports.set_named_property(name, function)?;
+    }
+    Ok(())
 }

@@ -63,6 +63,25 @@ test('every scenario through the native pacer', () => {
   }
 });
 
+test('every scenario through the native hot call (reserveHot)', () => {
+  for (const scenario of scenarios) {
+    const c = scenario.config;
+    const pacer = new native.NativePacer(c.rate_per_min, c.burst, c.idle_timeout_ms, c.max_retries,
+      c.release_policy === 'strict', scenario.t);
+    const handle = pacer.handle();
+    const bound = pacer.info()[1];
+    replay(scenario, {
+      reserve(t) {
+        const d = decodeDecision(native.reserveHot(handle, t), bound);
+        return d.admitted ? { ...d, ticket: d.debitUnits > 0 ? [d.seq, d.debitUnits] : null } : d;
+      },
+      release(ticket, t) {
+        return pacer.release(ticket[0], ticket[1], t);
+      },
+    });
+  }
+});
+
 test('every scenario with safe-integer clocks through Pacer', () => {
   let replayed = 0;
   for (const scenario of scenarios) {
