@@ -33,5 +33,8 @@ bash scripts/test-python.sh
 step "Shared pacers: C processes (fork, SIGKILL, creation race, attach checks), Node and Go attach"
 bash scripts/test-shm.sh
 
+step "Benchmark code, not timed: criterion test mode, report generator, bench/{node,python,go} --smoke"
+bash scripts/test-bench.sh
+
 step "loom model of the lock-free state"
 bash scripts/check-loom.sh
