@@ -107,7 +107,7 @@ json.dump({
     "load_before": "$load_before",
     "load_after": "$load_after",
     "revision": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
-    "dirty": bool("$(git status --porcelain --untracked-files=no 2>/dev/null | head -c1)"),
+    "dirty": bool("$(git status --porcelain --untracked-files=no -- . ':!docs/benchmarks.md' 2>/dev/null | head -c1)"),
     "nproc": "$(nproc)",
     "cpu": "$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')",
     "cpu_flags": "$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'cx16|avx|avx2|hypervisor' | tr '\n' ' ' | sed 's/ $//')",
