@@ -114,6 +114,10 @@ def boundary_free(c: Layer) -> bool:
     return all(v is not None and v[0] <= 2.0 for v in values)
 
 
+def times(value) -> str:
+    return "not measured" if value is None else fmt(value, "x")
+
+
 def signed(value) -> str:
     return "not measured" if value is None else fmt(value, "+ns")
 
@@ -414,11 +418,13 @@ MISSES = {
         "`-C target-feature=+cmpxchg16b`, measured separately once, was no faster here. Meeting it would "
         "take a 64-bit state word, which would give up the 40-bit token level, the 24-bit release counter "
         "or the clock width (SPEC §5).",
-    ("core", "admit path no slower than governor's, fake clock"):
+    ("core", "admit path no slower than governor's, fake clock"): lambda layers: (
         "governor's GCRA state is one `u64` (theoretical arrival time): one 64-bit `lock cmpxchg` and three "
         "comparisons. The pacer does a token bucket with a wait bound, a refusal hint and a release counter "
         "on a 128-bit word (see `cas_u64` and `cas_u128` for the same bucket at each width). Against "
-        "governor with its own clock (`governor_clock`), what a governor user pays, the pacer is about even.",
+        "governor with its own clock (`governor_clock`), which is what a governor user pays, the pacer takes "
+        "%s its time (1t) and %s (2t)." % (times(ratio(layers["core"], ("pacer_admit", 1), ("governor_clock", 1))),
+                                  times(ratio(layers["core"], ("pacer_admit", 2), ("governor_clock", 2))))),
     ("core", "refuse path within 3 ns of a plain 128-bit load"):
         "A refusal writes nothing, but beyond the 128-bit load it is an out-of-line call that unpacks the "
         "word, refills, computes the required wait (a multiply by the rate's precomputed reciprocal, no "
