@@ -433,7 +433,11 @@ class Pacer {
         ticket: new Ticket(this, (payload - waitMs) / PACED_WAIT_SPAN, constants.unitsPerToken),
       };
     }
-    const d = decodeDecision(code, this.#waitBoundMs);
+    return this.#result(decodeDecision(code, this.#waitBoundMs));
+  }
+
+  /** The answer of `reserve` for a decoded decision (`decodeDecision`). */
+  #result(d) {
     if (!d.admitted) {
       return {
         kind: 'refused',
@@ -578,19 +582,7 @@ class Pacer {
   #admitKeyed(key) {
     checkKey(key);
     this.#bookable();
-    const d = this.#keyed.attempt(key, this.#clock(), this.#waitBoundMs);
-    if (!d.admitted) {
-      return { kind: 'refused', requiredWaitMs: d.requiredWaitMs, retryAfterSeconds: d.retryAfterSeconds,
-        clockRegressed: d.clockRegressed };
-    }
-    return {
-      kind: 'admitted',
-      waitMs: d.waitMs,
-      queued: d.waitMs > 0,
-      path: PATHS[d.path],
-      clockRegressed: d.clockRegressed,
-      ticket: d.debitUnits > 0 ? new Ticket(this, d.seq, d.debitUnits) : null,
-    };
+    return this.#result(this.#keyed.attempt(key, this.#clock(), this.#waitBoundMs));
   }
 
   /** What this pacer decided so far. */
