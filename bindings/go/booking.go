@@ -189,13 +189,7 @@ func (p *Pacer) attempt(key string) (Decision, bool, uint64, error) {
 // is lost to everyone and the key is remembered. If ctx is done during
 // the wait the slot is refunded and ctx.Err() returned, as with Admit.
 func (p *Pacer) AdmitKey(ctx context.Context, key string) (Admission, error) {
-	if ctx == nil {
-		return Admission{}, inputError("ctx", nil, "must not be nil")
-	}
-	if p == nil || p.clock == nil {
-		return Admission{}, ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
+	if err := p.admitReady(ctx); err != nil {
 		return Admission{}, err
 	}
 	d, booked, start, err := p.attempt(key)

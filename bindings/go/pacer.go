@@ -227,6 +227,19 @@ type Pacer struct {
 	tickets ticketCache
 }
 
+// newPacer is a Pacer of cfg reading clock, with cfg's sleep and notifier
+// or their defaults; its storage is attached after (attach).
+func newPacer(cfg Config, clock func() uint64) *Pacer {
+	p := &Pacer{cfg: cfg, clock: clock, sleep: cfg.Sleep, notifier: cfg.Notifier}
+	if p.sleep == nil {
+		p.sleep = timerSleep
+	}
+	if p.notifier == nil {
+		p.notifier = DefaultNotifier
+	}
+	return p
+}
+
 // New validates cfg and builds a pacer, full (burst tokens available) at
 // cfg.Clock(). A bad field returns an error wrapping ErrInvalidConfig (a
 // *FieldError naming the field); nothing is allocated or logged then.
@@ -238,21 +251,11 @@ func New(cfg Config) (*Pacer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pacer{
-		cfg:      cfg,
-		clock:    cfg.Clock,
-		sleep:    cfg.Sleep,
-		notifier: cfg.Notifier,
+	clock := cfg.Clock
+	if clock == nil {
+		clock = MonotonicMs
 	}
-	if p.clock == nil {
-		p.clock = MonotonicMs
-	}
-	if p.sleep == nil {
-		p.sleep = timerSleep
-	}
-	if p.notifier == nil {
-		p.notifier = DefaultNotifier
-	}
+	p := newPacer(cfg, clock)
 	mem, err := allocStorage()
 	if err != nil {
 		return nil, err
@@ -410,19 +413,25 @@ func (a Admission) Release() bool {
 	return err == nil && refunded
 }
 
+// admitReady is the check Admit and AdmitKey make first: a non-nil ctx
+// not done yet, on a pacer made by New or OpenShared.
+func (p *Pacer) admitReady(ctx context.Context) error {
+	if ctx == nil {
+		return inputError("ctx", nil, "must not be nil")
+	}
+	if p == nil || p.clock == nil {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
 // Admit waits for permission to open one new connection. It reserves at
 // the pacer's clock and, when queued, sleeps until the granted time or
 // until ctx is done. A refusal returns a *RefusedError (errors.Is
 // ErrRefused). If ctx is done before admission, the slot is refunded and
 // ctx.Err() returned.
 func (p *Pacer) Admit(ctx context.Context) (Admission, error) {
-	if ctx == nil {
-		return Admission{}, inputError("ctx", nil, "must not be nil")
-	}
-	if p == nil || p.clock == nil {
-		return Admission{}, ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
+	if err := p.admitReady(ctx); err != nil {
 		return Admission{}, err
 	}
 	start := p.clock()

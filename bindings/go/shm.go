@@ -55,18 +55,7 @@ func OpenShared(pathOrName string, cfg Config) (*SharedPacer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pacer{
-		cfg:      cfg,
-		clock:    SharedClockMs,
-		sleep:    cfg.Sleep,
-		notifier: cfg.Notifier,
-	}
-	if p.sleep == nil {
-		p.sleep = timerSleep
-	}
-	if p.notifier == nil {
-		p.notifier = DefaultNotifier
-	}
+	p := newPacer(cfg, SharedClockMs)
 	mem, err := openSharedStorage(pathOrName, cc)
 	if err != nil {
 		return nil, err
