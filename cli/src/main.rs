@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use pacer_cli::matrix::{self, Fault, MatrixOptions};
-use pacer_cli::sim::{self, Arrivals, Design, Load, OnRefusal, SimConfig};
+use pacer_cli::sim::{
+    self, Arrivals, Design, Load, OnRefusal, SimConfig, MAX_AGENTS, MAX_MS, MAX_OFFERED_PER_MIN,
+};
 use pacer_cli::{explain, plot, progress, replay};
 use pacer_core::MAX_BURST;
 use pacer_core::{resolve, ReleasePolicy, Settings};
@@ -72,13 +74,14 @@ enum OnRefusalArg {
 #[derive(Args, Debug)]
 struct SimulateArgs {
     /// Closed loop: agents, each running one turn at a time.
-    #[arg(long, default_value_t = 20, conflicts_with_all = ["offered_per_min", "offered_every_ms"])]
+    #[arg(long, default_value_t = 20, conflicts_with_all = ["offered_per_min", "offered_every_ms"],
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_AGENTS)))]
     agents: u32,
     /// Open loop: new requests per minute, whatever happens to earlier ones.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "offered_every_ms")]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_OFFERED_PER_MIN), conflicts_with = "offered_every_ms")]
     offered_per_min: Option<u64>,
     /// Open loop: one new request every this many ms.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_MS))]
     offered_every_ms: Option<u64>,
     /// Open loop: arrival pattern.
     #[arg(long, value_enum, default_value_t = ArrivalsArg::Periodic)]
@@ -90,7 +93,7 @@ struct SimulateArgs {
     #[arg(long, allow_negative_numbers = true)]
     rate: Option<u64>,
     /// Connections admitted with no wait after idle.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_BURST)))]
     burst: u32,
     /// No-data deadline shared by all attempts of a request, ms.
     #[arg(long, allow_negative_numbers = true)]
@@ -108,24 +111,24 @@ struct SimulateArgs {
     #[arg(long, value_enum, default_value_t = DesignArg::Paced)]
     design: DesignArg,
     /// Turn length from connection open to the end of the turn, ms.
-    #[arg(long, default_value_t = 3000)]
+    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(0..=MAX_MS))]
     turn_ms: u64,
     /// Each turn lasts turn-ms ± this (uniform, seeded), ms. Default: a
     /// third of --turn-ms. 0 makes every turn identical, which puts every
     /// agent's events on the same milliseconds (a degenerate case).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=MAX_MS))]
     turn_jitter_ms: Option<u64>,
     /// Time from connection open to the first stream part, ms.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=MAX_MS))]
     first_byte_ms: u64,
     /// Closed loop: pause between turns, ms.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=MAX_MS))]
     think_ms: u64,
     /// Closed loop: spread the first turns uniformly over this many ms.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=MAX_MS))]
     stagger_ms: u64,
     /// Virtual run length, ms (no new turn or request starts after it).
-    #[arg(long, default_value_t = 600_000)]
+    #[arg(long, default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(1..=MAX_MS))]
     duration_ms: u64,
     /// Seed for jitter, staggering, Poisson arrivals and cancellations.
     #[arg(long, default_value_t = 1)]
@@ -202,7 +205,7 @@ struct ExplainArgs {
     #[arg(long)]
     no_env: bool,
     /// Burst, for the pacer lines (debt floor, first refusal).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_BURST)))]
     burst: u32,
     /// Print as JSON.
     #[arg(long)]
@@ -424,7 +427,15 @@ fn run_explain(args: ExplainArgs) -> Result<(), Failure> {
         if no_env {
             None
         } else {
-            std::env::var(name).ok()
+            // Settings text never fails and is never dropped: bytes that
+            // are not UTF-8 go to the core as their lossy text (on Unix,
+            // `String::from_utf8_lossy` of the bytes); U+FFFD is not a
+            // digit, so the core reports the value as malformed and keeps
+            // the default, with its usual notice.
+            std::env::var_os(name).map(|value| match value.into_string() {
+                Ok(text) => text,
+                Err(raw) => raw.to_string_lossy().into_owned(),
+            })
         }
     })?;
     let explanation = explain::explain(&raws, args.burst)?;

@@ -54,6 +54,49 @@ use crate::gate::{AdmitAnywayGate, BookingGate, CoreGate, Gate, GateDecision};
 use crate::rng::SplitMix64;
 use crate::stats::{count_in, percentile, PerMinute};
 
+/// The most requests (turns, offers) one run starts. With at most
+/// `max retries + 5 ≤ 15` events per request (start, deadline, retries,
+/// open, complete, cancel) this keeps a run under 6·10^7 events, and at
+/// about 200 bytes per request (its record, its times, its pending
+/// deadline, its ticket) under ~1 GiB. A closed loop that reaches it stops
+/// starting turns and says so in its report; an open loop whose schedule
+/// offers more is rejected before it starts.
+pub const MAX_REQUESTS: u64 = 4_000_000;
+
+/// The most agents (`--agents`): each starts at least one turn, well
+/// inside [`MAX_REQUESTS`].
+pub const MAX_AGENTS: u32 = 100_000;
+
+/// The longest virtual time a flag can name, ms: one week. It bounds the
+/// run length (10,080 minute rows) and every delay (turn, jitter, first
+/// byte, think, stagger, arrival interval), so no virtual time overflows.
+pub const MAX_MS: u64 = 604_800_000;
+
+/// The highest offered load (`--offered-per-min`): 1000 per second, a
+/// hundred times the highest pacing rate (600/min).
+pub const MAX_OFFERED_PER_MIN: u64 = 60_000;
+
+/// A run that handles more events than this stops with an error. The
+/// request limit keeps every run below it; this is a second guard.
+pub const MAX_EVENTS: u64 = 100_000_000;
+
+/// The work limits of one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Requests started at most; then no request starts (reported).
+    pub max_requests: u64,
+    /// Events handled at most; past it the run fails with an error.
+    pub max_events: u64,
+}
+
+impl Limits {
+    /// The command's limits: [`MAX_REQUESTS`], [`MAX_EVENTS`].
+    pub const DEFAULT: Limits = Limits {
+        max_requests: MAX_REQUESTS,
+        max_events: MAX_EVENTS,
+    };
+}
+
 /// Which admission design to simulate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -279,6 +322,14 @@ pub struct SimReport {
     pub per_minute: Vec<MinuteRow>,
     /// Settings notices (filled in by the caller that resolved them).
     pub notices: Vec<String>,
+    /// Events the simulation handled (its work).
+    pub events: u64,
+    /// The most requests the run could start ([`MAX_REQUESTS`] for the
+    /// command).
+    pub request_limit: u64,
+    /// When the run reached its request limit and stopped starting
+    /// requests, the virtual time, ms.
+    pub request_limit_reached_ms: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -348,6 +399,8 @@ struct Sim<'a> {
     requests: Vec<Request>,
     arrival_index: u64,
     poisson_clock: f64,
+    max_requests: u64,
+    request_limit_reached_ms: Option<u64>,
     // Tallies.
     completed: u64,
     rate_limited: u64,
@@ -376,7 +429,13 @@ impl<'a> Sim<'a> {
         self.heap.push(Reverse((at_ms, self.seq, event)));
     }
 
-    fn start_request(&mut self, agent: Option<u32>, now: u64) {
+    /// Starts a request, unless the run holds its request limit already;
+    /// whether it started.
+    fn start_request(&mut self, agent: Option<u32>, now: u64) -> bool {
+        if self.requests.len() as u64 >= self.max_requests {
+            self.request_limit_reached_ms.get_or_insert(now);
+            return false;
+        }
         let jitter = self.cfg.turn_jitter_ms;
         let service_ms = if jitter == 0 {
             self.cfg.turn_ms
@@ -402,6 +461,7 @@ impl<'a> Sim<'a> {
         self.offered_times.push(now);
         self.push(deadline_ms, Event::Deadline(id));
         self.attempt(id, now);
+        true
     }
 
     fn attempt(&mut self, id: usize, now: u64) {
@@ -431,7 +491,15 @@ impl<'a> Sim<'a> {
                     && self.cfg.cancel_percent > 0
                     && self.rng.percent(self.cfg.cancel_percent)
                 {
-                    let at = now + self.rng.below(wait_ms);
+                    // Strictly inside the wait, `(now, now + wait)`: a
+                    // request cancelled at the instant of its admission
+                    // would end its turn at the millisecond it began, and an
+                    // agent with no think time would start the next one at
+                    // that same millisecond, get the refunded slot back and
+                    // be cancelled again, forever. (A 1 ms wait has no
+                    // inside: the cancel lands on the opening, which was
+                    // scheduled first and wins.)
+                    let at = now + 1 + self.rng.below(wait_ms - 1);
                     self.push(at, Event::Cancel(id));
                 }
             }
@@ -476,7 +544,12 @@ impl<'a> Sim<'a> {
             Outcome::Cancelled => self.cancelled += 1,
         }
         if let (Some(agent), Load::Closed { think_ms, .. }) = (request.agent, self.cfg.load) {
-            let next = now.saturating_add(think_ms);
+            // An agent starts at most one turn per virtual millisecond,
+            // however its turn ended: that bounds a run's turns by
+            // agents × duration whatever the gate does.
+            let next = now
+                .saturating_add(think_ms)
+                .max(request.start_ms.saturating_add(1));
             if next < self.cfg.duration_ms {
                 self.push(next, Event::TurnStart(agent));
             }
@@ -526,12 +599,16 @@ impl<'a> Sim<'a> {
     fn handle(&mut self, now: u64, event: Event) {
         match event {
             Event::Arrival => {
-                self.start_request(None, now);
+                if !self.start_request(None, now) {
+                    return;
+                }
                 if let Some(at) = self.next_arrival() {
                     self.push(at, Event::Arrival);
                 }
             }
-            Event::TurnStart(agent) => self.start_request(Some(agent), now),
+            Event::TurnStart(agent) => {
+                self.start_request(Some(agent), now);
+            }
             Event::Attempt(id) => self.attempt(id, now),
             Event::Open(id) => {
                 let request = &mut self.requests[id];
@@ -599,6 +676,18 @@ pub fn validate(cfg: &SimConfig) -> Result<(), String> {
             if every_num == 0 || every_den == 0 {
                 return Err("the arrival interval must be positive".into());
             }
+            // Request k arrives at k·interval (periodic; the mean for
+            // Poisson) while that is below the duration:
+            // ceil(duration / interval) offers.
+            let offers = (u128::from(cfg.duration_ms) * u128::from(every_den))
+                .div_ceil(u128::from(every_num));
+            if offers > u128::from(MAX_REQUESTS) {
+                return Err(format!(
+                    "--offered-per-min/--offered-every-ms with --duration-ms {} would offer {offers} requests; \
+                     one run holds at most {MAX_REQUESTS}: lower the offered rate or the duration",
+                    cfg.duration_ms
+                ));
+            }
         }
         Load::Closed { .. } => {}
     }
@@ -627,6 +716,15 @@ pub fn render_comparison(without: &SimReport, with: &SimReport) -> String {
     ));
     for notice in &without.notices {
         out.push_str(&format!("notice: {notice}\n"));
+    }
+    for (name, report) in [("without", without), ("with", with)] {
+        if let Some(at) = report.request_limit_reached_ms {
+            out.push_str(&format!(
+                "note: the run {name} bookings reached its limit of {} requests at {} s virtual; no request started after that\n",
+                report.request_limit,
+                at as f64 / 1000.0
+            ));
+        }
     }
     let row = |name: &str, a: String, b: String| format!("{name:<32} {a:>16} {b:>16}\n");
     out.push_str(&row("", "without bookings".into(), "with bookings".into()));
@@ -667,6 +765,19 @@ pub fn render_comparison(without: &SimReport, with: &SimReport) -> String {
 /// Runs a simulation. `progress` is called now and then with the virtual
 /// time reached.
 pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(u64)) -> Result<SimReport, String> {
+    run_with_limits(cfg, Limits::DEFAULT, progress)
+}
+
+/// [`run`] with other work limits: no request starts past
+/// `limits.max_requests`, and the run fails with an error once more than
+/// `limits.max_events` events have been handled (the tests' way to fail a
+/// run that would not end).
+pub fn run_with_limits(
+    cfg: &SimConfig,
+    limits: Limits,
+    progress: &mut dyn FnMut(u64),
+) -> Result<SimReport, String> {
+    let max_events = limits.max_events;
     validate(cfg)?;
     let budget = cfg.budget;
     let config = Config {
@@ -712,6 +823,8 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(u64)) -> Result<SimReport, 
         requests: Vec::new(),
         arrival_index: 0,
         poisson_clock: 0.0,
+        max_requests: limits.max_requests,
+        request_limit_reached_ms: None,
         completed: 0,
         rate_limited: 0,
         overruns: 0,
@@ -753,6 +866,12 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(u64)) -> Result<SimReport, 
     }
     let mut handled: u64 = 0;
     while let Some(Reverse((now, _, event))) = sim.heap.pop() {
+        if handled == max_events {
+            return Err(format!(
+                "the simulation stopped after {max_events} events at virtual time {now} ms \
+                 without ending (please report this as a bug)"
+            ));
+        }
         sim.handle(now, event);
         handled += 1;
         if handled % 4096 == 0 {
@@ -760,10 +879,10 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(u64)) -> Result<SimReport, 
         }
     }
     progress(cfg.duration_ms);
-    Ok(report(sim, mode, bound_ms))
+    Ok(report(sim, mode, bound_ms, handled))
 }
 
-fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64) -> SimReport {
+fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64, events: u64) -> SimReport {
     let cfg = sim.cfg;
     let duration = cfg.duration_ms;
     let minutes = duration.div_ceil(60_000);
@@ -922,6 +1041,9 @@ fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64) -> SimReport {
         littles_law_turn_ms,
         per_minute,
         notices: Vec::new(),
+        events,
+        request_limit: sim.max_requests,
+        request_limit_reached_ms: sim.request_limit_reached_ms,
     }
 }
 
@@ -986,6 +1108,13 @@ pub fn render(report: &SimReport, per_minute: bool) -> String {
     ));
     for notice in &report.notices {
         line(format!("notice: {notice}"));
+    }
+    if let Some(at) = report.request_limit_reached_ms {
+        line(format!(
+            "note: the run reached its limit of {} requests at {} s virtual; no request started after that",
+            report.request_limit,
+            at as f64 / 1000.0
+        ));
     }
     line(String::new());
     line(format!(

@@ -11,6 +11,14 @@ pub struct Run {
     pub stderr: String,
 }
 
+/// The settings variables the CLI reads; every run starts without them.
+pub const SETTINGS_VARS: [&str; 4] = [
+    "PACER_RATE_PER_MIN",
+    "PACER_IDLE_TIMEOUT_MS",
+    "PACER_TOTAL_TIMEOUT_MS",
+    "PACER_MAX_RETRIES",
+];
+
 /// Runs `pacer ARGS` with `stdin`, without the PACER_* environment.
 pub fn pacer(args: &[&str], stdin: &str) -> Run {
     pacer_env(args, stdin, &[])
@@ -24,12 +32,7 @@ pub fn pacer_env(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Run {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    for name in [
-        "PACER_RATE_PER_MIN",
-        "PACER_IDLE_TIMEOUT_MS",
-        "PACER_TOTAL_TIMEOUT_MS",
-        "PACER_MAX_RETRIES",
-    ] {
+    for name in SETTINGS_VARS {
         command.env_remove(name);
     }
     for (name, value) in env {

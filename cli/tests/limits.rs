@@ -1,0 +1,294 @@
+//! Regression tests: every accepted `pacer` command finishes with bounded
+//! work, absurd numeric flags are rejected with their accepted range, and
+//! settings text that is not UTF-8 is reported, never silently dropped.
+//!
+//! The runs below go through [`guarded`]: the child gets a 4 GiB address
+//! space limit and a generous wall-clock safety net, so a regression fails
+//! the test (abort, kill) instead of hanging the suite or eating the
+//! machine's memory. The assertions themselves are on exit codes, messages
+//! and counts, never on how long a run took.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod common;
+
+/// A safety net only: the runs here take milliseconds.
+const SAFETY_NET: Duration = Duration::from_secs(120);
+
+struct Run {
+    /// `None`: killed by a signal (an allocation failure aborts).
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `pacer ARGS` under `ulimit -v` (4 GiB) with `env` as the only
+/// PACER_* variables, killing it past [`SAFETY_NET`].
+fn guarded(args: &[&str], env: &[(&str, OsString)]) -> Run {
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg("ulimit -v 4194304 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_pacer"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for name in common::SETTINGS_VARS {
+        command.env_remove(name);
+    }
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().expect("sh and the pacer binary run");
+    let started = Instant::now();
+    loop {
+        if child.try_wait().expect("wait for pacer").is_some() {
+            break;
+        }
+        if started.elapsed() > SAFETY_NET {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("pacer {args:?} was still running after {SAFETY_NET:?} (safety net)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().expect("collect pacer output");
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn json_run(args: &[&str]) -> Value {
+    let run = guarded(args, &[]);
+    assert_eq!(
+        run.code,
+        Some(0),
+        "pacer {args:?}: {}",
+        &run.stderr[..run.stderr.len().min(600)]
+    );
+    serde_json::from_str(&run.stdout).expect("stdout is JSON")
+}
+
+fn u(report: &Value, key: &str) -> u64 {
+    report[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} missing in report"))
+}
+
+/// Defect 1: with every waiting request cancelled, a request cancelled at
+/// the instant of its admission used to start its agent's next turn at the
+/// same virtual millisecond, forever. The run must end, every started turn
+/// must have an outcome, and no agent can start more than one turn per
+/// virtual millisecond: 20 agents × 600000 ms bounds the turns.
+#[test]
+fn simulate_cancel_percent_100_finishes() {
+    for extra in [
+        &[][..],
+        &["--release-policy", "strict"][..],
+        &["--booking"][..],
+        &["--turn-jitter-ms", "0", "--burst", "1"][..],
+        &["--offered-per-min", "600", "--arrivals", "poisson"][..],
+    ] {
+        let mut args = vec!["simulate", "--cancel-percent", "100", "--json"];
+        args.extend_from_slice(extra);
+        let r = json_run(&args);
+        let started = u(&r, "turns_started");
+        let ended = u(&r, "turns_completed")
+            + u(&r, "terminal_rate_limit_errors")
+            + u(&r, "deadline_overruns")
+            + u(&r, "cancelled");
+        assert_eq!(started, ended, "{extra:?}: every started turn ends");
+        assert!(started <= 20 * 600_000, "{extra:?}: {started} turns");
+        assert!(u(&r, "cancelled") > 0, "{extra:?}: waits were cancelled");
+    }
+}
+
+/// Defect 2: type-valid but absurd values are refused by the parser, with
+/// the flag and the accepted range in the message, and exit code 2.
+#[test]
+fn absurd_numeric_flags_are_rejected_with_their_range() {
+    const MAX: &str = "18446744073709551615";
+    let cases: &[(&[&str], &str, &str)] = &[
+        (
+            &["simulate", "--agents", "1000000000"],
+            "--agents",
+            "0..=100000",
+        ),
+        (
+            &["simulate", "--duration-ms", MAX],
+            "--duration-ms",
+            "1..=604800000",
+        ),
+        (
+            &["simulate", "--offered-per-min", "1000000000"],
+            "--offered-per-min",
+            "1..=60000",
+        ),
+        (
+            &["simulate", "--offered-every-ms", MAX],
+            "--offered-every-ms",
+            "1..=604800000",
+        ),
+        (
+            &["simulate", "--stagger-ms", MAX],
+            "--stagger-ms",
+            "0..=604800000",
+        ),
+        (
+            &["simulate", "--turn-ms", MAX],
+            "--turn-ms",
+            "0..=604800000",
+        ),
+        (
+            &["simulate", "--turn-jitter-ms", MAX],
+            "--turn-jitter-ms",
+            "0..=604800000",
+        ),
+        (
+            &["simulate", "--first-byte-ms", MAX],
+            "--first-byte-ms",
+            "0..=604800000",
+        ),
+        (
+            &["simulate", "--think-ms", MAX],
+            "--think-ms",
+            "0..=604800000",
+        ),
+        (
+            &["simulate", "--burst", "4294967295"],
+            "--burst",
+            "0..=1000000",
+        ),
+        (
+            &["explain", "--burst", "4294967295"],
+            "--burst",
+            "0..=1000000",
+        ),
+        (&["matrix", "--threads", "100000"], "--threads", "1..=1024"),
+    ];
+    for (args, flag, range) in cases {
+        let run = guarded(args, &[]);
+        assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(flag) && run.stderr.contains(range),
+            "{args:?}: the message should name {flag} and {range}: {}",
+            run.stderr
+        );
+    }
+}
+
+/// Defect 2: flags that are each in range but together offer more requests
+/// than one run holds (4,000,000) are rejected before any work, naming them.
+#[test]
+fn an_open_loop_offering_too_many_requests_is_rejected() {
+    // 60000/min for 604800000 ms offers 604,800,000 requests.
+    let run = guarded(
+        &[
+            "simulate",
+            "--offered-per-min",
+            "60000",
+            "--duration-ms",
+            "604800000",
+        ],
+        &[],
+    );
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    for needle in ["--offered-per-min", "--duration-ms", "4000000"] {
+        assert!(run.stderr.contains(needle), "{needle}: {}", run.stderr);
+    }
+    // 6000/min for 40 minutes: request k at 10·k ms for 10·k < 2400000,
+    // 240,000 offers, well inside the limit; it runs.
+    let r = json_run(&[
+        "simulate",
+        "--offered-per-min",
+        "6000",
+        "--duration-ms",
+        "2400000",
+        "--on-refusal",
+        "drop",
+        "--json",
+    ]);
+    assert_eq!(u(&r, "turns_started"), 240_000);
+}
+
+/// Defect 2: a closed loop whose turns would outrun the request limit
+/// stops starting turns when it is reached and says so in its report. (The
+/// command's limit is 4,000,000 requests; a smaller one here keeps the
+/// debug build quick: 1000 unpaced agents with 1 ms turns start 1000 turns
+/// every ms, so the 40,000th starts at 39 ms and the limit bites at 40 ms.)
+#[test]
+fn a_closed_loop_stops_at_its_request_limit_and_says_so() {
+    use pacer_cli::sim::{self, Design, Limits, Load, SimConfig};
+    use pacer_core::{Budget, ReleasePolicy};
+    let cfg = SimConfig {
+        budget: Budget {
+            rate_per_min: 0,
+            ..Budget::DEFAULT
+        },
+        burst: 10,
+        release_policy: ReleasePolicy::Refund,
+        design: Design::Paced,
+        load: Load::Closed {
+            agents: 1000,
+            think_ms: 0,
+            stagger_ms: 0,
+        },
+        turn_ms: 0,
+        turn_jitter_ms: 0,
+        first_byte_ms: 0,
+        duration_ms: 604_800_000,
+        seed: 1,
+        cancel_percent: 0,
+        booking: false,
+    };
+    let limits = Limits {
+        max_requests: 40_000,
+        ..Limits::DEFAULT
+    };
+    let report = sim::run_with_limits(&cfg, limits, &mut |_| {}).expect("runs");
+    assert_eq!(report.turns_started, 40_000);
+    assert_eq!(report.request_limit_reached_ms, Some(40));
+    let text = sim::render(&report, false);
+    assert!(
+        text.contains("note: the run reached its limit of 40000 requests at 0.04 s virtual"),
+        "{text}"
+    );
+}
+
+/// Defect 3: a PACER_* variable whose bytes are not UTF-8 is resolved as
+/// its lossy text (U+FFFD is not a digit), so the core reports it as
+/// malformed and keeps the default, instead of treating it as unset.
+#[test]
+fn non_utf8_settings_are_reported_as_malformed() {
+    let bad = |bytes: &[u8]| OsString::from_vec(bytes.to_vec());
+    let env = [
+        ("PACER_RATE_PER_MIN", bad(b"6\xff0")),
+        ("PACER_IDLE_TIMEOUT_MS", bad(b"\xfe30000")),
+        ("PACER_TOTAL_TIMEOUT_MS", bad(b"600000\x80")),
+        ("PACER_MAX_RETRIES", bad(b"\xc3")),
+    ];
+    let run = guarded(&["explain"], &env);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    // The core's wording (core/src/notice.rs) with the defaults of SPEC §2:
+    // rate 60, idle 120000 ms, total 600000 ms, retries min(5, 5) = 5.
+    for notice in [
+        "ignoring new-connection rate \"6\u{FFFD}0\": not a whole number of connections per minute; using 60/minute",
+        "ignoring idle timeout \"\u{FFFD}30000\": not a whole number of milliseconds; using 120000ms",
+        "ignoring total timeout \"600000\u{FFFD}\": not a whole number of milliseconds; using 600000ms",
+        "ignoring max retries \"\u{FFFD}\": not a whole number; using 5",
+    ] {
+        assert!(
+            run.stdout.contains(notice),
+            "missing {notice:?} in:\n{}",
+            run.stdout
+        );
+    }
+}
