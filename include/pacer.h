@@ -13,7 +13,11 @@
  *   *out_written and leaves the buffer untouched.
  * - A failing call changes nothing. No panic crosses this boundary: an
  *   internal fault returns PACER_STATUS_PANIC.
- * - Strings passed in are NUL-terminated UTF-8.
+ * - A pointer argument misaligned for its type returns
+ *   PACER_STATUS_MISALIGNED.
+ * - Strings passed in are NUL-terminated UTF-8 (PACER_STATUS_INVALID_UTF8
+ *   otherwise), except settings text given to pacer_resolve: any bytes, and
+ *   text that is not UTF-8 is a malformed setting (default and a notice).
  * - No function allocates memory that the caller must free; a pacer lives
  *   in caller-provided storage (struct pacer), so there is nothing to free.
  */
@@ -68,6 +72,18 @@
 #define PACER_NOTICE_REGISTRY_SIZE 2048
 
 /**
+ * Alignment the registry storage needs.
+ */
+#define PACER_NOTICE_REGISTRY_ALIGN 8
+
+/**
+ * How many distinct keys a registry remembers. Past that, a notice whose
+ * key is not remembered reports first = true every time (it is shown
+ * again rather than lost).
+ */
+#define PACER_NOTICE_REGISTRY_KEYS 32
+
+/**
  * Bytes of storage a shared-pacer handle needs (struct pacer_shared).
  */
 #define PACER_SHARED_STORAGE_SIZE 64
@@ -80,7 +96,7 @@
 /**
  * The file layout this library reads and writes.
  */
-#define PACER_SHARED_LAYOUT_VERSION 1
+#define PACER_SHARED_LAYOUT_VERSION 2
 
 /**
  * The page boundary in the file that the state word touches: it ends or
@@ -103,7 +119,7 @@
  * The ABI version this header describes. A library whose
  * pacer_abi_version() differs is not compatible with it.
  */
-#define PACER_ABI_VERSION 1
+#define PACER_ABI_VERSION 2
 
 /**
  * Result of a call. Numbers are explicit and never reused.
@@ -138,7 +154,8 @@ enum pacer_status
    */
   PACER_STATUS_INVALID_UTF8 = 5,
   /**
-   * The pacer storage was not initialised by pacer_init.
+   * The storage was not initialised (pacer_init, or
+   * pacer_notice_registry_init for a registry).
    */
   PACER_STATUS_NOT_INITIALIZED = 6,
   /**
@@ -220,6 +237,16 @@ enum pacer_status
    * redeemed, released, or never booked).
    */
   PACER_STATUS_INVALID_TICKET = 25,
+  /**
+   * A pointer argument is not aligned for its type (struct pacer and
+   * struct pacer_shared need 16 bytes, a ticket 4, a booking 8).
+   */
+  PACER_STATUS_MISALIGNED = 26,
+  /**
+   * The ticket or booking was issued by another pacer (or forged): its
+   * owner is not this pacer's. Nothing was changed.
+   */
+  PACER_STATUS_FOREIGN_TICKET = 27,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -488,7 +515,12 @@ typedef struct pacer_config {
 } pacer_config;
 
 /**
- * The right to refund one admission. pacer_release marks it spent.
+ * The right to refund one admission. pacer_release marks it spent with
+ * an atomic compare-and-swap of `state`, so of several threads releasing
+ * (or redeeming) the same ticket struct exactly one succeeds. It works
+ * only on the pacer whose `owner` tag it carries. A copy of a live ticket
+ * is a second handle on the same debit that the pacer cannot tell apart:
+ * keep one.
  */
 typedef struct pacer_ticket {
   /**
@@ -500,13 +532,14 @@ typedef struct pacer_ticket {
    */
   uint32_t debit_units;
   /**
-   * A pacer_ticket_state value.
+   * A pacer_ticket_state value (changed only by the library).
    */
   uint32_t state;
   /**
-   * Zero.
+   * The issuing pacer's tag; another pacer refuses the ticket with
+   * PACER_STATUS_FOREIGN_TICKET. Keep it as written.
    */
-  uint32_t reserved;
+  uint32_t owner;
 } pacer_ticket;
 
 /**
@@ -556,7 +589,8 @@ typedef struct pacer_decision {
 typedef struct pacer_booking {
   /**
    * The refund right for the booked token. pacer_redeem moves it into
-   * the admission (this copy is then marked spent).
+   * the admission (this copy is then marked spent, atomically: of two
+   * threads redeeming one booking struct, one is admitted).
    */
   struct pacer_ticket ticket;
   /**
@@ -718,9 +752,10 @@ typedef struct pacer_notices {
 } pacer_notices;
 
 /**
- * Remembers which notices were shown, so each shows once per key. Caller
- * storage; initialise with pacer_notice_registry_init. Not thread-safe:
- * serialise calls on one registry.
+ * Remembers which notices were shown, so each shows once per key (up to
+ * PACER_NOTICE_REGISTRY_KEYS keys). Caller storage; initialise with
+ * pacer_notice_registry_init. Not thread-safe: serialise calls on one
+ * registry.
  */
 typedef struct PACER_ALIGNED(8) pacer_notice_registry {
   uint8_t opaque[PACER_NOTICE_REGISTRY_SIZE];
@@ -812,9 +847,11 @@ pacer_status pacer_reserve_or_book(const struct pacer *storage,
  * Presents a booking on the request's retry at `now_ms`; changes nothing
  * in the pacer. Admitted (path PACER_ADMIT_PATH_BOOKED) after
  * `max(0, slot − now)` when `slot − now ≤ bound`: the decision carries the
- * booking's ticket and the booking's copy is marked spent. Otherwise
+ * booking's ticket and the booking's copy is marked spent (atomically: of
+ * concurrent redemptions of one booking struct, one is admitted). Otherwise
  * PACER_DECISION_KIND_BOOKED again with the next hint, booking unchanged.
- * A booking whose ticket is not live returns PACER_STATUS_INVALID_TICKET.
+ * A booking whose ticket is not live returns PACER_STATUS_INVALID_TICKET;
+ * one issued by another pacer, PACER_STATUS_FOREIGN_TICKET.
  */
 pacer_status pacer_redeem(const struct pacer *storage,
                           struct pacer_booking *booking,
@@ -823,9 +860,11 @@ pacer_status pacer_redeem(const struct pacer *storage,
 
 /**
  * Releases an admission that will not open its connection. A live ticket
- * is marked spent and *out_refunded says whether the policy refunded it
- * (true even when the capacity cap absorbed the refund). A ticket with
- * nothing to refund, or already spent, reports false and changes nothing.
+ * is marked spent (atomically: of concurrent releases of one ticket
+ * struct, one refunds) and *out_refunded says whether the policy refunded
+ * it (true even when the capacity cap absorbed the refund). A ticket with
+ * nothing to refund, or already spent, reports false and changes nothing;
+ * one issued by another pacer returns PACER_STATUS_FOREIGN_TICKET.
  */
 pacer_status pacer_release(const struct pacer *storage,
                            struct pacer_ticket *ticket,
@@ -844,8 +883,9 @@ pacer_status pacer_get_info(const struct pacer *storage, struct pacer_info *out_
 
 /**
  * Resolves the four settings strings (each NULL = unset) into a budget.
- * Bad values never fail: they are defaulted or clamped and reported in
- * `out_notices` (optional: NULL to ignore notices).
+ * Bad values never fail, whatever their bytes (not UTF-8 included): they
+ * are defaulted or clamped and reported in `out_notices` (optional: NULL
+ * to ignore notices). A notice's `raw` points to the caller's string.
  */
 pacer_status pacer_resolve(const char *rate_per_min,
                            const char *idle_timeout_ms,
@@ -903,7 +943,9 @@ pacer_status pacer_notice_registry_init(struct pacer_notice_registry *registry);
 
 /**
  * *out_first = true the first time a notice's key is seen by `registry`
- * (show it), false afterwards. Keys are namespaced by kind.
+ * (show it), false afterwards. Keys are namespaced by kind. A registry
+ * that pacer_notice_registry_init never initialised returns
+ * PACER_STATUS_NOT_INITIALIZED.
  */
 pacer_status pacer_notice_registry_first_time(struct pacer_notice_registry *registry,
                                               const struct pacer_notice *notice,
@@ -926,8 +968,8 @@ pacer_status pacer_shared_open(struct pacer_shared *handle,
 
 /**
  * The pacer of an open handle, for pacer_reserve, pacer_release,
- * pacer_get_info and pacer_get_counters (the counters count this
- * process's calls; the state is the machine's). Pass it the shared clock,
+ * pacer_get_info and pacer_get_counters (the counters count the calls
+ * made through this handle; the state is the machine's). Pass it the shared clock,
  * pacer_clock_monotonic_ms(), and nothing else.
  */
 pacer_status pacer_shared_pacer(const struct pacer_shared *handle, const struct pacer **out_pacer);

@@ -90,7 +90,7 @@ func (p *Pacer) Redeem(b *Booking, nowMs uint64) (Decision, error) {
 		return Decision{}, ErrBookingSpent
 	}
 	t := b.ticket
-	d, err := p.mem.redeem(t.seq, t.debitUnits, b.slot, nowMs, p)
+	d, err := p.mem.redeem(t.seq, t.debitUnits, t.tag, b.slot, nowMs, p)
 	runtime.KeepAlive(p)
 	if errors.Is(err, StatusInvalidTicket) {
 		return Decision{}, ErrBookingSpent
@@ -108,7 +108,7 @@ func (p *Pacer) Redeem(b *Booking, nowMs uint64) (Decision, error) {
 		return Decision{}, ErrBookingSpent
 	}
 	if d.Ticket == nil {
-		d.Ticket = p.newTicket(t.seq, t.debitUnits)
+		d.Ticket = p.newTicket(t.seq, t.debitUnits, t.tag)
 	}
 	return d, nil
 }
@@ -187,7 +187,9 @@ func (p *Pacer) attempt(key string) (Decision, bool, uint64, error) {
 // An admitted key is forgotten. A key that ends without admission
 // (aborted, failed, given up) must be given to Forget, or its booked slot
 // is lost to everyone and the key is remembered. If ctx is done during
-// the wait the slot is refunded and ctx.Err() returned, as with Admit.
+// the wait the slot is refunded and ctx.Err() returned, and if the pacer
+// is closed during it the slot is refunded and ErrClosed returned, as with
+// Admit.
 func (p *Pacer) AdmitKey(ctx context.Context, key string) (Admission, error) {
 	if err := p.admitReady(ctx); err != nil {
 		return Admission{}, err
@@ -207,8 +209,9 @@ func (p *Pacer) AdmitKey(ctx context.Context, key string) (Admission, error) {
 // Forget gives back what the keyed request holds when it ends without
 // being admitted: its booking's token is released at the pacer's clock and
 // the key is forgotten. It reports whether a booking was refunded; false
-// for a key that holds no booking or is unknown. If the pacer is closed, a
-// key holding a booking is kept and ErrClosed returned.
+// for a key that holds no booking or is unknown. It works after Close too
+// (the booking is refunded as by Release); only a nil Pacer or one not
+// made by New returns ErrClosed.
 func (p *Pacer) Forget(key string) (bool, error) {
 	if p == nil || p.clock == nil {
 		return false, ErrClosed

@@ -3,7 +3,6 @@ package pacer
 import (
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // Environment variables BudgetFromEnv reads.
@@ -68,27 +67,43 @@ func (b Budget) Config() Config {
 	}
 }
 
-// sanitize makes a setting expressible as a C string without changing
-// whether it is a number: invalid UTF-8 and NUL bytes become U+FFFD, so
-// such a value is malformed (default kept, notice) rather than an error.
+// sanitize makes a setting expressible as a C string: C strings end at
+// the first NUL, so each NUL byte becomes U+FFFD rather than letting C read
+// "12\x00x" as "12". The value is then malformed (default kept, notice).
+// Other bytes pass unchanged: pacer_resolve takes any bytes and reads text
+// that is not UTF-8 as malformed, rendering it lossily in the notice (as
+// every binding does).
 func sanitize(s *string) *string {
-	if s == nil {
-		return nil
+	if s == nil || strings.IndexByte(*s, 0) < 0 {
+		return s
 	}
-	v := *s
-	if !utf8.ValidString(v) {
-		v = strings.ToValidUTF8(v, "\uFFFD")
-	}
-	if strings.IndexByte(v, 0) >= 0 {
-		v = strings.ReplaceAll(v, "\x00", "\uFFFD")
-	}
+	v := strings.ReplaceAll(*s, "\x00", "\uFFFD")
 	return &v
+}
+
+// original is the setting text, as given, that a notice of kind reports
+// (nil for kinds that report no setting text).
+func (s Settings) original(kind NoticeKind) *string {
+	switch kind {
+	case NoticeRateMalformed, NoticeRateClamped:
+		return s.RatePerMinute
+	case NoticeIdleMalformed, NoticeIdleClamped:
+		return s.IdleTimeoutMs
+	case NoticeTotalMalformed, NoticeTotalClamped:
+		return s.TotalTimeoutMs
+	case NoticeRetriesMalformed, NoticeRetriesClamped:
+		return s.MaxRetries
+	}
+	return nil
 }
 
 // Resolve turns settings text into a budget (pacer_resolve): malformed
 // values keep the default and out-of-range ones clamp, each with a notice
 // logged once per key through n (nil: DefaultNotifier). A bad setting never
-// makes it fail; the returned Budget lists every notice, logged or not.
+// makes it fail, whatever its bytes: text that is not UTF-8 or contains a
+// NUL byte is malformed. A notice's Raw is the setting exactly as given;
+// its Text and Key show invalid UTF-8 and NUL bytes as U+FFFD. The
+// returned Budget lists every notice, logged or not.
 func Resolve(s Settings, n *Notifier) (Budget, error) {
 	if err := checkABI(); err != nil {
 		return Budget{}, err
@@ -101,6 +116,11 @@ func Resolve(s Settings, n *Notifier) (Budget, error) {
 	})
 	if err != nil {
 		return Budget{}, err
+	}
+	for i := range b.Notices {
+		if raw := s.original(b.Notices[i].Kind); raw != nil && b.Notices[i].Raw != "" {
+			b.Notices[i].Raw = *raw
+		}
 	}
 	for _, notice := range b.Notices {
 		n.Notify(notice)

@@ -32,15 +32,17 @@ typedef struct {
 	bool refunded;
 } pacer_go_release_result;
 
+// The ticket is rebuilt live from its numbers and the issuing pacer's
+// owner tag (ABI 2: without the tag the library refuses it as foreign).
 static pacer_go_release_result pacer_go_release(const pacer *storage, uint32_t seq,
-		uint32_t debit_units, uint64_t now_ms) {
+		uint32_t debit_units, uint32_t owner, uint64_t now_ms) {
 	pacer_go_release_result r;
 	pacer_ticket ticket;
 	memset(&r, 0, sizeof r);
 	ticket.seq = seq;
 	ticket.debit_units = debit_units;
 	ticket.state = PACER_TICKET_STATE_LIVE;
-	ticket.reserved = 0;
+	ticket.owner = owner;
 	r.status = (uint32_t)pacer_release(storage, &ticket, now_ms, &r.refunded);
 	return r;
 }
@@ -62,7 +64,7 @@ static pacer_go_book_result pacer_go_reserve_or_book(const pacer *storage, uint6
 // The booking is rebuilt live from its numbers: the Go side keeps the
 // spent flag (Ticket.spent) and presents only bookings it has not spent.
 static pacer_go_reserve_result pacer_go_redeem(const pacer *storage, uint32_t seq,
-		uint32_t debit_units, uint64_t slot_ms, uint64_t now_ms) {
+		uint32_t debit_units, uint32_t owner, uint64_t slot_ms, uint64_t now_ms) {
 	pacer_go_reserve_result r;
 	pacer_booking booking;
 	memset(&r, 0, sizeof r);
@@ -70,6 +72,7 @@ static pacer_go_reserve_result pacer_go_redeem(const pacer *storage, uint32_t se
 	booking.ticket.seq = seq;
 	booking.ticket.debit_units = debit_units;
 	booking.ticket.state = PACER_TICKET_STATE_LIVE;
+	booking.ticket.owner = owner;
 	booking.slot_ms = slot_ms;
 	r.status = (uint32_t)pacer_redeem(storage, &booking, now_ms, &r.decision);
 	return r;
@@ -198,6 +201,8 @@ var (
 	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_NOT_OPEN-StatusSharedNotOpen]
 	_ = [1]struct{}{}[C.PACER_STATUS_SHARED_NOT_FOUND-StatusSharedNotFound]
 	_ = [1]struct{}{}[C.PACER_STATUS_INVALID_TICKET-StatusInvalidTicket]
+	_ = [1]struct{}{}[C.PACER_STATUS_MISALIGNED-StatusMisaligned]
+	_ = [1]struct{}{}[C.PACER_STATUS_FOREIGN_TICKET-StatusForeignTicket]
 	_ = [1]struct{}{}[C.PACER_RELEASE_POLICY_REFUND-ReleaseRefund]
 	_ = [1]struct{}{}[C.PACER_RELEASE_POLICY_STRICT-ReleaseStrict]
 	_ = [1]struct{}{}[C.PACER_MODE_DISABLED-ModeDisabled]
@@ -350,7 +355,7 @@ func (s *storage) reserve(nowMs uint64, owner *Pacer, out *Decision) error {
 	out.RetryAfterSeconds = uint64(d.retry_after_s)
 	out.ClockRegressed = bool(d.clock_regressed)
 	if uint32(d.ticket.state) == C.PACER_TICKET_STATE_LIVE {
-		out.Ticket = owner.newTicket(uint32(d.ticket.seq), uint32(d.ticket.debit_units))
+		out.Ticket = owner.newTicket(uint32(d.ticket.seq), uint32(d.ticket.debit_units), uint32(d.ticket.owner))
 	}
 	return nil
 }
@@ -369,7 +374,7 @@ func decisionFromC(d *C.pacer_decision, owner *Pacer) Decision {
 		ClockRegressed:    bool(d.clock_regressed),
 	}
 	if uint32(d.ticket.state) == C.PACER_TICKET_STATE_LIVE {
-		out.Ticket = owner.newTicket(uint32(d.ticket.seq), uint32(d.ticket.debit_units))
+		out.Ticket = owner.newTicket(uint32(d.ticket.seq), uint32(d.ticket.debit_units), uint32(d.ticket.owner))
 	}
 	return out
 }
@@ -387,24 +392,28 @@ func (s *storage) reserveOrBook(nowMs uint64, retriesLeft uint32, owner *Pacer) 
 		uint32(r.booking.ticket.state) != C.PACER_TICKET_STATE_LIVE {
 		return d, nil, nil
 	}
-	t := owner.newTicket(uint32(r.booking.ticket.seq), uint32(r.booking.ticket.debit_units))
+	t := owner.newTicket(uint32(r.booking.ticket.seq), uint32(r.booking.ticket.debit_units),
+		uint32(r.booking.ticket.owner))
 	slot := uint64(r.booking.slot_ms)
 	return d, &Booking{SlotMs: slot, Ticket: t, slot: slot, ticket: t}, nil
 }
 
-// redeem runs pacer_redeem on a live booking with this ticket and slot.
-// Admitted: the decision's Ticket is the booking's, as a new Go value of
-// owner's.
-func (s *storage) redeem(seq, debitUnits uint32, slotMs, nowMs uint64, owner *Pacer) (Decision, error) {
-	r := C.pacer_go_redeem(s.ptr, C.uint32_t(seq), C.uint32_t(debitUnits), C.uint64_t(slotMs), C.uint64_t(nowMs))
+// redeem runs pacer_redeem on a live booking with this ticket (seq, debit,
+// the library's owner tag) and slot. Admitted: the decision's Ticket is the
+// booking's, as a new Go value of owner's.
+func (s *storage) redeem(seq, debitUnits, tag uint32, slotMs, nowMs uint64, owner *Pacer) (Decision, error) {
+	r := C.pacer_go_redeem(s.ptr, C.uint32_t(seq), C.uint32_t(debitUnits), C.uint32_t(tag), C.uint64_t(slotMs),
+		C.uint64_t(nowMs))
 	if err := statusErr("pacer_redeem", uint32(r.status)); err != nil {
 		return Decision{}, err
 	}
 	return decisionFromC(&r.decision, owner), nil
 }
 
-func (s *storage) release(seq, debitUnits uint32, nowMs uint64) (bool, error) {
-	r := C.pacer_go_release(s.ptr, C.uint32_t(seq), C.uint32_t(debitUnits), C.uint64_t(nowMs))
+// release runs pacer_release on the live ticket (seq, debit, the library's
+// owner tag).
+func (s *storage) release(seq, debitUnits, tag uint32, nowMs uint64) (bool, error) {
+	r := C.pacer_go_release(s.ptr, C.uint32_t(seq), C.uint32_t(debitUnits), C.uint32_t(tag), C.uint64_t(nowMs))
 	if err := statusErr("pacer_release", uint32(r.status)); err != nil {
 		return false, err
 	}

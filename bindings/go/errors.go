@@ -11,7 +11,8 @@ import (
 //     that names the field.
 //   - ErrRefused: Admit was refused; errors.As gives the *RefusedError with the
 //     hint for the client.
-//   - ErrClosed: the Pacer was closed.
+//   - ErrClosed: the Pacer was closed (before the call, or while Admit or
+//     AdmitKey waited: the slot was refunded then).
 //   - ErrBookingSpent: Redeem was given a booking already redeemed or
 //     released; it also matches StatusInvalidTicket.
 //   - a Status (StatusNullParameter, StatusRateTooHigh, …): a C call failed;
@@ -114,6 +115,11 @@ const (
 	// StatusInvalidTicket: a booking presented to pacer_redeem holds no
 	// live ticket (already redeemed, released, or never booked).
 	StatusInvalidTicket Status = 25
+	// StatusMisaligned: a pointer argument was not aligned for its type.
+	StatusMisaligned Status = 26
+	// StatusForeignTicket: a ticket or booking was issued by another
+	// pacer (its owner tag is not this pacer's); nothing changed.
+	StatusForeignTicket Status = 27
 )
 
 // String is the library's description (pacer_status_str); unknown codes

@@ -4,8 +4,11 @@ package pacer
 // library's own status codes can be checked against their Go errors.
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
+	"unsafe"
 )
 
 func TestStatusErrorsFromC(t *testing.T) {
@@ -52,8 +55,32 @@ func TestStatusErrorsFromC(t *testing.T) {
 	if err := s.init(valid, 0); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := reserve(0); err != nil || !d.Admitted {
-		t.Fatalf("%+v, %v", d, err)
+	d, err := reserve(0)
+	if err != nil || !d.Admitted || d.Ticket == nil || d.Ticket.tag == 0 {
+		t.Fatalf("%+v, %v; want admitted with a ticket carrying a nonzero owner tag", d, err)
+	}
+	// ABI 2: a ticket with another owner tag is refused, nothing changed.
+	tk := d.Ticket
+	if _, err := s.release(tk.seq, tk.debitUnits, tk.tag+1, 0); !errors.Is(err, StatusForeignTicket) {
+		t.Fatalf("release with a foreign tag: %v, want StatusForeignTicket", err)
+	}
+	if _, err := s.redeem(tk.seq, tk.debitUnits, tk.tag^0x8000_0000, 0, 0, owner); !errors.Is(err, StatusForeignTicket) {
+		t.Fatalf("redeem with a foreign tag: %v, want StatusForeignTicket", err)
+	}
+	if ok, err := s.release(tk.seq, tk.debitUnits, tk.tag, 0); !ok || err != nil {
+		t.Fatalf("release with its own tag: %v, %v; want a refund", ok, err)
+	}
+	// A pacer pointer off its 16-byte alignment is refused before it is read.
+	off := &storage{}
+	*(*unsafe.Pointer)(unsafe.Pointer(&off.ptr)) = unsafe.Add(unsafe.Pointer(s.ptr), 4)
+	if off.aligned() {
+		t.Fatal("the offset pointer is aligned")
+	}
+	if _, err := off.info(); !errors.Is(err, StatusMisaligned) {
+		t.Fatalf("info on a misaligned pacer: %v, want StatusMisaligned", err)
+	}
+	if StatusForeignTicket.String() == "unknown status" || StatusMisaligned.String() == "unknown status" {
+		t.Fatalf("%q, %q", StatusForeignTicket, StatusMisaligned)
 	}
 	if got := StatusNullParameter.String(); got != "a required pointer argument was NULL" {
 		t.Errorf("StatusNullParameter = %q", got)
@@ -63,5 +90,18 @@ func TestStatusErrorsFromC(t *testing.T) {
 	}
 	if statusErr("x", 0) != nil {
 		t.Error("OK is not an error")
+	}
+}
+
+// The default sleep: a timer that fires (nil), and a context already done
+// ends an hour-long wait (the timer cannot be ready first).
+func TestTimerSleep(t *testing.T) {
+	if err := timerSleep(t.Context(), time.Millisecond); err != nil {
+		t.Fatalf("timer: %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := timerSleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package pacer
 
 import (
 	"context"
+	"errors"
 	"math"
 	"runtime"
 	"strconv"
@@ -212,6 +213,10 @@ type Pacer struct {
 	mem    *storage
 	closed atomic.Bool // set by Close; calls then return ErrClosed
 	id     uint64      // names the Pacer in its tickets (0: not made by New)
+	// life is cancelled by Close: it wakes every Admit still waiting, which
+	// then refunds its slot (await).
+	life    context.Context
+	endLife context.CancelFunc
 
 	cfg      Config
 	clock    func() uint64
@@ -231,6 +236,7 @@ type Pacer struct {
 // or their defaults; its storage is attached after (attach).
 func newPacer(cfg Config, clock func() uint64) *Pacer {
 	p := &Pacer{cfg: cfg, clock: clock, sleep: cfg.Sleep, notifier: cfg.Notifier}
+	p.life, p.endLife = context.WithCancel(context.Background())
 	if p.sleep == nil {
 		p.sleep = timerSleep
 	}
@@ -295,18 +301,30 @@ func (p *Pacer) attach(mem *storage, cc cConfig) error {
 // stays allocated while the caller holds p, so a Close racing the call
 // cannot free it underneath (the caller ends with runtime.KeepAlive(p)).
 func (p *Pacer) enter() bool {
-	return p != nil && p.mem != nil && !p.closed.Load()
+	return p.attached() && !p.closed.Load()
 }
 
-// Close closes the pacer: calls that start after Close return ErrClosed
-// (one already running may still complete). Close is idempotent and never
-// waits. The C storage is freed once the Pacer is unreachable
-// (runtime.AddCleanup; an Admission refers to its Pacer, a Ticket does
-// not): calls take no lock, so only the collector knows that none is
-// still running.
+// attached reports whether p has storage (made by New or OpenShared),
+// closed or not. Releases need only this: the storage is freed by the
+// cleanup alone, never by Close, so refunding a ticket issued before Close
+// is as safe after it as before.
+func (p *Pacer) attached() bool { return p != nil && p.mem != nil }
+
+// Close closes the pacer: calls that start after Close and would admit or
+// read return ErrClosed (one already running may still complete), and
+// every Admit or AdmitKey waiting for its slot wakes, refunds the slot and
+// returns ErrClosed (or ctx.Err() when its own context ended first).
+// Releases keep working: Release, Admission.Release and Forget still refund
+// tickets issued before Close. Close is idempotent and never waits. The C
+// storage is freed once the Pacer is unreachable (runtime.AddCleanup; an
+// Admission refers to its Pacer, a Ticket does not): calls take no lock,
+// so only the collector knows that none is still running.
 func (p *Pacer) Close() error {
 	if p != nil {
 		p.closed.Store(true)
+		if p.endLife != nil {
+			p.endLife()
+		}
 	}
 	return nil
 }
@@ -369,9 +387,10 @@ func (p *Pacer) Reserve(nowMs uint64) (d Decision, err error) {
 // Release refunds an admission that will not open its connection, at
 // nowMs. It reports whether the policy refunded it; a nil ticket, a ticket
 // already released or one from another pacer reports false and changes
-// nothing.
+// nothing. It works after Close too (a closed pacer's slots still come
+// back); only a nil Pacer or one not made by New returns ErrClosed.
 func (p *Pacer) Release(t *Ticket, nowMs uint64) (bool, error) {
-	if !p.enter() {
+	if !p.attached() {
 		return false, ErrClosed
 	}
 	if t == nil || !p.issued(t) {
@@ -380,7 +399,7 @@ func (p *Pacer) Release(t *Ticket, nowMs uint64) (bool, error) {
 	if !t.spent.CompareAndSwap(false, true) {
 		return false, nil
 	}
-	refunded, err := p.mem.release(t.seq, t.debitUnits, nowMs)
+	refunded, err := p.mem.release(t.seq, t.debitUnits, t.tag, nowMs)
 	runtime.KeepAlive(p)
 	return refunded, err
 }
@@ -427,9 +446,11 @@ func (p *Pacer) admitReady(ctx context.Context) error {
 
 // Admit waits for permission to open one new connection. It reserves at
 // the pacer's clock and, when queued, sleeps until the granted time or
-// until ctx is done. A refusal returns a *RefusedError (errors.Is
-// ErrRefused). If ctx is done before admission, the slot is refunded and
-// ctx.Err() returned.
+// until ctx is done or the pacer is closed. A refusal returns a
+// *RefusedError (errors.Is ErrRefused). If ctx is done before admission,
+// the slot is refunded and ctx.Err() returned; if the pacer is closed
+// during the wait (and ctx is not done), the slot is refunded and
+// ErrClosed returned.
 func (p *Pacer) Admit(ctx context.Context) (Admission, error) {
 	if err := p.admitReady(ctx); err != nil {
 		return Admission{}, err
@@ -446,20 +467,33 @@ func (p *Pacer) Admit(ctx context.Context) (Admission, error) {
 }
 
 // await turns an admitted decision made at start into an Admission,
-// sleeping when it is queued. If the sleep ends early (ctx done), the
-// slot is refunded and ctx.Err() returned. (d is a pointer, and the
-// unqueued answer a literal, so no whole Decision or Admission is copied
-// on the way: wide copies of fields just written stall the processor.)
+// sleeping when it is queued. If the sleep ends early, the slot is
+// refunded and the reason returned: ctx.Err() when ctx is done (the
+// caller's own cancellation comes first), ErrClosed when Close woke it,
+// else the Sleep hook's error. (d is a pointer, and the unqueued answer a
+// literal, so no whole Decision or Admission is copied on the way: wide
+// copies of fields just written stall the processor.)
 func (p *Pacer) await(ctx context.Context, start uint64, d *Decision) (Admission, error) {
 	if !d.Queued {
 		return Admission{Wait: d.Wait(), Path: d.Path, Ticket: d.Ticket, pacer: p}, nil
 	}
 	a := Admission{Wait: d.Wait(), Queued: true, Path: d.Path, Ticket: d.Ticket, pacer: p}
-	if err := p.sleep(ctx, a.Wait); err != nil {
-		// A cancelled request opens no connection: give the slot back.
+	// The sleep also ends when Close ends the pacer's life (at once if
+	// Close already ran: AfterFunc then calls at once).
+	sleepCtx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(p.life, func() { cancel(ErrClosed) })
+	err := p.sleep(sleepCtx, a.Wait)
+	stop()
+	cancel(nil)
+	if err != nil {
+		// A cancelled request opens no connection: give the slot back
+		// (Release works on a closed pacer too).
 		_, _ = p.Release(d.Ticket, p.clock())
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return Admission{}, ctxErr
+		}
+		if errors.Is(context.Cause(sleepCtx), ErrClosed) {
+			return Admission{}, ErrClosed
 		}
 		return Admission{}, err
 	}

@@ -54,7 +54,7 @@ func TestDefaults(t *testing.T) {
 	if info.CapacityUnits != 10*60000 || info.MaxDebtUnits != 4833*60 {
 		t.Fatalf("info %+v", info)
 	}
-	if pacer.LibraryABIVersion() != pacer.HeaderABIVersion() || pacer.HeaderABIVersion() != 1 {
+	if pacer.LibraryABIVersion() != pacer.HeaderABIVersion() || pacer.HeaderABIVersion() != 2 {
 		t.Fatalf("ABI %d vs header %d", pacer.LibraryABIVersion(), pacer.HeaderABIVersion())
 	}
 	if pacer.LibraryVersion() == "" {
@@ -195,33 +195,53 @@ func TestAdmitCancelledAfterKeepsAdmission(t *testing.T) {
 	}
 }
 
+// cancelOnWatch is a context that cancels itself the first time someone
+// starts watching it (calls Done): Admit checks a context with Err before
+// reserving, and only a wait watches it, so it ends during the wait
+// whatever the machine's speed.
+type cancelOnWatch struct {
+	context.Context
+	once   sync.Once
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnWatch) Done() <-chan struct{} {
+	c.once.Do(c.cancel)
+	return c.Context.Done()
+}
+
+// The default Sleep (a real timer) with a fixed clock, so the granted waits
+// are exact whatever the machine's speed. Only relations that hold at any
+// speed are checked: a timer never fires early, and a context that ends as
+// the 15 s wait starts ends it.
 func TestAdmitRealTimerAndDeadline(t *testing.T) {
-	// rate 600: one slot per 100 ms; burst 1. Default clock and timer.
-	p := mustNew(t, pacer.Config{RatePerMinute: 600, Burst: 1, IdleTimeout: 2 * time.Minute, MaxRetries: 5})
+	clock := &fakeClock{}
+	// rate 600: one slot per 100 ms; burst 1; idle 1 h, 5 retries: bound 15000.
+	p := mustNew(t, pacer.Config{RatePerMinute: 600, Burst: 1, IdleTimeout: time.Hour, MaxRetries: 5, Clock: clock.Now})
 	if _, err := p.Admit(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	started := time.Now()
 	a, err := p.Admit(t.Context())
 	elapsed := time.Since(started)
-	if err != nil || !a.Queued || a.Wait <= 0 || a.Wait > 100*time.Millisecond {
-		t.Fatalf("%+v, %v: want a wait in (0, 100ms]", a, err)
+	if err != nil || !a.Queued || a.Wait != 100*time.Millisecond {
+		t.Fatalf("%+v, %v: want queued 100ms", a, err)
 	}
 	if elapsed < a.Wait {
 		t.Fatalf("returned after %v, before the granted %v", elapsed, a.Wait)
 	}
-	// The next needs about 100 ms more; a 5 ms deadline ends it first.
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Millisecond)
+	// Slots at 200 .. 14900 taken: the next Admit waits 15000 ms (the bound).
+	for want := uint64(200); want < 15000; want += 100 {
+		if d := mustReserve(t, p, 0); !d.Admitted || d.WaitMs != want {
+			t.Fatalf("reserve: %+v, want wait %d", d, want)
+		}
+	}
+	inner, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	started = time.Now()
-	_, err = p.Admit(ctx)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("got %v, want DeadlineExceeded", err)
+	if _, err = p.Admit(&cancelOnWatch{Context: inner, cancel: cancel}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
 	}
-	if time.Since(started) > 90*time.Millisecond {
-		t.Fatalf("waited %v past a 5ms deadline", time.Since(started))
-	}
-	if c := mustCounters(t, p); c.Refunded != 1 {
+	if c := mustCounters(t, p); c.Released != 1 || c.Refunded != 1 {
 		t.Fatalf("counters %+v, want the cancelled slot refunded", c)
 	}
 }
@@ -464,6 +484,11 @@ func TestBudgetFromEnvAndNoticesOnce(t *testing.T) {
 	previous := slog.Default()
 	slog.SetDefault(slog.New(logs))
 	defer slog.SetDefault(previous)
+	// A fresh default registry, so a second run in this process (-count)
+	// logs again.
+	previousNotifier := pacer.DefaultNotifier
+	pacer.DefaultNotifier = pacer.NewNotifier(nil)
+	defer func() { pacer.DefaultNotifier = previousNotifier }()
 
 	// A hostile rate text shaped like another kind's key cannot suppress
 	// that kind's notice (SPEC §2).
@@ -507,13 +532,76 @@ func TestBudgetFromEnvAndNoticesOnce(t *testing.T) {
 	}
 }
 
+// Settings text that is not a number whatever C makes of it: a NUL byte
+// (a C string would end there, reading "12\x00x" as 12) and bytes that are
+// not UTF-8. Each is malformed: the default is kept and the notice shows
+// the bad bytes as U+FFFD; its Raw is the text exactly as given. Texts are
+// SPEC §2's rendering, written out by hand.
 func TestResolveUnrepresentableText(t *testing.T) {
-	// Invalid UTF-8 and NUL bytes cannot be numbers: default kept, notice.
-	for _, raw := range []string{"6\xff0", "60\x00"} {
-		b, err := pacer.Resolve(pacer.Settings{RatePerMinute: &raw}, quiet())
-		if err != nil || b.RatePerMinute != 60 || len(b.Notices) != 1 || b.Notices[0].Kind != pacer.NoticeRateMalformed {
-			t.Errorf("%q: %+v, %v", raw, b, err)
+	str := func(s string) *string { return &s }
+	for _, tc := range []struct {
+		name     string
+		settings pacer.Settings
+		kind     pacer.NoticeKind
+		raw      string
+		key      string
+		text     string
+		check    func(pacer.Budget) bool
+	}{
+		{
+			name: "rate with NUL", settings: pacer.Settings{RatePerMinute: str("12\x00x")},
+			kind: pacer.NoticeRateMalformed, raw: "12\x00x", key: "rate:12\uFFFDx",
+			text:  "ignoring new-connection rate \"12\uFFFDx\": not a whole number of connections per minute; using 60/minute",
+			check: func(b pacer.Budget) bool { return b.RatePerMinute == 60 && b.WaitBoundMs == 4833 },
+		},
+		{
+			name: "rate not UTF-8", settings: pacer.Settings{RatePerMinute: str("\xff12")},
+			kind: pacer.NoticeRateMalformed, raw: "\xff12", key: "rate:\uFFFD12",
+			text:  "ignoring new-connection rate \"\uFFFD12\": not a whole number of connections per minute; using 60/minute",
+			check: func(b pacer.Budget) bool { return b.RatePerMinute == 60 && b.WaitBoundMs == 4833 },
+		},
+		{
+			// A NUL right after a valid number: never read as 60.
+			name: "retries with trailing NUL", settings: pacer.Settings{MaxRetries: str("3\x00")},
+			kind: pacer.NoticeRetriesMalformed, raw: "3\x00", key: "retries:3\uFFFD",
+			text: "ignoring max retries \"3\uFFFD\": not a whole number; using 5",
+			// 5 retries, idle 120000: bound 4833 (3 retries would give 13500).
+			check: func(b pacer.Budget) bool { return b.MaxRetries == 5 && b.WaitBoundMs == 4833 },
+		},
+		{
+			name: "idle not UTF-8", settings: pacer.Settings{IdleTimeoutMs: str("9\xfe\xff")},
+			kind: pacer.NoticeIdleMalformed, raw: "9\xfe\xff", key: "idle:9\uFFFD\uFFFD",
+			text:  "ignoring idle timeout \"9\uFFFD\uFFFD\": not a whole number of milliseconds; using 120000ms",
+			check: func(b pacer.Budget) bool { return b.IdleTimeoutMs == 120000 && b.WaitBoundMs == 4833 },
+		},
+	} {
+		logs := &logCapture{}
+		b, err := pacer.Resolve(tc.settings, pacer.NewNotifier(slog.New(logs)))
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
 		}
+		if !tc.check(b) {
+			t.Errorf("%s: budget %+v", tc.name, b)
+		}
+		if len(b.Notices) != 1 {
+			t.Errorf("%s: notices %+v, want one", tc.name, b.Notices)
+			continue
+		}
+		n := b.Notices[0]
+		if n.Kind != tc.kind || n.Raw != tc.raw || n.Key != tc.key || n.Text != tc.text {
+			t.Errorf("%s: notice\n %+v\nwant kind %v raw %q key %q\n text %q", tc.name, n, tc.kind, tc.raw, tc.key, tc.text)
+		}
+		if msgs := logs.messages(); len(msgs) != 1 || msgs[0] != "pacer: "+tc.text || logs.attr(0, "raw") != tc.raw {
+			t.Errorf("%s: logged %q raw=%q", tc.name, msgs, logs.attr(0, "raw"))
+		}
+	}
+	// Through BudgetFromEnv too (an environment value can hold any bytes
+	// but NUL; a stand-in lookup can hold NUL as well).
+	env := map[string]string{pacer.EnvRatePerMinute: "12\x00x"}
+	b, err := pacer.BudgetFromEnv(func(name string) (string, bool) { v, ok := env[name]; return v, ok })
+	if err != nil || b.RatePerMinute != 60 || len(b.Notices) != 1 || b.Notices[0].Raw != "12\x00x" {
+		t.Fatalf("BudgetFromEnv: %+v, %v", b, err)
 	}
 }
 
@@ -548,8 +636,9 @@ func TestClose(t *testing.T) {
 	if _, err := p.Admit(t.Context()); !errors.Is(err, pacer.ErrClosed) {
 		t.Fatalf("Admit after Close: %v", err)
 	}
-	if _, err := p.Release(d.Ticket, 0); !errors.Is(err, pacer.ErrClosed) {
-		t.Fatalf("Release after Close: %v", err)
+	// A ticket issued before Close still releases (its slot comes back).
+	if ok, err := p.Release(d.Ticket, 0); !ok || err != nil {
+		t.Fatalf("Release after Close: %v, %v; want a refund", ok, err)
 	}
 	if _, err := p.Counters(); !errors.Is(err, pacer.ErrClosed) {
 		t.Fatalf("Counters after Close: %v", err)

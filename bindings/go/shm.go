@@ -85,7 +85,8 @@ func (s *SharedPacer) Reserve() (Decision, error) {
 }
 
 // Release refunds an admission that will not open its connection; see
-// Pacer.Release.
+// Pacer.Release (it works after Close too). A ticket releases only through
+// the SharedPacer that issued it.
 func (s *SharedPacer) Release(t *Ticket) (bool, error) {
 	if s == nil {
 		return false, ErrClosed
@@ -101,7 +102,9 @@ func (s *SharedPacer) Admit(ctx context.Context) (Admission, error) {
 	return s.p.Admit(ctx)
 }
 
-// Counters reads the decision counters; see Pacer.Counters.
+// Counters reads the decision counters of this handle: the calls made
+// through this SharedPacer only (another handle on the same bucket, in this
+// process or another, counts its own; a fresh handle starts at zero).
 func (s *SharedPacer) Counters() (Counters, error) {
 	if s == nil {
 		return Counters{}, ErrClosed
@@ -126,9 +129,11 @@ func (s *SharedPacer) Mode() Mode { return s.p.Mode() }
 // WaitBoundMs is the longest wait an admission is given, ms.
 func (s *SharedPacer) WaitBoundMs() uint64 { return s.p.WaitBoundMs() }
 
-// Close closes this process's view of the shared pacer (the file stays):
-// calls after Close return ErrClosed; Close is idempotent. The view is
-// unmapped once the SharedPacer is unreachable, as a Pacer's storage is
+// Close closes this handle (the file and the bucket stay) as Pacer.Close
+// does: calls that would admit or read return ErrClosed, a waiting Admit
+// wakes and gives its slot back to the bucket (ErrClosed), and Release of a
+// ticket issued before Close still refunds. Close is idempotent. The view
+// is unmapped once the SharedPacer is unreachable, as a Pacer's storage is
 // freed.
 func (s *SharedPacer) Close() error {
 	if s == nil {

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // sharedDir is where the shared-pacer tests put their files.
@@ -27,22 +30,31 @@ func sharedPath(t *testing.T, what string) string {
 	return path
 }
 
+// openTwo opens two handles on path with the defaults, closed at the end
+// of the test.
+func openTwo(t *testing.T, path string) (*SharedPacer, *SharedPacer) {
+	t.Helper()
+	var handles [2]*SharedPacer
+	for i := range handles {
+		p, err := OpenShared(path, DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		handles[i] = p
+	}
+	return handles[0], handles[1]
+}
+
 // Two handles in one process share one bucket: the defaults admit the burst
-// (10) at once across both, then the 11th waits one slot (1000 ms at 60/min,
-// less the few ms since the burst).
+// (10) at once across both, then the 11th waits one slot (1000 ms at 60/min)
+// less the time since the burst's first debit, which the shared clock
+// readings before the first and after the 11th bound (whatever the speed).
 func TestSharedTwoHandlesOneBucket(t *testing.T) {
 	path := sharedPath(t, "two")
-	a, err := OpenShared(path, DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := OpenShared(path, DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := openTwo(t, path)
 	immediate := 0
+	before := SharedClockMs()
 	for i := 0; i < 10; i++ {
 		s := a
 		if i%2 == 1 {
@@ -60,11 +72,14 @@ func TestSharedTwoHandlesOneBucket(t *testing.T) {
 		t.Fatalf("immediate = %d, want the burst 10", immediate)
 	}
 	d, err := b.Reserve()
+	after := SharedClockMs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !d.Admitted || d.WaitMs <= 900 || d.WaitMs > 1000 {
-		t.Fatalf("11th = %+v, want admitted after about 1000 ms", d)
+	// Full (10 tokens) at the first debit t1 >= before; 10 debits; the 11th
+	// at t11 <= after waits 1000 − (t11 − t1), at least 1000 − (after − before).
+	if !d.Admitted || d.Ticket == nil || d.WaitMs > 1000 || d.WaitMs+(after-before) < 1000 {
+		t.Fatalf("11th = %+v, want admitted after 1000 ms less at most %d ms", d, after-before)
 	}
 	if ok, err := a.Release(d.Ticket); err != nil || ok {
 		t.Fatalf("release of b's ticket through a = %v, %v; want false (not a's ticket)", ok, err)
@@ -140,21 +155,45 @@ func TestSharedChecksOnAttach(t *testing.T) {
 	}
 }
 
+// Admit on a shared pacer reserves and measures its wait on the shared
+// clock. rate 600, burst 1, idle 1 h, 5 retries: slots 100 ms apart. The
+// second Admit's wait is 100 − (t2 − t1) ms, t1 the first's debit and t2
+// its own: at most 100, and at least 100 − (e − b) with b read before the
+// first Admit and e as the wait starts (the Sleep hook reads it). The real
+// timer never fires early: Waited >= Wait. Nothing here depends on speed.
 func TestSharedAdmitWaitsOnTheSharedClock(t *testing.T) {
-	// rate 600, burst 1, idle 3600000, 5 retries: slots 100 ms apart.
-	cfg := Config{RatePerMinute: 600, Burst: 1, IdleTimeout: DefaultIdleTimeout * 30, MaxRetries: 5}
+	var sleepStart uint64
+	cfg := Config{RatePerMinute: 600, Burst: 1, IdleTimeout: DefaultIdleTimeout * 30, MaxRetries: 5,
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			sleepStart = SharedClockMs()
+			return timerSleep(ctx, d)
+		}}
 	s, err := OpenShared(sharedPath(t, "admit"), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	before := SharedClockMs()
 	first, err := s.Admit(context.Background())
 	if err != nil || first.Queued {
 		t.Fatalf("first = %+v, %v", first, err)
 	}
 	second, err := s.Admit(context.Background())
-	if err != nil || !second.Queued || second.Waited < second.Wait-5e6 {
+	if err != nil || second.Wait > 100*time.Millisecond {
 		t.Fatalf("second = %+v, %v", second, err)
+	}
+	if !second.Queued {
+		// Only when 100 ms or more passed between the two debits.
+		if end := SharedClockMs(); end-before < 100 {
+			t.Fatalf("second not queued %d ms after the first", end-before)
+		}
+		return
+	}
+	if got, least := second.Wait/time.Millisecond, 100-int64(sleepStart-before); int64(got) < least {
+		t.Fatalf("second waits %d ms, want at least %d", got, least)
+	}
+	if second.Waited < second.Wait {
+		t.Fatalf("second = %+v: waited less than granted on the shared clock", second)
 	}
 }
 
@@ -173,6 +212,9 @@ func TestSharedSeesDebitsOfACProcess(t *testing.T) {
 		}
 		return strings.Split(strings.TrimSpace(string(out)), "\n")
 	}
+	// The shared clock brackets every debit: the C burst happens after
+	// before, Go's reservation before goDone and C's last debit before end.
+	before := SharedClockMs()
 	for i, line := range debit(10) {
 		if line != "admitted 0" {
 			t.Fatalf("C debit %d: %q", i, line)
@@ -184,17 +226,124 @@ func TestSharedSeesDebitsOfACProcess(t *testing.T) {
 	}
 	defer s.Close()
 	d, err := s.Reserve()
+	goDone := SharedClockMs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The burst is gone: the next slot is 1000 ms after the C debits.
-	if !d.Admitted || !d.Queued || d.WaitMs <= 500 || d.WaitMs > 1000 {
-		t.Fatalf("after C's burst: %+v, want queued up to 1000 ms", d)
+	// The burst is gone: the next slot is 1000 ms after C's first debit t1,
+	// so Go waits 1000 − (now − t1), at least 1000 − (goDone − before).
+	if !d.Admitted || d.WaitMs > 1000 || d.WaitMs+(goDone-before) < 1000 {
+		t.Fatalf("after C's burst: %+v, want a wait of 1000 ms less at most %d", d, goDone-before)
 	}
-	// And C sees Go's debit: its next slot is one more second out.
+	// And C sees Go's debit: its next slot is 2000 ms after t1.
 	line := debit(1)[0]
+	end := SharedClockMs()
 	var wait uint64
-	if _, err := fmt.Sscanf(line, "admitted %d", &wait); err != nil || wait <= d.WaitMs+500 || wait > 2000 {
-		t.Fatalf("C after Go: %q (Go waited %d)", line, d.WaitMs)
+	if _, err := fmt.Sscanf(line, "admitted %d", &wait); err != nil || wait > 2000 || wait+(end-before) < 2000 {
+		t.Fatalf("C after Go: %q, want a wait of 2000 ms less at most %d", line, end-before)
+	}
+}
+
+// Counters of a shared pacer count the calls made through that handle
+// only (the bucket is machine-wide, the counters are the handle's). Two
+// handles on one name, the defaults (burst 10): 5 reservations in all, all
+// admitted at once whatever the time between them.
+func TestSharedCountersPerHandle(t *testing.T) {
+	path := sharedPath(t, "counters")
+	a, b := openTwo(t, path)
+	var aTickets, bTickets []*Ticket
+	for i := 0; i < 3; i++ {
+		d, err := a.Reserve()
+		if err != nil || !d.Admitted || d.Queued {
+			t.Fatalf("a: %+v, %v", d, err)
+		}
+		aTickets = append(aTickets, d.Ticket)
+	}
+	for i := 0; i < 2; i++ {
+		d, err := b.Reserve()
+		if err != nil || !d.Admitted || d.Queued {
+			t.Fatalf("b: %+v, %v", d, err)
+		}
+		bTickets = append(bTickets, d.Ticket)
+	}
+	if ok, err := a.Release(aTickets[0]); !ok || err != nil {
+		t.Fatalf("a release: %v, %v", ok, err)
+	}
+	// b's ticket through a: not a's, refused in Go before any C call.
+	if ok, err := a.Release(bTickets[0]); ok || err != nil {
+		t.Fatalf("b's ticket through a: %v, %v", ok, err)
+	}
+	ca, err := a.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Counters{Admitted: 3, Released: 1, Refunded: 1}); ca != want {
+		t.Fatalf("a's counters %+v, want %+v", ca, want)
+	}
+	cb, err := b.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Counters{Admitted: 2}); cb != want {
+		t.Fatalf("b's counters %+v, want %+v", cb, want)
+	}
+	// A fresh handle on the same bucket has made no calls.
+	c, err := OpenShared(path, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if cc, err := c.Counters(); err != nil || cc != (Counters{}) {
+		t.Fatalf("fresh handle's counters %+v, %v", cc, err)
+	}
+}
+
+// Close while an Admit on a shared pacer waits: the slot goes back to the
+// machine-wide bucket. rate 1, burst 1, the default idle and retries
+// (bound 4833): refusals cannot outlast a 60 s slot, so the second Admit
+// is shaped and waits exactly the bound (unless 55 s pass between the two
+// Admits). The sleep is injected; the test never waits on a timer.
+func TestSharedCloseDuringAdmitRefunds(t *testing.T) {
+	for _, cancelToo := range []bool{false, true} {
+		gate := make(chan time.Duration, 1)
+		cfg := DefaultConfig()
+		cfg.RatePerMinute = 1
+		cfg.Burst = 1
+		cfg.Notifier = NewNotifier(slog.New(slog.NewTextHandler(io.Discard, nil)))
+		cfg.Sleep = func(ctx context.Context, d time.Duration) error {
+			gate <- d
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		path := sharedPath(t, fmt.Sprintf("close-%v", cancelToo))
+		s, err := OpenShared(path, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, err := s.Admit(context.Background()); err != nil || a.Queued {
+			t.Fatalf("first: %+v, %v", a, err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { _, err := s.Admit(ctx); done <- err }()
+		if d := <-gate; d != 4833*time.Millisecond {
+			t.Fatalf("shaped wait %v, want the bound 4833ms", d)
+		}
+		_ = s.Close()
+		var err2 error
+		if cancelToo {
+			cancel()
+			if err2 = <-done; !errors.Is(err2, ErrClosed) && !errors.Is(err2, context.Canceled) {
+				t.Fatalf("got %v, want ErrClosed or context.Canceled", err2)
+			}
+		} else if err2 = <-done; !errors.Is(err2, ErrClosed) {
+			t.Fatalf("got %v, want ErrClosed", err2)
+		}
+		cancel()
+		c, err := s.p.mem.counters()
+		want := Counters{Admitted: 2, AdmittedAfterWait: 1, Shaped: 1, Released: 1, Refunded: 1}
+		if err != nil || c != want {
+			t.Fatalf("cancelToo %v: counters %+v, %v; want %+v (the waiting slot refunded)", cancelToo, c, err, want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ type Ticket struct {
 	owner      uint64 // the issuing Pacer's id (Pacer.id)
 	seq        uint32
 	debitUnits uint32
+	tag        uint32 // the library's owner tag (pacer_ticket.owner), passed back on release
 	spent      atomic.Bool
 }
 
@@ -72,7 +73,7 @@ func (c *ticketCache) stripe() *ticketStripe {
 // Lock-free: a slot is claimed with one atomic add, and when the chunk is
 // used up the caller starts a new one (if two goroutines do so at once,
 // both chunks are used; the loser's other slots are simply dropped).
-func (p *Pacer) newTicket(seq, debitUnits uint32) *Ticket {
+func (p *Pacer) newTicket(seq, debitUnits, tag uint32) *Ticket {
 	st := p.tickets.stripe()
 	c := st.cur.Load()
 	var t *Ticket
@@ -87,6 +88,6 @@ func (p *Pacer) newTicket(seq, debitUnits uint32) *Ticket {
 		st.cur.CompareAndSwap(c, n)
 		t = &n.t[0]
 	}
-	t.owner, t.seq, t.debitUnits = p.id, seq, debitUnits
+	t.owner, t.seq, t.debitUnits, t.tag = p.id, seq, debitUnits, tag
 	return t
 }

@@ -106,10 +106,13 @@ function timeoutRange(name) {
     : `${constants.minTotalTimeoutMs}-${constants.maxTotalTimeoutMs}ms`;
 }
 
-/** The original's text and key for one budget notice of the core. */
-function budgetNoticeText(notice) {
+/** The original's text and key for one budget notice of the core. `given`
+ * maps the notice's namespace (`idle`, `total`, `retries`) to the setting's
+ * text as read: the addon saw it with lone surrogates made U+FFFD, and the
+ * original names the setting as it was given. */
+function budgetNoticeText(notice, given) {
   const [a, b] = notice.values;
-  const raw = notice.raw;
+  const raw = given[notice.namespace] ?? notice.raw;
   switch (notice.name) {
     case 'idle_malformed':
     case 'total_malformed': {
@@ -154,15 +157,14 @@ function upstreamRequestBudget(options = {}) {
   const env = options.env ?? process.env;
   const warn = options.warn ?? defaultWarn;
   const override = options.idleTimeoutMs === undefined ? undefined : wholeOrZero(options.idleTimeoutMs);
-  const resolution = native.resolveSettings(
-    undefined,
-    override === undefined ? readSetting(env, UPSTREAM_IDLE_TIMEOUT_ENV) : undefined,
-    readSetting(env, UPSTREAM_TOTAL_TIMEOUT_ENV),
-    readSetting(env, UPSTREAM_MAX_RETRIES_ENV),
-    override,
-  );
+  const given = {
+    idle: override === undefined ? readSetting(env, UPSTREAM_IDLE_TIMEOUT_ENV) : undefined,
+    total: readSetting(env, UPSTREAM_TOTAL_TIMEOUT_ENV),
+    retries: readSetting(env, UPSTREAM_MAX_RETRIES_ENV),
+  };
+  const resolution = native.resolveSettings(undefined, given.idle, given.total, given.retries, override);
   for (const notice of resolution.notices) {
-    const text = budgetNoticeText(notice);
+    const text = budgetNoticeText(notice, given);
     if (text !== null) reportOnce(reportedBudgetNotices, text[0], text[1], warn);
   }
   return {

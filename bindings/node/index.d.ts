@@ -10,7 +10,10 @@ export type ReleasePolicy = 'refund' | 'strict';
 
 /** The right to refund one admission's debit; released at most once. */
 export declare class Ticket {
-  private constructor();
+  /** Pacers make tickets. One made here is checked: `owner` a Pacer or
+   * SharedPacer (else TypeError), `seq` a whole number 0..2^32−1,
+   * `debitUnits` 1..60000 (else TypeError/RangeError naming the argument). */
+  constructor(owner: Pacer | SharedPacer, seq: number, debitUnits: number);
   /** The debit this ticket refunds, in 1/60000 of a connection. */
   readonly debitUnits: number;
   /** Whether it was released already. */
@@ -44,7 +47,8 @@ export type Decision = Admitted | Refused;
 /** A place in line (SPEC §11): redeem it on the request's retry, or release
  * its ticket if the request ends without redeeming it. */
 export declare class Booking {
-  private constructor();
+  /** `slotMs` a whole number of ms, `ticket` a Ticket (checked, by name). */
+  constructor(slotMs: number, ticket: Ticket);
   /** When the connection may open, ms on the pacer's clock. */
   readonly slotMs: number;
   /** The refund right of the booked token. */
@@ -108,6 +112,19 @@ export declare class NoticeRegistry {
   clear(): void;
 }
 
+/**
+ * The error every call on a closed pacer throws or rejects with (after
+ * `close()`), and the one an admit still waiting at `close()` rejects with.
+ */
+export interface PacerClosedError extends Error {
+  code: 'ERR_PACER_CLOSED';
+}
+
+/**
+ * Options: an option left undefined takes its default; null or a value of
+ * the wrong type is a TypeError naming it; a number that is NaN, infinite,
+ * negative, fractional or out of range is a RangeError naming it.
+ */
 export interface PacerOptions {
   /** New connections per minute, 0..600; 0 turns pacing off. Default 60. */
   ratePerMinute?: number;
@@ -191,10 +208,19 @@ export declare class Pacer {
   readonly pendingKeys: number;
   /** Waits (setTimeout) for permission; rejects when `signal` aborts first.
    * With `key` (the request's identity across the client's retries), a
-   * refusal books a place in line that the key's retry redeems (SPEC §11). */
+   * refusal books a place in line that the key's retry redeems (SPEC §11).
+   * Rejects with a PacerClosedError once closed, or if `close()` is called
+   * while it waits (its slot is refunded then). */
   admit(options?: { signal?: AbortSignal; key?: string | number | symbol }): Promise<AdmitOutcome>;
+  /** What this pacer decided so far (still answers after close()). */
   counters(): Counters;
   state(): { highWaterMs: number; tokensUnits: number; seq: number };
+  /** Whether close() was called. */
+  readonly closed: boolean;
+  /** Refunds and rejects (PacerClosedError) every admit still waiting; from
+   * then on every call but the getters and counters() throws a
+   * PacerClosedError. Idempotent. */
+  close(): void;
 }
 
 /** Options of SharedPacer.open: as PacerOptions, but no clock. */
@@ -205,7 +231,7 @@ export type SharedErrorCode =
   | 'SHARED_UNSUPPORTED' | 'SHARED_OS' | 'SHARED_INVALID_NAME' | 'SHARED_SYMLINK'
   | 'SHARED_NOT_REGULAR' | 'SHARED_WRONG_OWNER' | 'SHARED_PERMISSIONS' | 'SHARED_TRUNCATED'
   | 'SHARED_FOREIGN' | 'SHARED_LAYOUT_VERSION' | 'SHARED_ABI_VERSION' | 'SHARED_INCOMPLETE'
-  | 'SHARED_CONFIG_MISMATCH' | 'SHARED_NOT_OPEN' | 'SHARED_NOT_FOUND';
+  | 'SHARED_CONFIG_MISMATCH' | 'SHARED_NOT_FOUND';
 
 /**
  * A pacer whose bucket lives in a shared-memory file, shared by every
@@ -227,13 +253,18 @@ export declare class SharedPacer {
   reserve(): Decision;
   /** Refunds an admission that will not open a connection. */
   release(ticket: Ticket): boolean;
-  /** Waits for permission; rejects when `signal` aborts first. */
+  /** Waits for permission; rejects when `signal` aborts first, or with a
+   * PacerClosedError as `Pacer.admit`. */
   admit(options?: { signal?: AbortSignal }): Promise<AdmitOutcome>;
-  /** This process's decisions. */
+  /** The calls made through this handle (each handle counts its own; a
+   * fresh one starts at 0). Still answers after close(). */
   counters(): Counters;
   /** The machine-wide state word. */
   state(): { highWaterMs: number; tokensUnits: number; seq: number };
-  /** Unmaps this process's view; the file stays. */
+  /** Whether close() was called on this handle. */
+  readonly closed: boolean;
+  /** As `Pacer.close()`: refunds the waiting admits to the shared bucket and
+   * rejects them, then unmaps this handle's view; the file stays. */
   close(): void;
 }
 

@@ -56,6 +56,15 @@ function wholeNumber(field, value, min, max) {
   return value;
 }
 
+// One rule for every option: undefined takes the default; null or a value
+// of the wrong type is a TypeError naming the option; a bad number is a
+// RangeError (wholeNumber).
+
+/** An optional whole-number option: `fallback` when undefined. */
+function optionalWhole(field, value, fallback, min, max) {
+  return value === undefined ? fallback : wholeNumber(field, value, min, max);
+}
+
 function optionalFunction(field, value, fallback) {
   if (value === undefined) return fallback;
   if (typeof value !== 'function') {
@@ -64,13 +73,40 @@ function optionalFunction(field, value, fallback) {
   return value;
 }
 
+/** An options argument: `{}` when undefined, else it must be an object. */
+function optionsObject(field, value) {
+  if (value === undefined) return {};
+  if (typeof value !== 'object' || value === null) {
+    throw new TypeError(`pacer: ${field} must be an object, got ${describe(value)}`);
+  }
+  return value;
+}
+
+function optionalRegistry(value) {
+  if (value === undefined) return defaultNoticeRegistry;
+  if (typeof value !== 'object' || value === null || typeof value.firstTime !== 'function') {
+    throw new TypeError(`pacer: noticeRegistry must be a NoticeRegistry, got ${describe(value)}`);
+  }
+  return value;
+}
+
 function checkSignal(signal) {
-  if (signal === undefined || signal === null) return undefined;
-  if (typeof signal !== 'object' || typeof signal.aborted !== 'boolean'
+  if (signal === undefined) return undefined;
+  if (typeof signal !== 'object' || signal === null || typeof signal.aborted !== 'boolean'
     || typeof signal.addEventListener !== 'function') {
     throw new TypeError(`pacer: signal must be an AbortSignal, got ${describe(signal)}`);
   }
   return signal;
+}
+
+/** The error of every call on a closed pacer (`code` 'ERR_PACER_CLOSED'). */
+function closedError(shared) {
+  const error = new Error(shared
+    ? 'pacer: this shared pacer is closed: close() was called on this handle (the file stays; '
+      + 'SharedPacer.open() attaches again)'
+    : 'pacer: this pacer is closed: close() was called on it');
+  error.code = 'ERR_PACER_CLOSED';
+  return error;
 }
 
 // ---------------------------------------------------------------- clocks and timers
@@ -117,14 +153,21 @@ function defaultNoticeSink(notice) {
   process.stderr.write(`pacer: ${notice.text}\n`);
 }
 
-/** The structured notice handed to a sink. */
-function noticeFromNative(n) {
-  const key = n.keyedByText ? `${n.namespace}:${n.raw}` : `${n.namespace}:${n.values.join(':')}`;
+/**
+ * The structured notice handed to a sink. `given` maps a setting's dedupe
+ * namespace (`rate`, `idle`, `total`, `retries`) to its text as the caller
+ * gave it: the addon saw that text with each NUL and lone surrogate made
+ * U+FFFD, so its `raw` can differ, and the notice keeps (and is keyed by)
+ * the text as given.
+ */
+function noticeFromNative(n, given) {
+  const raw = n.raw !== '' && given?.[n.namespace] !== undefined ? given[n.namespace] : n.raw;
+  const key = n.keyedByText ? `${n.namespace}:${raw}` : `${n.namespace}:${n.values.join(':')}`;
   return Object.freeze({
     kind: n.name,
     key,
     text: n.text,
-    raw: n.raw,
+    raw,
     values: Object.freeze(n.values.slice()),
   });
 }
@@ -141,6 +184,10 @@ function report(notice, sink, registry) {
 
 // ---------------------------------------------------------------- tickets
 
+/** Module-private: marks the pacer's own `new Ticket` calls, whose
+ * arguments come from the addon and need no checks (the hot path). */
+const TRUSTED = Symbol('pacer.trusted');
+
 /** The right to refund one admission's debit; released at most once. */
 class Ticket {
   #owner;
@@ -148,7 +195,21 @@ class Ticket {
   #debitUnits;
   #spent = false;
 
-  constructor(owner, seq, debitUnits) {
+  /**
+   * Pacers make tickets. A caller may too: `owner` a Pacer or SharedPacer,
+   * `seq` the debit's sequence number (0..2^32−1), `debitUnits` its debit
+   * (1..60000); each is checked, with a TypeError or RangeError naming it.
+   */
+  constructor(owner, seq, debitUnits, trusted) {
+    if (trusted !== TRUSTED) {
+      const pacer = pacerOf(owner);
+      if (pacer === null) {
+        throw new TypeError(`pacer: owner must be a Pacer or SharedPacer, got ${describe(owner)}`);
+      }
+      wholeNumber('seq', seq, 0, 0xffffffff);
+      wholeNumber('debitUnits', debitUnits, 1, constants.unitsPerToken);
+      owner = pacer;
+    }
     this.#owner = owner;
     this.#seq = seq;
     this.#debitUnits = debitUnits;
@@ -181,7 +242,7 @@ class Ticket {
   /** A new live ticket for the same debit; `ticket` becomes spent. */
   static transfer(ticket, owner) {
     const raw = Ticket.take(ticket, owner);
-    return raw === null ? null : new Ticket(owner, raw[0], raw[1]);
+    return raw === null ? null : new Ticket(owner, raw[0], raw[1], TRUSTED);
   }
 
   static isTicket(value) {
@@ -199,7 +260,12 @@ class Booking {
   #slotMs;
   #ticket;
 
+  /** `slotMs` whole ms on the pacer's clock; `ticket` the booked token's. */
   constructor(slotMs, ticket) {
+    wholeNumber('slotMs', slotMs, 0, Number.MAX_SAFE_INTEGER);
+    if (!Ticket.isTicket(ticket)) {
+      throw new TypeError(`pacer: ticket must be a Ticket, got ${describe(ticket)}`);
+    }
     this.#slotMs = slotMs;
     this.#ticket = ticket;
     Object.freeze(this);
@@ -222,24 +288,78 @@ class Booking {
 
 // ---------------------------------------------------------------- the pacer
 
+/** Whether `value` is a Pacer (set in Pacer's static block). */
+let isPacer;
+/** A SharedPacer's Pacer (set in SharedPacer's static block). */
+let pacerOfShared;
+
+/** The Pacer that issues `owner`'s tickets (itself, or a SharedPacer's),
+ * or null for anything else. */
+function pacerOf(owner) {
+  if (isPacer(owner)) return owner;
+  return pacerOfShared(owner);
+}
+
 /** Module-private: a factory for the native half, used by SharedPacer. */
 const NATIVE_FACTORY = Symbol('pacer.nativeFactory');
 /** Module-private: `reserve` with no clock, for SharedPacer (its native
  * half reads the machine-wide clock itself). */
 const RESERVE_AT_NATIVE_CLOCK = Symbol('pacer.reserveAtNativeClock');
 
-function resolveSettingsFrom(env, names, idleOverrideMs) {
-  const read = (name) => {
-    const value = env[name];
-    return value === undefined || value === null ? undefined : String(value);
+/** A setting's value as text: a string as is, null or undefined as unset,
+ * anything else as its String() (or its Object.prototype.toString when that
+ * throws): never a throw, however odd the value. */
+function settingText(value) {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value === 'string') return value;
+  try {
+    return String(value);
+  } catch {
+    return Object.prototype.toString.call(value);
+  }
+}
+
+/** The text the addon parses: each NUL and lone surrogate made U+FFFD, as
+ * every binding passes a setting to the core (a NUL can never end a number
+ * early), so such a setting is malformed: the default and a notice. */
+function coreText(text) {
+  return text === undefined ? undefined : text.toWellFormed().replaceAll('\0', '\uFFFD');
+}
+
+/** The setting names in force: ENV_NAMES with `names`' entries over them. */
+function envNames(names) {
+  if (names === undefined) return ENV_NAMES;
+  if (typeof names !== 'object' || names === null) {
+    throw new TypeError(`pacer: names must be an object, got ${describe(names)}`);
+  }
+  const merged = { ...ENV_NAMES };
+  for (const field of Object.keys(ENV_NAMES)) {
+    const name = names[field];
+    if (name === undefined) continue;
+    if (typeof name !== 'string' || name === '') {
+      throw new TypeError(`pacer: names.${field} must be a non-empty string, got ${describe(name)}`);
+    }
+    merged[field] = name;
+  }
+  return merged;
+}
+
+/** The addon's resolution of `env`'s settings and the notices, as given. */
+function resolveSettingsFrom(env, names) {
+  const given = {
+    rate: settingText(env[names.ratePerMinute]),
+    idle: settingText(env[names.idleTimeoutMs]),
+    total: settingText(env[names.totalTimeoutMs]),
+    retries: settingText(env[names.maxRetries]),
   };
-  return native.resolveSettings(
-    read(names.ratePerMinute),
-    read(names.idleTimeoutMs),
-    read(names.totalTimeoutMs),
-    read(names.maxRetries),
-    idleOverrideMs,
+  const r = native.resolveSettings(
+    coreText(given.rate),
+    coreText(given.idle),
+    coreText(given.total),
+    coreText(given.retries),
+    undefined,
   );
+  return { r, notices: r.notices.map((n) => noticeFromNative(n, given)) };
 }
 
 /**
@@ -247,15 +367,15 @@ function resolveSettingsFrom(env, names, idleOverrideMs) {
  * malformed values keep the default and out-of-range values clamp, each with
  * a notice sent once to `onNotice`. Never throws for a bad setting.
  */
-function resolveBudget(env = process.env, options = {}) {
+function resolveBudget(env = process.env, options = undefined) {
   if (typeof env !== 'object' || env === null) {
     throw new TypeError(`pacer: env must be an object, got ${describe(env)}`);
   }
-  const names = { ...ENV_NAMES, ...(options.names ?? {}) };
+  options = optionsObject('options', options);
+  const names = envNames(options.names);
   const sink = optionalFunction('onNotice', options.onNotice, defaultNoticeSink);
-  const registry = options.noticeRegistry ?? defaultNoticeRegistry;
-  const r = resolveSettingsFrom(env, names, undefined);
-  const notices = r.notices.map(noticeFromNative);
+  const registry = optionalRegistry(options.noticeRegistry);
+  const { r, notices } = resolveSettingsFrom(env, names);
   for (const notice of notices) report(notice, sink, registry);
   return Object.freeze({
     ratePerMinute: r.ratePerMinute,
@@ -284,6 +404,15 @@ class Pacer {
   #config;
   /** Keyed requests refused so far (admit with a key). */
   #keyed;
+  /** Set by close(): every call but the getters and counters() throws. */
+  #closed = false;
+  /** The admits sleeping now, each `{ticket, refunded, outcome, interrupt}`
+   * (see wait.js `control`), so close() can refund and end them. */
+  #waiting = new Set();
+
+  static {
+    isPacer = (value) => typeof value === 'object' && value !== null && #native in value;
+  }
 
   /**
    * @param options.ratePerMinute new connections per minute, 0..600 (0 = off); default 60
@@ -295,20 +424,17 @@ class Pacer {
    * @param options.schedule (ms, fire) => cancel; default setTimeout
    * @param options.onNotice receives the `disabled` / `norefuse` notice, once
    */
-  constructor(options = {}) {
-    if (typeof options !== 'object' || options === null) {
-      throw new TypeError(`pacer: options must be an object, got ${describe(options)}`);
-    }
-    const rate = wholeNumber('ratePerMinute', options.ratePerMinute ?? constants.defaultRatePerMinute,
+  constructor(options = undefined) {
+    options = optionsObject('options', options);
+    const rate = optionalWhole('ratePerMinute', options.ratePerMinute, constants.defaultRatePerMinute,
       0, constants.maxRatePerMinute);
-    const burst = wholeNumber('burst', options.burst ?? constants.defaultBurst, 0, constants.maxBurst);
-    const idle = wholeNumber('idleTimeoutMs', options.idleTimeoutMs ?? constants.defaultIdleTimeoutMs,
+    const burst = optionalWhole('burst', options.burst, constants.defaultBurst, 0, constants.maxBurst);
+    const idle = optionalWhole('idleTimeoutMs', options.idleTimeoutMs, constants.defaultIdleTimeoutMs,
       0, Number.MAX_SAFE_INTEGER);
     const ceiling = native.ladderCeiling(idle);
-    const retries = options.maxRetries === undefined
-      ? Math.min(constants.defaultMaxRetries, ceiling)
-      : wholeNumber('maxRetries', options.maxRetries, 0, ceiling);
-    const policy = options.releasePolicy ?? 'refund';
+    const retries = optionalWhole('maxRetries', options.maxRetries,
+      Math.min(constants.defaultMaxRetries, ceiling), 0, ceiling);
+    const policy = options.releasePolicy === undefined ? 'refund' : options.releasePolicy;
     if (typeof policy !== 'string') {
       throw new TypeError(`pacer: releasePolicy must be 'refund' or 'strict', got ${describe(policy)}`);
     }
@@ -318,6 +444,7 @@ class Pacer {
     const now = optionalFunction('now', options.now, monotonicNow);
     const schedule = optionalFunction('schedule', options.schedule, defaultSchedule);
     const sink = optionalFunction('onNotice', options.onNotice, defaultNoticeSink);
+    const registry = optionalRegistry(options.noticeRegistry);
     this.#now = now;
     this.#schedule = schedule;
     const factory = options[NATIVE_FACTORY];
@@ -341,14 +468,14 @@ class Pacer {
       releasePolicy: policy,
     });
     const notice = native.modeNoticeFor(rate, idle, retries);
-    if (notice) report(noticeFromNative(notice), sink, options.noticeRegistry ?? defaultNoticeRegistry);
+    if (notice) report(noticeFromNative(notice), sink, registry);
   }
 
   /**
    * A pacer configured from settings text in `env` (default `process.env`,
    * names in `ENV_NAMES`); `options` as for the constructor plus `names`.
    */
-  static fromEnv(env = process.env, options = {}) {
+  static fromEnv(env = process.env, options = undefined) {
     const budget = resolveBudget(env, options);
     return new Pacer({
       ...options,
@@ -382,9 +509,49 @@ class Pacer {
     return this.#mode !== 'disabled';
   }
 
+  /** Whether close() was called. */
+  get closed() {
+    return this.#closed;
+  }
+
+  /**
+   * Closes the pacer: every call after it (admit, reserve, release,
+   * reserveOrBook, redeem, forget, state) throws, or rejects with, an Error
+   * whose `code` is 'ERR_PACER_CLOSED'; the getters and counters() still
+   * answer. An admit still waiting is ended now: its slot is refunded and
+   * its promise rejects with that error, so an abort of its signal later
+   * changes nothing. An admit whose signal aborted just before keeps its
+   * abort reason (its slot is refunded once). Idempotent. A shared pacer
+   * is unmapped after the refunds.
+   */
+  close() {
+    if (this.#closed) return;
+    let nowMs = 0;
+    try {
+      nowMs = this.#clock();
+    } catch {
+      // A failing clock must not keep the slots: 0 is a reading behind the
+      // last one, which refills nothing (SPEC §5).
+    }
+    for (const waiter of this.#waiting) {
+      waiter.interrupt?.(closedError(this.#shared));
+      if (waiter.outcome !== 'fired' && !waiter.refunded) {
+        waiter.refunded = true;
+        const raw = waiter.ticket === null ? null : Ticket.take(waiter.ticket, this);
+        if (raw !== null) this.#native.release(raw[0], raw[1], nowMs);
+      }
+    }
+    this.#waiting.clear();
+    this.#closed = true;
+    if (this.#shared) this.#native.close();
+  }
+
   #clock() {
     const reading = this.#now();
-    if (typeof reading !== 'number' || !Number.isFinite(reading) || reading < 0) {
+    if (typeof reading !== 'number') {
+      throw new TypeError(`pacer: now() must return a number of milliseconds, got ${describe(reading)}`);
+    }
+    if (!Number.isFinite(reading) || reading < 0) {
       throw new RangeError(`pacer: now() must return finite non-negative milliseconds, got ${describe(reading)}`);
     }
     return Math.min(Math.floor(reading), Number.MAX_SAFE_INTEGER);
@@ -397,6 +564,7 @@ class Pacer {
    * and releases `ticket` if it will not open the connection.
    */
   reserve(nowMs) {
+    if (this.#closed) throw closedError(this.#shared);
     // One test for the common case; anything else gets wholeNumber's error.
     if (!(Number.isSafeInteger(nowMs) && nowMs >= 0)) wholeNumber('nowMs', nowMs, 0, Number.MAX_SAFE_INTEGER);
     return this.#decode(this.#shared ? reserveSharedHot(this.#handle) : reserveHot(this.#handle, nowMs));
@@ -404,7 +572,13 @@ class Pacer {
 
   /** `reserve` of a shared pacer, which reads the machine-wide clock itself. */
   [RESERVE_AT_NATIVE_CLOCK]() {
+    if (this.#closed) throw closedError(true);
     return this.#decode(reserveSharedHot(this.#handle));
+  }
+
+  /** Throws the closed error once close() was called. */
+  #open() {
+    if (this.#closed) throw closedError(this.#shared);
   }
 
   #decode(code) {
@@ -430,7 +604,7 @@ class Pacer {
         queued: waitMs > 0,
         path: 'paced',
         clockRegressed: (code & 4) !== 0,
-        ticket: new Ticket(this, (payload - waitMs) / PACED_WAIT_SPAN, constants.unitsPerToken),
+        ticket: new Ticket(this, (payload - waitMs) / PACED_WAIT_SPAN, constants.unitsPerToken, TRUSTED),
       };
     }
     return this.#result(decodeDecision(code, this.#waitBoundMs));
@@ -452,7 +626,7 @@ class Pacer {
       queued: d.waitMs > 0,
       path: PATHS[d.path],
       clockRegressed: d.clockRegressed,
-      ticket: d.debitUnits > 0 ? new Ticket(this, d.seq, d.debitUnits) : null,
+      ticket: d.debitUnits > 0 ? new Ticket(this, d.seq, d.debitUnits, TRUSTED) : null,
     };
   }
 
@@ -462,6 +636,7 @@ class Pacer {
    * this pacer (nothing changes then).
    */
   release(ticket, nowMs) {
+    this.#open();
     if (!Ticket.isTicket(ticket)) {
       throw new TypeError(`pacer: ticket must be a ticket from reserve(), got ${describe(ticket)}`);
     }
@@ -480,6 +655,7 @@ class Pacer {
    * with `redeem()` on its retry (or release `booking.ticket`).
    */
   reserveOrBook(nowMs, retriesLeft) {
+    this.#open();
     wholeNumber('nowMs', nowMs, 0, Number.MAX_SAFE_INTEGER);
     wholeNumber('retriesLeft', retriesLeft, 0, 0xffffffff);
     this.#bookable();
@@ -489,7 +665,7 @@ class Pacer {
       const [, seq, slotMs, retryAfterSeconds, regressed] = r;
       return {
         kind: 'booked',
-        booking: new Booking(slotMs, new Ticket(this, seq, constants.unitsPerToken)),
+        booking: new Booking(slotMs, new Ticket(this, seq, constants.unitsPerToken, TRUSTED)),
         requiredWaitMs: Math.max(0, slotMs - nowMs),
         retryAfterSeconds,
         clockRegressed: regressed === 1,
@@ -507,6 +683,7 @@ class Pacer {
    * whose ticket was released or redeemed already throws a RangeError.
    */
   redeem(booking, nowMs) {
+    this.#open();
     if (!Booking.isBooking(booking)) {
       throw new TypeError(`pacer: booking must be a booking from reserveOrBook(), got ${describe(booking)}`);
     }
@@ -529,7 +706,9 @@ class Pacer {
    * without opening: aborted, failed, or given up. True when a booking was
    * refunded. Call it for every key passed to `admit` that is not admitted.
    */
-  forget(key, nowMs = this.#clock()) {
+  forget(key, nowMs = undefined) {
+    this.#open();
+    if (nowMs === undefined) nowMs = this.#clock();
     checkKey(key);
     wholeNumber('nowMs', nowMs, 0, Number.MAX_SAFE_INTEGER);
     this.#bookable();
@@ -547,9 +726,11 @@ class Pacer {
    * requiredWaitMs, retryAfterSeconds}`; rejects with the signal's reason (or
    * an AbortError) when `signal` aborts before admission, refunding the slot.
    */
-  async admit(options = {}) {
-    const signal = checkSignal(options?.signal);
-    const key = options?.key;
+  async admit(options = undefined) {
+    options = optionsObject('options', options);
+    const signal = checkSignal(options.signal);
+    const { key } = options;
+    this.#open();
     if (signal?.aborted) throw abortReason(signal);
     const decision = key === undefined ? this.reserve(this.#clock()) : this.#admitKeyed(key);
     if (decision.kind !== 'admitted') {
@@ -563,12 +744,21 @@ class Pacer {
     const release = () => (ticket === null ? false : this.release(ticket, this.#clock()));
     if (!decision.queued) return { kind: 'admitted', waitedMs: 0, queued: false, release };
     const startedAt = this.#clock();
+    // close() sees this entry while the sleep is pending, or settled but
+    // not yet resumed here, and refunds the slot itself (see close()).
+    const waiter = { ticket, refunded: false, outcome: undefined, interrupt: undefined };
+    this.#waiting.add(waiter);
     try {
-      await sleep(this.#schedule, decision.waitMs, signal, abortReason);
+      await sleep(this.#schedule, decision.waitMs, signal, abortReason, waiter);
     } catch (error) {
       // A cancelled request opens no connection: give the slot back.
-      release();
+      if (!waiter.refunded) {
+        waiter.refunded = true;
+        release();
+      }
       throw error;
+    } finally {
+      this.#waiting.delete(waiter);
     }
     return { kind: 'admitted', waitedMs: Math.max(0, this.#clock() - startedAt), queued: true, release };
   }
@@ -594,6 +784,7 @@ class Pacer {
 
   /** The state word, for diagnostics: tokens in 1/60000 of a connection. */
   state() {
+    this.#open();
     const [highWaterMs, tokensUnits, seq] = this.#native.state();
     return { highWaterMs, tokensUnits, seq };
   }
@@ -606,10 +797,12 @@ function sharedClockMs() {
   return native.sharedClockMs();
 }
 
-/** An Error for a failed shared-pacer call, with `code` (`SHARED_CONFIG_MISMATCH`, …). */
+/** An Error for a failed shared-pacer call, with `code` (`SHARED_CONFIG_MISMATCH`, …);
+ * a call on a closed handle is the closed error (`ERR_PACER_CLOSED`). */
 function sharedError(error) {
   const message = String(error?.message ?? error);
   const match = /^([A-Z_]+): /.exec(message);
+  if (match?.[1] === 'SHARED_NOT_OPEN') return closedError(true);
   const e = new Error(`pacer: ${message}`, { cause: error });
   e.code = match ? match[1] : 'SHARED_OS';
   return e;
@@ -631,12 +824,14 @@ const SHARED_TOKEN = Symbol('pacer.shared');
  */
 class SharedPacer {
   #pacer;
-  #native;
 
-  constructor(token, pacer, nativePacer) {
+  constructor(token, pacer) {
     if (token !== SHARED_TOKEN) throw new TypeError('pacer: use SharedPacer.open(pathOrName, options)');
     this.#pacer = pacer;
-    this.#native = nativePacer;
+  }
+
+  static {
+    pacerOfShared = (value) => (typeof value === 'object' && value !== null && #pacer in value ? value.#pacer : null);
   }
 
   /**
@@ -647,26 +842,22 @@ class SharedPacer {
    * whose `code` names the check that failed (`SHARED_CONFIG_MISMATCH`,
    * `SHARED_SYMLINK`, `SHARED_WRONG_OWNER`, …).
    */
-  static open(pathOrName, options = {}) {
+  static open(pathOrName, options = undefined) {
     checkPathOrName(pathOrName);
-    if (typeof options !== 'object' || options === null) {
-      throw new TypeError(`pacer: options must be an object, got ${describe(options)}`);
-    }
+    options = optionsObject('options', options);
     if (options.now !== undefined) {
       throw new TypeError('pacer: a shared pacer takes no `now`: every process sharing it reads sharedClockMs()');
     }
-    let nativePacer;
     const factory = (rate, burst, idle, retries, strict) => {
       try {
-        nativePacer = native.NativeSharedPacer.open(pathOrName, rate, burst, idle, retries, strict);
+        return native.NativeSharedPacer.open(pathOrName, rate, burst, idle, retries, strict);
       } catch (error) {
         if (/^(RATE_TOO_HIGH|BURST_TOO_LARGE|RETRIES_EXCEED_LADDER):/.test(String(error?.message))) throw error;
         throw sharedError(error);
       }
-      return nativePacer;
     };
     const pacer = new Pacer({ ...options, now: sharedClockMs, [NATIVE_FACTORY]: factory });
-    return new SharedPacer(SHARED_TOKEN, pacer, nativePacer);
+    return new SharedPacer(SHARED_TOKEN, pacer);
   }
 
   /** Removes the shared pacer's name; processes that have it open keep their bucket. */
@@ -688,6 +879,9 @@ class SharedPacer {
   get canRefuse() { return this.#pacer.canRefuse; }
 
   get enabled() { return this.#pacer.enabled; }
+
+  /** Whether close() was called on this handle. */
+  get closed() { return this.#pacer.closed; }
 
   #call(fn) {
     try {
@@ -715,11 +909,12 @@ class SharedPacer {
   }
 
   /** As `Pacer.admit`: waits on the shared clock, honours `signal`. */
-  admit(options = {}) {
+  admit(options = undefined) {
     return this.#pacer.admit(options);
   }
 
-  /** This process's decisions. */
+  /** The calls made through this handle (each handle counts its own; a
+   * fresh one starts at 0). */
   counters() {
     return this.#pacer.counters();
   }
@@ -729,9 +924,13 @@ class SharedPacer {
     return this.#call(() => this.#pacer.state());
   }
 
-  /** Unmaps this process's view (the file stays). Calls after it throw SHARED_NOT_OPEN. */
+  /**
+   * As `Pacer.close()`: refunds (to the shared bucket) and rejects the
+   * admits still waiting, then unmaps this handle's view (the file stays).
+   * Calls after it throw an Error with code 'ERR_PACER_CLOSED'.
+   */
   close() {
-    this.#native.close();
+    this.#pacer.close();
   }
 }
 
@@ -739,9 +938,10 @@ class SharedPacer {
  * The refusal as an HTTP answer (SPEC §9): `{status, headers, body}`, ready
  * for `new Response(body, {status, headers})`.
  */
-function refusalResponse(retryAfterSeconds, options = {}) {
+function refusalResponse(retryAfterSeconds, options = undefined) {
   wholeNumber('retryAfterSeconds', retryAfterSeconds, 0, Number.MAX_SAFE_INTEGER);
-  const prefix = options.messagePrefix ?? DEFAULT_MESSAGE_PREFIX;
+  options = optionsObject('options', options);
+  const prefix = options.messagePrefix === undefined ? DEFAULT_MESSAGE_PREFIX : options.messagePrefix;
   if (typeof prefix !== 'string') {
     throw new TypeError(`pacer: messagePrefix must be a string, got ${describe(prefix)}`);
   }

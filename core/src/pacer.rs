@@ -490,7 +490,12 @@ impl Params {
 /// A lock-free, allocation-free pacer for new connections. Place it where
 /// you like (a `static`, the stack, shared memory); every call takes the
 /// caller's monotonic clock in ms.
+///
+/// `repr(C)` with the parameters first and the state word last, so a store
+/// that shares only the state word (docs/shared-memory.md) finds every
+/// other byte of the pacer on one side of it, whatever the compiler.
 #[derive(Debug)]
+#[repr(C)]
 pub struct Pacer {
     params: Params,
     state: AtomicU128,

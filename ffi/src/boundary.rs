@@ -23,37 +23,51 @@ pub(crate) fn guard_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
 }
 
+/// Checks a required pointer: not NULL, and aligned for `T` (a misaligned
+/// pointer would make the 128-bit compare-and-swap fault, and any Rust
+/// reference to it undefined).
+pub(crate) fn checked<T>(ptr: *const T) -> Result<(), pacer_status> {
+    if ptr.is_null() {
+        Err(pacer_status::NullParameter)
+    } else if !ptr.is_aligned() {
+        Err(pacer_status::Misaligned)
+    } else {
+        Ok(())
+    }
+}
+
 /// Borrows a required input.
 ///
 /// # Safety
-/// `ptr` is NULL or points to a valid `T` for `'a`.
+/// `ptr` is NULL, misaligned, or points to a valid `T` for `'a`.
 pub(crate) unsafe fn arg<'a, T>(ptr: *const T) -> Result<&'a T, pacer_status> {
-    // SAFETY: the caller's contract; NULL is checked here.
-    unsafe { ptr.as_ref() }.ok_or(pacer_status::NullParameter)
+    checked(ptr)?;
+    // SAFETY: non-NULL and aligned (checked); valid per the caller's contract.
+    Ok(unsafe { &*ptr })
 }
 
 /// Borrows a required in/out argument.
 ///
 /// # Safety
-/// `ptr` is NULL or points to a valid, unaliased `T` for `'a`.
+/// `ptr` is NULL, misaligned, or points to a valid, unaliased `T` for `'a`.
 pub(crate) unsafe fn arg_mut<'a, T>(ptr: *mut T) -> Result<&'a mut T, pacer_status> {
-    // SAFETY: the caller's contract; NULL is checked here.
-    unsafe { ptr.as_mut() }.ok_or(pacer_status::NullParameter)
+    checked(ptr)?;
+    // SAFETY: non-NULL and aligned (checked); valid and unaliased per the
+    // caller's contract.
+    Ok(unsafe { &mut *ptr })
 }
 
 /// Checks a required output pointer; write through it only on success.
 pub(crate) fn out<T>(ptr: *mut T) -> Result<*mut T, pacer_status> {
-    if ptr.is_null() {
-        Err(pacer_status::NullParameter)
-    } else {
-        Ok(ptr)
-    }
+    checked(ptr)?;
+    Ok(ptr)
 }
 
 /// Writes a finished output.
 ///
 /// # Safety
-/// `ptr` came from [`out`] and points to writable memory for a `T`.
+/// `ptr` came from [`out`] (non-NULL, aligned) and points to writable
+/// memory for a `T`.
 pub(crate) unsafe fn put<T>(ptr: *mut T, value: T) {
     // SAFETY: non-NULL (checked by `out`) and writable per the caller.
     unsafe { ptr.write(value) }

@@ -1,13 +1,16 @@
 //! `struct pacer`: a pacer in caller-provided storage, and its calls.
 
 use core::mem::{align_of, size_of};
+use core::ptr::{addr_of, addr_of_mut};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use pacer_core::{
     Admission, AdmitPath, Booking, BookingDecision, Config, ConfigError, Counters, Decision, Mode,
     Pacer, Redemption, ReleasePolicy, Ticket,
 };
 
-use crate::boundary::{arg, arg_mut, guard, out, put};
+use crate::boundary::{arg, arg_mut, checked, guard, out, put};
 use crate::status::pacer_status;
 
 /// Bytes of storage a pacer needs (struct pacer).
@@ -29,12 +32,38 @@ pub struct pacer {
     opaque: [u8; PACER_STORAGE_SIZE],
 }
 
-/// What lives in the storage once initialised.
+/// What lives in the storage once initialised. The core pacer comes last
+/// and ends with its state word (its `repr(C)`), so a shared pacer maps
+/// only that word from the file and keeps everything here private.
 #[repr(C)]
 pub(crate) struct Slot {
     magic: u64,
+    /// The tag this pacer writes into its tickets (pacer_ticket.owner);
+    /// never 0.
+    pub(crate) owner: u32,
+    /// Zero; makes the padding before the 16-aligned pacer explicit.
+    reserved: [u32; 3],
     counters: Counters,
     pub(crate) pacer: Pacer,
+}
+
+// No padding anywhere in a Slot: a shared pacer's file image is read back
+// byte for byte (ffi/src/shm.rs).
+const _: () = assert!(size_of::<Slot>() == 8 + 16 + size_of::<Counters>() + size_of::<Pacer>());
+
+/// A fresh, never-0 owner tag: a process-wide serial mixed with a random
+/// key, so two pacers in one process never share a tag and a tag is not
+/// guessable from outside the process.
+pub(crate) fn fresh_owner() -> u32 {
+    static SERIAL: AtomicU32 = AtomicU32::new(0);
+    let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(serial);
+    let mixed = hasher.finish();
+    match (mixed as u32) ^ ((mixed >> 32) as u32) {
+        0 => 1,
+        tag => tag,
+    }
 }
 
 const MAGIC: u64 = u64::from_le_bytes(*b"pacer\x00\x01\x00");
@@ -109,7 +138,12 @@ pub enum pacer_ticket_state {
     Spent = 2,
 }
 
-/// The right to refund one admission. pacer_release marks it spent.
+/// The right to refund one admission. pacer_release marks it spent with
+/// an atomic compare-and-swap of `state`, so of several threads releasing
+/// (or redeeming) the same ticket struct exactly one succeeds. It works
+/// only on the pacer whose `owner` tag it carries. A copy of a live ticket
+/// is a second handle on the same debit that the pacer cannot tell apart:
+/// keep one.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct pacer_ticket {
@@ -117,10 +151,11 @@ pub struct pacer_ticket {
     pub seq: u32,
     /// Debit to refund, in units (60000 = one token).
     pub debit_units: u32,
-    /// A pacer_ticket_state value.
+    /// A pacer_ticket_state value (changed only by the library).
     pub state: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// The issuing pacer's tag; another pacer refuses the ticket with
+    /// PACER_STATUS_FOREIGN_TICKET. Keep it as written.
+    pub owner: u32,
 }
 
 /// The answer to pacer_reserve.
@@ -271,17 +306,30 @@ pub unsafe extern "C" fn pacer_init(
         // SAFETY: as above.
         let storage = unsafe { arg_mut(storage) }?;
         let config = config_from(config)?;
-        let pacer = Pacer::new(&config, now_ms).map_err(config_error)?;
-        let slot = Slot {
-            magic: MAGIC,
-            counters: Counters::new(),
-            pacer,
-        };
-        // SAFETY: the storage is large and aligned enough for a Slot (const
-        // asserts above) and exclusively borrowed.
-        unsafe { storage.opaque.as_mut_ptr().cast::<Slot>().write(slot) };
-        Ok(())
+        write_slot(storage, &config, now_ms, fresh_owner())
     })
+}
+
+/// pacer_init's work with a given owner tag (a shared pacer's tag comes
+/// from its file).
+pub(crate) fn write_slot(
+    storage: &mut pacer,
+    config: &Config,
+    now_ms: u64,
+    owner: u32,
+) -> Result<(), pacer_status> {
+    let pacer = Pacer::new(config, now_ms).map_err(config_error)?;
+    let slot = Slot {
+        magic: MAGIC,
+        owner,
+        reserved: [0; 3],
+        counters: Counters::new(),
+        pacer,
+    };
+    // SAFETY: the storage is large and aligned enough for a Slot (const
+    // asserts above) and exclusively borrowed.
+    unsafe { storage.opaque.as_mut_ptr().cast::<Slot>().write(slot) };
+    Ok(())
 }
 
 /// Asks to open one new connection at `now_ms` (the caller's monotonic
@@ -299,7 +347,7 @@ pub unsafe extern "C" fn pacer_reserve(
         let decision = slot.pacer.reserve(now_ms);
         slot.counters.record(&decision);
         let result = match decision {
-            Decision::Admitted(admission) => admitted(admission),
+            Decision::Admitted(admission) => admitted(&admission, slot.owner),
             Decision::Refused(refusal) => refused(
                 pacer_decision_kind::Refused,
                 refusal.required_wait_ms,
@@ -313,17 +361,16 @@ pub unsafe extern "C" fn pacer_reserve(
     })
 }
 
-fn live_ticket(ticket: Ticket) -> pacer_ticket {
-    let (seq, debit_units) = ticket.into_raw();
+fn live_ticket(ticket: &Ticket, owner: u32) -> pacer_ticket {
     pacer_ticket {
-        seq,
-        debit_units,
+        seq: ticket.seq(),
+        debit_units: ticket.debit_units(),
         state: pacer_ticket_state::Live as u32,
-        reserved: 0,
+        owner,
     }
 }
 
-fn admitted(admission: Admission) -> pacer_decision {
+fn admitted(admission: &Admission, owner: u32) -> pacer_decision {
     pacer_decision {
         kind: pacer_decision_kind::Admitted as u32,
         path: match admission.path {
@@ -338,7 +385,10 @@ fn admitted(admission: Admission) -> pacer_decision {
         retry_after_s: 0,
         queued: admission.wait_ms > 0,
         clock_regressed: admission.clock_regressed,
-        ticket: admission.ticket.map_or(NO_TICKET, live_ticket),
+        ticket: admission
+            .ticket
+            .as_ref()
+            .map_or(NO_TICKET, |ticket| live_ticket(ticket, owner)),
     }
 }
 
@@ -368,7 +418,8 @@ fn refused(
 #[derive(Clone, Copy)]
 pub struct pacer_booking {
     /// The refund right for the booked token. pacer_redeem moves it into
-    /// the admission (this copy is then marked spent).
+    /// the admission (this copy is then marked spent, atomically: of two
+    /// threads redeeming one booking struct, one is admitted).
     pub ticket: pacer_ticket,
     /// When the connection may open, ms on the pacer's clock.
     pub slot_ms: u64,
@@ -394,11 +445,11 @@ pub unsafe extern "C" fn pacer_reserve_or_book(
         let decision = slot.pacer.reserve_or_book(now_ms, retries_left);
         slot.counters.record_booking(&decision);
         let result = match decision {
-            BookingDecision::Admitted(admission) => admitted(admission),
+            BookingDecision::Admitted(admission) => admitted(&admission, slot.owner),
             BookingDecision::Booked(booked) => {
                 let booking = pacer_booking {
                     slot_ms: booked.booking.slot_ms,
-                    ticket: live_ticket(booked.booking.ticket),
+                    ticket: live_ticket(&booked.booking.ticket, slot.owner),
                 };
                 // SAFETY: checked by `out`.
                 unsafe { put(out_booking, booking) };
@@ -422,12 +473,77 @@ pub unsafe extern "C" fn pacer_reserve_or_book(
     })
 }
 
+/// A ticket struct in the caller's memory. Its fields are read one by one
+/// and its `state` is changed only by an atomic compare-and-swap, so two
+/// threads presenting the same struct never both use it; no Rust reference
+/// to the struct is ever made (it may be shared between threads).
+struct TicketCell {
+    ptr: *mut pacer_ticket,
+}
+
+impl TicketCell {
+    /// # Safety
+    /// `ptr` is NULL, misaligned, or points to a `pacer_ticket` readable and
+    /// writable for the call, whose `state` nobody writes non-atomically
+    /// meanwhile.
+    unsafe fn new(ptr: *mut pacer_ticket) -> Result<TicketCell, pacer_status> {
+        checked(ptr)?;
+        Ok(TicketCell { ptr })
+    }
+
+    /// The core ticket it names and its owner tag.
+    fn read(&self) -> (Ticket, u32) {
+        // SAFETY: non-NULL, aligned, readable (`new`'s contract); these
+        // fields are never written by the library.
+        let (seq, debit_units, owner) = unsafe {
+            (
+                addr_of!((*self.ptr).seq).read(),
+                addr_of!((*self.ptr).debit_units).read(),
+                addr_of!((*self.ptr).owner).read(),
+            )
+        };
+        (Ticket::from_raw(seq, debit_units), owner)
+    }
+
+    fn state(&self) -> &AtomicU32 {
+        // SAFETY: the field is 4-aligned (the struct is, checked by `new`),
+        // valid for the call, and accessed atomically (`new`'s contract).
+        unsafe { AtomicU32::from_ptr(addr_of_mut!((*self.ptr).state)) }
+    }
+
+    /// Live and issued by `owner`: Ok(true). Not live: Ok(false) (None or
+    /// Spent) or `InvalidEnum` (an unknown state). Another owner:
+    /// `ForeignTicket`.
+    fn live_for(&self, owner: u32) -> Result<bool, pacer_status> {
+        match self.state().load(Ordering::Acquire) {
+            0 | 2 => Ok(false),
+            1 if self.read().1 == owner => Ok(true),
+            1 => Err(pacer_status::ForeignTicket),
+            _ => Err(pacer_status::InvalidEnum),
+        }
+    }
+
+    /// Live → Spent; false when another call spent it first.
+    fn spend(&self) -> bool {
+        self.state()
+            .compare_exchange(
+                pacer_ticket_state::Live as u32,
+                pacer_ticket_state::Spent as u32,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+}
+
 /// Presents a booking on the request's retry at `now_ms`; changes nothing
 /// in the pacer. Admitted (path PACER_ADMIT_PATH_BOOKED) after
 /// `max(0, slot − now)` when `slot − now ≤ bound`: the decision carries the
-/// booking's ticket and the booking's copy is marked spent. Otherwise
+/// booking's ticket and the booking's copy is marked spent (atomically: of
+/// concurrent redemptions of one booking struct, one is admitted). Otherwise
 /// PACER_DECISION_KIND_BOOKED again with the next hint, booking unchanged.
-/// A booking whose ticket is not live returns PACER_STATUS_INVALID_TICKET.
+/// A booking whose ticket is not live returns PACER_STATUS_INVALID_TICKET;
+/// one issued by another pacer, PACER_STATUS_FOREIGN_TICKET.
 #[no_mangle]
 pub unsafe extern "C" fn pacer_redeem(
     storage: *const pacer,
@@ -438,33 +554,32 @@ pub unsafe extern "C" fn pacer_redeem(
     guard(|| {
         // SAFETY: caller's contract; checked by `slot`.
         let slot = unsafe { slot(storage) }?;
-        // SAFETY: caller's contract; NULL checked by `arg_mut`.
-        let booking = unsafe { arg_mut(booking) }?;
+        checked(booking)?;
+        // SAFETY: non-NULL and aligned (checked); the ticket field of a
+        // readable, writable booking (caller's contract).
+        let cell = unsafe { TicketCell::new(addr_of_mut!((*booking).ticket)) }?;
         let out_decision = out(out_decision)?;
-        if booking.ticket.state != pacer_ticket_state::Live as u32 {
+        if !cell.live_for(slot.owner)? {
             return Err(pacer_status::InvalidTicket);
         }
-        let core_booking = Booking {
-            ticket: Ticket::from_raw(booking.ticket.seq, booking.ticket.debit_units),
-            slot_ms: booking.slot_ms,
-        };
-        let redemption = slot.pacer.redeem(core_booking, now_ms);
-        slot.counters.record_redemption(&redemption);
-        let result = match redemption {
-            Redemption::Admitted(admission) => {
-                booking.ticket.state = pacer_ticket_state::Spent as u32;
-                admitted(admission)
-            }
+        let (ticket, _) = cell.read();
+        // SAFETY: non-NULL, aligned, readable (checked above).
+        let slot_ms = unsafe { addr_of!((*booking).slot_ms).read() };
+        let redemption = slot.pacer.redeem(Booking { ticket, slot_ms }, now_ms);
+        let result = match &redemption {
+            Redemption::Admitted(_) if !cell.spend() => return Err(pacer_status::InvalidTicket),
+            Redemption::Admitted(admission) => admitted(admission, slot.owner),
             Redemption::NotYet {
                 booking: kept,
                 retry_after_s,
             } => refused(
                 pacer_decision_kind::Booked,
                 kept.slot_ms.saturating_sub(now_ms),
-                retry_after_s,
+                *retry_after_s,
                 false,
             ),
         };
+        slot.counters.record_redemption(&redemption);
         // SAFETY: checked by `out`.
         unsafe { put(out_decision, result) };
         Ok(())
@@ -475,13 +590,15 @@ const NO_TICKET: pacer_ticket = pacer_ticket {
     seq: 0,
     debit_units: 0,
     state: pacer_ticket_state::None as u32,
-    reserved: 0,
+    owner: 0,
 };
 
 /// Releases an admission that will not open its connection. A live ticket
-/// is marked spent and *out_refunded says whether the policy refunded it
-/// (true even when the capacity cap absorbed the refund). A ticket with
-/// nothing to refund, or already spent, reports false and changes nothing.
+/// is marked spent (atomically: of concurrent releases of one ticket
+/// struct, one refunds) and *out_refunded says whether the policy refunded
+/// it (true even when the capacity cap absorbed the refund). A ticket with
+/// nothing to refund, or already spent, reports false and changes nothing;
+/// one issued by another pacer returns PACER_STATUS_FOREIGN_TICKET.
 #[no_mangle]
 pub unsafe extern "C" fn pacer_release(
     storage: *const pacer,
@@ -492,20 +609,15 @@ pub unsafe extern "C" fn pacer_release(
     guard(|| {
         // SAFETY: caller's contract; checked by `slot`.
         let slot = unsafe { slot(storage) }?;
-        // SAFETY: caller's contract; NULL checked by `arg_mut`.
-        let ticket = unsafe { arg_mut(ticket) }?;
+        // SAFETY: caller's contract; NULL and alignment checked by `new`.
+        let cell = unsafe { TicketCell::new(ticket) }?;
         let out_refunded = out(out_refunded)?;
-        let refunded = match ticket.state {
-            0 | 2 => false,
-            1 => {
-                let refunded = slot
-                    .pacer
-                    .release(Ticket::from_raw(ticket.seq, ticket.debit_units), now_ms);
-                slot.counters.record_release(refunded);
-                ticket.state = pacer_ticket_state::Spent as u32;
-                refunded
-            }
-            _ => return Err(pacer_status::InvalidEnum),
+        let refunded = if cell.live_for(slot.owner)? && cell.spend() {
+            let refunded = slot.pacer.release(cell.read().0, now_ms);
+            slot.counters.record_release(refunded);
+            refunded
+        } else {
+            false
         };
         // SAFETY: checked by `out`.
         unsafe { put(out_refunded, refunded) };

@@ -1,14 +1,15 @@
 //! `pacer_budget`, `pacer_notice`, `pacer_notice_registry`: resolving the
 //! settings strings, and rendering and deduplicating their notices.
 
-use core::ffi::c_char;
+use core::ffi::{c_char, CStr};
 use core::mem::{align_of, size_of};
+use std::borrow::Cow;
 
 use pacer_core::budget::Budget;
 use pacer_core::settings::{mode_notice, resolve, Settings, MAX_NOTICES};
 use pacer_core::{Notice, NoticeKind, NoticeRegistry, Pacer};
 
-use crate::boundary::{arg, arg_mut, buffer, guard, guard_value, opt_str, out, put, render_into};
+use crate::boundary::{arg, arg_mut, buffer, guard, guard_value, out, put, render_into};
 use crate::pacer::{config_error, config_from, pacer_config};
 use crate::status::pacer_status;
 
@@ -113,9 +114,32 @@ const EMPTY_NOTICE: pacer_notice = pacer_notice {
     raw_len: 0,
 };
 
+/// One setting as given: its bytes, and the text the core reads. Text that
+/// is not UTF-8 is read as a lossy copy: U+FFFD is not a digit, so the
+/// setting is malformed (default and a notice) and never an error.
+struct SettingText<'a> {
+    bytes: &'a [u8],
+    text: Cow<'a, str>,
+}
+
+/// # Safety
+/// `ptr` is NULL or a NUL-terminated string valid for `'a`.
+unsafe fn setting_text<'a>(ptr: *const c_char) -> Option<SettingText<'a>> {
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL and NUL-terminated per the caller's contract.
+    let bytes = unsafe { CStr::from_ptr(ptr) }.to_bytes();
+    Some(SettingText {
+        bytes,
+        text: String::from_utf8_lossy(bytes),
+    })
+}
+
 /// Resolves the four settings strings (each NULL = unset) into a budget.
-/// Bad values never fail: they are defaulted or clamped and reported in
-/// `out_notices` (optional: NULL to ignore notices).
+/// Bad values never fail, whatever their bytes (not UTF-8 included): they
+/// are defaulted or clamped and reported in `out_notices` (optional: NULL
+/// to ignore notices). A notice's `raw` points to the caller's string.
 #[no_mangle]
 pub unsafe extern "C" fn pacer_resolve(
     rate_per_min: *const c_char,
@@ -127,15 +151,25 @@ pub unsafe extern "C" fn pacer_resolve(
 ) -> pacer_status {
     guard(|| {
         // SAFETY: each is NULL or a NUL-terminated string (caller's contract).
-        let settings = unsafe {
-            Settings {
-                rate_per_min: opt_str(rate_per_min)?,
-                idle_timeout_ms: opt_str(idle_timeout_ms)?,
-                total_timeout_ms: opt_str(total_timeout_ms)?,
-                max_retries: opt_str(max_retries)?,
-            }
+        let given = unsafe {
+            [
+                setting_text(rate_per_min),
+                setting_text(idle_timeout_ms),
+                setting_text(total_timeout_ms),
+                setting_text(max_retries),
+            ]
         };
         let out_budget = out(out_budget)?;
+        if !out_notices.is_null() {
+            out(out_notices)?;
+        }
+        let text = |i: usize| given[i].as_ref().map(|s| &*s.text);
+        let settings = Settings {
+            rate_per_min: text(0),
+            idle_timeout_ms: text(1),
+            total_timeout_ms: text(2),
+            max_retries: text(3),
+        };
         let resolution = resolve(&settings);
         let b = resolution.budget;
         let budget = pacer_budget {
@@ -155,16 +189,33 @@ pub unsafe extern "C" fn pacer_resolve(
         };
         for (item, notice) in notices.items.iter_mut().zip(resolution.notices.iter()) {
             *item = c_notice(notice);
+            // A text notice points to the caller's own bytes, not the
+            // lossy copy this call is about to drop.
+            if let Some(given) = setting_of(notice.kind).and_then(|i| given[i].as_ref()) {
+                item.raw = given.bytes.as_ptr().cast();
+                item.raw_len = given.bytes.len();
+            }
             notices.count += 1;
         }
         // SAFETY: checked by `out`.
         unsafe { put(out_budget, budget) };
         if !out_notices.is_null() {
-            // SAFETY: non-NULL, writable per the caller's contract.
+            // SAFETY: checked by `out` above.
             unsafe { put(out_notices, notices) };
         }
         Ok(())
     })
+}
+
+/// Which of pacer_resolve's four settings a text notice quotes.
+fn setting_of(kind: NoticeKind) -> Option<usize> {
+    match kind {
+        NoticeKind::RateMalformed | NoticeKind::RateClamped => Some(0),
+        NoticeKind::IdleMalformed | NoticeKind::IdleClamped => Some(1),
+        NoticeKind::TotalMalformed | NoticeKind::TotalClamped => Some(2),
+        NoticeKind::RetriesMalformed | NoticeKind::RetriesClamped => Some(3),
+        _ => None,
+    }
 }
 
 /// A core notice in its C form (`raw` borrows the notice's text).
@@ -182,22 +233,25 @@ fn c_notice(notice: &Notice<'_>) -> pacer_notice {
     }
 }
 
-/// Rebuilds a core notice from its C form.
+/// A C notice's kind and text; text that is not UTF-8 (a setting
+/// pacer_resolve read as malformed) as a lossy copy.
 ///
 /// # Safety
 /// `notice.raw` is NULL or points to `raw_len` readable bytes for `'a`.
-unsafe fn notice_from<'a>(notice: &pacer_notice) -> Result<Notice<'a>, pacer_status> {
+unsafe fn notice_parts<'a>(
+    notice: &pacer_notice,
+) -> Result<(NoticeKind, Cow<'a, str>), pacer_status> {
     let kind = kind_from(notice.kind)?;
     let raw = if notice.raw_len == 0 {
-        ""
+        Cow::Borrowed("")
     } else if notice.raw.is_null() {
         return Err(pacer_status::NullParameter);
     } else {
         // SAFETY: non-NULL with raw_len readable bytes (caller's contract).
         let bytes = unsafe { core::slice::from_raw_parts(notice.raw.cast::<u8>(), notice.raw_len) };
-        core::str::from_utf8(bytes).map_err(|_| pacer_status::InvalidUtf8)?
+        String::from_utf8_lossy(bytes)
     };
-    Ok(Notice::new(kind, raw, notice.values))
+    Ok((kind, raw))
 }
 
 /// Writes a notice's English text (UTF-8, not NUL-terminated) into
@@ -213,7 +267,10 @@ pub unsafe extern "C" fn pacer_notice_render(
 ) -> pacer_status {
     guard(|| {
         // SAFETY: caller's contract; NULL checked by `arg`.
-        let notice = unsafe { notice_from(arg(notice)?) }?;
+        let notice = unsafe { arg(notice) }?;
+        // SAFETY: caller's contract (raw/raw_len).
+        let (kind, raw) = unsafe { notice_parts(notice) }?;
+        let notice = Notice::new(kind, &raw, notice.values);
         let out_written = out(out_written)?;
         // SAFETY: `buf` holds `len` writable bytes (caller's contract).
         let buf = unsafe { buffer(buf, len) }?;
@@ -243,7 +300,10 @@ pub unsafe extern "C" fn pacer_notice_key(
 ) -> pacer_status {
     guard(|| {
         // SAFETY: caller's contract; NULL checked by `arg`.
-        let notice = unsafe { notice_from(arg(notice)?) }?;
+        let notice = unsafe { arg(notice) }?;
+        // SAFETY: caller's contract (raw/raw_len).
+        let (kind, raw) = unsafe { notice_parts(notice) }?;
+        let notice = Notice::new(kind, &raw, notice.values);
         let out_written = out(out_written)?;
         // SAFETY: `buf` holds `len` writable bytes (caller's contract).
         let buf = unsafe { buffer(buf, len) }?;
@@ -321,18 +381,33 @@ pub unsafe extern "C" fn pacer_mode_notice(
 
 /// Bytes of storage a notice registry needs.
 pub const PACER_NOTICE_REGISTRY_SIZE: usize = 2048;
+/// Alignment the registry storage needs.
+pub const PACER_NOTICE_REGISTRY_ALIGN: usize = 8;
+/// How many distinct keys a registry remembers. Past that, a notice whose
+/// key is not remembered reports first = true every time (it is shown
+/// again rather than lost).
+pub const PACER_NOTICE_REGISTRY_KEYS: usize = 32;
 
-/// Remembers which notices were shown, so each shows once per key. Caller
-/// storage; initialise with pacer_notice_registry_init. Not thread-safe:
-/// serialise calls on one registry.
+/// Remembers which notices were shown, so each shows once per key (up to
+/// PACER_NOTICE_REGISTRY_KEYS keys). Caller storage; initialise with
+/// pacer_notice_registry_init. Not thread-safe: serialise calls on one
+/// registry.
 #[repr(C, align(8))]
 pub struct pacer_notice_registry {
     opaque: [u8; PACER_NOTICE_REGISTRY_SIZE],
 }
 
-type Registry = NoticeRegistry<32>;
-const _: () = assert!(size_of::<Registry>() <= PACER_NOTICE_REGISTRY_SIZE);
-const _: () = assert!(align_of::<Registry>() <= 8);
+/// What lives in the storage once initialised.
+#[repr(C)]
+struct RegistrySlot {
+    magic: u64,
+    registry: NoticeRegistry<PACER_NOTICE_REGISTRY_KEYS>,
+}
+
+const REGISTRY_MAGIC: u64 = u64::from_le_bytes(*b"pnotice\x01");
+const _: () = assert!(size_of::<RegistrySlot>() <= PACER_NOTICE_REGISTRY_SIZE);
+const _: () = assert!(align_of::<RegistrySlot>() <= PACER_NOTICE_REGISTRY_ALIGN);
+const _: () = assert!(align_of::<pacer_notice_registry>() == PACER_NOTICE_REGISTRY_ALIGN);
 
 /// Empties `registry`.
 #[no_mangle]
@@ -342,20 +417,26 @@ pub unsafe extern "C" fn pacer_notice_registry_init(
     guard(|| {
         // SAFETY: caller's contract; NULL checked by `arg_mut`.
         let registry = unsafe { arg_mut(registry) }?;
+        let slot = RegistrySlot {
+            magic: REGISTRY_MAGIC,
+            registry: NoticeRegistry::new(),
+        };
         // SAFETY: size and alignment asserted above; exclusively borrowed.
         unsafe {
             registry
                 .opaque
                 .as_mut_ptr()
-                .cast::<Registry>()
-                .write(Registry::new())
+                .cast::<RegistrySlot>()
+                .write(slot)
         };
         Ok(())
     })
 }
 
 /// *out_first = true the first time a notice's key is seen by `registry`
-/// (show it), false afterwards. Keys are namespaced by kind.
+/// (show it), false afterwards. Keys are namespaced by kind. A registry
+/// that pacer_notice_registry_init never initialised returns
+/// PACER_STATUS_NOT_INITIALIZED.
 #[no_mangle]
 pub unsafe extern "C" fn pacer_notice_registry_first_time(
     registry: *mut pacer_notice_registry,
@@ -366,12 +447,21 @@ pub unsafe extern "C" fn pacer_notice_registry_first_time(
         // SAFETY: caller's contract; NULL checked by `arg_mut`.
         let registry = unsafe { arg_mut(registry) }?;
         // SAFETY: caller's contract; NULL checked by `arg`.
-        let notice = unsafe { notice_from(arg(notice)?) }?;
+        let notice = unsafe { arg(notice) }?;
+        // SAFETY: caller's contract (raw/raw_len).
+        let (kind, raw) = unsafe { notice_parts(notice) }?;
+        let notice = Notice::new(kind, &raw, notice.values);
         let out_first = out(out_first)?;
-        // SAFETY: initialised by pacer_notice_registry_init (caller's
-        // contract); size and alignment asserted above.
-        let registry = unsafe { &mut *registry.opaque.as_mut_ptr().cast::<Registry>() };
-        let first = registry.first_time(&notice);
+        // SAFETY: size and alignment asserted above; any bit pattern is a
+        // valid u64.
+        let magic = unsafe { registry.opaque.as_ptr().cast::<u64>().read() };
+        if magic != REGISTRY_MAGIC {
+            return Err(pacer_status::NotInitialized);
+        }
+        // SAFETY: the magic is written only by pacer_notice_registry_init,
+        // with a whole RegistrySlot; size and alignment asserted above.
+        let slot = unsafe { &mut *registry.opaque.as_mut_ptr().cast::<RegistrySlot>() };
+        let first = slot.registry.first_time(&notice);
         // SAFETY: checked by `out`.
         unsafe { put(out_first, first) };
         Ok(())

@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::boundary::{arg, arg_mut, guard, guard_value, opt_str, out, put, Outcome};
 use crate::pacer::{
-    pacer, pacer_config, pacer_decision, pacer_init, pacer_release, pacer_reserve, pacer_ticket,
-    PACER_STORAGE_SIZE,
+    config_from, fresh_owner, pacer, pacer_config, pacer_decision, pacer_release, pacer_reserve,
+    pacer_ticket, write_slot, Slot, PACER_STORAGE_SIZE,
 };
 use crate::status::pacer_status;
 use crate::version::PACER_ABI_VERSION;
@@ -39,7 +39,7 @@ pub const PACER_SHARED_STORAGE_SIZE: usize = 64;
 /// Alignment the handle storage needs.
 pub const PACER_SHARED_STORAGE_ALIGN: usize = 16;
 /// The file layout this library reads and writes.
-pub const PACER_SHARED_LAYOUT_VERSION: u32 = 1;
+pub const PACER_SHARED_LAYOUT_VERSION: u32 = 2;
 /// The page boundary in the file that the state word touches: it ends or
 /// starts there (the header's state_offset field says which). A multiple of
 /// every page size the library supports, up to 64 KiB.
@@ -103,6 +103,7 @@ const H_POLICY: usize = 48;
 const H_IDLE: usize = 56;
 const H_CREATOR_PID: usize = 64;
 const H_CREATED_AT: usize = 72;
+const H_OWNER: usize = 80;
 
 /// Why opening failed: a status, or a system call's errno.
 enum Fail {
@@ -155,7 +156,8 @@ pub fn clock_ms() -> u64 {
 }
 
 /// The bytes `pacer_init` writes for `config` at `now_ms` into storage
-/// pre-filled with `fill`.
+/// pre-filled with `fill`, with owner tag 0 (so images compare byte for
+/// byte; attach writes the file's tag).
 fn image(config: &pacer_config, now_ms: u64, fill: u8) -> Result<[u8; PACER_STORAGE_SIZE], Fail> {
     let mut storage = MaybeUninit::<pacer>::uninit();
     // SAFETY: writes exactly the storage's bytes.
@@ -165,13 +167,11 @@ fn image(config: &pacer_config, now_ms: u64, fill: u8) -> Result<[u8; PACER_STOR
             .cast::<u8>()
             .write_bytes(fill, PACER_STORAGE_SIZE)
     };
-    // SAFETY: valid storage and config pointers.
-    let status = unsafe { pacer_init(storage.as_mut_ptr(), config, now_ms) };
-    if status != pacer_status::Ok {
-        return Err(Fail::Status(status));
-    }
-    // SAFETY: every byte was written (filled, then the pacer written over
-    // it; the pacer's types have no padding: 8 + 56 + 48 + 16 bytes).
+    let config = config_from(config)?;
+    // SAFETY: the storage was just filled; any bytes are a valid `pacer`.
+    write_slot(unsafe { &mut *storage.as_mut_ptr() }, &config, now_ms, 0)?;
+    // SAFETY: every byte was written (filled, then the slot written over
+    // it; a Slot has no padding, asserted in pacer.rs).
     Ok(unsafe { storage.as_ptr().cast::<[u8; PACER_STORAGE_SIZE]>().read() })
 }
 
@@ -308,6 +308,7 @@ fn header(
     pid: u32,
     now_ms: u64,
     state_in_file: u64,
+    owner: u32,
 ) -> [u8; PACER_SHARED_HEADER_SIZE] {
     let c = normalised(config);
     let mut h = [0u8; PACER_SHARED_HEADER_SIZE];
@@ -324,6 +325,7 @@ fn header(
     put_u64(&mut h, H_IDLE, c.idle_timeout_ms);
     put_u32(&mut h, H_CREATOR_PID, pid);
     put_u64(&mut h, H_CREATED_AT, now_ms);
+    put_u32(&mut h, H_OWNER, owner);
     h
 }
 
@@ -453,6 +455,15 @@ fn pread_all(fd: libc::c_int, buf: &mut [u8]) -> Result<(), Fail> {
 
 static TEMP_SERIAL: AtomicU32 = AtomicU32::new(0);
 
+/// A temporary name's unguessable part: another user who can write the
+/// directory cannot squat the names this process will try.
+fn temp_suffix(serial: u32) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(serial);
+    hasher.finish()
+}
+
 /// Creates the file complete under a temporary name in its directory, then
 /// links it into place. Ok also when another process linked first.
 fn create(names: &Names, config: &pacer_config, layout: &Layout) -> Result<(), Fail> {
@@ -471,10 +482,15 @@ fn create(names: &Names, config: &pacer_config, layout: &Layout) -> Result<(), F
         PACER_SHARED_SPLIT_OFFSET
     };
     let pid = std::process::id();
-    let head = header(config, pid, now, layout.state_in_file());
+    let head = header(config, pid, now, layout.state_in_file(), fresh_owner());
     for _ in 0..16 {
         let serial = TEMP_SERIAL.fetch_add(1, Ordering::Relaxed);
-        let temp = format!("{}/.{}.{pid}.{serial}.tmp", names.dir, names.base);
+        let temp = format!(
+            "{}/.{}.{pid}.{:016x}.tmp",
+            names.dir,
+            names.base,
+            temp_suffix(serial)
+        );
         let temp = CString::new(temp).map_err(|_| Fail::Status(pacer_status::SharedInvalidName))?;
         let flags =
             libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
@@ -593,14 +609,29 @@ fn attach(
     // and split are multiples of 16); the storage ends within the view.
     let storage = unsafe { view.add(page - layout.split) };
     // The private side gets this process's own parameters.
-    let (from, len) = if layout.shared_first {
+    let (from, private_len) = if layout.shared_first {
         (layout.split, PACER_STORAGE_SIZE - layout.split)
     } else {
         (0, layout.split)
     };
-    // SAFETY: `from..from + len` is the private side of the storage, in
-    // the anonymous page, which nothing else references yet.
-    unsafe { core::ptr::copy_nonoverlapping(reference.as_ptr().add(from), storage.add(from), len) };
+    // SAFETY: `from..from + private_len` is the private side of the
+    // storage, in the anonymous page, which nothing else references yet.
+    unsafe {
+        core::ptr::copy_nonoverlapping(reference.as_ptr().add(from), storage.add(from), private_len)
+    };
+    // The bucket's owner tag, so a ticket from any process sharing it
+    // releases here and a ticket from any other pacer is refused.
+    let owner_at = core::mem::offset_of!(Slot, owner);
+    debug_assert!(owner_at + 4 <= layout.state_at);
+    // SAFETY: the owner field lies before the state word, on the private
+    // side (parameters and bookkeeping come first: Slot and Pacer are
+    // repr(C)); 4-aligned within the 16-aligned storage.
+    unsafe {
+        storage
+            .add(owner_at)
+            .cast::<u32>()
+            .write(get_u32(&head, H_OWNER))
+    };
     Ok(Handle {
         magic: HANDLE_MAGIC,
         view,
@@ -628,10 +659,27 @@ fn open_shared(path_or_name: &str, config: &pacer_config) -> Result<Handle, Fail
             libc::ENOENT => create(&names, config, &layout)?,
             libc::ELOOP => return Err(pacer_status::SharedSymlink.into()),
             libc::EISDIR => return Err(pacer_status::SharedNotRegular.into()),
+            libc::EACCES => return Err(denied(&names)),
             code => return Err(Fail::Os(code)),
         }
     }
     Err(Fail::Os(libc::EAGAIN))
+}
+
+/// Why opening the file was denied: another user's file is
+/// `SharedWrongOwner` (the check attach would make), anything else the
+/// system's EACCES.
+fn denied(names: &Names) -> Fail {
+    // SAFETY: an all-zero stat is a valid value to overwrite.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: a NUL-terminated path; `st` is writable.
+    let found = unsafe { libc::lstat(names.path.as_ptr(), &mut st) } == 0;
+    // SAFETY: geteuid has no preconditions.
+    if found && st.st_uid != unsafe { libc::geteuid() } {
+        pacer_status::SharedWrongOwner.into()
+    } else {
+        Fail::Os(libc::EACCES)
+    }
 }
 
 /// Makes `handle` hold `h`.
@@ -716,8 +764,8 @@ pub unsafe extern "C" fn pacer_shared_open(
 }
 
 /// The pacer of an open handle, for pacer_reserve, pacer_release,
-/// pacer_get_info and pacer_get_counters (the counters count this
-/// process's calls; the state is the machine's). Pass it the shared clock,
+/// pacer_get_info and pacer_get_counters (the counters count the calls
+/// made through this handle; the state is the machine's). Pass it the shared clock,
 /// pacer_clock_monotonic_ms(), and nothing else.
 #[no_mangle]
 pub unsafe extern "C" fn pacer_shared_pacer(

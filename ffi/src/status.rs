@@ -20,7 +20,8 @@ pub enum pacer_status {
     BufferTooShort = 4,
     /// A string argument is not valid UTF-8.
     InvalidUtf8 = 5,
-    /// The pacer storage was not initialised by pacer_init.
+    /// The storage was not initialised (pacer_init, or
+    /// pacer_notice_registry_init for a registry).
     NotInitialized = 6,
     /// Config: rate_per_min above 600.
     RateTooHigh = 7,
@@ -63,6 +64,12 @@ pub enum pacer_status {
     /// A booking presented to pacer_redeem holds no live ticket (already
     /// redeemed, released, or never booked).
     InvalidTicket = 25,
+    /// A pointer argument is not aligned for its type (struct pacer and
+    /// struct pacer_shared need 16 bytes, a ticket 4, a booking 8).
+    Misaligned = 26,
+    /// The ticket or booking was issued by another pacer (or forged): its
+    /// owner is not this pacer's. Nothing was changed.
+    ForeignTicket = 27,
 }
 
 impl pacer_status {
@@ -76,7 +83,9 @@ impl pacer_status {
                 b"output buffer too short; see *out_written for the needed length\0"
             }
             pacer_status::InvalidUtf8 => b"string argument is not valid UTF-8\0",
-            pacer_status::NotInitialized => b"pacer storage not initialised by pacer_init\0",
+            pacer_status::NotInitialized => {
+                b"storage not initialised (pacer_init / pacer_notice_registry_init)\0"
+            }
             pacer_status::RateTooHigh => b"rate_per_min above 600\0",
             pacer_status::BurstTooLarge => b"burst above PACER_MAX_BURST\0",
             pacer_status::RetriesExceedLadder => {
@@ -114,10 +123,12 @@ impl pacer_status {
             pacer_status::SharedNotOpen => b"shared pacer: the handle is not open\0",
             pacer_status::SharedNotFound => b"shared pacer: no such file\0",
             pacer_status::InvalidTicket => b"the booking holds no live ticket\0",
+            pacer_status::Misaligned => b"a pointer argument is not aligned for its type\0",
+            pacer_status::ForeignTicket => b"the ticket or booking was issued by another pacer\0",
         }
     }
 
-    const ALL: [pacer_status; 26] = [
+    const ALL: [pacer_status; 28] = [
         pacer_status::Ok,
         pacer_status::NullParameter,
         pacer_status::Panic,
@@ -144,6 +155,8 @@ impl pacer_status {
         pacer_status::SharedNotOpen,
         pacer_status::SharedNotFound,
         pacer_status::InvalidTicket,
+        pacer_status::Misaligned,
+        pacer_status::ForeignTicket,
     ];
 }
 

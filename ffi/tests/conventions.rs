@@ -6,8 +6,11 @@
 use std::fs;
 
 /// Calls that check a pointer argument before use (see boundary.rs).
-const CHECKERS: [&str; 7] = [
+const CHECKERS: [&str; 10] = [
     "arg(",
+    "checked(",
+    "TicketCell::new(",
+    "setting_text(",
     "arg_mut(",
     "out(",
     "opt_str(",

@@ -182,7 +182,8 @@ static void test_notices(void) {
   bad = notices.items[0];
   bad.raw = NULL;
   CHECK(pacer_notice_render(&bad, (uint8_t *)text, sizeof text, &written) == PACER_STATUS_NULL_PARAMETER, "raw NULL with length");
-  CHECK(pacer_resolve("\xc3\x28", NULL, NULL, NULL, &b, NULL) == PACER_STATUS_INVALID_UTF8, "bad utf8 setting");
+  CHECK(pacer_resolve("\xc3\x28", NULL, NULL, NULL, &b, NULL) == PACER_STATUS_OK && b.rate_per_min == 60,
+        "a setting that is not UTF-8 is malformed, not an error (test_resolve_any_bytes)");
   CHECK(pacer_resolve(NULL, NULL, NULL, NULL, &b, NULL) == PACER_STATUS_OK && b.wait_bound_ms == 4833, "notices optional");
 }
 
@@ -358,9 +359,142 @@ static void test_bad_input(void) {
   CHECK(pacer_notice_registry_init(NULL) == PACER_STATUS_NULL_PARAMETER, "null registry");
   CHECK(pacer_resolve(NULL, NULL, NULL, NULL, NULL, NULL) == PACER_STATUS_NULL_PARAMETER, "null budget");
 
-  for (uint32_t s = 0; s <= 25; s++) CHECK(strcmp(pacer_status_str(s), "unknown status") != 0, "status %u named", s);
-  CHECK(strcmp(pacer_status_str(26), "unknown status") == 0, "status 26 unknown");
+  for (uint32_t s = 0; s <= 27; s++) CHECK(strcmp(pacer_status_str(s), "unknown status") != 0, "status %u named", s);
+  CHECK(strcmp(pacer_status_str(28), "unknown status") == 0, "status 28 unknown");
   CHECK(strcmp(pacer_status_str(UINT32_MAX), "unknown status") == 0, "status max unknown");
+}
+
+/* A pacer in storage 8 bytes past a 16-aligned address: every call that
+ * takes it answers PACER_STATUS_MISALIGNED (the 128-bit compare-and-swap
+ * would fault), and nothing is written. */
+static void test_misaligned(void) {
+  _Alignas(16) unsigned char raw[PACER_STORAGE_SIZE + 16];
+  memset(raw, 0x5A, sizeof raw);
+  pacer *off = (pacer *)(void *)(raw + 8);
+  pacer_config c = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND};
+  pacer_decision d;
+  pacer_booking b;
+  pacer_info info;
+  pacer_counters k;
+  bool refunded;
+  CHECK(pacer_init(off, &c, 0) == PACER_STATUS_MISALIGNED, "init on misaligned storage");
+  int untouched = 1;
+  for (size_t i = 0; i < sizeof raw; i++) untouched &= raw[i] == 0x5A;
+  CHECK(untouched, "misaligned init wrote nothing");
+  CHECK(pacer_reserve(off, 0, &d) == PACER_STATUS_MISALIGNED, "reserve");
+  CHECK(pacer_reserve_or_book(off, 0, 5, &d, &b) == PACER_STATUS_MISALIGNED, "reserve_or_book");
+  CHECK(pacer_get_info(off, &info) == PACER_STATUS_MISALIGNED, "info");
+  CHECK(pacer_get_counters(off, &k) == PACER_STATUS_MISALIGNED, "counters");
+  /* A ticket 2 bytes off its alignment. */
+  pacer p;
+  CHECK(pacer_init(&p, &c, 0) == PACER_STATUS_OK, "init");
+  CHECK(pacer_reserve(&p, 0, &d) == PACER_STATUS_OK, "reserve");
+  _Alignas(8) unsigned char tbuf[sizeof(pacer_ticket) + 8];
+  memcpy(tbuf + 2, &d.ticket, sizeof d.ticket);
+  CHECK(pacer_release(&p, (pacer_ticket *)(void *)(tbuf + 2), 0, &refunded) == PACER_STATUS_MISALIGNED, "ticket");
+  CHECK(pacer_release(&p, &d.ticket, 0, &refunded) == PACER_STATUS_OK && refunded, "the aligned copy still releases");
+  _Alignas(8) unsigned char rbuf[PACER_NOTICE_REGISTRY_SIZE + 8];
+  CHECK(pacer_notice_registry_init((pacer_notice_registry *)(void *)(rbuf + 4)) == PACER_STATUS_MISALIGNED,
+        "registry");
+}
+
+/* A ticket or booking works only on the pacer that issued it; a forged
+ * one (a live state with any other owner) changes nothing. */
+static void test_foreign_tickets(void) {
+  pacer a, b;
+  pacer_config c = {60, 1, 120000, 5, PACER_RELEASE_POLICY_REFUND};
+  CHECK(pacer_init(&a, &c, 0) == PACER_STATUS_OK && pacer_init(&b, &c, 0) == PACER_STATUS_OK, "init");
+  pacer_decision da, db;
+  CHECK(pacer_reserve(&a, 0, &da) == PACER_STATUS_OK && da.ticket.state == PACER_TICKET_STATE_LIVE, "a admits");
+  CHECK(pacer_reserve(&b, 0, &db) == PACER_STATUS_OK && db.ticket.state == PACER_TICKET_STATE_LIVE, "b admits");
+  CHECK(da.ticket.owner != 0 && db.ticket.owner != 0 && da.ticket.owner != db.ticket.owner, "distinct owner tags");
+  pacer_info before, after;
+  pacer_get_info(&b, &before);
+  bool refunded = true;
+  CHECK(pacer_release(&b, &da.ticket, 10, &refunded) == PACER_STATUS_FOREIGN_TICKET && refunded,
+        "a's ticket on b: status, out untouched");
+  pacer_get_info(&b, &after);
+  CHECK(after.tokens_units == before.tokens_units && after.high_water_ms == before.high_water_ms, "b unchanged");
+  CHECK(da.ticket.state == PACER_TICKET_STATE_LIVE, "a's ticket still live");
+  pacer_ticket forged = {db.ticket.seq, 60000, PACER_TICKET_STATE_LIVE, db.ticket.owner ^ 1u};
+  CHECK(pacer_release(&b, &forged, 10, &refunded) == PACER_STATUS_FOREIGN_TICKET, "forged owner");
+  CHECK(pacer_release(&a, &da.ticket, 10, &refunded) == PACER_STATUS_OK && refunded, "a's ticket on a");
+
+  /* A booking from a, presented to b. */
+  pacer_booking bk;
+  pacer_decision d;
+  CHECK(pacer_reserve(&a, 0, &d) == PACER_STATUS_OK && d.kind == PACER_DECISION_KIND_ADMITTED, "a: burst token");
+  CHECK(pacer_reserve_or_book(&a, 0, 5, &d, &bk) == PACER_STATUS_OK && d.kind == PACER_DECISION_KIND_ADMITTED &&
+            d.wait_ms == 1000,
+        "a: waits 1000");
+  int booked = 0;
+  for (int i = 0; i < 10 && !booked; i++) {
+    CHECK(pacer_reserve_or_book(&a, 0, 5, &d, &bk) == PACER_STATUS_OK, "a: reserve_or_book");
+    booked = d.kind == PACER_DECISION_KIND_BOOKED;
+  }
+  CHECK(booked && bk.ticket.owner == da.ticket.owner, "a booked a slot");
+  pacer_decision kept;
+  memset(&kept, 0xCD, sizeof kept);
+  CHECK(pacer_redeem(&b, &bk, bk.slot_ms, &kept) == PACER_STATUS_FOREIGN_TICKET, "a's booking on b");
+  CHECK(kept.kind == 0xCDCDCDCDu && bk.ticket.state == PACER_TICKET_STATE_LIVE, "nothing written, booking kept");
+  pacer_booking forged_booking = bk;
+  forged_booking.ticket.owner = 0;
+  CHECK(pacer_redeem(&a, &forged_booking, bk.slot_ms, &kept) == PACER_STATUS_FOREIGN_TICKET, "forged booking");
+  CHECK(pacer_redeem(&a, &bk, bk.slot_ms, &d) == PACER_STATUS_OK && d.kind == PACER_DECISION_KIND_ADMITTED &&
+            d.ticket.owner == da.ticket.owner,
+        "redeemed on a");
+}
+
+/* A notice registry that pacer_notice_registry_init never saw. */
+static void test_registry_guards(void) {
+  pacer_notice_registry r;
+  pacer_notice n = {PACER_NOTICE_KIND_RATE_MALFORMED, 0, {60, 0, 0}, "x", 1};
+  bool first = false;
+  memset(&r, 0, sizeof r);
+  CHECK(pacer_notice_registry_first_time(&r, &n, &first) == PACER_STATUS_NOT_INITIALIZED, "zeroed registry");
+  memset(&r, 0xFF, sizeof r);
+  CHECK(pacer_notice_registry_first_time(&r, &n, &first) == PACER_STATUS_NOT_INITIALIZED, "garbage registry");
+  CHECK(pacer_notice_registry_init(&r) == PACER_STATUS_OK, "init");
+  /* PACER_NOTICE_REGISTRY_KEYS keys are remembered; past that a new key
+   * reports first every time (shown again, never lost). */
+  char text[PACER_NOTICE_REGISTRY_KEYS + 1][16];
+  for (int i = 0; i <= PACER_NOTICE_REGISTRY_KEYS; i++) {
+    snprintf(text[i], sizeof text[i], "k%d", i);
+    pacer_notice ni = {PACER_NOTICE_KIND_RATE_MALFORMED, 0, {60, 0, 0}, text[i], strlen(text[i])};
+    CHECK(pacer_notice_registry_first_time(&r, &ni, &first) == PACER_STATUS_OK && first, "key %d first", i);
+  }
+  pacer_notice again = {PACER_NOTICE_KIND_RATE_MALFORMED, 0, {60, 0, 0}, text[0], strlen(text[0])};
+  CHECK(pacer_notice_registry_first_time(&r, &again, &first) == PACER_STATUS_OK && !first, "a remembered key");
+  pacer_notice past = {PACER_NOTICE_KIND_RATE_MALFORMED, 0, {60, 0, 0}, text[PACER_NOTICE_REGISTRY_KEYS],
+                       strlen(text[PACER_NOTICE_REGISTRY_KEYS])};
+  CHECK(pacer_notice_registry_first_time(&r, &past, &first) == PACER_STATUS_OK && first, "the key past the limit again");
+}
+
+/* Settings text that is not UTF-8 (what getenv can return) is a malformed
+ * setting: the default and a notice, never a failure. */
+static void test_resolve_any_bytes(void) {
+  const char *rate = "\xff" "12";
+  const char *idle = "\xc3\x28";
+  pacer_budget b;
+  pacer_notices ns;
+  CHECK(pacer_resolve(rate, idle, NULL, NULL, &b, &ns) == PACER_STATUS_OK, "resolves");
+  CHECK(b.rate_per_min == 60 && b.idle_timeout_ms == 120000 && b.max_retries == 5 && b.wait_bound_ms == 4833,
+        "defaults: rate %u idle %" PRIu64, b.rate_per_min, b.idle_timeout_ms);
+  CHECK(ns.count == 2, "two notices, got %zu", ns.count);
+  CHECK(ns.items[0].kind == PACER_NOTICE_KIND_RATE_MALFORMED && ns.items[0].raw == rate && ns.items[0].raw_len == 3 &&
+            ns.items[0].values[0] == 60,
+        "rate notice points to the caller's bytes");
+  CHECK(ns.items[1].kind == PACER_NOTICE_KIND_IDLE_MALFORMED && ns.items[1].raw == idle && ns.items[1].raw_len == 2,
+        "idle notice");
+  char buf[256];
+  size_t n = 0;
+  CHECK(pacer_notice_render(&ns.items[0], (uint8_t *)buf, sizeof buf, &n) == PACER_STATUS_OK, "renders");
+  const char *want = "ignoring new-connection rate \"\xef\xbf\xbd" "12\": not a whole number of connections per "
+                     "minute; using 60/minute";
+  CHECK(n == strlen(want) && memcmp(buf, want, n) == 0, "text: %.*s", (int)n, buf);
+  CHECK(pacer_notice_key(&ns.items[0], (uint8_t *)buf, sizeof buf, &n) == PACER_STATUS_OK && n == 10 &&
+            memcmp(buf, "rate:\xef\xbf\xbd" "12", 10) == 0,
+        "key: %.*s", (int)n, buf);
 }
 
 int main(void) {
@@ -373,6 +507,10 @@ int main(void) {
   test_notice_keys_and_names();
   test_bookings();
   test_bad_input();
+  test_misaligned();
+  test_foreign_tickets();
+  test_registry_guards();
+  test_resolve_any_bytes();
   printf("%d passed, %d failed\n", checks - failures, failures);
   return failures == 0 ? 0 : 1;
 }

@@ -1,7 +1,10 @@
 /* Many threads hammer one pacer on a shared clock; admissions never exceed
- * SPEC §6.1's bound: burst + max_debt + rate*W/60000 + 1 (no releases). */
+ * SPEC §6.1's bound: burst + max_debt + rate*W/60000 + 1 (no releases).
+ * Then two threads race to release (or redeem) the same ticket (booking)
+ * struct, many times over: exactly one of them may use it each time. */
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 
@@ -34,6 +37,69 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+#define RACES 20000
+
+static pacer race_pacer;
+static pacer_ticket race_ticket;
+static pacer_booking race_booking;
+static _Atomic int race_round = -1;
+static _Atomic int race_done;
+static _Atomic uint64_t race_used[2];
+static _Atomic uint64_t race_errors;
+static int race_redeem;
+
+static void *racer(void *arg) {
+  int me = (int)(intptr_t)arg;
+  for (int round = 0; round < RACES; round++) {
+    while (atomic_load(&race_round) != round) sched_yield();
+    if (race_redeem) {
+      pacer_decision d;
+      pacer_status st = pacer_redeem(&race_pacer, &race_booking, 1000000, &d);
+      if (st == PACER_STATUS_OK && d.kind == PACER_DECISION_KIND_ADMITTED)
+        atomic_fetch_add(&race_used[me], 1);
+      else if (st != PACER_STATUS_INVALID_TICKET)
+        atomic_fetch_add(&race_errors, 1);
+    } else {
+      bool refunded = false;
+      if (pacer_release(&race_pacer, &race_ticket, 0, &refunded) != PACER_STATUS_OK)
+        atomic_fetch_add(&race_errors, 1);
+      else if (refunded)
+        atomic_fetch_add(&race_used[me], 1);
+    }
+    atomic_fetch_add(&race_done, 1);
+  }
+  return NULL;
+}
+
+/* Returns how many rounds let both threads use the one struct. */
+static uint64_t race(int redeem) {
+  race_redeem = redeem;
+  pacer_config c = {60, 1, 120000, 5, PACER_RELEASE_POLICY_REFUND};
+  atomic_store(&race_used[0], 0);
+  atomic_store(&race_used[1], 0);
+  atomic_store(&race_round, -1);
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, racer, (void *)(intptr_t)i);
+  for (int round = 0; round < RACES; round++) {
+    pacer_decision d;
+    pacer_init(&race_pacer, &c, 0);
+    pacer_reserve(&race_pacer, 0, &d); /* the one burst token */
+    if (redeem) {
+      /* Waits 1000 … 4000 are admitted; 5000 > the 4833 bound books. */
+      for (int i = 0; i < 5; i++) pacer_reserve_or_book(&race_pacer, 0, 5, &d, &race_booking);
+      if (d.kind != PACER_DECISION_KIND_BOOKED || race_booking.slot_ms != 5000) atomic_fetch_add(&race_errors, 1);
+    } else {
+      race_ticket = d.ticket;
+    }
+    atomic_store(&race_done, 0);
+    atomic_store(&race_round, round);
+    while (atomic_load(&race_done) != 2) sched_yield();
+  }
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  uint64_t used = atomic_load(&race_used[0]) + atomic_load(&race_used[1]);
+  return used - RACES; /* each round must use it exactly once */
+}
+
 int main(void) {
   /* rate 600, burst 10, idle 3600000, 5 retries: bound 15000 ms,
    * max_debt = 15000*600/60000 = 150 tokens. */
@@ -55,6 +121,13 @@ int main(void) {
   if (atomic_load(&errors)) { fprintf(stderr, "FAIL errors\n"); failed++; }
   printf("threads: %d x %d calls over %" PRIu64 " ms: admitted %" PRIu64 " (bound %" PRIu64 "), refused %" PRIu64 "\n",
          THREADS, CALLS, window_ms, admitted, bound, refused);
-  printf("%d passed, %d failed\n", 5 - failed, failed);
+  uint64_t double_releases = race(0);
+  uint64_t double_redeems = race(1);
+  if (double_releases) { fprintf(stderr, "FAIL %" PRIu64 " of %d tickets refunded twice\n", double_releases, RACES); failed++; }
+  if (double_redeems) { fprintf(stderr, "FAIL %" PRIu64 " of %d bookings redeemed twice\n", double_redeems, RACES); failed++; }
+  if (atomic_load(&race_errors)) { fprintf(stderr, "FAIL race errors\n"); failed++; }
+  printf("races: %d releases and %d redemptions of one struct by two threads; used twice: %" PRIu64 ", %" PRIu64 "\n",
+         RACES, RACES, double_releases, double_redeems);
+  printf("%d passed, %d failed\n", 8 - failed, failed);
   return failed ? 1 : 0;
 }

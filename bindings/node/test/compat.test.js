@@ -297,6 +297,11 @@ test('upstreamRequestBudget: the design record budget table and its notices', ()
 
 test('sharedWsUpgradePacer: one process-wide pacer from the environment; reset re-reads it', async () => {
   const saved = process.env.CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN;
+  // The process-wide pacer reads the default clock (performance.now) and
+  // takes no injected one: hold that clock still for this test, so the
+  // eleventh request is queued however slowly the machine runs.
+  const frozen = performance.now();
+  Object.defineProperty(performance, 'now', { value: () => frozen, configurable: true, writable: true });
   try {
     process.env.CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN = '0';
     const shared = sharedWsUpgradePacer();
@@ -317,6 +322,7 @@ test('sharedWsUpgradePacer: one process-wide pacer from the environment; reset r
     assert.equal(settled.filter((s) => s.status === 'fulfilled').length, 10);
     assert.equal(settled[10].status, 'rejected');
   } finally {
+    delete performance.now;
     if (saved === undefined) delete process.env.CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN;
     else process.env.CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN = saved;
   }

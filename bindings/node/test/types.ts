@@ -2,7 +2,7 @@
 // TypeScript proxy uses them. Lines marked @ts-expect-error must fail.
 import {
   Pacer, refusalResponse, resolveBudget, NoticeRegistry, type AdmitOutcome, type Decision, type Notice,
-  type Booking, type BookingDecision,
+  type Booking, type BookingDecision, type PacerClosedError, Ticket,
 } from 'pacer';
 import {
   WsUpgradePacer, sharedWsUpgradePacer, resetWsUpgradePacerForTests, upstreamRequestBudget,
@@ -71,3 +71,21 @@ async function bookings(pacer: Pacer): Promise<number> {
   return pacer.pendingKeys;
 }
 void bookings;
+
+// Closing: the closed error's code is typed.
+async function closing(pacer: Pacer): Promise<string | null> {
+  pacer.close();
+  const closed: boolean = pacer.closed;
+  void closed;
+  try {
+    await pacer.admit();
+  } catch (error) {
+    const e = error as PacerClosedError;
+    const code: 'ERR_PACER_CLOSED' = e.code;
+    return code;
+  }
+  // @ts-expect-error tickets are made with their owner and numbers
+  new Ticket();
+  return null;
+}
+void closing;

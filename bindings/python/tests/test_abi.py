@@ -83,6 +83,8 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
 def test_import_refuses_a_library_of_another_abi() -> None:
     # Simulate a header one ABI version ahead of the linked library: the
     # import must run the check with the library's own number and fail.
+    (header_abi,) = re.findall(r"^#define PACER_ABI_VERSION (\d+)$", HEADER, re.MULTILINE)
+    library_abi = int(header_abi)  # test_loaded_library_matches_the_header checks they are equal
     done = run_python(
         "import importlib.util, os, sys\n"
         "where = importlib.util.find_spec('pacer').submodule_search_locations[0]\n"
@@ -95,8 +97,9 @@ def test_import_refuses_a_library_of_another_abi() -> None:
         "import pacer\n"
     )
     assert done.returncode != 0
-    assert "ImportError: pacer: the linked pacer library has ABI version 1" in done.stderr
-    assert "PACER_ABI_VERSION 2" in done.stderr and "cargo build --release --locked -p pacer-ffi" in done.stderr
+    assert f"ImportError: pacer: the linked pacer library has ABI version {library_abi}," in done.stderr
+    assert f"PACER_ABI_VERSION {library_abi + 1};" in done.stderr
+    assert "cargo build --release --locked -p pacer-ffi" in done.stderr
 
 
 def test_import_without_the_compiled_module_says_how_to_build() -> None:

@@ -191,3 +191,32 @@ def test_pacer_clock_goes_through_c(registry: pacer.NoticeRegistry) -> None:
     p = pacer.Pacer(burst=1, idle_timeout_ms=3_600_000, clock=clock, notice_registry=registry)
     clock.advance(1234)
     assert p.now_ms() == 1234
+
+
+def test_tickets_carry_the_owner_tag(registry: pacer.NoticeRegistry) -> None:
+    # ABI 2: a C ticket names the pacer that issued it (a nonzero owner tag),
+    # and a release rebuilds the C ticket with it, or the library refuses
+    # it (PACER_STATUS_FOREIGN_TICKET, 27), changing nothing.
+    p = fresh(registry)
+    admission = p.reserve(0)
+    assert isinstance(admission, pacer.Admitted) and admission.ticket is not None
+    ticket = admission.ticket
+    assert ticket._owner != 0
+    # Tickets made through the cffi path carry it too: admitted by
+    # reserve_or_book (the 2nd token, 1000 ms out), and booked once the
+    # bound (15000 ms) is full: the 17th would wait 16000 ms.
+    second = p.reserve_or_book(0, 5)
+    assert isinstance(second, pacer.Admitted) and second.ticket is not None
+    assert second.ticket._owner == ticket._owner
+    assert [p.reserve(0).wait_ms for _ in range(14)] == [1000 * k for k in range(2, 16)]  # type: ignore[union-attr]
+    booked = p.reserve_or_book(0, 5)
+    assert isinstance(booked, pacer.Booked) and booked.booking.ticket._owner == ticket._owner
+    # A ticket rebuilt with another tag is foreign to this pacer.
+    forged = pacer.Ticket(p, ticket._seq, ticket._debit_units, ticket._owner ^ 1)
+    assert forged._owner == ticket._owner ^ 1
+    with pytest.raises(pacer.PacerError, match="status 27"):
+        p.release(forged, 0)
+    assert not forged.spent and p.counters().released == 0
+    assert admission.release(0) is True
+    with pytest.raises(ValueError, match="owner"):
+        pacer.Ticket(p, 1, 1, 2**32)

@@ -104,11 +104,72 @@ def test_custom_names(registry: pacer.NoticeRegistry) -> None:
     assert budget.rate_per_minute == 120
 
 
-def test_undecodable_environment_text_is_malformed_not_fatal(registry: pacer.NoticeRegistry) -> None:
+# U+FFFD, as the core renders text that was not valid: a NUL (replaced by
+# it before the text goes to C) or each byte of a lone surrogate's
+# encoding (three: ED A0 80 for U+D800, ED B3 BF for U+DCFF), none of which
+# starts a valid UTF-8 sequence after the ED.
+R = "\ufffd"
+# SPEC §2/§3 at the defaults: rate 60, idle 120000, total 600000, 5 retries,
+# bound 4833, hint cap 4, schedule 5·4·1000 = 20000.
+DEFAULT_NUMBERS = (60, 120000, 600000, 5, 4833, 4, 20000, True, True)
+
+
+def numbers(budget: pacer.Budget) -> tuple:
+    return (budget.rate_per_minute, budget.idle_timeout_ms, budget.total_timeout_ms, budget.max_retries,
+            budget.wait_bound_ms, budget.hint_cap_s, budget.refusal_schedule_ms, budget.can_refuse,
+            budget.enabled)
+
+
+def test_undecodable_environment_text_is_malformed_not_fatal(caplog: pytest.LogCaptureFixture,
+                                                             registry: pacer.NoticeRegistry) -> None:
     # os.environ holds undecodable bytes as lone surrogates.
+    caplog.set_level(logging.WARNING, logger="pacer")
     budget = pacer.Budget.from_env({"PACER_RATE_PER_MIN": "6\udcff0"}, notice_registry=registry)
-    assert budget.rate_per_minute == 60
-    assert [(n.kind, n.raw) for n in budget.notices] == [(pacer.NoticeKind.RATE_MALFORMED, "6?0")]
+    assert numbers(budget) == DEFAULT_NUMBERS
+    (notice,) = budget.notices
+    assert (notice.kind, notice.raw, notice.values) == (pacer.NoticeKind.RATE_MALFORMED, "6\udcff0", (60, 0, 0))
+    text = f'ignoring new-connection rate "6{R * 3}0": not a whole number of connections per minute; using 60/minute'
+    assert (notice.text, notice.key) == (text, f"rate:6{R * 3}0")
+    assert messages(caplog) == [text]
+
+
+@pytest.mark.parametrize("value", ["\ud800", "12\x00x"], ids=["lone surrogate", "NUL"])
+def test_invalid_setting_text_gives_the_default_and_a_notice(value: str, caplog: pytest.LogCaptureFixture,
+                                                             registry: pacer.NoticeRegistry) -> None:
+    caplog.set_level(logging.WARNING, logger="pacer")
+    shown = {"\ud800": R * 3, "12\x00x": f"12{R}x"}[value]
+    budget = pacer.Budget.resolve(rate_per_minute=value, notice_registry=registry)
+    # "12\0x" must never read as 12 (C would stop at the NUL): the default, 60.
+    assert numbers(budget) == DEFAULT_NUMBERS
+    (notice,) = budget.notices
+    assert (notice.kind, notice.raw, notice.values) == (pacer.NoticeKind.RATE_MALFORMED, value, (60, 0, 0))
+    text = f'ignoring new-connection rate "{shown}": not a whole number of connections per minute; using 60/minute'
+    assert (notice.text, notice.key) == (text, f"rate:{shown}")
+    # Logged once per key, like any notice (the registry reads the raw text too).
+    pacer.Budget.resolve(rate_per_minute=value, notice_registry=registry)
+    assert messages(caplog) == [text]
+    assert registry.first_time(notice) is False
+
+
+def test_invalid_text_in_every_setting(registry: pacer.NoticeRegistry) -> None:
+    budget = pacer.Budget.resolve("\x00", "1\ud800", "60\x000", "\udfff", notice_registry=registry)
+    assert numbers(budget) == DEFAULT_NUMBERS
+    assert [(n.kind, n.raw, n.text) for n in budget.notices] == [
+        (pacer.NoticeKind.RATE_MALFORMED, "\x00",
+         f'ignoring new-connection rate "{R}": not a whole number of connections per minute; using 60/minute'),
+        (pacer.NoticeKind.IDLE_MALFORMED, "1\ud800",
+         f'ignoring idle timeout "1{R * 3}": not a whole number of milliseconds; using 120000ms'),
+        (pacer.NoticeKind.TOTAL_MALFORMED, "60\x000",
+         f'ignoring total timeout "60{R}0": not a whole number of milliseconds; using 600000ms'),
+        (pacer.NoticeKind.RETRIES_MALFORMED, "\udfff",
+         f'ignoring max retries "{R * 3}": not a whole number; using 5'),
+    ]
+    # The environment path reads the same way, a NUL included.
+    env = pacer.Budget.from_env({"PACER_RATE_PER_MIN": "12\x00x", "PACER_MAX_RETRIES": "3\x00"},
+                                notice_registry=registry)
+    assert numbers(env) == DEFAULT_NUMBERS
+    assert [(n.kind, n.raw) for n in env.notices] == [(pacer.NoticeKind.RATE_MALFORMED, "12\x00x"),
+                                                       (pacer.NoticeKind.RETRIES_MALFORMED, "3\x00")]
 
 
 def test_a_failing_handler_never_fails_a_call(registry: pacer.NoticeRegistry) -> None:

@@ -140,8 +140,37 @@ def test_admit_blocking_sleeps_a_few_ms(registry: pacer.NoticeRegistry) -> None:
     p = pacer.Pacer(rate_per_minute=600, burst=1, clock=clock, notice_registry=registry)
     assert p.admit_blocking().wait_ms == 0
     clock.advance(97)  # 0.97 of a token back: wait ceil(0.03 · 100) = 3 ms
-    outcome = p.admit_blocking(timeout=1)
+    outcome = p.admit_blocking(timeout=1)  # the real time.sleep, 3 ms
     assert isinstance(outcome, pacer.Admitted) and outcome.wait_ms == 3
+
+
+class Interrupted(BaseException):
+    """Stands for a KeyboardInterrupt raised in admit_blocking's sleep."""
+
+
+def test_admit_blocking_interrupted_gives_the_slot_back(registry: pacer.NoticeRegistry,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[float] = []
+
+    def interrupted_sleep(seconds: float) -> None:
+        asked.append(seconds)
+        raise Interrupted()
+
+    monkeypatch.setattr(pacer._pacer, "_blocking_sleep", interrupted_sleep)
+    p = pacer.Pacer(burst=1, idle_timeout_ms=3_600_000, clock=FakeClock(0), notice_registry=registry)
+    assert p.admit_blocking().wait_ms == 0  # the one token: no sleep
+    with pytest.raises(Interrupted):
+        p.admit_blocking()  # granted 1000 ms, interrupted in the sleep
+    assert asked == [1.0]
+    c = p.counters()
+    assert (c.admitted, c.released, c.refunded) == (2, 1, 1)
+    # SPEC §7: the slot came back; the next arrival waits 1000, not 2000.
+    assert p.reserve(0).wait_ms == 1000
+
+    # A release that fails (a library fault) never replaces the interruption.
+    p._c_release = lambda *args: pacer._lib.PACER_STATUS_PANIC
+    with pytest.raises(Interrupted):
+        p.admit_blocking()
 
 
 def test_admit_blocking_timeout_refunds_at_once(registry: pacer.NoticeRegistry) -> None:

@@ -76,7 +76,9 @@ def reading_ms(reading: Any) -> int:
 
 
 def text(field: str, value: Any, *, optional: bool) -> bytes | None:
-    """A settings or message string as NUL-free UTF-8 (None passes if optional)."""
+    """A message or path string as NUL-free UTF-8 (None passes if optional);
+    a NUL or a lone surrogate is a ValueError. Settings text goes through
+    ``setting`` instead, which never fails."""
     if value is None and optional:
         return None
     if not isinstance(value, str):
@@ -88,6 +90,27 @@ def text(field: str, value: Any, *, optional: bool) -> bytes | None:
         return value.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError(f"pacer: {field} is not valid Unicode text (it holds a lone surrogate)") from None
+
+
+def setting_bytes(value: str) -> bytes:
+    """A settings string as the bytes ``pacer_resolve`` reads; never fails.
+
+    C strings end at a NUL, so each NUL becomes U+FFFD first: ``"12\\0x"``
+    must never read as ``12`` (it is a malformed setting instead). A lone
+    surrogate is encoded as it is (``surrogatepass``): bytes that are not
+    UTF-8, which the core reads as a malformed setting (default and a
+    notice), never an error."""
+    return value.replace("\0", "\ufffd").encode("utf-8", "surrogatepass")
+
+
+def setting(field: str, value: Any) -> bytes | None:
+    """Settings text (``Budget.resolve``): None passes; any str is accepted
+    (see ``setting_bytes``); anything else is a TypeError naming the field."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"pacer: {field} must be a str or None, got {describe(value)}")
+    return setting_bytes(value)
 
 
 def key(field: str, value: Any) -> Any:

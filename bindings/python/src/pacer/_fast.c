@@ -218,12 +218,16 @@ fast_noop(PyObject *module, PyObject *unused)
 /* ------------------------------------------------------------------ Ticket */
 
 /* pacer.Ticket. The Python code of the package reads `_pacer`, `_seq`,
- * `_debit_units` and flips `_spent` under the pacer's release lock. */
+ * `_debit_units`, `_owner` and flips `_spent` under the pacer's release
+ * lock. `owner` is the C ticket's owner tag (ABI 2): the issuing pacer's,
+ * passed back whenever a `struct pacer_ticket` is rebuilt from this object,
+ * or the library refuses it (PACER_STATUS_FOREIGN_TICKET). */
 typedef struct {
     PyObject_HEAD
     PyObject *pacer;
     unsigned int seq;
     unsigned int debit_units;
+    unsigned int owner;
     char spent;
 } Ticket;
 
@@ -235,7 +239,8 @@ static Ticket *ticket_freelist[TICKET_FREELIST];
 static int ticket_free_count;
 
 static Ticket *
-ticket_new_from(PyTypeObject *type, PyObject *pacer, unsigned int seq, unsigned int debit_units)
+ticket_new_from(PyTypeObject *type, PyObject *pacer, unsigned int seq, unsigned int debit_units,
+                unsigned int owner)
 {
     Ticket *ticket;
     if (type == ticket_type && ticket_free_count > 0) {
@@ -250,6 +255,7 @@ ticket_new_from(PyTypeObject *type, PyObject *pacer, unsigned int seq, unsigned 
     ticket->pacer = Py_NewRef(pacer);
     ticket->seq = seq;
     ticket->debit_units = debit_units;
+    ticket->owner = owner;
     ticket->spent = 0;
     PyObject_GC_Track(ticket);
     return ticket;
@@ -276,14 +282,15 @@ u32_of(PyObject *value, const char *field, unsigned int *out)
 static PyObject *
 ticket_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *names[] = {"pacer", "seq", "debit_units", NULL};
-    PyObject *pacer, *seq, *debit;
-    unsigned int seq_value, debit_value;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:Ticket", names, &pacer, &seq, &debit) ||
-        u32_of(seq, "seq", &seq_value) < 0 || u32_of(debit, "debit_units", &debit_value) < 0) {
+    static char *names[] = {"pacer", "seq", "debit_units", "owner", NULL};
+    PyObject *pacer, *seq, *debit, *owner;
+    unsigned int seq_value, debit_value, owner_value;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO:Ticket", names, &pacer, &seq, &debit, &owner) ||
+        u32_of(seq, "seq", &seq_value) < 0 || u32_of(debit, "debit_units", &debit_value) < 0 ||
+        u32_of(owner, "owner", &owner_value) < 0) {
         return NULL;
     }
-    return (PyObject *)ticket_new_from(type, pacer, seq_value, debit_value);
+    return (PyObject *)ticket_new_from(type, pacer, seq_value, debit_value, owner_value);
 }
 
 static int
@@ -347,6 +354,7 @@ static PyMemberDef ticket_members[] = {
     {"_pacer", T_OBJECT_EX, offsetof(Ticket, pacer), READONLY, NULL},
     {"_seq", T_UINT, offsetof(Ticket, seq), READONLY, NULL},
     {"_debit_units", T_UINT, offsetof(Ticket, debit_units), READONLY, NULL},
+    {"_owner", T_UINT, offsetof(Ticket, owner), READONLY, NULL},
     {"_spent", T_BOOL, offsetof(Ticket, spent), 0, NULL},
     {NULL, 0, 0, 0, NULL},
 };
@@ -553,7 +561,8 @@ core_reserve(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
     }
     PyObject *ticket = Py_None;
     if (out.ticket.state == PACER_TICKET_STATE_LIVE) {
-        ticket = (PyObject *)ticket_new_from(ticket_type, (PyObject *)self, out.ticket.seq, out.ticket.debit_units);
+        ticket = (PyObject *)ticket_new_from(ticket_type, (PyObject *)self, out.ticket.seq,
+                                             out.ticket.debit_units, out.ticket.owner);
         if (ticket == NULL) {
             Py_DECREF(regressed);
             return NULL;

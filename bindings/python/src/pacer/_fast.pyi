@@ -14,8 +14,9 @@ class Ticket:
     _pacer: Any
     _seq: int
     _debit_units: int
+    _owner: int
     _spent: bool
-    def __init__(self, pacer: Any, seq: int, debit_units: int) -> None: ...
+    def __init__(self, pacer: Any, seq: int, debit_units: int, owner: int) -> None: ...
     @property
     def debit_units(self) -> int:
         """The debit this ticket refunds, in 1/60000 of a connection."""

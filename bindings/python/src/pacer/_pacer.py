@@ -49,6 +49,22 @@ _new = ffi.new
 #: Bookings need calls a shared pacer does not have (as in the Node binding).
 _NO_BOOKINGS = "pacer: bookings are not available on a shared pacer"
 
+#: What admit_blocking sleeps with (looked up at each call, so tests can inject one).
+_blocking_sleep = time.sleep
+
+
+def _give_back(decision: Admitted, error: BaseException) -> None:
+    """Releases an admission whose wait ended in ``error`` (a cancellation,
+    a timeout, an interruption). The caller's own exception is what it
+    sees: a release that fails (a library fault) is attached to it as a
+    note, never raised in its place."""
+    try:
+        decision.release()
+    except Exception as failure:  # noqa: BLE001 - reported on the caller's exception
+        add_note = getattr(error, "add_note", None)  # Python 3.11+
+        if add_note is not None:
+            add_note(f"pacer: giving the admission back failed: {failure}")
+
 
 class AdmitPath(enum.Enum):
     """Which rule admitted a request."""
@@ -88,8 +104,20 @@ _MODES = {
 #: pacer that issued it. Made by ``reserve``, not by hand. A C type
 #: (``pacer._fast``): properties ``debit_units`` (in 1/60000 of a
 #: connection) and ``spent``; the package reads ``_pacer``, ``_seq``,
-#: ``_debit_units`` and sets ``_spent`` under the pacer's release lock.
+#: ``_debit_units``, ``_owner`` (the C ticket's owner tag, ABI 2) and sets
+#: ``_spent`` under the pacer's release lock.
 Ticket = fast.Ticket
+
+
+def _ticket_of(pacer: Any, c_ticket: Any) -> Ticket:
+    """The Ticket for a live ``struct pacer_ticket`` issued by ``pacer``."""
+    return Ticket(pacer, c_ticket.seq, c_ticket.debit_units, c_ticket.owner)
+
+
+def _c_ticket_fields(ticket: Ticket) -> dict[str, int]:
+    """The fields of a live ``struct pacer_ticket`` rebuilt from ``ticket``:
+    its owner tag goes back too, or the library refuses it as foreign."""
+    return {"seq": ticket._seq, "debit_units": ticket._debit_units, "state": _LIVE, "owner": ticket._owner}
 
 
 @dataclass(frozen=True, slots=True)
@@ -511,7 +539,7 @@ class Pacer(fast.Core):
                 out.wait_ms,
                 _PATHS[out.path],
                 out.clock_regressed,
-                Ticket(self, ticket.seq, ticket.debit_units) if ticket.state == _LIVE else None,
+                _ticket_of(self, ticket) if ticket.state == _LIVE else None,
             )
         return Refused(out.required_wait_ms, out.retry_after_s, out.clock_regressed)
 
@@ -535,11 +563,7 @@ class Pacer(fast.Core):
             if ticket._spent:
                 return False
             ticket._spent = True
-        c_ticket = _new("struct pacer_ticket *", {
-            "seq": ticket._seq,
-            "debit_units": ticket._debit_units,
-            "state": _LIVE,
-        })
+        c_ticket = _new("struct pacer_ticket *", _c_ticket_fields(ticket))
         refunded = _new("bool *")
         try:
             status = self._c_release(self._storage, c_ticket, now, refunded)
@@ -581,11 +605,11 @@ class Pacer(fast.Core):
                 out.wait_ms,
                 _PATHS[out.path],
                 out.clock_regressed,
-                Ticket(self, ticket.seq, ticket.debit_units) if ticket.state == _LIVE else None,
+                _ticket_of(self, ticket) if ticket.state == _LIVE else None,
             )
         if out.kind == _BOOKED:
             c_ticket = c_booking.ticket
-            booking = Booking(Ticket(self, c_ticket.seq, c_ticket.debit_units), int(c_booking.slot_ms))
+            booking = Booking(_ticket_of(self, c_ticket), int(c_booking.slot_ms))
             return Booked(booking, out.required_wait_ms, out.retry_after_s, out.clock_regressed)
         return Refused(out.required_wait_ms, out.retry_after_s, out.clock_regressed)
 
@@ -614,7 +638,7 @@ class Pacer(fast.Core):
         if ticket._pacer is not self:
             raise ValueError("pacer: this booking was made by another pacer")
         c_booking = _new("struct pacer_booking *", {
-            "ticket": {"seq": ticket._seq, "debit_units": ticket._debit_units, "state": _LIVE},
+            "ticket": _c_ticket_fields(ticket),
             "slot_ms": booking._slot_ms,
         })
         out = _new("struct pacer_decision *")
@@ -630,8 +654,7 @@ class Pacer(fast.Core):
             if admitted:
                 ticket._spent = True
         if admitted:
-            return Admitted(out.wait_ms, _PATHS[out.path], out.clock_regressed,
-                            Ticket(self, ticket._seq, ticket._debit_units))
+            return Admitted(out.wait_ms, _PATHS[out.path], out.clock_regressed, _ticket_of(self, out.ticket))
         return Booked(booking, out.required_wait_ms, out.retry_after_s, out.clock_regressed)
 
     # ------------------------------------------------------------ keyed bookings
@@ -689,7 +712,8 @@ class Pacer(fast.Core):
         """Waits (with ``sleep``, default ``asyncio.sleep``) for permission to
         open one new connection. Returns the ``Admitted`` after its wait, or
         the ``Refused``. Cancelled while waiting (``task.cancel()``,
-        ``asyncio.timeout``), it gives the slot back and re-raises.
+        ``asyncio.timeout``), it gives the slot back and re-raises (the
+        caller's own exception, even if giving back fails).
 
         With ``key`` (a str, int or bytes naming the request across its
         client's retries), a refusal whose wait fits the request's remaining
@@ -706,9 +730,9 @@ class Pacer(fast.Core):
             return decision
         try:
             await self._sleep(decision.wait_ms / 1000)
-        except BaseException:
+        except BaseException as error:
             # A cancelled request opens no connection: give the slot back.
-            decision.release()
+            _give_back(decision, error)
             raise
         return decision
 
@@ -733,9 +757,9 @@ class Pacer(fast.Core):
                 f"pacer: the granted wait of {decision.wait_ms}ms is longer than the timeout of {limit}s"
             )
         try:
-            time.sleep(decision.wait_ms / 1000)
-        except BaseException:
-            decision.release()
+            _blocking_sleep(decision.wait_ms / 1000)
+        except BaseException as error:
+            _give_back(decision, error)
             raise
         return decision
 

@@ -61,10 +61,14 @@ class NoticeKind(enum.IntEnum):
 @dataclass(frozen=True, slots=True)
 class Notice:
     """A setting that was ignored or clamped, or a budget that switched
-    pacing off or cannot refuse. ``raw`` is the offending setting text ("" when
-    the notice is about a combination of values); ``values`` as documented per
-    kind in include/pacer.h; ``text`` the English rendering; ``key`` the dedupe
-    key (``rate:<text>``, ``disabled:<r>:<idle>:<rate>``, …). All from the core."""
+    pacing off or cannot refuse. ``raw`` is the offending setting text as the
+    caller gave it ("" when the notice is about a combination of values);
+    ``values`` as documented per kind in include/pacer.h; ``text`` the English
+    rendering; ``key`` the dedupe key (``rate:<text>``,
+    ``disabled:<r>:<idle>:<rate>``, …). ``text`` and ``key`` are the core's:
+    setting text that was not valid (a NUL, a lone surrogate) shows there as
+    U+FFFD (one per byte of the surrogate's encoding), while ``raw`` keeps
+    the caller's own string."""
 
     kind: NoticeKind
     raw: str
@@ -82,7 +86,8 @@ class _CNotice:
         self.cdata = ffi.new("struct pacer_notice *")
         self.cdata.kind = kind
         self.cdata.values = list(values)
-        encoded = raw.encode("utf-8")
+        # The bytes pacer_resolve was given for this text, so the key is the one it made.
+        encoded = _check.setting_bytes(raw)
         self._raw = ffi.new("char[]", encoded) if encoded else ffi.NULL
         self.cdata.raw = self._raw
         self.cdata.raw_len = len(encoded)
@@ -100,9 +105,26 @@ def written_bytes(function: str, call: Callable[[Any, int, Any], int]) -> bytes:
     return bytes(ffi.buffer(buffer, written[0]))
 
 
-def notice_from_c(c_notice: Any) -> Notice:
-    """A Notice from a ``struct pacer_notice *`` (its text and key rendered by the core)."""
-    raw = "" if c_notice.raw == ffi.NULL else ffi.unpack(c_notice.raw, c_notice.raw_len).decode("utf-8")
+def notice_from_c(c_notice: Any, given: Mapping[int, str] | None = None) -> Notice:
+    """A Notice from a ``struct pacer_notice *`` (its text and key rendered
+    by the core). ``given`` maps the address of each settings string handed
+    to ``pacer_resolve`` to the caller's own text: a notice quoting one of
+    them (its ``raw`` points to the caller's bytes) carries that text."""
+    if c_notice.raw == ffi.NULL:
+        raw = ""
+    else:
+        address = int(ffi.cast("uintptr_t", c_notice.raw))
+        original = None if given is None else given.get(address)
+        if original is not None and len(_check.setting_bytes(original)) == c_notice.raw_len:
+            raw = original
+        else:
+            # Bytes this package encoded from a str (setting_bytes) decode back;
+            # anything else lossily, so a notice never fails a call.
+            data = ffi.unpack(c_notice.raw, c_notice.raw_len)
+            try:
+                raw = data.decode("utf-8", "surrogatepass")
+            except UnicodeDecodeError:
+                raw = data.decode("utf-8", "replace")
     return Notice(
         kind=NoticeKind(c_notice.kind),
         raw=raw,
@@ -194,17 +216,15 @@ class Budget:
     ) -> Budget:
         """Resolves settings text (None = unset). Malformed values keep the
         default and out-of-range ones clamp, each with a notice logged once;
-        a bad setting never raises. A non-str is a TypeError."""
+        a bad setting never raises, whatever its text: one holding a NUL or a
+        lone surrogate is malformed (the notice's ``raw`` is the text as
+        given). A non-str is a TypeError."""
+        texts = [rate_per_minute, idle_timeout_ms, total_timeout_ms, max_retries]
         encoded = [
-            _check.text(field, value, optional=True)
-            for field, value in (
-                ("rate_per_minute", rate_per_minute),
-                ("idle_timeout_ms", idle_timeout_ms),
-                ("total_timeout_ms", total_timeout_ms),
-                ("max_retries", max_retries),
-            )
+            _check.setting(field, value)
+            for field, value in zip(("rate_per_minute", "idle_timeout_ms", "total_timeout_ms", "max_retries"), texts)
         ]
-        return cls._resolve(encoded, _check_registry(notice_registry))
+        return cls._resolve(encoded, texts, _check_registry(notice_registry))
 
     @classmethod
     def from_env(
@@ -226,6 +246,7 @@ class Budget:
         if unknown:
             raise ValueError(f"pacer: names has unknown fields {sorted(unknown)}; known: {sorted(ENV_NAMES)}")
         encoded: list[bytes | None] = []
+        texts: list[str | None] = []
         for field, default_name in ENV_NAMES.items():
             name = names.get(field, default_name)
             if not isinstance(name, str):
@@ -233,21 +254,24 @@ class Budget:
             value = env.get(name)
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"pacer: {name} must be a str, got {_check.describe(value)}")
-            if value is not None and "\0" in value:
-                raise ValueError(f"pacer: {name} must not contain a NUL character")
-            # Undecodable bytes in the environment (lone surrogates in a
-            # str) become '?': the value is then malformed, with a notice,
-            # like any other bad setting.
-            encoded.append(None if value is None else value.encode("utf-8", "replace"))
-        return cls._resolve(encoded, _check_registry(notice_registry))
+            # Text that is not valid (a NUL, or undecodable bytes of the
+            # environment, which os.environ holds as lone surrogates) is a
+            # malformed setting with a notice, like any other bad setting.
+            encoded.append(None if value is None else _check.setting_bytes(value))
+            texts.append(value)
+        return cls._resolve(encoded, texts, _check_registry(notice_registry))
 
     @classmethod
-    def _resolve(cls, encoded: list[bytes | None], registry: NoticeRegistry | None) -> Budget:
+    def _resolve(cls, encoded: list[bytes | None], texts: list[str | None],
+                 registry: NoticeRegistry | None) -> Budget:
         keep = [ffi.NULL if value is None else ffi.new("char[]", value) for value in encoded]
+        # A text notice's raw points to the bytes it quotes: map them back to the caller's text.
+        given = {int(ffi.cast("uintptr_t", c_text)): text
+                 for c_text, text in zip(keep, texts) if text is not None}
         out = ffi.new("struct pacer_budget *")
         notices = ffi.new("struct pacer_notices *")
         _ok("pacer_resolve", lib.pacer_resolve(keep[0], keep[1], keep[2], keep[3], out, notices))
-        found = tuple(notice_from_c(notices.items + i) for i in range(notices.count))
+        found = tuple(notice_from_c(notices.items + i, given) for i in range(notices.count))
         for notice in found:
             report(notice, registry)
         return cls(

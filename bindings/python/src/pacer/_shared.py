@@ -8,11 +8,13 @@ machine-wide one, ``shared_clock_ms()``: no call takes a clock."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import errno as _errno
 import os
 import threading
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from . import _check
@@ -44,8 +46,16 @@ _PREFIX = "PACER_STATUS_"
 _STATUS_NAMES: dict[int, str] = {
     int(getattr(lib, name)): name[len(_PREFIX):] for name in dir(lib) if name.startswith(_PREFIX)
 }
+# The C calls a shared pacer makes after opening (module globals, looked up
+# at each call, so tests can inject a failing one).
 _shared_reserve = lib.pacer_shared_reserve
 _shared_release = lib.pacer_shared_release
+_get_counters = lib.pacer_get_counters
+_get_info = lib.pacer_get_info
+
+#: The handles whose admissions the current task or thread is waiting in
+#: (``_Handle.hold``): their calls still go through after a close.
+_held: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar("pacer_shared_held", default=())
 
 
 def shared_clock_ms() -> int:
@@ -121,7 +131,16 @@ class _Handle:
     hand) and the gate that keeps ``close`` from unmapping the pacer under a
     call still running in another thread: calls enter and leave it; close
     marks it closing and the last call out (or close itself, if none is in)
-    unmaps. Calls after close raise SHARED_NOT_OPEN."""
+    unmaps. Calls after close raise SHARED_NOT_OPEN.
+
+    An admission (``admit``, ``admit_blocking``) holds the gate from its
+    reservation to the end of its wait (``hold``): a close during the wait
+    leaves the mapping until the wait ends, so an admission cancelled then
+    can still give its slot back. Its own calls (that release) go through;
+    every other call after the close is refused at once.
+
+    Every C call that fails raises ``SharedPacerError`` naming the function
+    and the status (a shared pacer never raises the plain ``PacerError``)."""
 
     __slots__ = ("ptr", "pacer", "path", "_lock", "_active", "_closing", "_finalize", "calls", "__weakref__")
 
@@ -154,10 +173,13 @@ class _Handle:
     def closed(self) -> bool:
         return self._closing
 
-    def _enter(self) -> None:
+    def _enter(self, function: str) -> None:
         with self._lock:
-            if self._closing:
-                raise SharedPacerError("call on a closed shared pacer", _NOT_OPEN, self.path)
+            # Held: an admission's own calls during its wait, while it keeps
+            # the mapping (a task that inherited the context and outlived
+            # the hold finds the mapping gone and is refused too).
+            if self._closing and (self not in _held.get() or not self._finalize.alive):
+                raise SharedPacerError(f"{function} after close()", _NOT_OPEN, self.path)
             self._active += 1
 
     def _leave(self) -> None:
@@ -174,36 +196,44 @@ class _Handle:
             if self._active == 0:
                 self._finalize()
 
+    @contextlib.contextmanager
+    def hold(self, function: str) -> Iterator[None]:
+        """Keeps the handle mapped for an admission and its wait; the calls
+        the current task or thread makes meanwhile go through even after a
+        close (SHARED_NOT_OPEN if it is closed already)."""
+        self._enter(function)
+        token = _held.set((*_held.get(), self))
+        try:
+            yield
+        finally:
+            _held.reset(token)
+            self._leave()
+
+    def _call(self, function: str, call: Callable[..., int], *args: Any) -> int:
+        """``call(*args)`` inside the gate; a failed status raises SharedPacerError."""
+        self._enter(function)
+        try:
+            status = call(*args)
+        finally:
+            self._leave()
+        if status != _OK:
+            raise SharedPacerError(function, status, self.path, ffi.errno if status == _SHARED_OS else 0)
+        return status
+
     # The NativeCalls of a shared pacer: the signatures of lib.pacer_reserve,
     # ... (the storage and the clock arguments are the handle's business).
 
     def _reserve(self, _storage: Any, _now_ms: int, out: Any) -> int:
-        self._enter()
-        try:
-            return _shared_reserve(self.ptr, out)
-        finally:
-            self._leave()
+        return self._call("pacer_shared_reserve", _shared_reserve, self.ptr, out)
 
     def _release(self, _storage: Any, ticket: Any, _now_ms: int, refunded: Any) -> int:
-        self._enter()
-        try:
-            return _shared_release(self.ptr, ticket, refunded)
-        finally:
-            self._leave()
+        return self._call("pacer_shared_release", _shared_release, self.ptr, ticket, refunded)
 
     def _get_counters(self, _storage: Any, out: Any) -> int:
-        self._enter()
-        try:
-            return lib.pacer_get_counters(self.pacer, out)
-        finally:
-            self._leave()
+        return self._call("pacer_get_counters", _get_counters, self.pacer, out)
 
     def _get_info(self, _storage: Any, out: Any) -> int:
-        self._enter()
-        try:
-            return lib.pacer_get_info(self.pacer, out)
-        finally:
-            self._leave()
+        return self._call("pacer_get_info", _get_info, self.pacer, out)
 
 
 class _Unset:
@@ -273,7 +303,8 @@ class SharedPacer:
         try:
             pacer = Pacer.__new__(Pacer)
             pacer._attach(config, c_config, handle, handle.pacer, shared_clock_ms, sleep, registry, handle.calls)
-        except BaseException:  # pragma: no cover - the handle was just opened
+        except BaseException:
+            # e.g. a SharedPacerError from reading the state: nothing stays mapped.
             handle.close()
             raise
         return cls(_OPEN_TOKEN, pacer, handle)
@@ -340,22 +371,33 @@ class SharedPacer:
     async def admit(self, *, key: Any = None) -> Decision:
         """As ``Pacer.admit``: waits the granted time (with ``sleep``);
         cancelled while waiting, it gives the slot back and re-raises.
-        ``key`` is refused: bookings are not available on a shared pacer."""
+        ``key`` is refused: bookings are not available on a shared pacer.
+
+        A ``close()`` during the wait does not cut it short: the mapping
+        stays until the wait ends, so a cancellation after the close still
+        gives the slot back and raises the caller's own CancelledError (or
+        its timeout); a wait that completes returns the admission."""
         if key is not None:
             raise TypeError(_NO_BOOKINGS)
-        return await self._pacer.admit()
+        with self._handle.hold("pacer_shared_reserve"):
+            return await self._pacer.admit()
 
     def admit_blocking(self, timeout: float | None = None, *, key: Any = None) -> Decision:
-        """As ``Pacer.admit_blocking``. ``key`` is refused (no bookings)."""
+        """As ``Pacer.admit_blocking``. ``key`` is refused (no bookings).
+        A ``close()`` during the wait behaves as for ``admit``."""
         if key is not None:
             raise TypeError(_NO_BOOKINGS)
-        return self._pacer.admit_blocking(timeout)
+        if timeout is not None:
+            _check.seconds("timeout", timeout)  # bad input: its error, before the closed check
+        with self._handle.hold("pacer_shared_reserve"):
+            return self._pacer.admit_blocking(timeout)
 
     # ------------------------------------------------------------ diagnostics
 
     def counters(self) -> Counters:
-        """The decision counters (diagnostics only: machine-wide or this
-        process's, depending on the library's layout; see docs/shared-memory.md)."""
+        """The decision counters of the calls made through this object
+        (this handle); a fresh handle starts at 0. Other handles on the same
+        file, in this process or another, count their own."""
         return self._pacer.counters()
 
     def state(self) -> PacerState:
@@ -367,7 +409,9 @@ class SharedPacer:
     def close(self) -> None:
         """Unmaps this process's view (the file and the bucket stay). Calls
         after it raise ``SharedPacerError`` (``SHARED_NOT_OPEN``); a call
-        running in another thread finishes first. Idempotent."""
+        running in another thread finishes first, and an ``admit`` or
+        ``admit_blocking`` still in its wait counts as running (cancelled
+        after the close, it gives its slot back). Idempotent."""
         self._handle.close()
 
     def __enter__(self) -> SharedPacer:
