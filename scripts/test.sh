@@ -33,6 +33,9 @@ bash scripts/test-python.sh
 step "Shared pacers: C processes (fork, SIGKILL, creation race, attach checks), Node and Go attach"
 bash scripts/test-shm.sh
 
+step "Fuzzing the C ABI, bounded: regressions, then about a minute of cargo-fuzz under ASan"
+bash scripts/test-fuzz.sh
+
 step "Benchmark code, not timed: criterion test mode, report generator, bench/{node,python,go} --smoke"
 bash scripts/test-bench.sh
 

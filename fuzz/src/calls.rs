@@ -1,0 +1,1864 @@
+//! Target `abi_calls`: random call sequences over every export of the C
+//! ABI (except the shared pacer, which `shared_open` covers), with oracles
+//! beyond "no crash":
+//!
+//! - no call returns PACER_STATUS_PANIC;
+//! - a call that fails leaves its out-parameters (pre-filled with a
+//!   sentinel) and the pacer / registry / ticket / booking it was given
+//!   byte-for-byte untouched (BUFFER_TOO_SHORT: only *out_written written);
+//! - after every step -max_debt_units <= tokens_units <= capacity_units;
+//! - a ticket released twice refunds at most once;
+//! - pacer_init accepts exactly the configs the documented rules accept;
+//! - admitted waits stay within the wait bound; counters never decrease;
+//! - renderers: written <= len, UTF-8, the rest of the buffer untouched,
+//!   and a measured length is exactly what a second call writes;
+//! - the notice registry agrees with a model keyed by pacer_notice_key;
+//! - pacer_status_str never returns NULL, pacer_notice_kind_name is NULL
+//!   exactly for unknown kinds;
+//! - the switched checks of [`crate::Expect`].
+
+use std::ffi::{c_char, CString};
+use std::mem::size_of;
+
+use arbitrary::{Arbitrary, Unstructured};
+
+use pacer::derived::*;
+use pacer::frame::*;
+use pacer::pacer::{
+    pacer as Storage, pacer_booking, pacer_config, pacer_counters, pacer_decision,
+    pacer_get_counters, pacer_get_info, pacer_info, pacer_init, pacer_redeem, pacer_release,
+    pacer_reserve, pacer_reserve_or_book, pacer_ticket,
+};
+use pacer::settings::*;
+use pacer::shm::pacer_clock_monotonic_ms;
+use pacer::status::pacer_status_str;
+use pacer::version::*;
+
+use crate::{
+    call, expect, st, status_known, ticket, Aligned, Out, BUFFER_TOO_SHORT, FOREIGN_TICKET,
+    INVALID_ENUM, INVALID_TICKET, INVALID_UTF8, MISALIGNED, NOT_INITIALIZED, NULL_PARAMETER, OK,
+    SENTINEL, TICKET_LIVE, TICKET_NONE, TICKET_SPENT,
+};
+
+const PACERS: usize = 3;
+const REGISTRIES: usize = 2;
+const STORE: usize = size_of::<Storage>() + 32;
+const REG_STORE: usize = size_of::<pacer_notice_registry>() + 32;
+const MAX_OPS: usize = 64;
+const POOL: usize = 24;
+const REGISTRY_CAPACITY: usize = 32;
+
+const KIND_ADMITTED: u32 = 1;
+const KIND_REFUSED: u32 = 2;
+const KIND_BOOKED: u32 = 3;
+const PATH_BOOKED: u32 = 5;
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub enum Clock {
+    Zero,
+    Max,
+    Same,
+    Forward(u16),
+    Back(u16),
+    FarForward(u32),
+    FarBack(u32),
+    Abs(u64),
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub enum Cfg {
+    Default,
+    Valid {
+        rate: u16,
+        burst: u8,
+        idle: u32,
+        retries: u8,
+        strict: bool,
+    },
+    Raw {
+        rate: u32,
+        burst: u32,
+        idle: u64,
+        retries: u32,
+        policy: u32,
+    },
+}
+
+/// Where a pointer argument points.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub enum Ptr {
+    Aligned,
+    Null,
+    /// Into the same buffer, misaligned for the type (8 bytes in first).
+    Misaligned(u8),
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub enum Buf {
+    NullZero,
+    NonNullZero,
+    NullWithLen(u16),
+    Len(u16),
+    Exact,
+    ExactMinus(u8),
+}
+
+#[derive(Arbitrary, Debug)]
+pub enum Raw {
+    None,
+    NullWithLen(u16),
+    EmptyNonNull,
+    Bytes(Vec<u8>),
+}
+
+#[derive(Arbitrary, Debug)]
+pub enum NoticeSrc {
+    Pool(u8),
+    Forged {
+        kind: u32,
+        reserved: u32,
+        values: [u64; 3],
+        raw: Raw,
+    },
+}
+
+#[derive(Arbitrary, Debug)]
+pub enum Op {
+    Init {
+        p: u8,
+        cfg: Cfg,
+        now: Clock,
+        ptr: Ptr,
+        null_cfg: bool,
+    },
+    Reserve {
+        p: u8,
+        now: Clock,
+        ptr: Ptr,
+        null_out: bool,
+    },
+    ReserveOrBook {
+        p: u8,
+        now: Clock,
+        retries_left: u32,
+        ptr: Ptr,
+        nulls: u8,
+    },
+    Redeem {
+        p: u8,
+        b: u8,
+        now: Clock,
+        ptr: Ptr,
+        bptr: Ptr,
+        null_out: bool,
+    },
+    Release {
+        p: u8,
+        t: u8,
+        now: Clock,
+        ptr: Ptr,
+        tptr: Ptr,
+        null_out: bool,
+        twice: bool,
+    },
+    ReleaseBooking {
+        p: u8,
+        b: u8,
+        now: Clock,
+        twice: bool,
+    },
+    CopyTicket {
+        t: u8,
+    },
+    ForgeTicket {
+        seq: u32,
+        debit: u32,
+        state: u32,
+        owner: Option<u32>,
+        like: u8,
+    },
+    ForgeBooking {
+        t: u8,
+        slot_ms: u64,
+    },
+    Info {
+        p: u8,
+        ptr: Ptr,
+        null_out: bool,
+    },
+    Counters {
+        p: u8,
+        ptr: Ptr,
+        null_out: bool,
+    },
+    RefusalBody {
+        prefix: Option<Vec<u8>>,
+        retry_after_s: u64,
+        buf: Buf,
+        null_out: bool,
+    },
+    Resolve {
+        s: [Option<Vec<u8>>; 4],
+        null_budget: bool,
+        with_notices: bool,
+    },
+    Render {
+        n: NoticeSrc,
+        buf: Buf,
+        key: bool,
+        null_notice: bool,
+        null_out: bool,
+    },
+    KindName(u32),
+    ModeNotice {
+        cfg: Cfg,
+        nulls: u8,
+    },
+    RegInit {
+        r: u8,
+        ptr: Ptr,
+    },
+    RegGarbage {
+        r: u8,
+        fill: u8,
+    },
+    RegFirst {
+        r: u8,
+        n: NoticeSrc,
+        ptr: Ptr,
+        null_notice: bool,
+        null_out: bool,
+    },
+    StatusStr(u32),
+    Derived {
+        idle: u64,
+        retries: u32,
+        bound: u64,
+        required: u64,
+        rate: u32,
+    },
+    Constants,
+}
+
+/// Who issued a ticket or booking: (pacer index, its init generation);
+/// `None` for forged owners.
+type Issuer = Option<(usize, u32)>;
+
+struct Tk {
+    t: pacer_ticket,
+    issuer: Issuer,
+}
+
+struct Bk {
+    b: pacer_booking,
+    issuer: Issuer,
+}
+
+struct PacerSlot {
+    mem: Box<Aligned<STORE>>,
+    init: bool,
+    generation: u32,
+    owner: Option<u32>,
+    last_counters: Option<pacer_counters>,
+    /// The config of the instance now in the slot.
+    cfg: Option<pacer_config>,
+    /// This instance has booked: the level may go below the debt floor,
+    /// down to the booking horizon (docs/design.md, Bookings: Debt).
+    booked: bool,
+}
+
+struct RegSlot {
+    mem: Box<Aligned<REG_STORE>>,
+    init: bool,
+    keys: Vec<Vec<u8>>,
+}
+
+struct Run {
+    now: u64,
+    pacers: Vec<PacerSlot>,
+    regs: Vec<RegSlot>,
+    tickets: Vec<Tk>,
+    bookings: Vec<Bk>,
+    notices: Vec<pacer_notice>,
+    /// Keeps every string and byte buffer a notice may point into alive.
+    arena: Vec<Vec<u8>>,
+    strings: Vec<CString>,
+}
+
+/// Offsets that misalign a pointer to a type of alignment `align`, the
+/// first being 8 bytes in where that misaligns it.
+fn misaligned_offset(align: usize, pick: u8) -> usize {
+    let offs: Vec<usize> = [8usize, 4, 2, 1, 12]
+        .into_iter()
+        .filter(|o| o % align != 0)
+        .collect();
+    offs[pick as usize % offs.len()]
+}
+
+fn pick<T>(v: &[T], i: u8) -> Option<usize> {
+    if v.is_empty() {
+        None
+    } else {
+        Some(i as usize % v.len())
+    }
+}
+
+impl Clock {
+    fn apply(self, now: &mut u64) -> u64 {
+        *now = match self {
+            Clock::Zero => 0,
+            Clock::Max => u64::MAX,
+            Clock::Same => *now,
+            Clock::Forward(d) => now.saturating_add(d as u64),
+            Clock::Back(d) => now.saturating_sub(d as u64),
+            Clock::FarForward(d) => now.saturating_add(d as u64 * 1000),
+            Clock::FarBack(d) => now.saturating_sub(d as u64 * 1000),
+            Clock::Abs(v) => v,
+        };
+        *now
+    }
+}
+
+impl Cfg {
+    pub fn build(self) -> pacer_config {
+        match self {
+            Cfg::Default => pacer_config {
+                rate_per_min: 60,
+                burst: 10,
+                idle_timeout_ms: 120_000,
+                max_retries: 5,
+                release_policy: 0,
+            },
+            Cfg::Valid {
+                rate,
+                burst,
+                idle,
+                retries,
+                strict,
+            } => {
+                let idle = 10_000 + (idle as u64 % 3_590_001);
+                let ceiling = call!(pacer_ladder_ceiling(idle));
+                pacer_config {
+                    rate_per_min: rate as u32 % 601,
+                    burst: burst as u32,
+                    idle_timeout_ms: idle,
+                    max_retries: if ceiling == 0 {
+                        0
+                    } else {
+                        retries as u32 % (ceiling + 1)
+                    },
+                    release_policy: strict as u32,
+                }
+            }
+            Cfg::Raw {
+                rate,
+                burst,
+                idle,
+                retries,
+                policy,
+            } => pacer_config {
+                rate_per_min: rate,
+                burst,
+                idle_timeout_ms: idle,
+                max_retries: retries,
+                release_policy: policy,
+            },
+        }
+    }
+}
+
+/// The documented validity rule of a config (pacer_init's statuses).
+pub fn config_valid(c: &pacer_config) -> bool {
+    c.release_policy <= 1
+        && c.rate_per_min <= 600
+        && c.burst <= 1_000_000
+        && c.max_retries <= call!(pacer_ladder_ceiling(c.idle_timeout_ms))
+}
+
+fn cstring(bytes: &[u8]) -> CString {
+    let cut: Vec<u8> = bytes.iter().copied().take_while(|&b| b != 0).collect();
+    CString::new(cut).expect("no NUL")
+}
+
+impl Run {
+    fn new(fill: u8) -> Run {
+        // A repeated byte never spells the pacer magic: uninitialised
+        // storage stays uninitialised.
+        Run {
+            now: 1_000,
+            pacers: (0..PACERS)
+                .map(|_| PacerSlot {
+                    mem: Aligned::filled(fill),
+                    init: false,
+                    generation: 0,
+                    owner: None,
+                    last_counters: None,
+                    cfg: None,
+                    booked: false,
+                })
+                .collect(),
+            regs: (0..REGISTRIES)
+                .map(|_| RegSlot {
+                    mem: Aligned::filled(fill),
+                    init: false,
+                    keys: Vec::new(),
+                })
+                .collect(),
+            tickets: Vec::new(),
+            bookings: Vec::new(),
+            notices: Vec::new(),
+            arena: Vec::new(),
+            strings: Vec::new(),
+        }
+    }
+
+    /// The storage pointer an op asks for, and whether the call is to be
+    /// made (a misaligned pointer only while its check is switched on).
+    fn storage(&mut self, i: usize, ptr: Ptr) -> Option<(*mut Storage, PtrKind)> {
+        let mem = &mut self.pacers[i].mem;
+        match ptr {
+            Ptr::Null => Some((std::ptr::null_mut(), PtrKind::Null)),
+            Ptr::Misaligned(o) if expect().misaligned => {
+                Some((mem.at(misaligned_offset(16, o)), PtrKind::Misaligned))
+            }
+            _ => Some((mem.at(0), PtrKind::Aligned)),
+        }
+    }
+
+    fn snapshot(&self, i: usize) -> Vec<u8> {
+        self.pacers[i].mem.0.to_vec()
+    }
+
+    fn push_ticket(&mut self, t: pacer_ticket, issuer: Issuer) {
+        if ticket::state(&t) == TICKET_LIVE || self.tickets.len() < 4 {
+            if self.tickets.len() >= POOL {
+                self.tickets.remove(0);
+            }
+            self.tickets.push(Tk { t, issuer });
+        }
+    }
+
+    fn push_booking(&mut self, b: pacer_booking, issuer: Issuer) {
+        if self.bookings.len() >= POOL {
+            self.bookings.remove(0);
+        }
+        self.bookings.push(Bk { b, issuer });
+    }
+
+    fn push_notice(&mut self, n: pacer_notice) {
+        if self.notices.len() >= POOL {
+            self.notices.remove(0);
+        }
+        self.notices.push(n);
+    }
+
+    fn issuer(&self, i: usize) -> Issuer {
+        Some((i, self.pacers[i].generation))
+    }
+
+    /// Checks a live ticket this pacer wrote: live, owner stable per instance.
+    fn check_issued(&mut self, i: usize, t: &pacer_ticket) {
+        let (_, debit, state, owner) = ticket::parts(t);
+        assert!(
+            state == TICKET_LIVE || state == TICKET_NONE,
+            "ticket state {state}"
+        );
+        if state == TICKET_LIVE {
+            assert!(debit > 0 && debit <= 60_000, "live ticket debit {debit}");
+            if expect().foreign_ticket {
+                assert_ne!(owner, 0, "live ticket with owner 0");
+                match self.pacers[i].owner {
+                    Some(o) => assert_eq!(o, owner, "one pacer wrote two owner tags"),
+                    None => self.pacers[i].owner = Some(owner),
+                }
+            }
+        }
+    }
+
+    /// The invariants of an initialised pacer, after any step.
+    fn check_pacer(&mut self, i: usize) {
+        if !self.pacers[i].init {
+            return;
+        }
+        let storage: *const Storage = self.pacers[i].mem.at(0);
+        let mut info = Out::<pacer_info>::new();
+        let s = st(call!(pacer_get_info(storage, info.ptr())), "pacer_get_info");
+        assert_eq!(s, OK, "pacer_get_info on an initialised pacer");
+        let info = info.get();
+        // The floor: -max_debt_units (SPEC §4); once this instance has
+        // booked, -(B + r_max · cap_s · 1000) · R units (design.md,
+        // Bookings: Debt), R = rate_per_min units per ms.
+        let floor = if self.pacers[i].booked {
+            let cfg = self.pacers[i]
+                .cfg
+                .expect("an initialised slot has its config");
+            let cap_s = call!(pacer_hint_cap_s(info.wait_bound_ms)) as i128;
+            info.max_debt_units as i128
+                + cfg.max_retries as i128 * cap_s * 1000 * cfg.rate_per_min as i128
+        } else {
+            info.max_debt_units as i128
+        };
+        assert!(
+            -floor <= info.tokens_units as i128 && info.tokens_units <= info.capacity_units,
+            "tokens out of bounds: -{} <= {} <= {} fails (max_debt_units {}, booked {})",
+            floor,
+            info.tokens_units,
+            info.capacity_units,
+            info.max_debt_units,
+            self.pacers[i].booked
+        );
+        assert!(info.mode <= 3, "mode {}", info.mode);
+        assert!(
+            info.release_policy <= 1,
+            "release policy {}",
+            info.release_policy
+        );
+        let mut counters = Out::<pacer_counters>::new();
+        let s = st(
+            call!(pacer_get_counters(storage, counters.ptr())),
+            "pacer_get_counters",
+        );
+        assert_eq!(s, OK);
+        let c = counters.get();
+        assert!(
+            c.admitted_after_wait <= c.admitted,
+            "admitted_after_wait > admitted"
+        );
+        assert!(c.refunded <= c.released, "refunded > released");
+        if let Some(last) = self.pacers[i].last_counters {
+            let pairs = [
+                (last.admitted, c.admitted),
+                (last.admitted_after_wait, c.admitted_after_wait),
+                (last.refused, c.refused),
+                (last.shaped, c.shaped),
+                (last.released, c.released),
+                (last.refunded, c.refunded),
+                (last.clock_regressions, c.clock_regressions),
+            ];
+            assert!(pairs.iter().all(|(a, b)| a <= b), "a counter went down");
+        }
+        self.pacers[i].last_counters = Some(c);
+    }
+
+    fn wait_bound(&self, i: usize) -> u64 {
+        let storage: *const Storage = self.pacers[i].mem.0.as_ptr().cast();
+        let mut info = Out::<pacer_info>::new();
+        let s = st(call!(pacer_get_info(storage, info.ptr())), "pacer_get_info");
+        assert_eq!(s, OK);
+        info.get().wait_bound_ms
+    }
+
+    fn check_decision(&mut self, i: usize, d: &pacer_decision, booking_ok: bool) {
+        match d.kind {
+            KIND_ADMITTED => {
+                let bound = self.wait_bound(i);
+                assert!(
+                    d.wait_ms <= bound,
+                    "admitted wait {} above the bound {}",
+                    d.wait_ms,
+                    bound
+                );
+                assert_eq!(d.queued, d.wait_ms > 0, "queued disagrees with wait_ms");
+                assert!(d.path >= 1 && d.path <= 5, "admitted path {}", d.path);
+                let t = d.ticket;
+                self.check_issued(i, &t);
+            }
+            KIND_REFUSED => {
+                assert_eq!(d.path, 0, "refusal path");
+                assert!(d.retry_after_s >= 1, "refusal without a hint");
+                assert_eq!(
+                    ticket::state(&d.ticket),
+                    TICKET_NONE,
+                    "refusal with a ticket"
+                );
+            }
+            KIND_BOOKED if booking_ok => {
+                assert!(d.retry_after_s >= 1, "booking without a hint");
+                assert_eq!(
+                    ticket::state(&d.ticket),
+                    TICKET_NONE,
+                    "booked decision with a ticket"
+                );
+            }
+            k => panic!("decision kind {k}"),
+        }
+    }
+
+    /// A failing call: status not OK, out-parameters untouched, pacer
+    /// storage unchanged.
+    #[track_caller]
+    fn failed(&self, i: usize, before: &[u8], status: u32, outs_untouched: bool, what: &str) {
+        assert_ne!(status, OK, "{what}: expected a failure");
+        assert!(
+            outs_untouched,
+            "{what}: failed with status {status} but wrote an out-parameter"
+        );
+        assert_eq!(
+            before,
+            &self.pacers[i].mem.0[..],
+            "{what}: failed with status {status} but changed the pacer storage"
+        );
+    }
+
+    // -------------------------------------------------------------- ops
+
+    fn init(&mut self, i: usize, cfg: Cfg, now: Clock, ptr: Ptr, null_cfg: bool) {
+        let cfg = cfg.build();
+        let now = now.apply(&mut self.now);
+        let Some((storage, kind)) = self.storage(i, ptr) else {
+            return;
+        };
+        let before = self.snapshot(i);
+        let cptr: *const pacer_config = if null_cfg { std::ptr::null() } else { &cfg };
+        let s = st(call!(pacer_init(storage, cptr, now)), "pacer_init");
+        let valid = config_valid(&cfg);
+        match kind {
+            PtrKind::Aligned if !null_cfg => {
+                if valid {
+                    assert_eq!(
+                        s,
+                        OK,
+                        "pacer_init rejected a valid config {:?}: {s}",
+                        (
+                            cfg.rate_per_min,
+                            cfg.burst,
+                            cfg.idle_timeout_ms,
+                            cfg.max_retries,
+                            cfg.release_policy
+                        )
+                    );
+                    let p = &mut self.pacers[i];
+                    p.init = true;
+                    p.generation += 1;
+                    p.owner = None;
+                    p.last_counters = None;
+                    p.cfg = Some(cfg);
+                    p.booked = false;
+                    self.check_pacer(i);
+                } else {
+                    self.failed(i, &before, s, true, "pacer_init(invalid config)");
+                    if cfg.release_policy > 1 {
+                        assert_eq!(s, INVALID_ENUM, "pacer_init: policy {}", cfg.release_policy);
+                    }
+                }
+            }
+            PtrKind::Misaligned => {
+                self.failed(i, &before, s, true, "pacer_init(misaligned)");
+                if valid && !null_cfg {
+                    assert_eq!(s, MISALIGNED, "pacer_init(misaligned)");
+                }
+            }
+            _ => {
+                self.failed(i, &before, s, true, "pacer_init(NULL)");
+                assert_eq!(s, NULL_PARAMETER, "pacer_init(NULL)");
+            }
+        }
+    }
+
+    /// The status a call on pacer `i` through `kind` must fail with before
+    /// looking at anything else, if any.
+    fn storage_failure(&self, i: usize, kind: PtrKind) -> Option<u32> {
+        match kind {
+            PtrKind::Null => Some(NULL_PARAMETER),
+            PtrKind::Misaligned => Some(MISALIGNED),
+            PtrKind::Aligned if !self.pacers[i].init => Some(NOT_INITIALIZED),
+            PtrKind::Aligned => None,
+        }
+    }
+
+    fn reserve(&mut self, i: usize, now: Clock, ptr: Ptr, null_out: bool) {
+        let now = now.apply(&mut self.now);
+        let Some((storage, kind)) = self.storage(i, ptr) else {
+            return;
+        };
+        let before = self.snapshot(i);
+        let mut d = Out::<pacer_decision>::new();
+        let dptr = if null_out {
+            std::ptr::null_mut()
+        } else {
+            d.ptr()
+        };
+        let s = st(call!(pacer_reserve(storage, now, dptr)), "pacer_reserve");
+        if let Some(want) = self.storage_failure(i, kind) {
+            self.failed(i, &before, s, d.untouched(), "pacer_reserve");
+            assert_eq!(s, want, "pacer_reserve");
+        } else if null_out {
+            self.failed(i, &before, s, true, "pacer_reserve(NULL out)");
+        } else {
+            assert_eq!(s, OK, "pacer_reserve on a valid pacer");
+            let d = d.get();
+            self.check_decision(i, &d, false);
+            let issuer = self.issuer(i);
+            self.push_ticket(d.ticket, issuer);
+        }
+    }
+
+    fn reserve_or_book(&mut self, i: usize, now: Clock, retries_left: u32, ptr: Ptr, nulls: u8) {
+        let now = now.apply(&mut self.now);
+        let Some((storage, kind)) = self.storage(i, ptr) else {
+            return;
+        };
+        let before = self.snapshot(i);
+        let mut d = Out::<pacer_decision>::new();
+        let mut b = Out::<pacer_booking>::new();
+        let dptr = if nulls & 1 != 0 {
+            std::ptr::null_mut()
+        } else {
+            d.ptr()
+        };
+        let mut bmis = Aligned::<64>::filled(SENTINEL);
+        let mis = nulls & 4 != 0 && expect().misaligned;
+        let bptr = if nulls & 2 != 0 {
+            std::ptr::null_mut()
+        } else if mis {
+            // A booking needs 8-byte alignment.
+            bmis.at::<pacer_booking>(misaligned_offset(8, nulls >> 3))
+        } else {
+            b.ptr()
+        };
+        let s = st(
+            call!(pacer_reserve_or_book(
+                storage,
+                now,
+                retries_left,
+                dptr,
+                bptr
+            )),
+            "pacer_reserve_or_book",
+        );
+        let bmis_untouched = bmis.0.iter().all(|&x| x == SENTINEL);
+        if let Some(want) = self.storage_failure(i, kind) {
+            self.failed(
+                i,
+                &before,
+                s,
+                d.untouched() && b.untouched() && bmis_untouched,
+                "pacer_reserve_or_book",
+            );
+            assert_eq!(s, want, "pacer_reserve_or_book");
+        } else if nulls & 3 == 0 && mis {
+            self.failed(
+                i,
+                &before,
+                s,
+                d.untouched() && bmis_untouched,
+                "pacer_reserve_or_book(misaligned out_booking)",
+            );
+            assert_eq!(
+                s, MISALIGNED,
+                "pacer_reserve_or_book(misaligned out_booking)"
+            );
+        } else if nulls & 3 != 0 {
+            self.failed(
+                i,
+                &before,
+                s,
+                d.untouched() && b.untouched() && bmis_untouched,
+                "pacer_reserve_or_book(NULL)",
+            );
+            assert_eq!(s, NULL_PARAMETER);
+        } else {
+            assert_eq!(s, OK, "pacer_reserve_or_book on a valid pacer");
+            let d = d.get();
+            self.check_decision(i, &d, true);
+            let issuer = self.issuer(i);
+            if d.kind == KIND_BOOKED {
+                self.pacers[i].booked = true;
+                assert!(!b.untouched(), "booked without writing the booking");
+                let bk = b.get();
+                self.check_issued(i, &bk.ticket);
+                assert_eq!(
+                    ticket::state(&bk.ticket),
+                    TICKET_LIVE,
+                    "a booking's ticket is live"
+                );
+                self.push_booking(bk, issuer);
+            } else {
+                assert!(b.untouched(), "not booked, yet *out_booking was written");
+                self.push_ticket(d.ticket, issuer);
+            }
+        }
+    }
+
+    fn foreign(&self, i: usize, issuer: Issuer, owner: u32) -> Option<bool> {
+        // Known issuer: foreign unless the very instance now in slot i.
+        // Forged owner: foreign unless it equals this instance's tag.
+        match issuer {
+            Some(x) => Some(x != (i, self.pacers[i].generation)),
+            None => self.pacers[i].owner.map(|o| o != owner),
+        }
+    }
+
+    fn redeem(&mut self, i: usize, b: u8, now: Clock, ptr: Ptr, bptr: Ptr, null_out: bool) {
+        let now = now.apply(&mut self.now);
+        let Some(bi) = pick(&self.bookings, b) else {
+            return;
+        };
+        let Some((storage, kind)) = self.storage(i, ptr) else {
+            return;
+        };
+        let booking = self.bookings[bi].b;
+        let issuer = self.bookings[bi].issuer;
+        let mut bmem = Aligned::<64>::filled(0);
+        let (bp, bkind): (*mut pacer_booking, PtrKind) = match bptr {
+            Ptr::Null => (std::ptr::null_mut(), PtrKind::Null),
+            Ptr::Misaligned(o) if expect().misaligned => {
+                (bmem.at(misaligned_offset(8, o)), PtrKind::Misaligned)
+            }
+            _ => (bmem.at(0), PtrKind::Aligned),
+        };
+        if !bp.is_null() {
+            // SAFETY: within bmem; write_unaligned for the misaligned case.
+            unsafe { bp.write_unaligned(booking) };
+        }
+        let bbefore = bmem.0;
+        let before = self.snapshot(i);
+        let mut d = Out::<pacer_decision>::new();
+        let dptr = if null_out {
+            std::ptr::null_mut()
+        } else {
+            d.ptr()
+        };
+        let s = st(call!(pacer_redeem(storage, bp, now, dptr)), "pacer_redeem");
+        let state = ticket::state(&booking.ticket);
+        let foreign = self.foreign(i, issuer, ticket::owner(&booking.ticket));
+        if let Some(want) = self.storage_failure(i, kind) {
+            self.failed(
+                i,
+                &before,
+                s,
+                d.untouched() && bmem.0 == bbefore,
+                "pacer_redeem",
+            );
+            assert_eq!(s, want, "pacer_redeem");
+            return;
+        }
+        if bkind != PtrKind::Aligned || null_out {
+            self.failed(
+                i,
+                &before,
+                s,
+                d.untouched() && bmem.0 == bbefore,
+                "pacer_redeem(bad pointer)",
+            );
+            let want = if bkind == PtrKind::Null || null_out {
+                NULL_PARAMETER
+            } else {
+                MISALIGNED
+            };
+            if bkind == PtrKind::Misaligned && null_out {
+                assert!(s == NULL_PARAMETER || s == MISALIGNED, "pacer_redeem: {s}");
+            } else {
+                assert_eq!(s, want, "pacer_redeem(bad pointer)");
+            }
+            return;
+        }
+        if state != TICKET_LIVE {
+            self.failed(
+                i,
+                &before,
+                s,
+                d.untouched() && bmem.0 == bbefore,
+                "pacer_redeem(not live)",
+            );
+            assert!(
+                s == INVALID_TICKET || s == INVALID_ENUM,
+                "pacer_redeem(not live): {s}"
+            );
+            return;
+        }
+        if expect().foreign_ticket && foreign == Some(true) {
+            self.failed(
+                i,
+                &before,
+                s,
+                d.untouched() && bmem.0 == bbefore,
+                "pacer_redeem(foreign)",
+            );
+            assert_eq!(s, FOREIGN_TICKET, "pacer_redeem(foreign booking)");
+            return;
+        }
+        if s != OK {
+            // A forged booking may be refused in ways the model does not
+            // predict (e.g. an unknown owner); it must still change nothing.
+            self.failed(
+                i,
+                &before,
+                s,
+                d.untouched() && bmem.0 == bbefore,
+                "pacer_redeem",
+            );
+            assert!(
+                foreign != Some(false) || !expect().foreign_ticket,
+                "pacer_redeem refused its own live booking: {s}"
+            );
+            return;
+        }
+        let d = d.get();
+        // SAFETY: aligned, within bmem.
+        let after = unsafe { bp.read() };
+        match d.kind {
+            KIND_ADMITTED => {
+                assert_eq!(d.path, PATH_BOOKED, "redeemed admission path");
+                let bound = self.wait_bound(i);
+                assert!(
+                    d.wait_ms <= bound,
+                    "redeemed wait {} above the bound {bound}",
+                    d.wait_ms
+                );
+                assert_eq!(
+                    ticket::state(&after.ticket),
+                    TICKET_SPENT,
+                    "redeemed booking not spent"
+                );
+                assert_eq!(
+                    ticket::state(&d.ticket),
+                    TICKET_LIVE,
+                    "redeemed admission without a ticket"
+                );
+                self.bookings[bi].b = after;
+                self.push_ticket(d.ticket, issuer);
+            }
+            KIND_BOOKED => {
+                assert_eq!(bmem.0, bbefore, "not yet: the booking changed");
+                assert!(d.retry_after_s >= 1, "not yet without a hint");
+            }
+            k => panic!("pacer_redeem decision kind {k}"),
+        }
+    }
+
+    /// Releases `t` (a ticket value) on pacer `i`; returns the ticket after
+    /// the call and whether it refunded.
+    #[allow(clippy::too_many_arguments)]
+    fn release_one(
+        &mut self,
+        i: usize,
+        t: pacer_ticket,
+        issuer: Issuer,
+        now: u64,
+        ptr: Ptr,
+        tptr: Ptr,
+        null_out: bool,
+        what: &str,
+    ) -> (pacer_ticket, Option<bool>) {
+        let Some((storage, kind)) = self.storage(i, ptr) else {
+            return (t, None);
+        };
+        let mut tmem = Aligned::<64>::filled(0);
+        let (tp, tkind): (*mut pacer_ticket, PtrKind) = match tptr {
+            Ptr::Null => (std::ptr::null_mut(), PtrKind::Null),
+            Ptr::Misaligned(o) if expect().misaligned => {
+                (tmem.at(misaligned_offset(4, o)), PtrKind::Misaligned)
+            }
+            _ => (tmem.at(0), PtrKind::Aligned),
+        };
+        if !tp.is_null() {
+            // SAFETY: within tmem.
+            unsafe { tp.write_unaligned(t) };
+        }
+        let tbefore = tmem.0;
+        let before = self.snapshot(i);
+        let mut r = Out::<bool>::new();
+        let rptr = if null_out {
+            std::ptr::null_mut()
+        } else {
+            r.ptr()
+        };
+        let s = st(call!(pacer_release(storage, tp, now, rptr)), what);
+        let untouched = r.untouched() && tmem.0 == tbefore;
+        if let Some(want) = self.storage_failure(i, kind) {
+            self.failed(i, &before, s, untouched, what);
+            assert_eq!(s, want, "{what}");
+            return (t, None);
+        }
+        if tkind != PtrKind::Aligned || null_out {
+            self.failed(i, &before, s, untouched, what);
+            return (t, None);
+        }
+        let (_, _, state, owner) = ticket::parts(&t);
+        let foreign = self.foreign(i, issuer, owner);
+        if state > TICKET_SPENT {
+            self.failed(i, &before, s, untouched, what);
+            assert_eq!(s, INVALID_ENUM, "{what}: ticket state {state}");
+            return (t, None);
+        }
+        if expect().foreign_ticket && state == TICKET_LIVE && foreign == Some(true) {
+            self.failed(i, &before, s, untouched, what);
+            assert_eq!(s, FOREIGN_TICKET, "{what}: a live ticket of another pacer");
+            return (t, None);
+        }
+        if s != OK {
+            self.failed(i, &before, s, untouched, what);
+            assert!(
+                !expect().foreign_ticket || foreign != Some(false),
+                "{what}: its own ticket refused with {s}"
+            );
+            return (t, None);
+        }
+        let refunded = r.get();
+        // SAFETY: aligned, within tmem.
+        let after = unsafe { tp.read() };
+        if state == TICKET_LIVE {
+            assert_eq!(
+                ticket::state(&after),
+                TICKET_SPENT,
+                "{what}: released ticket not spent"
+            );
+        } else {
+            assert!(!refunded, "{what}: a ticket in state {state} refunded");
+            assert_eq!(tmem.0, tbefore, "{what}: a dead ticket changed");
+            assert_eq!(
+                before,
+                &self.pacers[i].mem.0[..],
+                "{what}: a dead ticket changed the pacer"
+            );
+        }
+        (after, Some(refunded))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn release(
+        &mut self,
+        i: usize,
+        t: u8,
+        now: Clock,
+        ptr: Ptr,
+        tptr: Ptr,
+        null_out: bool,
+        twice: bool,
+    ) {
+        let now = now.apply(&mut self.now);
+        let Some(ti) = pick(&self.tickets, t) else {
+            return;
+        };
+        let Tk { t, issuer } = self.tickets[ti];
+        let (after, refunded) =
+            self.release_one(i, t, issuer, now, ptr, tptr, null_out, "pacer_release");
+        self.tickets[ti].t = after;
+        if twice {
+            self.check_pacer(i);
+            let (again, second) = self.release_one(
+                i,
+                after,
+                issuer,
+                now,
+                Ptr::Aligned,
+                Ptr::Aligned,
+                false,
+                "pacer_release(again)",
+            );
+            if refunded == Some(true) {
+                assert_ne!(
+                    second,
+                    Some(true),
+                    "a ticket struct released twice refunded twice"
+                );
+            }
+            self.tickets[ti].t = again;
+        }
+    }
+
+    fn release_booking(&mut self, i: usize, b: u8, now: Clock, twice: bool) {
+        let now = now.apply(&mut self.now);
+        let Some(bi) = pick(&self.bookings, b) else {
+            return;
+        };
+        let issuer = self.bookings[bi].issuer;
+        let t = self.bookings[bi].b.ticket;
+        let (after, refunded) = self.release_one(
+            i,
+            t,
+            issuer,
+            now,
+            Ptr::Aligned,
+            Ptr::Aligned,
+            false,
+            "pacer_release(booking)",
+        );
+        self.bookings[bi].b.ticket = after;
+        if twice {
+            let (again, second) = self.release_one(
+                i,
+                after,
+                issuer,
+                now,
+                Ptr::Aligned,
+                Ptr::Aligned,
+                false,
+                "pacer_release(booking again)",
+            );
+            if refunded == Some(true) {
+                assert_ne!(
+                    second,
+                    Some(true),
+                    "a booking released twice refunded twice"
+                );
+            }
+            self.bookings[bi].b.ticket = again;
+        }
+    }
+
+    fn read_state(&mut self, i: usize, ptr: Ptr, null_out: bool, counters: bool) {
+        let Some((storage, kind)) = self.storage(i, ptr) else {
+            return;
+        };
+        let before = self.snapshot(i);
+        let (s, untouched) = if counters {
+            let mut o = Out::<pacer_counters>::new();
+            let p = if null_out {
+                std::ptr::null_mut()
+            } else {
+                o.ptr()
+            };
+            (
+                st(call!(pacer_get_counters(storage, p)), "pacer_get_counters"),
+                o.untouched(),
+            )
+        } else {
+            let mut o = Out::<pacer_info>::new();
+            let p = if null_out {
+                std::ptr::null_mut()
+            } else {
+                o.ptr()
+            };
+            (
+                st(call!(pacer_get_info(storage, p)), "pacer_get_info"),
+                o.untouched(),
+            )
+        };
+        if let Some(want) = self.storage_failure(i, kind) {
+            self.failed(i, &before, s, untouched, "pacer_get_info/counters");
+            assert_eq!(s, want);
+        } else if null_out {
+            self.failed(i, &before, s, untouched, "pacer_get_info/counters(NULL)");
+            assert_eq!(s, NULL_PARAMETER);
+        } else {
+            assert_eq!(s, OK);
+        }
+    }
+
+    // ------------------------------------------------------ renderers
+
+    /// Runs a renderer with the buffer `buf` asks for and checks the
+    /// buffer rules. `expect_ok`: the other arguments are valid.
+    fn render(
+        &mut self,
+        buf: Buf,
+        null_out: bool,
+        what: &str,
+        f: &mut dyn FnMut(*mut u8, usize, *mut usize) -> u32,
+    ) -> Option<Vec<u8>> {
+        let (null, len) = match buf {
+            Buf::NullZero => (true, 0usize),
+            Buf::NonNullZero => (false, 0),
+            Buf::NullWithLen(n) => (true, n as usize + 1),
+            Buf::Len(n) => (false, n as usize % 2048),
+            Buf::Exact | Buf::ExactMinus(_) => {
+                let mut w = Out::<usize>::new();
+                let s = f(std::ptr::null_mut(), 0, w.ptr());
+                if s != BUFFER_TOO_SHORT && s != OK {
+                    assert!(
+                        w.untouched(),
+                        "{what}: failed with {s} but wrote *out_written"
+                    );
+                    return None;
+                }
+                let needed = w.get();
+                match buf {
+                    Buf::ExactMinus(k) => (false, needed.saturating_sub(1 + k as usize)),
+                    _ => (false, needed),
+                }
+            }
+        };
+        // The buffer is exactly `len` bytes (one more kept as a guard for
+        // len 0), so ASan sees any write past it.
+        let mut mem = vec![SENTINEL; len.max(1)];
+        let ptr = if null {
+            std::ptr::null_mut()
+        } else {
+            mem.as_mut_ptr()
+        };
+        let mut w = Out::<usize>::new();
+        let wptr = if null_out {
+            std::ptr::null_mut()
+        } else {
+            w.ptr()
+        };
+        let s = f(ptr, len, wptr);
+        let buf_untouched = mem.iter().all(|&b| b == SENTINEL);
+        match s {
+            OK => {
+                assert!(!null_out, "{what}: OK with a NULL out_written");
+                let n = w.get();
+                assert!(n <= len, "{what}: wrote {n} > len {len}");
+                assert!(
+                    mem[n..len.max(n)].iter().all(|&b| b == SENTINEL),
+                    "{what}: wrote past *out_written"
+                );
+                let text = mem[..n].to_vec();
+                assert!(
+                    std::str::from_utf8(&text).is_ok(),
+                    "{what}: output is not UTF-8"
+                );
+                Some(text)
+            }
+            BUFFER_TOO_SHORT => {
+                assert!(
+                    buf_untouched,
+                    "{what}: BUFFER_TOO_SHORT but the buffer was written"
+                );
+                let needed = w.get();
+                assert!(
+                    needed > len,
+                    "{what}: BUFFER_TOO_SHORT with needed {needed} <= len {len}"
+                );
+                // Measured: a buffer of exactly that length takes it all.
+                let mut again = vec![SENTINEL; needed];
+                let mut w2 = Out::<usize>::new();
+                let s2 = f(again.as_mut_ptr(), needed, w2.ptr());
+                assert_eq!(s2, OK, "{what}: the measured length {needed} does not fit");
+                assert_eq!(
+                    w2.get(),
+                    needed,
+                    "{what}: measured {needed}, wrote another length"
+                );
+                None
+            }
+            _ => {
+                assert!(
+                    buf_untouched && w.untouched(),
+                    "{what}: failed with {s} but wrote an output"
+                );
+                if null && len > 0 && !null_out {
+                    // Other arguments may fail first; NULL with a length
+                    // must never succeed (checked by reaching here).
+                }
+                None
+            }
+        }
+    }
+
+    fn notice_ptr(&mut self, src: &NoticeSrc) -> Option<pacer_notice> {
+        match src {
+            NoticeSrc::Pool(i) => pick(&self.notices, *i).map(|i| self.notices[i]),
+            NoticeSrc::Forged {
+                kind,
+                reserved,
+                values,
+                raw,
+            } => {
+                let (raw, raw_len): (*const c_char, usize) = match raw {
+                    Raw::None => (std::ptr::null(), 0),
+                    Raw::NullWithLen(n) => (std::ptr::null(), *n as usize + 1),
+                    Raw::EmptyNonNull => (c"".as_ptr(), 0),
+                    Raw::Bytes(b) => {
+                        let b = b.clone();
+                        let p = b.as_ptr().cast();
+                        let l = b.len();
+                        self.arena.push(b);
+                        (if l == 0 { c"".as_ptr() } else { p }, l)
+                    }
+                };
+                Some(pacer_notice {
+                    // Mostly known kinds, sometimes anything.
+                    kind: if *kind >= 0x1000 { *kind } else { *kind % 14 },
+                    reserved: *reserved,
+                    values: *values,
+                    raw,
+                    raw_len,
+                })
+            }
+        }
+    }
+
+    fn notice_render(
+        &mut self,
+        n: &NoticeSrc,
+        buf: Buf,
+        key: bool,
+        null_notice: bool,
+        null_out: bool,
+    ) {
+        let Some(notice) = self.notice_ptr(n) else {
+            return;
+        };
+        let np: *const pacer_notice = if null_notice {
+            std::ptr::null()
+        } else {
+            &notice
+        };
+        let what = if key {
+            "pacer_notice_key"
+        } else {
+            "pacer_notice_render"
+        };
+        let mut f = |b: *mut u8, l: usize, w: *mut usize| -> u32 {
+            if key {
+                st(call!(pacer_notice_key(np, b, l, w)), "pacer_notice_key")
+            } else {
+                st(
+                    call!(pacer_notice_render(np, b, l, w)),
+                    "pacer_notice_render",
+                )
+            }
+        };
+        let out = self.render(buf, null_out, what, &mut f);
+        if null_notice {
+            assert!(out.is_none(), "{what}(NULL notice) succeeded");
+        }
+        let kind_ok = (1..=12).contains(&notice.kind);
+        if !kind_ok {
+            assert!(
+                out.is_none(),
+                "{what}: unknown kind {} rendered",
+                notice.kind
+            );
+        }
+    }
+
+    fn refusal_body(
+        &mut self,
+        prefix: &Option<Vec<u8>>,
+        retry_after_s: u64,
+        buf: Buf,
+        null_out: bool,
+    ) {
+        let c = prefix.as_ref().map(|p| cstring(p));
+        let pp: *const c_char = c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        let mut f = |b: *mut u8, l: usize, w: *mut usize| -> u32 {
+            st(
+                call!(pacer_refusal_body(pp, retry_after_s, b, l, w)),
+                "pacer_refusal_body",
+            )
+        };
+        let out = self.render(buf, null_out, "pacer_refusal_body", &mut f);
+        let utf8 = c
+            .as_ref()
+            .is_some_and(|c| std::str::from_utf8(c.as_bytes()).is_ok());
+        if c.is_none() || !utf8 {
+            assert!(
+                out.is_none(),
+                "pacer_refusal_body succeeded on a NULL or non-UTF-8 prefix"
+            );
+        }
+        if let Some(body) = out {
+            let text = String::from_utf8(body).unwrap();
+            assert!(
+                text.contains(&retry_after_s.to_string()),
+                "refusal body without its retry-after"
+            );
+        }
+    }
+
+    fn resolve(&mut self, s: &[Option<Vec<u8>>; 4], null_budget: bool, with_notices: bool) {
+        let cs: Vec<Option<CString>> = s.iter().map(|o| o.as_ref().map(|b| cstring(b))).collect();
+        let ptrs: Vec<*const c_char> = cs
+            .iter()
+            .map(|o| o.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()))
+            .collect();
+        let mut budget = Out::<pacer_budget>::new();
+        let mut notices = Out::<pacer_notices>::new();
+        let bp = if null_budget {
+            std::ptr::null_mut()
+        } else {
+            budget.ptr()
+        };
+        let np = if with_notices {
+            notices.ptr()
+        } else {
+            std::ptr::null_mut()
+        };
+        let status = st(
+            call!(pacer_resolve(ptrs[0], ptrs[1], ptrs[2], ptrs[3], bp, np)),
+            "pacer_resolve",
+        );
+        let bad: Vec<bool> = cs
+            .iter()
+            .map(|o| {
+                o.as_ref()
+                    .is_some_and(|c| std::str::from_utf8(c.as_bytes()).is_err())
+            })
+            .collect();
+        let any_bad = bad.iter().any(|b| *b);
+        if status != OK {
+            assert!(
+                budget.untouched() && notices.untouched(),
+                "pacer_resolve failed with {status} but wrote an output"
+            );
+            if null_budget {
+                assert!(
+                    status == NULL_PARAMETER || (status == INVALID_UTF8 && any_bad),
+                    "pacer_resolve(NULL budget): {status}"
+                );
+            } else if any_bad {
+                assert!(
+                    !expect().resolve_non_utf8,
+                    "pacer_resolve rejected non-UTF-8 settings with {status}"
+                );
+                assert_eq!(status, INVALID_UTF8, "pacer_resolve(non-UTF-8)");
+            } else {
+                panic!("pacer_resolve failed on UTF-8 settings: {status}");
+            }
+            for c in cs.into_iter().flatten() {
+                self.strings.push(c);
+            }
+            return;
+        }
+        assert!(!null_budget, "pacer_resolve OK with a NULL budget");
+        let b = budget.get();
+        assert!(b.rate_per_min <= 600, "resolved rate {}", b.rate_per_min);
+        assert!(
+            b.max_retries <= call!(pacer_ladder_ceiling(b.idle_timeout_ms)),
+            "resolved retries above the ladder ceiling"
+        );
+        // Every resolved budget is a config pacer_init accepts.
+        let cfg = pacer_config {
+            rate_per_min: b.rate_per_min,
+            burst: 10,
+            idle_timeout_ms: b.idle_timeout_ms,
+            max_retries: b.max_retries,
+            release_policy: 0,
+        };
+        let mut scratch = Aligned::<STORE>::filled(0);
+        let s = st(
+            call!(pacer_init(scratch.at(0), &cfg, 0)),
+            "pacer_init(resolved)",
+        );
+        assert_eq!(s, OK, "pacer_init rejects a resolved budget");
+        if with_notices {
+            let n = notices.get();
+            assert!(n.count <= n.items.len(), "notice count {}", n.count);
+            let kinds: Vec<u32> = n.items[..n.count].iter().map(|x| x.kind).collect();
+            for (field, malformed) in [1u32, 3, 5, 7].into_iter().enumerate() {
+                if bad[field] && expect().resolve_non_utf8 {
+                    assert!(
+                        kinds.contains(&malformed),
+                        "non-UTF-8 setting {field} without a malformed notice: {kinds:?}"
+                    );
+                }
+            }
+            for item in &n.items[..n.count] {
+                assert!(
+                    !call!(pacer_notice_kind_name(item.kind)).is_null(),
+                    "resolved notice of unknown kind"
+                );
+                self.push_notice(*item);
+            }
+        }
+        for c in cs.into_iter().flatten() {
+            self.strings.push(c);
+        }
+    }
+
+    fn mode_notice(&mut self, cfg: Cfg, nulls: u8) {
+        let cfg = cfg.build();
+        let cp: *const pacer_config = if nulls & 1 != 0 {
+            std::ptr::null()
+        } else {
+            &cfg
+        };
+        let mut n = Out::<pacer_notice>::new();
+        let mut present = Out::<bool>::new();
+        let np = if nulls & 2 != 0 {
+            std::ptr::null_mut()
+        } else {
+            n.ptr()
+        };
+        let pp = if nulls & 4 != 0 {
+            std::ptr::null_mut()
+        } else {
+            present.ptr()
+        };
+        let s = st(call!(pacer_mode_notice(cp, np, pp)), "pacer_mode_notice");
+        if s != OK {
+            assert!(
+                n.untouched() && present.untouched(),
+                "pacer_mode_notice failed with {s} but wrote"
+            );
+            assert!(
+                nulls & 7 != 0 || !config_valid(&cfg),
+                "pacer_mode_notice rejected a valid config: {s}"
+            );
+            return;
+        }
+        assert!(
+            nulls & 7 == 0 && config_valid(&cfg),
+            "pacer_mode_notice OK on NULL or an invalid config"
+        );
+        if present.get() {
+            let n = n.get();
+            assert!(n.kind == 11 || n.kind == 12, "mode notice kind {}", n.kind);
+            self.push_notice(n);
+        } else {
+            assert!(n.untouched(), "no mode notice, yet *out_notice was written");
+        }
+    }
+
+    // ------------------------------------------------------- registry
+
+    fn registry(&mut self, r: usize, ptr: Ptr) -> (*mut pacer_notice_registry, PtrKind) {
+        let mem = &mut self.regs[r].mem;
+        match ptr {
+            Ptr::Null => (std::ptr::null_mut(), PtrKind::Null),
+            Ptr::Misaligned(o) if expect().misaligned => {
+                (mem.at(misaligned_offset(8, o)), PtrKind::Misaligned)
+            }
+            _ => (mem.at(0), PtrKind::Aligned),
+        }
+    }
+
+    fn reg_init(&mut self, r: usize, ptr: Ptr) {
+        let (p, kind) = self.registry(r, ptr);
+        let before = self.regs[r].mem.0;
+        let s = st(
+            call!(pacer_notice_registry_init(p)),
+            "pacer_notice_registry_init",
+        );
+        match kind {
+            PtrKind::Aligned => {
+                assert_eq!(s, OK);
+                self.regs[r].init = true;
+                self.regs[r].keys.clear();
+            }
+            PtrKind::Null => assert_eq!(s, NULL_PARAMETER),
+            PtrKind::Misaligned => {
+                assert_eq!(s, MISALIGNED, "pacer_notice_registry_init(misaligned)");
+                assert_eq!(before, self.regs[r].mem.0, "misaligned registry init wrote");
+            }
+        }
+    }
+
+    fn reg_first(&mut self, r: usize, n: &NoticeSrc, ptr: Ptr, null_notice: bool, null_out: bool) {
+        let Some(notice) = self.notice_ptr(n) else {
+            return;
+        };
+        if !self.regs[r].init && !expect().registry_magic && !matches!(ptr, Ptr::Null) {
+            // Unfixed: an uninitialised registry is read as garbage.
+            return;
+        }
+        // The key the model dedupes by (equal keys are the same notice).
+        let mut key = vec![0u8; 4096];
+        let mut kw = Out::<usize>::new();
+        let ks = st(
+            call!(pacer_notice_key(
+                &notice,
+                key.as_mut_ptr(),
+                key.len(),
+                kw.ptr()
+            )),
+            "pacer_notice_key",
+        );
+        let key = (ks == OK).then(|| key[..kw.get()].to_vec());
+        let (p, kind) = self.registry(r, ptr);
+        let before = self.regs[r].mem.0;
+        let np: *const pacer_notice = if null_notice {
+            std::ptr::null()
+        } else {
+            &notice
+        };
+        let mut first = Out::<bool>::new();
+        let fp = if null_out {
+            std::ptr::null_mut()
+        } else {
+            first.ptr()
+        };
+        let s = st(
+            call!(pacer_notice_registry_first_time(p, np, fp)),
+            "pacer_notice_registry_first_time",
+        );
+        let fail_untouched = |s: u32, first: &Out<bool>, me: &Self| {
+            assert_ne!(
+                s, OK,
+                "pacer_notice_registry_first_time: expected a failure"
+            );
+            assert!(
+                first.untouched(),
+                "first_time failed with {s} but wrote *out_first"
+            );
+            assert_eq!(
+                before, me.regs[r].mem.0,
+                "first_time failed with {s} but changed the registry"
+            );
+        };
+        match kind {
+            PtrKind::Null => {
+                fail_untouched(s, &first, self);
+                assert_eq!(s, NULL_PARAMETER);
+                return;
+            }
+            PtrKind::Misaligned => {
+                fail_untouched(s, &first, self);
+                assert_eq!(s, MISALIGNED, "first_time(misaligned registry)");
+                return;
+            }
+            PtrKind::Aligned => {}
+        }
+        if null_notice || null_out || key.is_none() {
+            fail_untouched(s, &first, self);
+            return;
+        }
+        if !self.regs[r].init {
+            fail_untouched(s, &first, self);
+            assert_eq!(
+                s, NOT_INITIALIZED,
+                "first_time on an uninitialised registry"
+            );
+            return;
+        }
+        assert_eq!(s, OK, "first_time failed on a notice whose key renders");
+        let key = key.unwrap();
+        let reg = &mut self.regs[r];
+        let want = if reg.keys.contains(&key) {
+            false
+        } else {
+            if reg.keys.len() < REGISTRY_CAPACITY {
+                reg.keys.push(key);
+            }
+            true
+        };
+        assert_eq!(
+            first.get(),
+            want,
+            "registry disagrees with the model (keys seen {})",
+            reg.keys.len()
+        );
+    }
+
+    fn reg_garbage(&mut self, r: usize, fill: u8) {
+        self.regs[r].mem.0.fill(fill);
+        self.regs[r].init = false;
+        self.regs[r].keys.clear();
+    }
+
+    // ------------------------------------------------------------ misc
+
+    fn status_str(&mut self, n: u32) {
+        for v in [n, n % 64, u32::MAX - (n % 4)] {
+            let p = call!(pacer_status_str(v));
+            assert!(!p.is_null(), "pacer_status_str({v}) is NULL");
+            // SAFETY: static NUL-terminated text.
+            let text = unsafe { std::ffi::CStr::from_ptr(p) };
+            assert!(!text.to_bytes().is_empty(), "pacer_status_str({v}) empty");
+        }
+    }
+
+    fn kind_name(&mut self, k: u32) {
+        for v in [k, k % 16] {
+            let p = call!(pacer_notice_kind_name(v));
+            assert_eq!(
+                p.is_null(),
+                !(1..=12).contains(&v),
+                "pacer_notice_kind_name({v})"
+            );
+        }
+    }
+
+    fn derived(&mut self, idle: u64, retries: u32, bound: u64, required: u64, rate: u32) {
+        let ceiling = call!(pacer_ladder_ceiling(idle));
+        let wb = call!(pacer_wait_bound_ms(idle, retries));
+        assert!(wb <= 15_000, "wait bound {wb}");
+        let cap = call!(pacer_hint_cap_s(bound));
+        assert!(cap >= 1, "hint cap {cap}");
+        let hint = call!(pacer_retry_after_s(required, bound));
+        assert!(
+            hint >= 1 && hint <= cap,
+            "retry-after {hint} outside 1..={cap}"
+        );
+        let _ = call!(pacer_can_refuse(rate, retries, bound));
+        let _ = call!(pacer_wait_bound_ms(idle, ceiling));
+    }
+
+    fn constants(&mut self) {
+        assert!(!call!(pacer_version()).is_null());
+        assert_eq!(call!(pacer_abi_version()), PACER_ABI_VERSION);
+        assert!(!call!(pacer_refusal_content_type()).is_null());
+        let _ = call!(pacer_clock_monotonic_ms());
+        for n in [MISALIGNED, FOREIGN_TICKET] {
+            let _ = status_known(n);
+        }
+    }
+
+    fn step(&mut self, op: &Op) {
+        let p = |x: u8| x as usize % PACERS;
+        let r = |x: u8| x as usize % REGISTRIES;
+        let mut touched = None;
+        match *op {
+            Op::Init {
+                p: i,
+                cfg,
+                now,
+                ptr,
+                null_cfg,
+            } => {
+                self.init(p(i), cfg, now, ptr, null_cfg);
+                touched = Some(p(i));
+            }
+            Op::Reserve {
+                p: i,
+                now,
+                ptr,
+                null_out,
+            } => {
+                self.reserve(p(i), now, ptr, null_out);
+                touched = Some(p(i));
+            }
+            Op::ReserveOrBook {
+                p: i,
+                now,
+                retries_left,
+                ptr,
+                nulls,
+            } => {
+                self.reserve_or_book(p(i), now, retries_left, ptr, nulls);
+                touched = Some(p(i));
+            }
+            Op::Redeem {
+                p: i,
+                b,
+                now,
+                ptr,
+                bptr,
+                null_out,
+            } => {
+                self.redeem(p(i), b, now, ptr, bptr, null_out);
+                touched = Some(p(i));
+            }
+            Op::Release {
+                p: i,
+                t,
+                now,
+                ptr,
+                tptr,
+                null_out,
+                twice,
+            } => {
+                self.release(p(i), t, now, ptr, tptr, null_out, twice);
+                touched = Some(p(i));
+            }
+            Op::ReleaseBooking {
+                p: i,
+                b,
+                now,
+                twice,
+            } => {
+                self.release_booking(p(i), b, now, twice);
+                touched = Some(p(i));
+            }
+            Op::CopyTicket { t } => {
+                if let Some(ti) = pick(&self.tickets, t) {
+                    let copy = Tk {
+                        t: self.tickets[ti].t,
+                        issuer: self.tickets[ti].issuer,
+                    };
+                    self.push_ticket(copy.t, copy.issuer);
+                }
+            }
+            Op::ForgeTicket {
+                seq,
+                debit,
+                state,
+                owner,
+                like,
+            } => {
+                let (o, issuer) = match (owner, pick(&self.tickets, like)) {
+                    (None, Some(ti)) => {
+                        (ticket::owner(&self.tickets[ti].t), self.tickets[ti].issuer)
+                    }
+                    (Some(o), _) => (o, None),
+                    (None, None) => (0, None),
+                };
+                // Mostly valid states, sometimes anything.
+                let state = if state >= 0x100 { state } else { state % 4 };
+                self.push_ticket(ticket::make(seq, debit, state, o), issuer);
+            }
+            Op::ForgeBooking { t, slot_ms } => {
+                if let Some(ti) = pick(&self.tickets, t) {
+                    let b = pacer_booking {
+                        ticket: self.tickets[ti].t,
+                        slot_ms,
+                    };
+                    let issuer = self.tickets[ti].issuer;
+                    self.push_booking(b, issuer);
+                }
+            }
+            Op::Info {
+                p: i,
+                ptr,
+                null_out,
+            } => self.read_state(p(i), ptr, null_out, false),
+            Op::Counters {
+                p: i,
+                ptr,
+                null_out,
+            } => self.read_state(p(i), ptr, null_out, true),
+            Op::RefusalBody {
+                ref prefix,
+                retry_after_s,
+                buf,
+                null_out,
+            } => self.refusal_body(prefix, retry_after_s, buf, null_out),
+            Op::Resolve {
+                ref s,
+                null_budget,
+                with_notices,
+            } => self.resolve(s, null_budget, with_notices),
+            Op::Render {
+                ref n,
+                buf,
+                key,
+                null_notice,
+                null_out,
+            } => self.notice_render(n, buf, key, null_notice, null_out),
+            Op::KindName(k) => self.kind_name(k),
+            Op::ModeNotice { cfg, nulls } => self.mode_notice(cfg, nulls),
+            Op::RegInit { r: x, ptr } => self.reg_init(r(x), ptr),
+            Op::RegGarbage { r: x, fill } => self.reg_garbage(r(x), fill),
+            Op::RegFirst {
+                r: x,
+                ref n,
+                ptr,
+                null_notice,
+                null_out,
+            } => self.reg_first(r(x), n, ptr, null_notice, null_out),
+            Op::StatusStr(n) => self.status_str(n),
+            Op::Derived {
+                idle,
+                retries,
+                bound,
+                required,
+                rate,
+            } => self.derived(idle, retries, bound, required, rate),
+            Op::Constants => self.constants(),
+        }
+        if let Some(i) = touched {
+            self.check_pacer(i);
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PtrKind {
+    Aligned,
+    Null,
+    Misaligned,
+}
+
+/// One fuzz input: a fill byte for the storages, then operations.
+pub fn run(data: &[u8]) {
+    crate::ITERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut u = Unstructured::new(data);
+    let fill: u8 = u.arbitrary().unwrap_or(0);
+    let mut run = Run::new(fill);
+    let mut n = 0;
+    while !u.is_empty() && n < MAX_OPS {
+        let Ok(op) = Op::arbitrary(&mut u) else { break };
+        if crate::trace() {
+            eprintln!("op {n}: {op:?}");
+        }
+        run.step(&op);
+        n += 1;
+    }
+    for i in 0..PACERS {
+        run.check_pacer(i);
+    }
+}
