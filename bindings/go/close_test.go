@@ -27,16 +27,23 @@ func waitingAdmit(t *testing.T, gate *gatedSleep, want time.Duration, admit func
 	return done
 }
 
+// longOneTaken is long (rate 60, burst 1, bound 15000) on a fixed clock at
+// t = 0 with a gated sleep, after one Admit took its one token.
+func longOneTaken(t *testing.T) (*pacer.Pacer, *gatedSleep) {
+	t.Helper()
+	gate := newGatedSleep()
+	p := mustNew(t, long(&fakeClock{}, gate.Sleep))
+	if _, err := p.Admit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return p, gate
+}
+
 // long (rate 60, burst 1, bound 15000) at t = 0: the first Admit takes the
 // one token (tokens 0), the second is queued 1000 ms (tokens −1, in units
 // −60000). A refund of that slot at t = 0 puts the token back: tokens 0.
 func closedWhileWaiting(t *testing.T, cancelToo bool) {
-	clock := &fakeClock{}
-	gate := newGatedSleep()
-	p := mustNew(t, long(clock, gate.Sleep))
-	if _, err := p.Admit(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	p, gate := longOneTaken(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := waitingAdmit(t, gate, time.Second, func() error { _, err := p.Admit(ctx); return err })
@@ -71,12 +78,7 @@ func TestCloseWakesWaitingAdmitAndRefunds(t *testing.T) { closedWhileWaiting(t, 
 // A cancel before Close: the caller's own cancellation is reported, and
 // the slot refunded once (Close finds nothing more to give back).
 func TestCancelThenCloseReportsTheCancel(t *testing.T) {
-	clock := &fakeClock{}
-	gate := newGatedSleep()
-	p := mustNew(t, long(clock, gate.Sleep))
-	if _, err := p.Admit(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	p, gate := longOneTaken(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := waitingAdmit(t, gate, time.Second, func() error { _, err := p.Admit(ctx); return err })
 	cancel()

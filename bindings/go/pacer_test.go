@@ -139,12 +139,7 @@ func TestAdmitCancelledBefore(t *testing.T) {
 }
 
 func TestAdmitCancelledDuringRefunds(t *testing.T) {
-	clock := &fakeClock{}
-	gate := newGatedSleep()
-	p := mustNew(t, long(clock, gate.Sleep))
-	if _, err := p.Admit(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	p, gate := longOneTaken(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {

@@ -673,11 +673,7 @@ impl Run {
         };
         let before = self.snapshot(i);
         let mut d = Out::<pacer_decision>::new();
-        let dptr = if null_out {
-            std::ptr::null_mut()
-        } else {
-            d.ptr()
-        };
+        let dptr = d.ptr_or_null(null_out);
         let s = st(call!(pacer_reserve(storage, now, dptr)), "pacer_reserve");
         if let Some(want) = self.storage_failure(i, kind) {
             self.failed(i, &before, s, d.untouched(), "pacer_reserve");
@@ -800,25 +796,11 @@ impl Run {
         let booking = self.bookings[bi].b;
         let issuer = self.bookings[bi].issuer;
         let mut bmem = Aligned::<64>::filled(0);
-        let (bp, bkind): (*mut pacer_booking, PtrKind) = match bptr {
-            Ptr::Null => (std::ptr::null_mut(), PtrKind::Null),
-            Ptr::Misaligned(o) if expect().misaligned => {
-                (bmem.at(misaligned_offset(8, o)), PtrKind::Misaligned)
-            }
-            _ => (bmem.at(0), PtrKind::Aligned),
-        };
-        if !bp.is_null() {
-            // SAFETY: within bmem; write_unaligned for the misaligned case.
-            unsafe { bp.write_unaligned(booking) };
-        }
+        let (bp, bkind) = place(&mut bmem, bptr, booking);
         let bbefore = bmem.0;
         let before = self.snapshot(i);
         let mut d = Out::<pacer_decision>::new();
-        let dptr = if null_out {
-            std::ptr::null_mut()
-        } else {
-            d.ptr()
-        };
+        let dptr = d.ptr_or_null(null_out);
         let s = st(call!(pacer_redeem(storage, bp, now, dptr)), "pacer_redeem");
         let state = ticket::state(&booking.ticket);
         let foreign = self.foreign(i, issuer, ticket::owner(&booking.ticket));
@@ -945,25 +927,11 @@ impl Run {
             return (t, None);
         };
         let mut tmem = Aligned::<64>::filled(0);
-        let (tp, tkind): (*mut pacer_ticket, PtrKind) = match tptr {
-            Ptr::Null => (std::ptr::null_mut(), PtrKind::Null),
-            Ptr::Misaligned(o) if expect().misaligned => {
-                (tmem.at(misaligned_offset(4, o)), PtrKind::Misaligned)
-            }
-            _ => (tmem.at(0), PtrKind::Aligned),
-        };
-        if !tp.is_null() {
-            // SAFETY: within tmem.
-            unsafe { tp.write_unaligned(t) };
-        }
+        let (tp, tkind) = place(&mut tmem, tptr, t);
         let tbefore = tmem.0;
         let before = self.snapshot(i);
         let mut r = Out::<bool>::new();
-        let rptr = if null_out {
-            std::ptr::null_mut()
-        } else {
-            r.ptr()
-        };
+        let rptr = r.ptr_or_null(null_out);
         let s = st(call!(pacer_release(storage, tp, now, rptr)), what);
         let untouched = r.untouched() && tmem.0 == tbefore;
         if let Some(want) = self.storage_failure(i, kind) {
@@ -1105,22 +1073,14 @@ impl Run {
         let before = self.snapshot(i);
         let (s, untouched) = if counters {
             let mut o = Out::<pacer_counters>::new();
-            let p = if null_out {
-                std::ptr::null_mut()
-            } else {
-                o.ptr()
-            };
+            let p = o.ptr_or_null(null_out);
             (
                 st(call!(pacer_get_counters(storage, p)), "pacer_get_counters"),
                 o.untouched(),
             )
         } else {
             let mut o = Out::<pacer_info>::new();
-            let p = if null_out {
-                std::ptr::null_mut()
-            } else {
-                o.ptr()
-            };
+            let p = o.ptr_or_null(null_out);
             (
                 st(call!(pacer_get_info(storage, p)), "pacer_get_info"),
                 o.untouched(),
@@ -1179,11 +1139,7 @@ impl Run {
             mem.as_mut_ptr()
         };
         let mut w = Out::<usize>::new();
-        let wptr = if null_out {
-            std::ptr::null_mut()
-        } else {
-            w.ptr()
-        };
+        let wptr = w.ptr_or_null(null_out);
         let s = f(ptr, len, wptr);
         let buf_untouched = mem.iter().all(|&b| b == SENTINEL);
         match s {
@@ -1358,11 +1314,7 @@ impl Run {
             .collect();
         let mut budget = Out::<pacer_budget>::new();
         let mut notices = Out::<pacer_notices>::new();
-        let bp = if null_budget {
-            std::ptr::null_mut()
-        } else {
-            budget.ptr()
-        };
+        let bp = budget.ptr_or_null(null_budget);
         let np = if with_notices {
             notices.ptr()
         } else {
@@ -1557,11 +1509,7 @@ impl Run {
             &notice
         };
         let mut first = Out::<bool>::new();
-        let fp = if null_out {
-            std::ptr::null_mut()
-        } else {
-            first.ptr()
-        };
+        let fp = first.ptr_or_null(null_out);
         let s = st(
             call!(pacer_notice_registry_first_time(p, np, fp)),
             "pacer_notice_registry_first_time",
@@ -1834,6 +1782,26 @@ impl Run {
             self.check_pacer(i);
         }
     }
+}
+
+/// Writes `value` into `mem` where `ptr` says (at 0, misaligned for `T`,
+/// or nowhere for NULL) and returns the pointer to pass and its kind.
+fn place<T>(mem: &mut Aligned<64>, ptr: Ptr, value: T) -> (*mut T, PtrKind) {
+    let (p, kind): (*mut T, PtrKind) = match ptr {
+        Ptr::Null => (std::ptr::null_mut(), PtrKind::Null),
+        Ptr::Misaligned(o) if expect().misaligned => (
+            mem.at(misaligned_offset(std::mem::align_of::<T>(), o)),
+            PtrKind::Misaligned,
+        ),
+        _ => (mem.at(0), PtrKind::Aligned),
+    };
+    if !p.is_null() {
+        assert!(std::mem::size_of::<T>() + 16 <= 64);
+        // SAFETY: within `mem` (the offset is below 16, the value fits
+        // after it); write_unaligned for the misaligned case.
+        unsafe { p.write_unaligned(value) };
+    }
+    (p, kind)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -273,6 +273,15 @@ impl<T> Out<T> {
         self.value.as_mut_ptr()
     }
 
+    /// [`Out::ptr`], or NULL when `null` (the call is given no output).
+    pub fn ptr_or_null(&mut self, null: bool) -> *mut T {
+        if null {
+            std::ptr::null_mut()
+        } else {
+            self.ptr()
+        }
+    }
+
     /// Every byte is still the sentinel.
     pub fn untouched(&self) -> bool {
         bytes_of(&self.value).iter().all(|&b| b == SENTINEL)
