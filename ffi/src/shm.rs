@@ -25,7 +25,7 @@ use core::mem::{align_of, size_of, MaybeUninit};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::boundary::{arg, arg_mut, guard, guard_value, opt_str, out, put, Outcome};
+use crate::boundary::{arg, arg_mut, checked, guard, guard_value, opt_str, out, put, Outcome};
 use crate::pacer::{
     config_from, fresh_owner, pacer, pacer_config, pacer_decision, pacer_release, pacer_reserve,
     pacer_ticket, write_slot, Slot, PACER_STORAGE_SIZE,
@@ -811,8 +811,9 @@ pub unsafe extern "C" fn pacer_shared_release(
     guard(|| {
         // SAFETY: caller's contract; NULL checked by `arg`.
         let h = open_handle(unsafe { arg(handle) }?)?;
-        // SAFETY: caller's contract; NULL checked by `arg_mut`.
-        let ticket: *mut pacer_ticket = unsafe { arg_mut(ticket) }?;
+        // No reference to the ticket is made here: other threads may be
+        // spending the same struct (pacer_release reads it field by field).
+        checked(ticket)?;
         let out_refunded = out(out_refunded)?;
         // SAFETY: as in pacer_shared_reserve; both pointers were checked.
         match unsafe { pacer_release(h.storage, ticket, clock_ms(), out_refunded) } {
