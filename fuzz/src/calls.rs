@@ -802,27 +802,16 @@ impl Run {
         let mut d = Out::<pacer_decision>::new();
         let dptr = d.ptr_or_null(null_out);
         let s = st(call!(pacer_redeem(storage, bp, now, dptr)), "pacer_redeem");
+        let untouched = d.untouched() && bmem.0 == bbefore;
         let state = ticket::state(&booking.ticket);
         let foreign = self.foreign(i, issuer, ticket::owner(&booking.ticket));
         if let Some(want) = self.storage_failure(i, kind) {
-            self.failed(
-                i,
-                &before,
-                s,
-                d.untouched() && bmem.0 == bbefore,
-                "pacer_redeem",
-            );
+            self.failed(i, &before, s, untouched, "pacer_redeem");
             assert_eq!(s, want, "pacer_redeem");
             return;
         }
         if bkind != PtrKind::Aligned || null_out {
-            self.failed(
-                i,
-                &before,
-                s,
-                d.untouched() && bmem.0 == bbefore,
-                "pacer_redeem(bad pointer)",
-            );
+            self.failed(i, &before, s, untouched, "pacer_redeem(bad pointer)");
             let want = if bkind == PtrKind::Null || null_out {
                 NULL_PARAMETER
             } else {
@@ -836,13 +825,7 @@ impl Run {
             return;
         }
         if state != TICKET_LIVE {
-            self.failed(
-                i,
-                &before,
-                s,
-                d.untouched() && bmem.0 == bbefore,
-                "pacer_redeem(not live)",
-            );
+            self.failed(i, &before, s, untouched, "pacer_redeem(not live)");
             assert!(
                 s == INVALID_TICKET || s == INVALID_ENUM,
                 "pacer_redeem(not live): {s}"
@@ -850,26 +833,14 @@ impl Run {
             return;
         }
         if expect().foreign_ticket && foreign == Some(true) {
-            self.failed(
-                i,
-                &before,
-                s,
-                d.untouched() && bmem.0 == bbefore,
-                "pacer_redeem(foreign)",
-            );
+            self.failed(i, &before, s, untouched, "pacer_redeem(foreign)");
             assert_eq!(s, FOREIGN_TICKET, "pacer_redeem(foreign booking)");
             return;
         }
         if s != OK {
             // A forged booking may be refused in ways the model does not
             // predict (e.g. an unknown owner); it must still change nothing.
-            self.failed(
-                i,
-                &before,
-                s,
-                d.untouched() && bmem.0 == bbefore,
-                "pacer_redeem",
-            );
+            self.failed(i, &before, s, untouched, "pacer_redeem");
             assert!(
                 foreign != Some(false) || !expect().foreign_ticket,
                 "pacer_redeem refused its own live booking: {s}"

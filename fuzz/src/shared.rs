@@ -149,6 +149,22 @@ fn mapped_from(path: &Path) -> Option<Vec<(usize, usize)>> {
     Some(ranges)
 }
 
+/// With PACER_FUZZ_TRACE: prints `label`, then the /proc/self/maps lines
+/// of the harness's files or overlapping [at, at + len).
+fn trace_maps(label: &str, at: usize, len: usize) {
+    if !crate::trace() {
+        return;
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    eprintln!("{label}");
+    for l in maps
+        .lines()
+        .filter(|l| l.contains("pacer-fuzz") || mapped_in(l, at, len))
+    {
+        eprintln!("  {l}");
+    }
+}
+
 /// Whether the maps line's range overlaps [at, at + len).
 fn mapped_in(line: &str, at: usize, len: usize) -> bool {
     let Some((a, b)) = line
@@ -727,31 +743,17 @@ pub fn run(data: &[u8]) {
         let s = st(call!(pacer_shared_pacer(h, sp.ptr())), "pacer_shared_pacer");
         assert_eq!(s, OK);
         let view = sp.get() as usize & !(page - 1);
-        if crate::trace() {
-            let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-            eprintln!(
+        trace_maps(
+            &format!(
                 "storage {:#x} view {view:#x}; before close:",
                 sp.get() as usize
-            );
-            for l in maps
-                .lines()
-                .filter(|l| l.contains("pacer-fuzz") || mapped_in(l, view, 2 * page))
-            {
-                eprintln!("  {l}");
-            }
-        }
+            ),
+            view,
+            2 * page,
+        );
         let s = st(call!(pacer_shared_close(h)), "pacer_shared_close");
         assert_eq!(s, OK, "pacer_shared_close on an open handle");
-        if crate::trace() {
-            let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-            eprintln!("after close:");
-            for l in maps
-                .lines()
-                .filter(|l| l.contains("pacer-fuzz") || mapped_in(l, view, 2 * page))
-            {
-                eprintln!("  {l}");
-            }
-        }
+        trace_maps("after close:", view, 2 * page);
         // Whether the view is gone is checked below by the file's path, not
         // by address: once unmapped, an address can be handed out again at
         // once (reading /proc/self/maps allocates), so "still mapped at the
