@@ -47,8 +47,11 @@ mod text;
 pub use budget::Budget;
 pub use counters::{CounterSnapshot, Counters};
 pub use notice::{Notice, NoticeKey, NoticeKind, NoticeRegistry};
+#[cfg(not(loom))]
+pub use pacer::STATE_OFFSET;
 pub use pacer::{
     Admission, AdmitPath, Booked, Booking, BookingDecision, Config, ConfigError, Decision, Mode,
-    Pacer, Redemption, Refusal, ReleasePolicy, StateView, Ticket, MAX_BURST, UNITS_PER_TOKEN,
+    Pacer, Params, Redemption, Refusal, ReleasePolicy, StateView, Ticket, Transition, MAX_BURST,
+    UNITS_PER_TOKEN,
 };
 pub use settings::{resolve, Parsed, Resolution, Settings};

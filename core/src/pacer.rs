@@ -274,7 +274,7 @@ pub enum Redemption {
     },
 }
 
-/// A read-only view of the state word, for diagnostics and tests.
+/// A pacer's whole mutable state: what the rule reads and writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct StateView {
     /// The clock high-water mark, ms.
@@ -286,12 +286,17 @@ pub struct StateView {
 }
 
 impl StateView {
-    const fn pack(self) -> u128 {
+    /// The state as its 128-bit word: the high-water mark in the high 64
+    /// bits; below it the token level (40-bit two's complement, units)
+    /// shifted over the 24-bit release stack counter. This is the encoding
+    /// a shared-memory file keeps (docs/shared-memory.md).
+    pub const fn pack(self) -> u128 {
         let low = ((self.tokens_units as u64) << SEQ_BITS) | (self.seq as u64 & SEQ_MASK);
         ((self.high_water_ms as u128) << 64) | low as u128
     }
 
-    const fn unpack(word: u128) -> StateView {
+    /// The state a word holds ([`StateView::pack`]'s inverse).
+    pub const fn unpack(word: u128) -> StateView {
         let low = word as u64;
         StateView {
             high_water_ms: (word >> 64) as u64,
@@ -301,9 +306,15 @@ impl StateView {
     }
 }
 
-/// The derived, immutable parameters a pacer decides with.
+/// The derived, immutable parameters a pacer decides with, and the rule
+/// itself: every decision is a pure function of (params, state, now) —
+/// [`Params::reserve`], [`Params::reserve_or_book`], [`Params::release`],
+/// [`Params::redeem`] — that returns the state to store and the answer.
+/// [`Pacer`] keeps the state in one atomic word and stores it by
+/// compare-and-swap; a shared-memory file or a Redis key keeps the same
+/// state elsewhere and runs the same functions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct Params {
+pub struct Params {
     /// Refill per ms in units (= new connections per minute, ≤ 600).
     rate: u16,
     /// The client's retry count (at most the ladder ceiling, which is
@@ -332,6 +343,23 @@ const _: () = assert!(budget::WAIT_BOUND_CEILING_MS <= u16::MAX as u64);
 const _: () = assert!(MAX_RATE_PER_MIN <= u16::MAX as u32);
 const _: () = assert!(budget::ladder_ceiling(u64::MAX) <= u16::MAX as u32);
 
+/// One decision: the state to store, if any, and the answer.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Transition<A> {
+    /// The state after the decision; `None` when nothing changes (a
+    /// refusal, an admission with nothing debited, a refund the policy
+    /// refuses).
+    pub next: Option<StateView>,
+    /// What the caller is told.
+    pub answer: A,
+}
+
+impl<A> Transition<A> {
+    const fn read_only(answer: A) -> Transition<A> {
+        Transition { next: None, answer }
+    }
+}
+
 /// What one reservation does at a given token level.
 enum Step {
     Debit {
@@ -346,7 +374,8 @@ enum Step {
 }
 
 impl Params {
-    const fn plan(config: &Config) -> Result<Params, ConfigError> {
+    /// The parameters of `config`, or why it is rejected.
+    pub const fn plan(config: &Config) -> Result<Params, ConfigError> {
         if config.rate_per_min > MAX_RATE_PER_MIN {
             return Err(ConfigError::RateTooHigh);
         }
@@ -448,7 +477,7 @@ impl Params {
     }
 
     /// SPEC §4 steps 3–6 at token level `tokens` (never below the floor).
-    fn step(&self, tokens: i64) -> Step {
+    fn decide(&self, tokens: i64) -> Step {
         if tokens >= UNITS_PER_TOKEN {
             return Step::Debit {
                 wait_ms: 0,
@@ -501,6 +530,16 @@ pub struct Pacer {
     state: AtomicU128,
 }
 
+/// Where the state word lies in a [`Pacer`]: after the parameters, and
+/// nothing follows it (`repr(C)`; checked below).
+#[cfg(not(loom))]
+pub const STATE_OFFSET: usize = core::mem::offset_of!(Pacer, state);
+
+#[cfg(not(loom))]
+const _: () = assert!(STATE_OFFSET + 16 == core::mem::size_of::<Pacer>());
+#[cfg(not(loom))]
+const _: () = assert!(STATE_OFFSET % 16 == 0);
+
 impl Pacer {
     /// A pacer created full (burst tokens available) at `now_ms`.
     #[cfg(not(loom))]
@@ -525,12 +564,7 @@ impl Pacer {
     }
 
     const fn initial(params: &Params, now_ms: u64) -> u128 {
-        StateView {
-            high_water_ms: now_ms,
-            tokens_units: params.capacity_units,
-            seq: 0,
-        }
-        .pack()
+        params.initial_state(now_ms).pack()
     }
 
     /// Whether 128-bit atomics are native here (no lock anywhere). A pacer
@@ -569,82 +603,40 @@ impl Pacer {
         StateView::unpack(self.state.load(Ordering::Relaxed))
     }
 
-    /// Asks to open one new connection at `now_ms`.
-    pub fn reserve(&self, now_ms: u64) -> Decision {
-        let params = &self.params;
-        if let Mode::Disabled = params.mode {
-            return Decision::Admitted(Admission::DISABLED);
-        }
+    /// The parameters this pacer decides with.
+    pub const fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// Runs one transition against the state word: load, decide, and
+    /// compare-and-swap the new state in (again on a lost race); a
+    /// read-only decision returns without a store.
+    #[inline(always)]
+    fn apply<A>(&self, mut decide: impl FnMut(&StateView) -> Transition<A>) -> A {
         let mut word = self.state.load(Ordering::Relaxed);
         loop {
-            let (state, at_ms, clock_regressed, tokens) = self.view(word, now_ms);
-            let (wait_ms, units, path) = match params.step(tokens) {
-                Step::Refuse { required_wait_ms } => {
-                    debug_assert_eq!(
-                        params.refusal_hint_s as u64,
-                        budget::retry_after_s(required_wait_ms, params.bound_ms as u64)
-                    );
-                    return Decision::Refused(Refusal {
-                        required_wait_ms,
-                        retry_after_s: params.refusal_hint_s as u64,
-                        clock_regressed,
-                    });
-                }
-                Step::AdmitFree => return Decision::Admitted(Admission::overflow(clock_regressed)),
-                Step::Debit {
-                    wait_ms,
-                    units,
-                    path,
-                } => (wait_ms, units, path),
+            let step = decide(&StateView::unpack(word));
+            let Some(next) = step.next else {
+                return step.answer;
             };
-            match self.commit(word, &state, at_ms, tokens, units) {
-                Ok(ticket) => {
-                    return Decision::Admitted(Admission {
-                        wait_ms,
-                        ticket: Some(ticket),
-                        path,
-                        clock_regressed,
-                    })
-                }
+            match self.state.compare_exchange_weak(
+                word,
+                next.pack(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return step.answer,
                 Err(actual) => word = actual,
             }
         }
     }
 
-    /// The state in `word` as seen at `now_ms`: the decoded word, the
-    /// instant to act at, whether `now_ms` was behind, and the refilled
-    /// token level.
-    #[inline(always)]
-    fn view(&self, word: u128, now_ms: u64) -> (StateView, u64, bool, i64) {
-        let state = StateView::unpack(word);
-        let (at_ms, clock_regressed) = Params::effective_now(&state, now_ms);
-        let tokens = self.params.refill(&state, at_ms);
-        (state, at_ms, clock_regressed, tokens)
-    }
-
-    /// Debits `units` from `tokens` at `at_ms` with one compare-and-swap
-    /// of `word`: the debit's ticket, or the word found instead.
-    #[inline(always)]
-    fn commit(
-        &self,
-        word: u128,
-        state: &StateView,
-        at_ms: u64,
-        tokens: i64,
-        units: i64,
-    ) -> Result<Ticket, u128> {
-        let seq = state.seq.wrapping_add(1) & SEQ_MASK as u32;
-        let next = StateView {
-            high_water_ms: at_ms,
-            tokens_units: tokens - units,
-            seq,
-        };
-        self.state
-            .compare_exchange_weak(word, next.pack(), Ordering::Relaxed, Ordering::Relaxed)
-            .map(|_| Ticket {
-                seq,
-                debit_units: units as u32,
-            })
+    /// Asks to open one new connection at `now_ms` ([`Params::reserve`]).
+    pub fn reserve(&self, now_ms: u64) -> Decision {
+        if let Mode::Disabled = self.params.mode {
+            return Decision::Admitted(Admission::DISABLED);
+        }
+        self.apply(|state| self.params.reserve(state, now_ms))
     }
 
     /// [`Pacer::reserve`], except that a refusal whose wait is within the
@@ -654,67 +646,210 @@ impl Pacer {
     /// horizon it is a plain refusal with nothing debited. Opt-in: a caller
     /// that never calls it gets the §4 behaviour.
     pub fn reserve_or_book(&self, now_ms: u64, retries_left: u32) -> BookingDecision {
-        let params = &self.params;
-        if let Mode::Disabled = params.mode {
+        if let Mode::Disabled = self.params.mode {
             return BookingDecision::Admitted(Admission::DISABLED);
         }
-        let mut word = self.state.load(Ordering::Relaxed);
-        loop {
-            let (state, at_ms, clock_regressed, tokens) = self.view(word, now_ms);
-            let (wait_ms, units, path) = match params.step(tokens) {
-                Step::Refuse { required_wait_ms } => {
-                    if required_wait_ms > params.horizon_ms(retries_left) {
-                        return BookingDecision::Refused(Refusal {
-                            required_wait_ms,
-                            retry_after_s: params.refusal_hint_s as u64,
-                            clock_regressed,
-                        });
-                    }
-                    // A place in line: the token the slot will use.
-                    (required_wait_ms, UNITS_PER_TOKEN, AdmitPath::Booked)
-                }
-                Step::AdmitFree => {
-                    return BookingDecision::Admitted(Admission::overflow(clock_regressed))
-                }
-                Step::Debit {
-                    wait_ms,
-                    units,
-                    path,
-                } => (wait_ms, units, path),
-            };
-            let ticket = match self.commit(word, &state, at_ms, tokens, units) {
-                Ok(ticket) => ticket,
-                Err(actual) => {
-                    word = actual;
-                    continue;
-                }
-            };
-            return if let AdmitPath::Booked = path {
-                BookingDecision::Booked(Booked {
-                    retry_after_s: params.booking_hint_s(wait_ms - params.bound_ms as u64),
-                    booking: Booking {
-                        ticket,
-                        slot_ms: at_ms.saturating_add(wait_ms),
-                    },
-                    clock_regressed,
-                })
-            } else {
-                BookingDecision::Admitted(Admission {
-                    wait_ms,
-                    ticket: Some(ticket),
-                    path,
-                    clock_regressed,
-                })
-            };
-        }
+        self.apply(|state| self.params.reserve_or_book(state, now_ms, retries_left))
     }
 
     /// Presents a booking on the request's retry at `now_ms`. Pure: reads
-    /// only the pacer's parameters, changes nothing. Admitted after
+    /// only the pacer's parameters, changes nothing ([`Params::redeem`]).
+    pub fn redeem(&self, booking: Booking, now_ms: u64) -> Redemption {
+        self.params.redeem(booking, now_ms)
+    }
+
+    /// Gives back an admission's debit (the caller will not open the
+    /// connection), capped at capacity. Returns whether the policy allowed
+    /// the refund — `true` even when the cap absorbed it; `false`, with
+    /// nothing changed, for a refused strict refund or an invalid ticket.
+    pub fn release(&self, ticket: Ticket, now_ms: u64) -> bool {
+        self.apply(|state| self.params.release(state, &ticket, now_ms))
+    }
+}
+
+/// The rule: pure transitions over a [`StateView`] (SPEC §4, §5, §11).
+impl Params {
+    /// The state of a pacer created full (burst tokens) at `now_ms`.
+    pub const fn initial_state(&self, now_ms: u64) -> StateView {
+        StateView {
+            high_water_ms: now_ms,
+            tokens_units: self.capacity_units,
+            seq: 0,
+        }
+    }
+
+    /// How these parameters answer overflow.
+    pub const fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The longest wait granted, ms.
+    pub const fn wait_bound_ms(&self) -> u64 {
+        self.bound_ms as u64
+    }
+
+    /// The capacity (burst), in units.
+    pub const fn capacity_units(&self) -> i64 {
+        self.capacity_units
+    }
+
+    /// The debt floor, in units.
+    pub const fn max_debt_units(&self) -> i64 {
+        self.max_debt_units
+    }
+
+    /// The release policy.
+    pub const fn release_policy(&self) -> ReleasePolicy {
+        self.release_policy
+    }
+
+    /// The hint every refusal carries, whole seconds.
+    pub const fn refusal_hint_s(&self) -> u64 {
+        self.refusal_hint_s as u64
+    }
+
+    /// The token level `state` holds at `now_ms`, in units: refilled and
+    /// capped at capacity; a reading behind the high-water mark reads the
+    /// mark. Read-only (diagnostics).
+    pub fn level_at(&self, state: &StateView, now_ms: u64) -> i64 {
+        let (at_ms, _) = Params::effective_now(state, now_ms);
+        self.refill(state, at_ms)
+    }
+
+    /// The state as seen at `now_ms`: the instant to act at, whether
+    /// `now_ms` was behind the high-water mark, and the refilled level.
+    #[inline(always)]
+    fn view(&self, state: &StateView, now_ms: u64) -> (u64, bool, i64) {
+        let (at_ms, clock_regressed) = Params::effective_now(state, now_ms);
+        (at_ms, clock_regressed, self.refill(state, at_ms))
+    }
+
+    /// The state after debiting `units` from `tokens` at `at_ms`, and the
+    /// debit's ticket.
+    #[inline(always)]
+    fn debit(state: &StateView, at_ms: u64, tokens: i64, units: i64) -> (StateView, Ticket) {
+        let seq = state.seq.wrapping_add(1) & SEQ_MASK as u32;
+        let next = StateView {
+            high_water_ms: at_ms,
+            tokens_units: tokens - units,
+            seq,
+        };
+        let ticket = Ticket {
+            seq,
+            debit_units: units as u32,
+        };
+        (next, ticket)
+    }
+
+    /// One request for a new connection at `now_ms` in `state` (SPEC §4).
+    #[inline(always)]
+    pub fn reserve(&self, state: &StateView, now_ms: u64) -> Transition<Decision> {
+        if let Mode::Disabled = self.mode {
+            return Transition::read_only(Decision::Admitted(Admission::DISABLED));
+        }
+        let (at_ms, clock_regressed, tokens) = self.view(state, now_ms);
+        let (wait_ms, units, path) = match self.decide(tokens) {
+            Step::Refuse { required_wait_ms } => {
+                debug_assert_eq!(
+                    self.refusal_hint_s as u64,
+                    budget::retry_after_s(required_wait_ms, self.bound_ms as u64)
+                );
+                return Transition::read_only(Decision::Refused(Refusal {
+                    required_wait_ms,
+                    retry_after_s: self.refusal_hint_s as u64,
+                    clock_regressed,
+                }));
+            }
+            Step::AdmitFree => {
+                return Transition::read_only(Decision::Admitted(Admission::overflow(
+                    clock_regressed,
+                )))
+            }
+            Step::Debit {
+                wait_ms,
+                units,
+                path,
+            } => (wait_ms, units, path),
+        };
+        let (next, ticket) = Params::debit(state, at_ms, tokens, units);
+        Transition {
+            next: Some(next),
+            answer: Decision::Admitted(Admission {
+                wait_ms,
+                ticket: Some(ticket),
+                path,
+                clock_regressed,
+            }),
+        }
+    }
+
+    /// [`Params::reserve`], booking a place in line for a refusal within
+    /// the horizon of `retries_left` retries (SPEC §11; see
+    /// [`Pacer::reserve_or_book`]).
+    #[inline(always)]
+    pub fn reserve_or_book(
+        &self,
+        state: &StateView,
+        now_ms: u64,
+        retries_left: u32,
+    ) -> Transition<BookingDecision> {
+        if let Mode::Disabled = self.mode {
+            return Transition::read_only(BookingDecision::Admitted(Admission::DISABLED));
+        }
+        let (at_ms, clock_regressed, tokens) = self.view(state, now_ms);
+        let (wait_ms, units, path) = match self.decide(tokens) {
+            Step::Refuse { required_wait_ms } => {
+                if required_wait_ms > self.horizon_ms(retries_left) {
+                    return Transition::read_only(BookingDecision::Refused(Refusal {
+                        required_wait_ms,
+                        retry_after_s: self.refusal_hint_s as u64,
+                        clock_regressed,
+                    }));
+                }
+                // A place in line: the token the slot will use.
+                (required_wait_ms, UNITS_PER_TOKEN, AdmitPath::Booked)
+            }
+            Step::AdmitFree => {
+                return Transition::read_only(BookingDecision::Admitted(Admission::overflow(
+                    clock_regressed,
+                )))
+            }
+            Step::Debit {
+                wait_ms,
+                units,
+                path,
+            } => (wait_ms, units, path),
+        };
+        let (next, ticket) = Params::debit(state, at_ms, tokens, units);
+        let answer = if let AdmitPath::Booked = path {
+            BookingDecision::Booked(Booked {
+                retry_after_s: self.booking_hint_s(wait_ms - self.bound_ms as u64),
+                booking: Booking {
+                    ticket,
+                    slot_ms: at_ms.saturating_add(wait_ms),
+                },
+                clock_regressed,
+            })
+        } else {
+            BookingDecision::Admitted(Admission {
+                wait_ms,
+                ticket: Some(ticket),
+                path,
+                clock_regressed,
+            })
+        };
+        Transition {
+            next: Some(next),
+            answer,
+        }
+    }
+
+    /// A booking presented on the request's retry at `now_ms`: pure
+    /// arithmetic on the parameters, no state. Admitted after
     /// `max(0, slot − now)` when `slot − now ≤ bound`; otherwise not yet,
     /// with the hint for the next retry and the same booking.
     pub fn redeem(&self, booking: Booking, now_ms: u64) -> Redemption {
-        let bound = self.params.bound_ms as u64;
+        let bound = self.bound_ms as u64;
         if booking.slot_ms <= now_ms.saturating_add(bound) {
             Redemption::Admitted(Admission {
                 wait_ms: booking.slot_ms.saturating_sub(now_ms),
@@ -725,56 +860,46 @@ impl Pacer {
         } else {
             let beyond = booking.slot_ms - bound - now_ms;
             Redemption::NotYet {
-                retry_after_s: self.params.booking_hint_s(beyond),
+                retry_after_s: self.booking_hint_s(beyond),
                 booking,
             }
         }
     }
 
-    /// Gives back an admission's debit (the caller will not open the
-    /// connection), capped at capacity. Returns whether the policy allowed
-    /// the refund — `true` even when the cap absorbed it; `false`, with
-    /// nothing changed, for a refused strict refund or an invalid ticket.
-    pub fn release(&self, ticket: Ticket, now_ms: u64) -> bool {
-        let params = &self.params;
+    /// A ticket's debit given back at `now_ms`, capped at capacity: `true`
+    /// when the policy allowed the refund (even when the cap absorbed it);
+    /// `false`, with no state change, for a refused strict refund or an
+    /// invalid ticket.
+    pub fn release(&self, state: &StateView, ticket: &Ticket, now_ms: u64) -> Transition<bool> {
         let debit = ticket.debit_units as i64;
-        if let Mode::Disabled = params.mode {
-            return false;
+        if let Mode::Disabled = self.mode {
+            return Transition::read_only(false);
         }
         if debit <= 0 || debit > UNITS_PER_TOKEN || ticket.seq as u64 > SEQ_MASK {
-            return false;
+            return Transition::read_only(false);
         }
-        let strict = matches!(params.release_policy, ReleasePolicy::Strict);
-        let mut word = self.state.load(Ordering::Relaxed);
-        loop {
-            let state = StateView::unpack(word);
-            if strict && state.seq != ticket.seq {
-                return false;
-            }
-            let (at_ms, _) = Params::effective_now(&state, now_ms);
-            let tokens = params.refill(&state, at_ms) + debit;
-            let next = StateView {
-                high_water_ms: at_ms,
-                tokens_units: if tokens < params.capacity_units {
-                    tokens
-                } else {
-                    params.capacity_units
-                },
-                seq: if strict {
-                    state.seq.wrapping_sub(1) & SEQ_MASK as u32
-                } else {
-                    state.seq
-                },
-            };
-            match self.state.compare_exchange_weak(
-                word,
-                next.pack(),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(actual) => word = actual,
-            }
+        let strict = matches!(self.release_policy, ReleasePolicy::Strict);
+        if strict && state.seq != ticket.seq {
+            return Transition::read_only(false);
+        }
+        let (at_ms, _) = Params::effective_now(state, now_ms);
+        let tokens = self.refill(state, at_ms) + debit;
+        let next = StateView {
+            high_water_ms: at_ms,
+            tokens_units: if tokens < self.capacity_units {
+                tokens
+            } else {
+                self.capacity_units
+            },
+            seq: if strict {
+                state.seq.wrapping_sub(1) & SEQ_MASK as u32
+            } else {
+                state.seq
+            },
+        };
+        Transition {
+            next: Some(next),
+            answer: true,
         }
     }
 }

@@ -10,10 +10,12 @@
 //! private page on the other side of the boundary. The `struct pacer` so
 //! spans the two pages: `pacer_reserve` works on it unchanged, and nothing
 //! another process writes to the file can change the parameters this
-//! process decides with. Which side the parameters are on depends on how
-//! the compiler laid out the core's `Pacer`; it is found at run time and
-//! recorded in the header (the state word's offset), so builds that differ
-//! refuse each other's files instead of misreading them.
+//! process decides with. The parameters come first and the state word
+//! last (the core's `Pacer` and `Slot` are `repr(C)`; the offsets are
+//! compile-time constants, asserted), and the word is the core's
+//! `StateView::pack` encoding, so the file's format is fixed by the
+//! source, not found at run time; the header still records the word's
+//! offset, and a file that disagrees is refused.
 //!
 //! Creation writes a complete file under a temporary name and links it into
 //! place (`link` fails if the name exists), so no process ever sees a
@@ -27,8 +29,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::boundary::{arg, arg_mut, checked, guard, guard_value, opt_str, out, put, Outcome};
 use crate::pacer::{
-    config_from, fresh_owner, pacer, pacer_config, pacer_decision, pacer_release, pacer_reserve,
-    pacer_ticket, write_slot, Slot, PACER_STORAGE_SIZE,
+    config_error, config_from, fresh_owner, pacer, pacer_config, pacer_decision, pacer_release,
+    pacer_reserve, pacer_ticket, write_slot, Slot, PACER_STORAGE_SIZE,
 };
 use crate::status::pacer_status;
 use crate::version::PACER_ABI_VERSION;
@@ -155,17 +157,16 @@ pub fn clock_ms() -> u64 {
         .saturating_add(ts.tv_nsec.max(0) as u64 / 1_000_000)
 }
 
-/// The bytes `pacer_init` writes for `config` at `now_ms` into storage
-/// pre-filled with `fill`, with owner tag 0 (so images compare byte for
-/// byte; attach writes the file's tag).
-fn image(config: &pacer_config, now_ms: u64, fill: u8) -> Result<[u8; PACER_STORAGE_SIZE], Fail> {
+/// The bytes `pacer_init` writes for `config` at `now_ms` into zeroed
+/// storage, with owner tag 0 (attach writes the file's tag).
+fn image(config: &pacer_config, now_ms: u64) -> Result<[u8; PACER_STORAGE_SIZE], Fail> {
     let mut storage = MaybeUninit::<pacer>::uninit();
     // SAFETY: writes exactly the storage's bytes.
     unsafe {
         storage
             .as_mut_ptr()
             .cast::<u8>()
-            .write_bytes(fill, PACER_STORAGE_SIZE)
+            .write_bytes(0, PACER_STORAGE_SIZE)
     };
     let config = config_from(config)?;
     // SAFETY: the storage was just filled; any bytes are a valid `pacer`.
@@ -175,24 +176,26 @@ fn image(config: &pacer_config, now_ms: u64, fill: u8) -> Result<[u8; PACER_STOR
     Ok(unsafe { storage.as_ptr().cast::<[u8; PACER_STORAGE_SIZE]>().read() })
 }
 
-/// Where this build keeps things, checked at run time.
+/// Where this build keeps things. Only the page size is read at run time;
+/// the state word's place is fixed at compile time: a `Slot` ends with the
+/// core's `Pacer`, which ends with its state word (both `repr(C)`).
 struct Layout {
     page: usize,
-    /// Offset of the state word in `struct pacer`.
+    /// Offset of the state word in `struct pacer`: the parameters lie
+    /// before it, in a private page; the word itself is byte
+    /// `PACER_SHARED_SPLIT_OFFSET` of the file, the start of the shared page.
     state_at: usize,
-    /// Offset in `struct pacer` of the page boundary: the parameters lie
-    /// on one side, the state word on the other (`state_at` or
-    /// `state_at + 16`). Byte `i` of the shared side is byte
-    /// `PACER_SHARED_SPLIT_OFFSET - split + i` of the file.
-    split: usize,
-    /// The shared page comes first (the state word ends it).
-    shared_first: bool,
 }
+
+/// The state word's offset in `struct pacer`.
+const STATE_AT: usize = core::mem::offset_of!(Slot, pacer) + pacer_core::STATE_OFFSET;
+const _: () = assert!(STATE_AT + 16 == size_of::<Slot>());
+const _: () = assert!(STATE_AT % 16 == 0);
 
 impl Layout {
     /// The state word's offset in the file.
     fn state_in_file(&self) -> u64 {
-        PACER_SHARED_SPLIT_OFFSET - self.split as u64 + self.state_at as u64
+        PACER_SHARED_SPLIT_OFFSET
     }
 }
 
@@ -210,68 +213,9 @@ fn layout() -> Result<Layout, Fail> {
     {
         return Err(unsupported);
     }
-    // Find the state word: the bytes that differ between pacers created at
-    // two clock readings. Find the pacer's end: the last byte pacer_init
-    // writes whatever the storage held before.
-    let probe = pacer_config {
-        rate_per_min: 60,
-        burst: 10,
-        idle_timeout_ms: 120_000,
-        max_retries: 5,
-        release_policy: 0,
-    };
-    let zero = image(&probe, 0, 0x00)?;
-    let fill = image(&probe, 0, 0xA5)?;
-    let later = image(&probe, u64::MAX, 0x00)?;
-    let end = (0..PACER_STORAGE_SIZE)
-        .rev()
-        .find(|&i| zero[i] == fill[i])
-        .map_or(0, |i| i + 1);
-    let first = (0..PACER_STORAGE_SIZE).find(|&i| zero[i] != later[i]);
-    let last = (0..PACER_STORAGE_SIZE).rev().find(|&i| zero[i] != later[i]);
-    let (Some(first), Some(last)) = (first, last) else {
-        return Err(unsupported);
-    };
-    let state_at = first & !15;
-    if last >= state_at + 16 || end < state_at + 16 {
-        return Err(unsupported);
-    }
-    // The parameters: the bytes another configuration changes. They must
-    // all lie on one side of the state word.
-    let other = pacer_config {
-        rate_per_min: 7,
-        burst: 3,
-        idle_timeout_ms: 3_600_000,
-        max_retries: 2,
-        release_policy: 1,
-    };
-    let other = image(&other, 0, 0x00)?;
-    let params = (0..PACER_STORAGE_SIZE)
-        .filter(|&i| zero[i] != other[i] && (i < state_at || i >= state_at + 16));
-    let (mut before, mut after) = (false, false);
-    for i in params {
-        if i < state_at {
-            before = true;
-        } else {
-            after = true;
-        }
-    }
-    // When the shared page comes second, nothing of the pacer may follow
-    // the state word (the file holds only the word there).
-    let shared_first = match (before, after) {
-        (false, true) => true,
-        (true, false) if end == state_at + 16 => false,
-        _ => return Err(unsupported),
-    };
     Ok(Layout {
         page: page as usize,
-        state_at,
-        split: if shared_first {
-            state_at + 16
-        } else {
-            state_at
-        },
-        shared_first,
+        state_at: STATE_AT,
     })
 }
 
@@ -468,19 +412,12 @@ fn temp_suffix(serial: u32) -> u64 {
 /// links it into place. Ok also when another process linked first.
 fn create(names: &Names, config: &pacer_config, layout: &Layout) -> Result<(), Fail> {
     let now = clock_ms();
-    let start = image(config, now, 0)?;
-    // The shared side of a new pacer: everything before the boundary when
-    // the shared page comes first, else the state word alone.
-    let shared = if layout.shared_first {
-        &start[..layout.split]
-    } else {
-        &start[layout.state_at..layout.state_at + 16]
-    };
-    let shared_at = if layout.shared_first {
-        PACER_SHARED_SPLIT_OFFSET - layout.split as u64
-    } else {
-        PACER_SHARED_SPLIT_OFFSET
-    };
+    // The shared side of a new pacer is its state word alone, in the
+    // core's encoding (StateView::pack), native byte order.
+    let params = pacer_core::Params::plan(&config_from(config)?).map_err(config_error)?;
+    let word = params.initial_state(now).pack().to_ne_bytes();
+    let shared = &word[..];
+    let shared_at = PACER_SHARED_SPLIT_OFFSET;
     let pid = std::process::id();
     let head = header(config, pid, now, layout.state_in_file(), fresh_owner());
     for _ in 0..16 {
@@ -581,13 +518,9 @@ fn attach(
         return Err(Fail::Os(errno()));
     }
     let view = view.cast::<u8>();
-    let (at, file_offset) = if layout.shared_first {
-        (0, PACER_SHARED_SPLIT_OFFSET - page as u64)
-    } else {
-        (page, PACER_SHARED_SPLIT_OFFSET)
-    };
-    // SAFETY: replaces one page of our own fresh mapping with the file's
-    // page on the state word's side of the boundary (offset and length are
+    let (at, file_offset) = (page, PACER_SHARED_SPLIT_OFFSET);
+    // SAFETY: replaces the second page of our own fresh mapping with the
+    // file's page that starts with the state word (offset and length are
     // page multiples; the file is long enough, checked above).
     let shared = unsafe {
         libc::mmap(
@@ -605,15 +538,12 @@ fn attach(
         unsafe { libc::munmap(view.cast(), len) };
         return Err(Fail::Os(code));
     }
-    // SAFETY: `page - split` is within the first page and 16-aligned (page
-    // and split are multiples of 16); the storage ends within the view.
-    let storage = unsafe { view.add(page - layout.split) };
+    // SAFETY: `page - state_at` is within the first page and 16-aligned
+    // (page and state_at are multiples of 16); the storage ends within the
+    // view.
+    let storage = unsafe { view.add(page - layout.state_at) };
     // The private side gets this process's own parameters.
-    let (from, private_len) = if layout.shared_first {
-        (layout.split, PACER_STORAGE_SIZE - layout.split)
-    } else {
-        (0, layout.split)
-    };
+    let (from, private_len) = (0, layout.state_at);
     // SAFETY: `from..from + private_len` is the private side of the
     // storage, in the anonymous page, which nothing else references yet.
     unsafe {
@@ -642,7 +572,7 @@ fn attach(
 
 fn open_shared(path_or_name: &str, config: &pacer_config) -> Result<Handle, Fail> {
     // The config first: an invalid one gets pacer_init's status.
-    let reference = image(config, 0, 0)?;
+    let reference = image(config, 0)?;
     let layout = layout()?;
     let names = names(path_or_name)?;
     let flags = libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
