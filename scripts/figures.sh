@@ -69,6 +69,20 @@ note_cmd() {
 
 echo "running the simulations..." >&2
 
+# Many machines: the text table and the per-minute upstream counts.
+machines_cmd="pacer simulate --machines 3 --agents 20"
+machines_text="$("$pacer" simulate --machines 3 --agents 20)"
+machines_table="$(awk '/^[0-9]+ machines, one upstream account/ { on = 1 } on' <<<"$machines_text")"
+machines_json="$("$pacer" simulate --machines 3 --agents 20 --json)"
+# per_minute NAME: "[a, b, …]" of one arrangement's upstream_per_minute.
+per_minute() {
+    grep -o "\"$1\":{[^}]*" <<<"$machines_json" | grep -o '"upstream_per_minute":\[[^]]*\]' \
+        | cut -d: -f2 | sed 's/,/, /g'
+}
+machines_per_machine="$(per_minute bucket_per_machine)"
+machines_fleet="$(per_minute fleet_bucket)"
+note_cmd "$machines_cmd"
+
 # 1. Offered load → admitted per minute. Four minutes of evenly spaced
 # offers; the final minute is minute 4 ([180 s, 240 s)).
 offered_rows=""
@@ -401,6 +415,29 @@ is the one §3 gives. Retry counts above a budget's ladder ceiling resolve
 to the ceiling, so "every retry count" means 0..=ceiling; larger texts are
 covered by the matrix (\`10\`, \`99\`). Times are on this shared 2-core
 machine, with whatever else was running.
+
+## Many machines
+
+Three proxies on three machines share one upstream account; each machine
+has its own 20 agents (defaults otherwise). The same machines, seeds and load
+run twice: with a bucket per machine (each proxy's own pacer, today's
+deployment) and with one fleet bucket (one \`Pacer\` that every machine's
+gate calls: SPEC §12's Redis bucket without its network, no latency, no
+outage). \`${machines_cmd}\` printed, after the bucket-per-machine run's
+own report:
+
+\`\`\`
+${machines_table}
+\`\`\`
+
+Upstream new connections per minute (\`--json\`, \`upstream_per_minute\`):
+a bucket per machine ${machines_per_machine}; one fleet bucket
+${machines_fleet}. With a bucket per machine the upstream sees the
+configured rate once per machine; one fleet bucket holds the whole fleet to
+it (SPEC §6.1: at most burst + rate + 1 = 71 in any minute at the
+defaults). The price is the fleet's demand against one bucket: 60 agents on
+60 new connections a minute, so without bookings (SPEC §11) most turns end
+in terminal rate-limit errors.
 
 ## Where the measurements differ from the record
 

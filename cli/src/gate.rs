@@ -4,8 +4,16 @@
 //! Both hand out tickets numbered 1, 2, 3 … in the order of admissions that
 //! debited something — the numbering `pacer replay` prints — so a caller
 //! keeps plain numbers instead of the core's non-`Clone` [`Ticket`].
+//!
+//! Several gates can share one bucket (`simulate --machines`): each
+//! machine's [`CoreGate`] or [`BookingGate`] keeps its own tickets and
+//! bookings, as each machine's proxy would, over one shared [`Pacer`]
+//! ([`CoreGate::sharing`]); a gate of any kind can also be shared whole
+//! through `Rc<RefCell<_>>`.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use pacer_core::{
     Booking, BookingDecision, Config, ConfigError, Decision, Pacer, Redemption, Ticket,
@@ -51,10 +59,29 @@ pub trait Gate {
     }
 }
 
+/// One gate shared by several users: every call goes to the same gate.
+impl<G: Gate> Gate for Rc<RefCell<G>> {
+    fn reserve(&mut self, now_ms: u64) -> GateDecision {
+        self.borrow_mut().reserve(now_ms)
+    }
+
+    fn release(&mut self, ticket: u64, now_ms: u64) -> bool {
+        self.borrow_mut().release(ticket, now_ms)
+    }
+
+    fn reserve_for(&mut self, now_ms: u64, request: usize, retries_left: u32) -> GateDecision {
+        self.borrow_mut().reserve_for(now_ms, request, retries_left)
+    }
+
+    fn forget(&mut self, request: usize, now_ms: u64) -> bool {
+        self.borrow_mut().forget(request, now_ms)
+    }
+}
+
 /// This design: the core's pacer, with tickets kept by number.
 #[derive(Debug)]
 pub struct CoreGate {
-    pacer: Pacer,
+    pacer: Rc<Pacer>,
     tickets: HashMap<u64, Ticket>,
     next_ticket: u64,
 }
@@ -62,11 +89,17 @@ pub struct CoreGate {
 impl CoreGate {
     /// A pacer created full at `now_ms`.
     pub fn new(config: &Config, now_ms: u64) -> Result<Self, ConfigError> {
-        Ok(CoreGate {
-            pacer: Pacer::new(config, now_ms)?,
+        Ok(CoreGate::sharing(Rc::new(Pacer::new(config, now_ms)?)))
+    }
+
+    /// A gate over `pacer`, which other gates may share: this gate's
+    /// tickets are its own (numbered from 1), the bucket is common.
+    pub fn sharing(pacer: Rc<Pacer>) -> Self {
+        CoreGate {
+            pacer,
             tickets: HashMap::new(),
             next_ticket: 1,
-        })
+        }
     }
 
     /// The pacer inside.
@@ -117,10 +150,16 @@ pub struct BookingGate {
 impl BookingGate {
     /// A pacer created full at `now_ms`.
     pub fn new(config: &Config, now_ms: u64) -> Result<Self, ConfigError> {
-        Ok(BookingGate {
-            inner: CoreGate::new(config, now_ms)?,
+        Ok(BookingGate::sharing(Rc::new(Pacer::new(config, now_ms)?)))
+    }
+
+    /// A gate over `pacer`, which other gates may share: this gate's
+    /// tickets and bookings are its own, the bucket is common.
+    pub fn sharing(pacer: Rc<Pacer>) -> Self {
+        BookingGate {
+            inner: CoreGate::sharing(pacer),
             bookings: HashMap::new(),
-        })
+        }
     }
 
     fn admitted(&mut self, wait_ms: u64, ticket: Option<Ticket>) -> GateDecision {
@@ -339,5 +378,37 @@ mod tests {
         assert_eq!(admitted(gate.reserve(0)), (1000, Some(2)));
         assert!(gate.release(2, 0));
         assert!(!gate.release(2, 0));
+    }
+
+    #[test]
+    fn gates_sharing_one_pacer_share_its_bucket_not_their_tickets() {
+        // Burst 1, rate 60: one token at t = 0 for both gates together.
+        let config = Config {
+            burst: 1,
+            ..Config::DEFAULT
+        };
+        let pacer = Rc::new(Pacer::new(&config, 0).unwrap());
+        let mut a = CoreGate::sharing(Rc::clone(&pacer));
+        let mut b = CoreGate::sharing(Rc::clone(&pacer));
+        assert_eq!(admitted(a.reserve(0)), (0, Some(1)));
+        // b's first ticket is its own number 1, but the token is gone.
+        assert_eq!(admitted(b.reserve(0)), (1000, Some(1)));
+        assert_eq!(admitted(a.reserve(0)), (2000, Some(2)));
+        // Each gate releases only its own tickets.
+        assert!(!b.release(2, 0));
+        assert!(a.release(2, 0));
+        // The refund went to the shared bucket: b's next waits 2000 again.
+        assert_eq!(admitted(b.reserve(0)), (2000, Some(2)));
+    }
+
+    #[test]
+    fn a_shared_gate_is_one_gate() {
+        let shared = Rc::new(RefCell::new(AdmitAnywayGate::new(60, 1, 2_000, 0)));
+        let mut a = Rc::clone(&shared);
+        let mut b = Rc::clone(&shared);
+        assert_eq!(admitted(a.reserve(0)), (0, Some(1)));
+        assert_eq!(admitted(b.reserve(0)), (1000, Some(2)));
+        assert!(a.release(2, 0));
+        assert!(!b.release(2, 0));
     }
 }

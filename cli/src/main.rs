@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use pacer_cli::matrix::{self, Fault, MatrixOptions};
 use pacer_cli::sim::{
-    self, Arrivals, Design, Load, OnRefusal, SimConfig, MAX_AGENTS, MAX_MS, MAX_OFFERED_PER_MIN,
+    self, Arrivals, Design, Load, OnRefusal, SimConfig, MAX_AGENTS, MAX_MACHINES, MAX_MS,
+    MAX_OFFERED_PER_MIN,
 };
 use pacer_cli::{explain, plot, progress, replay};
 use pacer_core::MAX_BURST;
@@ -73,14 +74,16 @@ enum OnRefusalArg {
 
 #[derive(Args, Debug)]
 struct SimulateArgs {
-    /// Closed loop: agents, each running one turn at a time.
+    /// Closed loop: agents, each running one turn at a time (on each
+    /// machine, with --machines).
     #[arg(long, default_value_t = 20, conflicts_with_all = ["offered_per_min", "offered_every_ms"],
           value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_AGENTS)))]
     agents: u32,
-    /// Open loop: new requests per minute, whatever happens to earlier ones.
+    /// Open loop: new requests per minute, whatever happens to earlier ones
+    /// (on each machine, with --machines).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_OFFERED_PER_MIN), conflicts_with = "offered_every_ms")]
     offered_per_min: Option<u64>,
-    /// Open loop: one new request every this many ms.
+    /// Open loop: one new request every this many ms (on each machine).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_MS))]
     offered_every_ms: Option<u64>,
     /// Open loop: arrival pattern.
@@ -143,6 +146,13 @@ struct SimulateArgs {
     /// Run the same workload without and with bookings and print both.
     #[arg(long, conflicts_with_all = ["json", "plot"])]
     compare_booking: bool,
+    /// Machines (proxies) sharing one upstream account, each with the
+    /// whole load (--agents, or --offered-per-min / --offered-every-ms,
+    /// per machine). Above 1, runs a bucket per machine and one fleet
+    /// bucket shared by all machines (SPEC §12) side by side.
+    #[arg(long, default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_MACHINES)))]
+    machines: u32,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -319,8 +329,14 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
         seed: args.seed,
         cancel_percent: args.cancel_percent,
         booking: args.booking,
+        machines: args.machines,
     };
     if args.compare_booking {
+        if args.machines > 1 {
+            let message = "--compare-booking compares one machine's runs; \
+                           it cannot be used with --machines above 1";
+            return Err(message.to_string().into());
+        }
         let mut runs = Vec::new();
         for booking in [false, true] {
             let config = SimConfig { booking, ..config };
@@ -330,8 +346,11 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
         }
         return print(&sim::render_comparison(&runs[0], &runs[1]));
     }
-    let long_run = args.duration_ms >= 30 * 60_000 || args.agents >= 200;
-    let bar = progress::bar(args.duration_ms, "simulating", long_run);
+    let agents = u64::from(args.agents) * u64::from(args.machines);
+    let long_run = args.duration_ms >= 30 * 60_000 || agents >= 200;
+    // Several machines run both arrangements, one after the other.
+    let runs = if args.machines > 1 { 2 } else { 1 };
+    let bar = progress::bar(args.duration_ms * runs, "simulating", long_run);
     let result = sim::run(&config, &mut |now| bar.set_position(now));
     bar.finish_and_clear();
     let mut report = result?;

@@ -1,11 +1,14 @@
 //! `simulate --plot FILE.svg`: offered vs admitted per minute, and turn
-//! latency per minute, as one SVG (plotters, SVG backend only).
+//! latency per minute, as one SVG (plotters, SVG backend only). With
+//! several machines a third chart shows the upstream's new connections per
+//! minute, all machines together, with a bucket per machine and with one
+//! fleet bucket, against the configured rate.
 
 use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::sim::{MinuteRow, SimReport};
+use crate::sim::{MachinesReport, MinuteRow, SimReport};
 
 /// A line on a chart: label, colour, and the value it reads from a minute.
 type Series<T> = (&'static str, RGBColor, fn(&MinuteRow) -> T);
@@ -18,16 +21,22 @@ fn err<E: std::fmt::Display>(error: E) -> String {
 pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
     let rows = &report.per_minute;
     let minutes = rows.len().max(1) as f64;
-    let root = SVGBackend::new(path, (960, 760)).into_drawing_area();
+    let machines = report.machines.as_ref();
+    let height = if machines.is_some() { 1120 } else { 760 };
+    let root = SVGBackend::new(path, (960, height)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
+    let load = match report.settings.load {
+        "closed" => format!("{} agents", report.settings.agents.unwrap_or(0)),
+        _ => format!(
+            "offered {:.1}/min",
+            report.settings.offered_per_min.unwrap_or(0.0)
+        ),
+    };
     let title = format!(
         "{} — {} · rate {}/min · burst {} · bound {} ms",
-        match report.settings.load {
-            "closed" => format!("{} agents", report.settings.agents.unwrap_or(0)),
-            _ => format!(
-                "offered {:.1}/min",
-                report.settings.offered_per_min.unwrap_or(0.0)
-            ),
+        match machines {
+            Some(m) => format!("{} machines × {load}, a bucket per machine", m.machines),
+            None => load,
         },
         match report.settings.design {
             crate::sim::Design::Paced => "this design",
@@ -39,6 +48,13 @@ pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
     );
     let root = root.titled(&title, ("sans-serif", 22)).map_err(err)?;
     let (top, bottom) = root.split_vertically(360);
+    let (bottom, upstream) = match machines {
+        Some(_) => {
+            let (latency, upstream) = bottom.split_vertically(370);
+            (latency, Some(upstream))
+        }
+        None => (bottom, None),
+    };
 
     // Per-minute counts, drawn at the middle of their minute.
     let count_max = rows
@@ -153,6 +169,111 @@ pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
         .position(SeriesLabelPosition::MiddleRight)
         .draw()
         .map_err(err)?;
+    if let (Some(m), Some(area)) = (machines, upstream) {
+        draw_upstream(m, &area)?;
+    }
     root.present().map_err(err)?;
+    Ok(())
+}
+
+/// The upstream's new connections per minute in both arrangements, with
+/// the configured rate (and machines × rate) as dashed lines.
+fn draw_upstream<DB: DrawingBackend>(
+    m: &MachinesReport,
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let (a, b) = (&m.bucket_per_machine, &m.fleet_bucket);
+    let minutes = a
+        .upstream_per_minute
+        .len()
+        .max(b.upstream_per_minute.len())
+        .max(1) as f64;
+    let rate = u64::from(m.rate_per_min);
+    let all_rates = rate * u64::from(m.machines);
+    let count_max = a
+        .upstream_per_minute
+        .iter()
+        .chain(&b.upstream_per_minute)
+        .copied()
+        .chain([all_rates])
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            format!(
+                "upstream new connections per minute, all {} machines",
+                m.machines
+            ),
+            ("sans-serif", 16),
+        )
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0f64..minutes, 0f64..count_max * 1.1)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("minute")
+        .y_desc("connections per minute")
+        .draw()
+        .map_err(err)?;
+    let per_machine_label = format!("a bucket per machine ({} pacers)", m.machines);
+    for (label, color, values) in [
+        (per_machine_label.as_str(), RED, &a.upstream_per_minute),
+        (
+            "one fleet bucket (1 shared pacer)",
+            BLUE,
+            &b.upstream_per_minute,
+        ),
+    ] {
+        let points: Vec<(f64, f64)> = values
+            .iter()
+            .enumerate()
+            .map(|(minute, &count)| (minute as f64 + 0.5, count as f64))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(err)?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(
+                points
+                    .into_iter()
+                    .map(|point| Circle::new(point, 3, color.filled())),
+            )
+            .map_err(err)?;
+    }
+    let configured = format!("configured rate {rate}/min");
+    let times = format!("{} × the rate", m.machines);
+    for (label, color, level) in [
+        (configured.as_str(), BLACK, rate),
+        (times.as_str(), RGBColor(150, 150, 150), all_rates),
+    ] {
+        let style = color.stroke_width(2);
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(0.0, level as f64), (minutes, level as f64)],
+                8,
+                6,
+                style,
+            ))
+            .map_err(err)?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.85))
+        .position(SeriesLabelPosition::MiddleRight)
+        .draw()
+        .map_err(err)?;
     Ok(())
 }

@@ -42,11 +42,33 @@
 //! - **Admissions per minute** count connections *opened* (admission time
 //!   plus wait), the quantity the record's traffic analysis and its
 //!   sustained-rate test count.
+//! - **Machines** (`machines`, default 1): several proxies on several
+//!   machines share one upstream account. Each machine has its own load
+//!   (closed loop: its own `agents`; open loop: its own arrivals at the
+//!   offered rate) and its own random stream (machine 0's is the run's
+//!   seed, so one machine is exactly the single-proxy run), all on one
+//!   virtual clock. With more than one machine the same machines, seeds and
+//!   load run twice, in two arrangements ([`Buckets`]): **a bucket per
+//!   machine** — each machine's gate has its own pacer at the configured
+//!   rate, what N proxies do today, so the upstream sees up to N × the
+//!   rate — and **one fleet bucket** — every machine's gate keeps its own
+//!   tickets and bookings but decides with one shared
+//!   [`pacer_core::Pacer`] at the configured rate, what SPEC §12's Redis
+//!   bucket gives. Both arrangements run the core's own `Pacer`; the fleet
+//!   bucket is literally one `Pacer` value that every machine's gate calls.
+//!   There is **no network model**: a machine reaches the shared bucket
+//!   instantly and never fails to reach it (no latency, no partition, none
+//!   of §12's failure policies), and the bucket's clock is the one virtual
+//!   clock. The upstream's new connections per minute are summed over the
+//!   machines. (The rejected admit-anyway design, when simulated, shares
+//!   its whole gate.)
 
+use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::rc::Rc;
 
-use pacer_core::{Budget, Config, Mode, ReleasePolicy};
+use pacer_core::{Budget, Config, Mode, Pacer, ReleasePolicy};
 use serde::Serialize;
 
 use crate::client::{Client, ClientStep, RetryHeaders};
@@ -61,10 +83,17 @@ use crate::stats::{count_in, percentile, PerMinute};
 /// deadline, its ticket) under ~1 GiB. A closed loop that reaches it stops
 /// starting turns and says so in its report; an open loop whose schedule
 /// offers more is rejected before it starts.
+///
+/// With several machines the count is the total over the machines and
+/// both arrangements: each arrangement holds half of the limit (and of
+/// [`MAX_EVENTS`]), and runs after the other, so memory stays that of one
+/// run of this many requests.
 pub const MAX_REQUESTS: u64 = 4_000_000;
 
 /// The most agents (`--agents`): each starts at least one turn, well
-/// inside [`MAX_REQUESTS`].
+/// inside [`MAX_REQUESTS`]. With several machines every machine has this
+/// many agents, and [`validate`] requires all of them to fit in one
+/// arrangement's half of [`MAX_REQUESTS`].
 pub const MAX_AGENTS: u32 = 100_000;
 
 /// The longest virtual time a flag can name, ms: one week. It bounds the
@@ -76,11 +105,15 @@ pub const MAX_MS: u64 = 604_800_000;
 /// hundred times the highest pacing rate (600/min).
 pub const MAX_OFFERED_PER_MIN: u64 = 60_000;
 
+/// The most machines (`--machines`).
+pub const MAX_MACHINES: u32 = 64;
+
 /// A run that handles more events than this stops with an error. The
 /// request limit keeps every run below it; this is a second guard.
 pub const MAX_EVENTS: u64 = 100_000_000;
 
-/// The work limits of one run.
+/// The work limits of one run. With several machines they are the totals
+/// over both arrangements, each of which gets half.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Requests started at most; then no request starts (reported).
@@ -186,6 +219,88 @@ pub struct SimConfig {
     /// Book refusals (SPEC §11): a refused request keeps a place in line
     /// for its retry (this design only).
     pub booking: bool,
+    /// Machines (proxies) sharing one upstream account, each with the
+    /// whole `load` (1..=[`MAX_MACHINES`]). More than one runs both
+    /// [`Buckets`] arrangements.
+    pub machines: u32,
+}
+
+/// How the machines' proxies pace their new connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Buckets {
+    /// Each machine has its own pacer at the configured rate (today's
+    /// proxies: the upstream sees up to machines × the rate).
+    PerMachine,
+    /// Every machine's gate decides with one shared pacer at the
+    /// configured rate (SPEC §12's fleet bucket, without its network).
+    Fleet,
+}
+
+/// One arrangement of several machines, summed over the machines.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ArrangementReport {
+    /// Which arrangement.
+    pub arrangement: Buckets,
+    /// Pacers (buckets) in it: the machines, or 1.
+    pub buckets: u32,
+    /// The upstream's new connections (opened) in each minute, all
+    /// machines together; the last row is partial when the run is not a
+    /// whole number of minutes.
+    pub upstream_per_minute: Vec<u64>,
+    /// Most new connections in one whole minute (the one partial minute of
+    /// a run shorter than a minute).
+    pub upstream_per_min_max: u64,
+    /// Mean new connections per whole minute (none in a run shorter than
+    /// a minute).
+    pub upstream_per_min_mean: Option<f64>,
+    /// Whole minutes the mean is over.
+    pub whole_minutes: u64,
+    /// Connections opened before `duration`.
+    pub upstream_total: u64,
+    /// Turns (requests) started.
+    pub turns_started: u64,
+    /// Turns that got their connection and finished.
+    pub turns_completed: u64,
+    /// Turns that ended in a terminal rate-limit error.
+    pub terminal_rate_limit_errors: u64,
+    /// Those as a percentage of turns started.
+    pub terminal_error_percent: f64,
+    /// Turns whose no-data deadline fired before the first stream part.
+    pub deadline_overruns: u64,
+    /// Turns cancelled while waiting for a slot.
+    pub cancelled: u64,
+    /// Attempts, retries included.
+    pub attempts: u64,
+    /// Admission decisions.
+    pub admissions: u64,
+    /// Attempts refused.
+    pub refusals: u64,
+    /// Releases (cancellations, deadline aborts, unredeemed bookings).
+    pub releases: u64,
+    /// Turn latency of completed turns, nearest-rank p50, ms.
+    pub latency_p50_ms: Option<u64>,
+    /// p90, ms.
+    pub latency_p90_ms: Option<u64>,
+    /// Events this arrangement's run handled.
+    pub events: u64,
+    /// The most requests this arrangement's run could start.
+    pub request_limit: u64,
+    /// When it reached that limit, the virtual time, ms.
+    pub request_limit_reached_ms: Option<u64>,
+}
+
+/// Several machines against one upstream account: both arrangements.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct MachinesReport {
+    /// Machines (proxies), each with the whole configured load.
+    pub machines: u32,
+    /// The configured rate of every pacer, new connections per minute.
+    pub rate_per_min: u32,
+    /// A pacer per machine (the report's main figures are this run).
+    pub bucket_per_machine: ArrangementReport,
+    /// One pacer shared by every machine.
+    pub fleet_bucket: ArrangementReport,
 }
 
 /// One minute of a run.
@@ -325,16 +440,25 @@ pub struct SimReport {
     /// Events the simulation handled (its work).
     pub events: u64,
     /// The most requests the run could start ([`MAX_REQUESTS`] for the
-    /// command).
+    /// command; half of it with several machines, where this run is one
+    /// of two arrangements).
     pub request_limit: u64,
     /// When the run reached its request limit and stopped starting
     /// requests, the virtual time, ms.
     pub request_limit_reached_ms: Option<u64>,
+    /// Several machines (absent for one): both arrangements summed over
+    /// the machines. The figures above are then the bucket-per-machine run,
+    /// summed over the machines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub machines: Option<MachinesReport>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
-    Arrival,
+    /// The next open-loop arrival at this machine.
+    Arrival(u32),
+    /// This agent's next turn (agents are numbered over all machines:
+    /// machine `m`'s are `m · agents ..`).
     TurnStart(u32),
     Attempt(usize),
     Open(usize),
@@ -353,6 +477,7 @@ enum Phase {
 
 #[derive(Clone, Copy, Debug)]
 struct Request {
+    machine: u32,
     agent: Option<u32>,
     start_ms: u64,
     deadline_ms: u64,
@@ -389,16 +514,38 @@ pub fn policy_name(policy: ReleasePolicy) -> &'static str {
     }
 }
 
+/// What one machine keeps of its own: its random stream and its arrivals.
+struct Machine {
+    rng: SplitMix64,
+    arrival_index: u64,
+    poisson_clock: f64,
+}
+
+/// Machine `machine`'s seed: the run's seed for machine 0 (so one machine
+/// is the single-proxy run), else the `machine`-th output of a SplitMix64
+/// seeded with the run's seed xor a constant (the fractional bits of √2),
+/// a stream of its own. The same in both arrangements.
+pub fn machine_seed(seed: u64, machine: u32) -> u64 {
+    if machine == 0 {
+        return seed;
+    }
+    let mut seeder = SplitMix64::new(seed ^ 0x6A09_E667_F3BC_C908);
+    let mut value = 0;
+    for _ in 0..machine {
+        value = seeder.next_u64();
+    }
+    value
+}
+
 struct Sim<'a> {
     cfg: &'a SimConfig,
-    gate: Box<dyn Gate>,
+    /// One gate per machine (the fleet arrangement's share one pacer).
+    gates: Vec<Box<dyn Gate>>,
     client: Client,
-    rng: SplitMix64,
+    machines: Vec<Machine>,
     heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
     seq: u64,
     requests: Vec<Request>,
-    arrival_index: u64,
-    poisson_clock: f64,
     max_requests: u64,
     request_limit_reached_ms: Option<u64>,
     // Tallies.
@@ -431,7 +578,7 @@ impl<'a> Sim<'a> {
 
     /// Starts a request, unless the run holds its request limit already;
     /// whether it started.
-    fn start_request(&mut self, agent: Option<u32>, now: u64) -> bool {
+    fn start_request(&mut self, machine: u32, agent: Option<u32>, now: u64) -> bool {
         if self.requests.len() as u64 >= self.max_requests {
             self.request_limit_reached_ms.get_or_insert(now);
             return false;
@@ -442,12 +589,13 @@ impl<'a> Sim<'a> {
         } else {
             let low = self.cfg.turn_ms.saturating_sub(jitter);
             let high = self.cfg.turn_ms.saturating_add(jitter);
-            low + self.rng.below(high - low + 1)
+            low + self.machines[machine as usize].rng.below(high - low + 1)
         }
         .max(1);
         let id = self.requests.len();
         let deadline_ms = now.saturating_add(self.cfg.budget.idle_timeout_ms);
         self.requests.push(Request {
+            machine,
             agent,
             start_ms: now,
             deadline_ms,
@@ -475,7 +623,8 @@ impl<'a> Sim<'a> {
             .client
             .max_retries
             .saturating_sub(self.requests[id].attempts - 1);
-        match self.gate.reserve_for(now, id, retries_left) {
+        let machine = self.requests[id].machine as usize;
+        match self.gates[machine].reserve_for(now, id, retries_left) {
             GateDecision::Admitted { wait_ms, ticket } => {
                 self.admissions += 1;
                 if wait_ms > 0 {
@@ -487,9 +636,10 @@ impl<'a> Sim<'a> {
                 request.phase = Phase::Waiting;
                 request.ticket = ticket;
                 self.push(now.saturating_add(wait_ms), Event::Open(id));
+                let rng = &mut self.machines[machine].rng;
                 if wait_ms > 0
                     && self.cfg.cancel_percent > 0
-                    && self.rng.percent(self.cfg.cancel_percent)
+                    && rng.percent(self.cfg.cancel_percent)
                 {
                     // Strictly inside the wait, `(now, now + wait)`: a
                     // request cancelled at the instant of its admission
@@ -499,7 +649,7 @@ impl<'a> Sim<'a> {
                     // be cancelled again, forever. (A 1 ms wait has no
                     // inside: the cancel lands on the opening, which was
                     // scheduled first and wins.)
-                    let at = now + 1 + self.rng.below(wait_ms - 1);
+                    let at = now + 1 + rng.below(wait_ms - 1);
                     self.push(at, Event::Cancel(id));
                 }
             }
@@ -527,7 +677,8 @@ impl<'a> Sim<'a> {
 
     fn finish(&mut self, id: usize, outcome: Outcome, now: u64) {
         // A booking the request will never redeem goes back (SPEC §11).
-        if self.gate.forget(id, now) {
+        let machine = self.requests[id].machine as usize;
+        if self.gates[machine].forget(id, now) {
             self.releases += 1;
             self.refunded += 1;
         }
@@ -557,39 +708,41 @@ impl<'a> Sim<'a> {
     }
 
     fn release_held(&mut self, id: usize, now: u64) {
+        let machine = self.requests[id].machine as usize;
         if let Some(ticket) = self.requests[id].ticket.take() {
             self.releases += 1;
-            if self.gate.release(ticket, now) {
+            if self.gates[machine].release(ticket, now) {
                 self.refunded += 1;
             }
         }
     }
 
-    fn next_arrival(&mut self) -> Option<u64> {
+    fn next_arrival(&mut self, machine: u32) -> Option<u64> {
         let Load::Open { arrivals, .. } = self.cfg.load else {
             return None;
         };
+        let m = &mut self.machines[machine as usize];
         let at = match arrivals {
             Arrivals::Periodic {
                 every_num,
                 every_den,
             } => {
-                let at = u128::from(self.arrival_index) * u128::from(every_num)
+                let at = u128::from(m.arrival_index) * u128::from(every_num)
                     / u128::from(every_den.max(1));
-                self.arrival_index += 1;
+                m.arrival_index += 1;
                 u64::try_from(at).unwrap_or(u64::MAX)
             }
             Arrivals::Poisson { mean_num, mean_den } => {
-                if self.arrival_index > 0 {
+                if m.arrival_index > 0 {
                     let mean = mean_num as f64 / mean_den.max(1) as f64;
                     // Inverse transform: -ln(1 - U) · mean, U in [0, 1).
-                    self.poisson_clock += -(1.0 - self.rng.unit()).ln() * mean;
+                    m.poisson_clock += -(1.0 - m.rng.unit()).ln() * mean;
                 }
-                self.arrival_index += 1;
-                if self.poisson_clock >= u64::MAX as f64 {
+                m.arrival_index += 1;
+                if m.poisson_clock >= u64::MAX as f64 {
                     u64::MAX
                 } else {
-                    self.poisson_clock as u64
+                    m.poisson_clock as u64
                 }
             }
         };
@@ -598,16 +751,20 @@ impl<'a> Sim<'a> {
 
     fn handle(&mut self, now: u64, event: Event) {
         match event {
-            Event::Arrival => {
-                if !self.start_request(None, now) {
+            Event::Arrival(machine) => {
+                if !self.start_request(machine, None, now) {
                     return;
                 }
-                if let Some(at) = self.next_arrival() {
-                    self.push(at, Event::Arrival);
+                if let Some(at) = self.next_arrival(machine) {
+                    self.push(at, Event::Arrival(machine));
                 }
             }
             Event::TurnStart(agent) => {
-                self.start_request(Some(agent), now);
+                let machine = match self.cfg.load {
+                    Load::Closed { agents, .. } => agent / agents.max(1),
+                    Load::Open { .. } => 0,
+                };
+                self.start_request(machine, Some(agent), now);
             }
             Event::Attempt(id) => self.attempt(id, now),
             Event::Open(id) => {
@@ -655,8 +812,32 @@ pub fn validate(cfg: &SimConfig) -> Result<(), String> {
     if cfg.duration_ms == 0 {
         return Err("--duration-ms must be at least 1".into());
     }
+    if !(1..=MAX_MACHINES).contains(&cfg.machines) {
+        return Err(format!("--machines must be 1..={MAX_MACHINES}"));
+    }
+    let machines = u128::from(cfg.machines);
+    // With several machines both arrangements run, each with half of the
+    // request limit.
+    let per_arrangement = if cfg.machines > 1 {
+        MAX_REQUESTS / 2
+    } else {
+        MAX_REQUESTS
+    };
     match cfg.load {
         Load::Closed { agents: 0, .. } => return Err("--agents must be at least 1".into()),
+        Load::Closed { agents, .. }
+            if cfg.machines > 1 && u128::from(agents) * machines > u128::from(per_arrangement) =>
+        {
+            // Every agent starts a turn at once; past the limit some would
+            // never start, a run that measures nothing.
+            return Err(format!(
+                "--agents {agents} on each of --machines {} is {} agents, each starting a turn in each of \
+                 the two arrangements; one run holds at most {MAX_REQUESTS} requests: at most {per_arrangement} \
+                 agents over all machines",
+                cfg.machines,
+                u128::from(agents) * machines
+            ));
+        }
         Load::Open {
             arrivals:
                 Arrivals::Periodic {
@@ -686,6 +867,17 @@ pub fn validate(cfg: &SimConfig) -> Result<(), String> {
                     "--offered-per-min/--offered-every-ms with --duration-ms {} would offer {offers} requests; \
                      one run holds at most {MAX_REQUESTS}: lower the offered rate or the duration",
                     cfg.duration_ms
+                ));
+            }
+            if cfg.machines > 1 && offers * machines > u128::from(per_arrangement) {
+                return Err(format!(
+                    "--offered-per-min/--offered-every-ms with --duration-ms {} on each of --machines {} \
+                     would offer {} requests in each of the two arrangements, {} in all; one run holds at most \
+                     {MAX_REQUESTS}: lower the offered rate, the duration or the machines",
+                    cfg.duration_ms,
+                    cfg.machines,
+                    offers * machines,
+                    2 * offers * machines
                 ));
             }
         }
@@ -763,7 +955,8 @@ pub fn render_comparison(without: &SimReport, with: &SimReport) -> String {
 }
 
 /// Runs a simulation. `progress` is called now and then with the virtual
-/// time reached.
+/// time reached (with several machines, the work done: `duration` plus
+/// the virtual time reached during the second arrangement).
 pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(u64)) -> Result<SimReport, String> {
     run_with_limits(cfg, Limits::DEFAULT, progress)
 }
@@ -772,8 +965,92 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(u64)) -> Result<SimReport, 
 /// `limits.max_requests`, and the run fails with an error once more than
 /// `limits.max_events` events have been handled (the tests' way to fail a
 /// run that would not end).
+///
+/// With several machines both arrangements run, the bucket-per-machine one
+/// first, each with half of each limit; the report is the
+/// bucket-per-machine run with both arrangements in
+/// [`SimReport::machines`].
 pub fn run_with_limits(
     cfg: &SimConfig,
+    limits: Limits,
+    progress: &mut dyn FnMut(u64),
+) -> Result<SimReport, String> {
+    validate(cfg)?;
+    if cfg.machines <= 1 {
+        return run_arrangement(cfg, Buckets::PerMachine, limits, progress);
+    }
+    let half = Limits {
+        max_requests: limits.max_requests / 2,
+        max_events: limits.max_events / 2,
+    };
+    let mut per_machine = run_arrangement(cfg, Buckets::PerMachine, half, progress)?;
+    let done = cfg.duration_ms;
+    let fleet = run_arrangement(cfg, Buckets::Fleet, half, &mut |now| {
+        progress(done.saturating_add(now))
+    })?;
+    per_machine.machines = Some(MachinesReport {
+        machines: cfg.machines,
+        rate_per_min: cfg.budget.rate_per_min,
+        bucket_per_machine: arrangement_report(&per_machine, Buckets::PerMachine, cfg.machines),
+        fleet_bucket: arrangement_report(&fleet, Buckets::Fleet, cfg.machines),
+    });
+    Ok(per_machine)
+}
+
+/// The gates of `cfg.machines` machines in one arrangement, one per
+/// machine.
+fn gates(
+    cfg: &SimConfig,
+    config: &Config,
+    buckets: Buckets,
+    bound_ms: u64,
+) -> Result<Vec<Box<dyn Gate>>, String> {
+    let machines = cfg.machines.max(1) as usize;
+    let rejected = |e| format!("the pacer rejected the settings: {e:?}");
+    let gates: Vec<Box<dyn Gate>> = match (cfg.design, buckets) {
+        (Design::AdmitAnyway, buckets) => {
+            let new = || AdmitAnywayGate::new(cfg.budget.rate_per_min, cfg.burst, bound_ms, 0);
+            match buckets {
+                Buckets::PerMachine => (0..machines)
+                    .map(|_| Box::new(new()) as Box<dyn Gate>)
+                    .collect(),
+                Buckets::Fleet => {
+                    let shared = Rc::new(RefCell::new(new()));
+                    (0..machines)
+                        .map(|_| Box::new(Rc::clone(&shared)) as Box<dyn Gate>)
+                        .collect()
+                }
+            }
+        }
+        (Design::Paced, buckets) => {
+            let fleet = match buckets {
+                Buckets::PerMachine => None,
+                Buckets::Fleet => Some(Rc::new(Pacer::new(config, 0).map_err(rejected)?)),
+            };
+            let mut gates: Vec<Box<dyn Gate>> = Vec::with_capacity(machines);
+            for _ in 0..machines {
+                let pacer = match &fleet {
+                    Some(shared) => Rc::clone(shared),
+                    None => Rc::new(Pacer::new(config, 0).map_err(rejected)?),
+                };
+                gates.push(if cfg.booking {
+                    Box::new(BookingGate::sharing(pacer))
+                } else {
+                    Box::new(CoreGate::sharing(pacer))
+                });
+            }
+            gates
+        }
+    };
+    Ok(gates)
+}
+
+/// One arrangement of `cfg.machines` machines (one machine: the single
+/// proxy, the same in both arrangements), with these limits; its report
+/// has no [`SimReport::machines`].
+pub fn run_arrangement(
+    cfg: &SimConfig,
+    buckets: Buckets,
     limits: Limits,
     progress: &mut dyn FnMut(u64),
 ) -> Result<SimReport, String> {
@@ -787,23 +1064,11 @@ pub fn run_with_limits(
         max_retries: budget.max_retries,
         release_policy: cfg.release_policy,
     };
-    let core =
-        CoreGate::new(&config, 0).map_err(|e| format!("the pacer rejected the settings: {e:?}"))?;
-    let mode = core.pacer().mode();
-    let bound_ms = core.pacer().wait_bound_ms();
-    let gate: Box<dyn Gate> = match cfg.design {
-        Design::Paced if cfg.booking => Box::new(
-            BookingGate::new(&config, 0)
-                .map_err(|e| format!("the pacer rejected the settings: {e:?}"))?,
-        ),
-        Design::Paced => Box::new(core),
-        Design::AdmitAnyway => Box::new(AdmitAnywayGate::new(
-            budget.rate_per_min,
-            cfg.burst,
-            bound_ms,
-            0,
-        )),
-    };
+    let probe =
+        Pacer::new(&config, 0).map_err(|e| format!("the pacer rejected the settings: {e:?}"))?;
+    let mode = probe.mode();
+    let bound_ms = probe.wait_bound_ms();
+    let gates = gates(cfg, &config, buckets, bound_ms)?;
     let client_retries = match cfg.load {
         Load::Open {
             on_refusal: OnRefusal::Drop,
@@ -813,16 +1078,20 @@ pub fn run_with_limits(
     };
     let mut sim = Sim {
         cfg,
-        gate,
+        gates,
         client: Client {
             max_retries: client_retries,
         },
-        rng: SplitMix64::new(cfg.seed),
+        machines: (0..cfg.machines)
+            .map(|machine| Machine {
+                rng: SplitMix64::new(machine_seed(cfg.seed, machine)),
+                arrival_index: 0,
+                poisson_clock: 0.0,
+            })
+            .collect(),
         heap: BinaryHeap::new(),
         seq: 0,
         requests: Vec::new(),
-        arrival_index: 0,
-        poisson_clock: 0.0,
         max_requests: limits.max_requests,
         request_limit_reached_ms: None,
         completed: 0,
@@ -845,22 +1114,24 @@ pub fn run_with_limits(
         attempts_pm: PerMinute::default(),
         refused_pm: PerMinute::default(),
     };
-    match cfg.load {
-        Load::Closed {
-            agents, stagger_ms, ..
-        } => {
-            for agent in 0..agents {
-                let at = if stagger_ms > 0 {
-                    sim.rng.below(stagger_ms)
-                } else {
-                    0
-                };
-                sim.push(at, Event::TurnStart(agent));
+    for machine in 0..cfg.machines {
+        match cfg.load {
+            Load::Closed {
+                agents, stagger_ms, ..
+            } => {
+                for agent in machine * agents..(machine + 1) * agents {
+                    let at = if stagger_ms > 0 {
+                        sim.machines[machine as usize].rng.below(stagger_ms)
+                    } else {
+                        0
+                    };
+                    sim.push(at, Event::TurnStart(agent));
+                }
             }
-        }
-        Load::Open { .. } => {
-            if let Some(at) = sim.next_arrival() {
-                sim.push(at, Event::Arrival);
+            Load::Open { .. } => {
+                if let Some(at) = sim.next_arrival(machine) {
+                    sim.push(at, Event::Arrival(machine));
+                }
             }
         }
     }
@@ -874,12 +1145,53 @@ pub fn run_with_limits(
         }
         sim.handle(now, event);
         handled += 1;
-        if handled % 4096 == 0 {
+        if handled & 4095 == 0 {
             progress(now.min(cfg.duration_ms));
         }
     }
     progress(cfg.duration_ms);
     Ok(report(sim, mode, bound_ms, handled))
+}
+
+/// An arrangement's figures, from its run's report.
+fn arrangement_report(
+    report: &SimReport,
+    arrangement: Buckets,
+    machines: u32,
+) -> ArrangementReport {
+    let whole_minutes = report.settings.duration_ms / 60_000;
+    let upstream_per_minute: Vec<u64> = report.per_minute.iter().map(|row| row.admitted).collect();
+    let whole_sum: u64 = upstream_per_minute
+        .iter()
+        .take(whole_minutes as usize)
+        .sum();
+    ArrangementReport {
+        arrangement,
+        buckets: match arrangement {
+            Buckets::PerMachine => machines,
+            Buckets::Fleet => 1,
+        },
+        upstream_per_min_max: report.admitted_per_min_max,
+        upstream_per_min_mean: (whole_minutes > 0).then(|| whole_sum as f64 / whole_minutes as f64),
+        whole_minutes,
+        upstream_total: report.admitted_total,
+        turns_started: report.turns_started,
+        turns_completed: report.turns_completed,
+        terminal_rate_limit_errors: report.terminal_rate_limit_errors,
+        terminal_error_percent: report.terminal_error_percent,
+        deadline_overruns: report.deadline_overruns,
+        cancelled: report.cancelled,
+        attempts: report.attempts,
+        admissions: report.admissions,
+        refusals: report.refusals,
+        releases: report.releases,
+        latency_p50_ms: report.latency_p50_ms,
+        latency_p90_ms: report.latency_p90_ms,
+        events: report.events,
+        request_limit: report.request_limit,
+        request_limit_reached_ms: report.request_limit_reached_ms,
+        upstream_per_minute,
+    }
 }
 
 fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64, events: u64) -> SimReport {
@@ -931,7 +1243,8 @@ fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64, events: u64) -> SimReport {
             agents, think_ms, ..
         } if ended > 0 => {
             let throughput_per_ms = ended as f64 / duration as f64;
-            Some(f64::from(agents) / throughput_per_ms - think_ms as f64)
+            let agents = f64::from(agents) * f64::from(cfg.machines.max(1));
+            Some(agents / throughput_per_ms - think_ms as f64)
         }
         _ => None,
     };
@@ -1044,6 +1357,7 @@ fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64, events: u64) -> SimReport {
         events,
         request_limit: sim.max_requests,
         request_limit_reached_ms: sim.request_limit_reached_ms,
+        machines: None,
     }
 }
 
@@ -1085,6 +1399,11 @@ pub fn render(report: &SimReport, per_minute: bool) -> String {
             }
         ),
     };
+    let machines = report.machines.as_ref();
+    let load = match machines {
+        Some(m) => format!("{} machines, each with its own {load}", m.machines),
+        None => load,
+    };
     line(format!(
         "pacer simulate — {load}; {} s virtual, seed {}",
         s.duration_ms as f64 / 1000.0,
@@ -1108,6 +1427,13 @@ pub fn render(report: &SimReport, per_minute: bool) -> String {
     ));
     for notice in &report.notices {
         line(format!("notice: {notice}"));
+    }
+    if let Some(m) = machines {
+        line(format!(
+            "arrangement below: a bucket per machine ({} pacers, each at {}/min), all machines added up; \
+             one fleet bucket (1 pacer at {}/min shared by every machine) is compared at the end",
+            m.machines, m.rate_per_min, m.rate_per_min
+        ));
     }
     if let Some(at) = report.request_limit_reached_ms {
         line(format!(
@@ -1172,12 +1498,16 @@ pub fn render(report: &SimReport, per_minute: bool) -> String {
     if let Some(ms) = report.littles_law_turn_ms {
         line(format!(
             "Little's law: {} agents / {:.2} turns ended per s = {:.1} s per turn (measured mean of completed turns: {})",
-            s.agents.unwrap_or(0),
+            u64::from(s.agents.unwrap_or(0)) * u64::from(machines.map_or(1, |m| m.machines)),
             (report.turns_completed + report.terminal_rate_limit_errors + report.deadline_overruns + report.cancelled) as f64
                 / (s.duration_ms as f64 / 1000.0),
             ms / 1000.0,
             report.latency_mean_ms.map_or("-".into(), |ms| format!("{:.1} s", ms / 1000.0))
         ));
+    }
+    if let Some(m) = machines {
+        line(String::new());
+        out_machines(m, &mut line);
     }
     if per_minute {
         line(String::new());
@@ -1198,8 +1528,95 @@ pub fn render(report: &SimReport, per_minute: bool) -> String {
                 seconds(row.latency_max_ms)
             ));
         }
+        if let Some(m) = machines {
+            line(String::new());
+            line(format!(
+                "upstream new connections, all {} machines:",
+                m.machines
+            ));
+            line("minute  a bucket per machine  one fleet bucket".into());
+            let (a, b) = (&m.bucket_per_machine, &m.fleet_bucket);
+            for minute in 0..a.upstream_per_minute.len().max(b.upstream_per_minute.len()) {
+                let get =
+                    |r: &ArrangementReport| r.upstream_per_minute.get(minute).copied().unwrap_or(0);
+                line(format!("{minute:>6}  {:>20}  {:>16}", get(a), get(b)));
+            }
+        }
     }
     out
+}
+
+/// The side-by-side comparison of the two arrangements.
+fn out_machines(m: &MachinesReport, line: &mut impl FnMut(String)) {
+    let (a, b) = (&m.bucket_per_machine, &m.fleet_bucket);
+    for (name, r) in [("bucket-per-machine", a), ("fleet-bucket", b)] {
+        if let Some(at) = r.request_limit_reached_ms {
+            line(format!(
+                "note: the {name} run reached its limit of {} requests at {} s virtual; no request started after that",
+                r.request_limit,
+                at as f64 / 1000.0
+            ));
+        }
+    }
+    let row = |name: &str, x: String, y: String| format!("{name:<40} {x:>22} {y:>18}");
+    let both = |f: &dyn Fn(&ArrangementReport) -> String| (f(a), f(b));
+    let rows: [(String, (String, String)); 11] = [
+        ("pacers (buckets)".into(), both(&|r| r.buckets.to_string())),
+        (
+            "configured rate of each, per minute".into(),
+            both(&|_| m.rate_per_min.to_string()),
+        ),
+        (
+            "upstream new connections: peak minute".into(),
+            both(&|r| r.upstream_per_min_max.to_string()),
+        ),
+        (
+            format!(
+                "  mean over {} full minute{}",
+                a.whole_minutes,
+                if a.whole_minutes == 1 { "" } else { "s" }
+            ),
+            both(&|r| {
+                r.upstream_per_min_mean
+                    .map_or("-".into(), |x| format!("{x:.1}"))
+            }),
+        ),
+        (
+            "turns started".into(),
+            both(&|r| r.turns_started.to_string()),
+        ),
+        (
+            "turns completed".into(),
+            both(&|r| r.turns_completed.to_string()),
+        ),
+        ("admissions".into(), both(&|r| r.admissions.to_string())),
+        ("refusals".into(), both(&|r| r.refusals.to_string())),
+        (
+            "terminal rate-limit errors".into(),
+            both(&|r| {
+                format!(
+                    "{} ({:.1}%)",
+                    r.terminal_rate_limit_errors, r.terminal_error_percent
+                )
+            }),
+        ),
+        (
+            "deadline overruns".into(),
+            both(&|r| r.deadline_overruns.to_string()),
+        ),
+        (
+            "turn latency p50".into(),
+            both(&|r| seconds(r.latency_p50_ms)),
+        ),
+    ];
+    line(row(
+        &format!("{} machines, one upstream account", m.machines),
+        "a bucket per machine".into(),
+        "one fleet bucket".into(),
+    ));
+    for (name, (x, y)) in rows {
+        line(row(&name, x, y));
+    }
 }
 
 #[cfg(test)]
@@ -1227,6 +1644,7 @@ mod tests {
             seed: 1,
             cancel_percent: 0,
             booking: false,
+            machines: 1,
         }
     }
 

@@ -173,6 +173,13 @@ fn absurd_numeric_flags_are_rejected_with_their_range() {
             "0..=1000000",
         ),
         (&["matrix", "--threads", "100000"], "--threads", "1..=1024"),
+        (&["simulate", "--machines", "0"], "--machines", "1..=64"),
+        (&["simulate", "--machines", "65"], "--machines", "1..=64"),
+        (
+            &["simulate", "--machines", "4294967295"],
+            "--machines",
+            "1..=64",
+        ),
     ];
     for (args, flag, range) in cases {
         let run = guarded(args, &[]);
@@ -248,6 +255,7 @@ fn a_closed_loop_stops_at_its_request_limit_and_says_so() {
         seed: 1,
         cancel_percent: 0,
         booking: false,
+        machines: 1,
     };
     let limits = Limits {
         max_requests: 40_000,
@@ -291,4 +299,147 @@ fn non_utf8_settings_are_reported_as_malformed() {
             run.stdout
         );
     }
+}
+
+/// With several machines a run's requests are counted over the machines
+/// and both arrangements: each arrangement holds half of the 4,000,000.
+/// An open loop whose machines together offer more than 2,000,000 per
+/// arrangement is rejected before any work, naming the flags.
+#[test]
+fn machines_count_towards_the_request_limit() {
+    // 60000/min for 2,000,000 ms: request k at k ms, 2,000,000 offers per
+    // machine (one run of one machine holds that); on 2 machines that is
+    // 4,000,000 per arrangement, 8,000,000 in all.
+    let run = guarded(
+        &[
+            "simulate",
+            "--offered-per-min",
+            "60000",
+            "--duration-ms",
+            "2000000",
+            "--machines",
+            "2",
+        ],
+        &[],
+    );
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    for needle in ["--machines 2", "4000000", "8000000", "--duration-ms"] {
+        assert!(run.stderr.contains(needle), "{needle}: {}", run.stderr);
+    }
+    // Closed loop: every agent starts a turn at t = 0, so the agents of
+    // all machines must fit in one arrangement's half: 100000 × 64 =
+    // 6,400,000 > 2,000,000.
+    let run = guarded(&["simulate", "--agents", "100000", "--machines", "64"], &[]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    for needle in ["--agents 100000", "--machines 64", "6400000", "4000000"] {
+        assert!(run.stderr.contains(needle), "{needle}: {}", run.stderr);
+    }
+}
+
+/// The exact edges, checked without running: 2,000,000 requests per
+/// arrangement are accepted, one more machine's worth is not.
+#[test]
+fn the_machines_edges_of_the_request_limit() {
+    use pacer_cli::sim::{validate, Arrivals, Design, Load, OnRefusal, SimConfig};
+    use pacer_core::{Budget, ReleasePolicy};
+    let cfg = |load, machines| SimConfig {
+        budget: Budget::DEFAULT,
+        burst: 10,
+        release_policy: ReleasePolicy::Refund,
+        design: Design::Paced,
+        load,
+        turn_ms: 3000,
+        turn_jitter_ms: 0,
+        first_byte_ms: 0,
+        duration_ms: 1_000_000,
+        seed: 1,
+        cancel_percent: 0,
+        booking: false,
+        machines,
+    };
+    let agents = |agents| Load::Closed {
+        agents,
+        think_ms: 0,
+        stagger_ms: 0,
+    };
+    // 31250 × 64 = 2,000,000; 31251 × 64 = 2,000,064.
+    assert!(validate(&cfg(agents(31_250), 64)).is_ok());
+    assert!(validate(&cfg(agents(31_251), 64)).is_err());
+    // One machine keeps its own limit: 100000 agents run.
+    assert!(validate(&cfg(agents(100_000), 1)).is_ok());
+    // 60000/min for 1,000,000 ms: 1,000,000 offers per machine; 2 machines
+    // fill an arrangement's half exactly, 3 do not fit.
+    let open = Load::Open {
+        arrivals: Arrivals::Periodic {
+            every_num: 60_000,
+            every_den: 60_000,
+        },
+        on_refusal: OnRefusal::Drop,
+    };
+    assert!(validate(&cfg(open, 2)).is_ok());
+    assert!(validate(&cfg(open, 3)).is_err());
+    // Out of range.
+    assert!(validate(&cfg(agents(1), 0)).is_err());
+    assert!(validate(&cfg(agents(1), 65)).is_err());
+}
+
+/// A closed loop on several machines that outruns the request limit
+/// stops in both arrangements, each at its half, and says so for each.
+/// (As above, a small limit keeps the debug build quick: 2 machines × 500
+/// unpaced agents with 1 ms turns start 1000 turns every ms in each
+/// arrangement; with 80,000 requests in all, each arrangement holds
+/// 40,000, the 40,000th starts at 39 ms and the limit bites at 40 ms.)
+#[test]
+fn several_machines_stop_at_their_share_of_the_request_limit() {
+    use pacer_cli::sim::{self, Design, Limits, Load, SimConfig};
+    use pacer_core::{Budget, ReleasePolicy};
+    let cfg = SimConfig {
+        budget: Budget {
+            rate_per_min: 0,
+            ..Budget::DEFAULT
+        },
+        burst: 10,
+        release_policy: ReleasePolicy::Refund,
+        design: Design::Paced,
+        load: Load::Closed {
+            agents: 500,
+            think_ms: 0,
+            stagger_ms: 0,
+        },
+        turn_ms: 0,
+        turn_jitter_ms: 0,
+        first_byte_ms: 0,
+        duration_ms: 604_800_000,
+        seed: 1,
+        cancel_percent: 0,
+        booking: false,
+        machines: 2,
+    };
+    let limits = Limits {
+        max_requests: 80_000,
+        ..Limits::DEFAULT
+    };
+    let report = sim::run_with_limits(&cfg, limits, &mut |_| {}).expect("runs");
+    let m = report.machines.as_ref().expect("two machines");
+    for a in [&m.bucket_per_machine, &m.fleet_bucket] {
+        assert_eq!(a.turns_started, 40_000);
+        assert_eq!(a.request_limit, 40_000);
+        assert_eq!(a.request_limit_reached_ms, Some(40));
+    }
+    let text = sim::render(&report, false);
+    for needle in [
+        "note: the run reached its limit of 40000 requests at 0.04 s virtual",
+        "note: the fleet-bucket run reached its limit of 40000 requests at 0.04 s virtual",
+    ] {
+        assert!(text.contains(needle), "{needle}:\n{text}");
+    }
+    // The event limit is shared the same way: 2 × 1000 events in all is
+    // 1000 per arrangement, and the first one (1000 turns at t = 0 alone
+    // are 1000 start events) stops at its 1000.
+    let limits = Limits {
+        max_requests: 80_000,
+        max_events: 2_000,
+    };
+    let error = sim::run_with_limits(&cfg, limits, &mut |_| {}).expect_err("stops");
+    assert!(error.contains("stopped after 1000 events"), "{error}");
 }

@@ -19,10 +19,17 @@
 //!   `λ = duration / interval`; `λ + 10·√λ + 20` is exceeded with
 //!   probability below 1e-20, so it is the bound used.
 //!
+//! With `machines` machines every machine carries that whole load (its own
+//! agents, or its own arrival stream — for Poisson an independent one, so
+//! the bound holds for all of them but with probability below
+//! `machines · 1e-20`), so one arrangement starts at most `machines` times
+//! the bound; above one machine both arrangements run, each with half of
+//! the limits it is given, so the run is given twice the bound.
+//!
 //! Each run is given that bound as its event limit, so a run that would
 //! not end fails the property at once instead of hanging the test.
 
-use pacer_cli::sim::{self, Arrivals, Design, Limits, Load, OnRefusal, SimConfig};
+use pacer_cli::sim::{self, Arrivals, Design, Limits, Load, OnRefusal, SimConfig, SimReport};
 use pacer_core::{resolve, ReleasePolicy, Settings};
 use proptest::prelude::*;
 
@@ -57,6 +64,7 @@ struct Case {
     duration_ms: u64,
     seed: u64,
     cancel_percent: u32,
+    machines: u32,
 }
 
 fn load_choice() -> impl Strategy<Value = LoadChoice> {
@@ -104,10 +112,20 @@ prop_compose! {
         duration_ms in 1u64..=90_000,
         seed in any::<u64>(),
         cancel_percent in prop_oneof![Just(100u32), Just(0), 0u32..=100],
+        // --machines: mostly one or a few, sometimes up to the maximum.
+        machines in prop_oneof![3 => Just(1u32), 2 => 2u32..=4, 1 => 5u32..=64],
     ) -> Case {
-        // Very short turns at a high rate make many turns: keep those runs
-        // short so that every case stays quick.
-        let duration_ms = if turn_ms < 500 { duration_ms % 10_000 + 1 } else { duration_ms };
+        // Very short turns at a high rate make many turns (an agent can
+        // start one every ms), and so do many machines (each carries the
+        // whole load, in both arrangements): keep those runs short so that
+        // every case stays quick.
+        let duration_ms = if turn_ms < 500 {
+            duration_ms % (10_000 / u64::from(machines)) + 1
+        } else if machines > 4 {
+            duration_ms % 3_000 + 1
+        } else {
+            duration_ms
+        };
         Case {
             rate,
             idle_ms,
@@ -123,12 +141,18 @@ prop_compose! {
             duration_ms,
             seed,
             cancel_percent,
+            machines,
         }
     }
 }
 
-/// The request bound of the module comment.
+/// The request bound of the module comment, for one arrangement.
 fn request_bound(case: &Case) -> u64 {
+    u64::from(case.machines) * request_bound_per_machine(case)
+}
+
+/// The request bound of one machine.
+fn request_bound_per_machine(case: &Case) -> u64 {
     let d = case.duration_ms;
     match case.load {
         LoadChoice::Closed {
@@ -197,24 +221,102 @@ proptest! {
             seed: case.seed,
             cancel_percent: case.cancel_percent,
             booking: case.booking,
+            machines: case.machines,
         };
         let per_request = u64::from(client_retries) + 5;
         let requests = request_bound(&case);
-        let limits = Limits { max_requests: requests, max_events: requests * per_request };
+        // Above one machine both arrangements run, each with half.
+        let arrangements = if case.machines > 1 { 2 } else { 1 };
+        let limits = Limits {
+            max_requests: arrangements * requests,
+            max_events: arrangements * requests * per_request,
+        };
         let report = sim::run_with_limits(&cfg, limits, &mut |_| {})
             .map_err(|e| TestCaseError::fail(format!("{e}: {case:?}")))?;
-        prop_assert!(report.request_limit_reached_ms.is_none(), "request bound reached: {:?}", case);
-        prop_assert!(report.turns_started <= requests);
-        prop_assert!(
-            report.events <= report.turns_started * per_request,
-            "{} events for {} requests of at most {} events",
-            report.events, report.turns_started, per_request
-        );
-        let ended = report.turns_completed
-            + report.terminal_rate_limit_errors
-            + report.deadline_overruns
-            + report.cancelled;
-        prop_assert_eq!(report.turns_started, ended);
-        prop_assert!(report.attempts <= report.turns_started * (u64::from(client_retries) + 1));
+        check(&Figures::of(&report), requests, per_request, client_retries, &case)?;
+        match &report.machines {
+            None => prop_assert_eq!(case.machines, 1),
+            Some(m) => {
+                prop_assert_eq!(m.machines, case.machines);
+                let a = &m.bucket_per_machine;
+                // The report's own figures are the bucket-per-machine run.
+                prop_assert_eq!(
+                    (a.turns_started, a.events, a.attempts),
+                    (report.turns_started, report.events, report.attempts)
+                );
+                check(&Figures::of_arrangement(a), requests, per_request, client_retries, &case)?;
+                check(&Figures::of_arrangement(&m.fleet_bucket), requests, per_request, client_retries, &case)?;
+            }
+        }
     }
+}
+
+/// What the property reads of one arrangement's run.
+struct Figures {
+    request_limit_reached_ms: Option<u64>,
+    turns_started: u64,
+    events: u64,
+    ended: u64,
+    attempts: u64,
+}
+
+impl Figures {
+    fn of(r: &SimReport) -> Figures {
+        Figures {
+            request_limit_reached_ms: r.request_limit_reached_ms,
+            turns_started: r.turns_started,
+            events: r.events,
+            ended: r.turns_completed
+                + r.terminal_rate_limit_errors
+                + r.deadline_overruns
+                + r.cancelled,
+            attempts: r.attempts,
+        }
+    }
+
+    fn of_arrangement(r: &sim::ArrangementReport) -> Figures {
+        Figures {
+            request_limit_reached_ms: r.request_limit_reached_ms,
+            turns_started: r.turns_started,
+            events: r.events,
+            ended: r.turns_completed
+                + r.terminal_rate_limit_errors
+                + r.deadline_overruns
+                + r.cancelled,
+            attempts: r.attempts,
+        }
+    }
+}
+
+/// The property for one arrangement: no request limit reached, at most
+/// `requests` started, at most `per_request` events each, every started
+/// turn ended, at most `retries + 1` attempts each.
+fn check(
+    f: &Figures,
+    requests: u64,
+    per_request: u64,
+    retries: u32,
+    case: &Case,
+) -> Result<(), TestCaseError> {
+    prop_assert!(
+        f.request_limit_reached_ms.is_none(),
+        "request bound reached: {:?}",
+        case
+    );
+    prop_assert!(
+        f.turns_started <= requests,
+        "{} > {requests}: {:?}",
+        f.turns_started,
+        case
+    );
+    prop_assert!(
+        f.events <= f.turns_started * per_request,
+        "{} events for {} requests of at most {} events",
+        f.events,
+        f.turns_started,
+        per_request
+    );
+    prop_assert_eq!(f.turns_started, f.ended);
+    prop_assert!(f.attempts <= f.turns_started * (u64::from(retries) + 1));
+    Ok(())
 }
