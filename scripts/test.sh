@@ -5,6 +5,9 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
+step "Redis engine dependencies: redis-server, libclang-dev (installed when absent)"
+bash scripts/redis-deps.sh
+
 step "vectors are current (scripts/gen-vectors.py)"
 python3 scripts/gen-vectors.py --check
 
@@ -12,8 +15,11 @@ step "format and lints"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-step "cargo test (workspace)"
-cargo test --workspace --locked
+step "cargo test (workspace; the Redis engine has its own step)"
+cargo test --workspace --locked --exclude pacer-redis
+
+step "Redis engine: module and script against real redis-servers, differential with the core"
+bash scripts/test-redis.sh
 
 step "no_std and no allocator in the core"
 bash scripts/check-nostd.sh

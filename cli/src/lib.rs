@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod client;
+pub mod engine;
 pub mod explain;
 pub mod gate;
 pub mod matrix;

@@ -202,6 +202,26 @@ struct MatrixArgs {
 struct ReplayArgs {
     /// Trace file of JSON lines; stdin when absent or "-".
     file: Option<PathBuf>,
+    /// Where the bucket lives: the core in this process, or a Redis server
+    /// running the module or the script (docs/redis.md). The Redis engines
+    /// drive the server with the trace's clock (`AT`), so the server must
+    /// have been started for tests (`--loadmodule libpacer_redis.so
+    /// test-clock`; the script is loaded by this command).
+    #[arg(long, value_enum, default_value = "core")]
+    engine: EngineArg,
+    /// The Redis server for `--engine redis-module|redis-script`.
+    #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379/")]
+    redis: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum EngineArg {
+    /// The core in this process.
+    Core,
+    /// The Redis module's PACER.* commands.
+    RedisModule,
+    /// The Lua script, by EVALSHA.
+    RedisScript,
 }
 
 #[derive(Args, Debug)]
@@ -423,13 +443,24 @@ fn run_matrix(args: MatrixArgs) -> Result<(), Failure> {
 fn run_replay(args: ReplayArgs) -> Result<(), Failure> {
     let stdout = std::io::stdout();
     let output = std::io::LineWriter::new(stdout.lock());
+    let target = match args.engine {
+        EngineArg::Core => replay::Target::Core,
+        EngineArg::RedisModule | EngineArg::RedisScript => replay::Target::Redis {
+            url: args.redis.clone(),
+            kind: if args.engine == EngineArg::RedisModule {
+                pacer_cli::engine::RedisKind::Module
+            } else {
+                pacer_cli::engine::RedisKind::Script
+            },
+        },
+    };
     let result = match &args.file {
         Some(path) if path.as_os_str() != "-" => {
             let file = std::fs::File::open(path)
                 .map_err(|e| Failure::from(format!("cannot open {}: {e}", path.display())))?;
-            replay::run(BufReader::new(file), output)
+            replay::run_on(&target, BufReader::new(file), output)
         }
-        _ => replay::run(std::io::stdin().lock(), output),
+        _ => replay::run_on(&target, std::io::stdin().lock(), output),
     };
     result.map_err(|message| {
         let prefix = match &args.file {

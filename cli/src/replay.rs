@@ -8,7 +8,7 @@ use pacer_core::{Config, ConfigError, Mode, ReleasePolicy, MAX_BURST};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::gate::{CoreGate, Gate, GateDecision};
+use crate::engine::{Answer, CoreEngine, Engine, RedisEngine, RedisKind};
 
 #[derive(Serialize)]
 struct PacerLine {
@@ -30,6 +30,58 @@ enum OutLine {
     },
     Released {
         refunded: bool,
+    },
+    Booked {
+        retry_after_s: u64,
+        booking: u64,
+        slot_ms: u64,
+    },
+    Notyet {
+        retry_after_s: u64,
+    },
+}
+
+impl From<Answer> for OutLine {
+    fn from(answer: Answer) -> Self {
+        match answer {
+            Answer::Admitted {
+                wait_ms, ticket, ..
+            } => OutLine::Admitted { wait_ms, ticket },
+            Answer::Refused {
+                retry_after_s,
+                required_wait_ms,
+                ..
+            } => OutLine::Refused {
+                required_wait_ms,
+                retry_after_s,
+            },
+            Answer::Booked {
+                retry_after_s,
+                booking,
+                slot_ms,
+                ..
+            } => OutLine::Booked {
+                retry_after_s,
+                booking,
+                slot_ms,
+            },
+            Answer::NotYet { retry_after_s } => OutLine::Notyet { retry_after_s },
+            Answer::Released { refunded } => OutLine::Released { refunded },
+        }
+    }
+}
+
+/// Where `pacer replay` runs a trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// The core in this process.
+    Core,
+    /// A Redis server (started for tests) at `url`, module or script.
+    Redis {
+        /// `redis://host:port/`.
+        url: String,
+        /// Which engine.
+        kind: RedisKind,
     },
 }
 
@@ -141,11 +193,32 @@ fn write_line<W: Write, T: Serialize>(out: &mut W, value: &T) -> Result<(), Stri
         .map_err(|e| format!("cannot write output: {e}"))
 }
 
-/// Replays a trace from `input`, writing one line per decision to `output`.
-/// Blank lines are skipped; keys an operation line does not use are
-/// ignored (a vector step with its `expect` can be fed as it is).
-pub fn run<R: BufRead, W: Write>(input: R, mut output: W) -> Result<(), String> {
-    let mut gate: Option<CoreGate> = None;
+/// Replays a trace from `input` on the core, writing one line per
+/// decision to `output`.
+pub fn run<R: BufRead, W: Write>(input: R, output: W) -> Result<(), String> {
+    run_on(&Target::Core, input, output)
+}
+
+fn engine_for(target: &Target, config: &Config, t: u64) -> Result<Box<dyn Engine>, String> {
+    match target {
+        Target::Core => Ok(Box::new(
+            CoreEngine::new(config, t).map_err(|e| format!("{e:?}"))?,
+        )),
+        Target::Redis { url, kind } => Ok(Box::new(
+            RedisEngine::new(url, *kind, config, t).map_err(|e| format!("redis: {e}"))?,
+        )),
+    }
+}
+
+/// Replays a trace from `input` on `target`, writing one line per decision
+/// to `output`. Blank lines are skipped; keys an operation line does not
+/// use are ignored (a vector step with its `expect` can be fed as it is).
+pub fn run_on<R: BufRead, W: Write>(
+    target: &Target,
+    input: R,
+    mut output: W,
+) -> Result<(), String> {
+    let mut engine: Option<Box<dyn Engine>> = None;
     for (index, text) in input.lines().enumerate() {
         let line = index + 1;
         let text = text.map_err(|e| format!("line {line}: cannot read input: {e}"))?;
@@ -154,19 +227,22 @@ pub fn run<R: BufRead, W: Write>(input: R, mut output: W) -> Result<(), String> 
         }
         let value: Value =
             serde_json::from_str(&text).map_err(|e| format!("line {line}: not valid JSON: {e}"))?;
-        let Some(pacer) = gate.as_mut() else {
+        let Some(bucket) = engine.as_mut() else {
             let (config, t) = parse_config(&value, line)?;
-            let core = CoreGate::new(&config, t).map_err(|e| config_error(e, &config, line))?;
-            let mode = core.pacer().mode();
+            let params =
+                pacer_core::Params::plan(&config).map_err(|e| config_error(e, &config, line))?;
+            let mode = params.mode();
+            let created =
+                engine_for(target, &config, t).map_err(|e| format!("line {line}: {e}"))?;
             write_line(
                 &mut output,
                 &PacerLine {
-                    bound_ms: core.pacer().wait_bound_ms(),
+                    bound_ms: params.wait_bound_ms(),
                     enabled: mode != Mode::Disabled,
                     can_refuse: mode == Mode::Refusing,
                 },
             )?;
-            gate = Some(core);
+            engine = Some(created);
             continue;
         };
         let object = value.as_object().ok_or_else(|| {
@@ -179,38 +255,35 @@ pub fn run<R: BufRead, W: Write>(input: R, mut output: W) -> Result<(), String> 
         }
         let t =
             whole(object, "t", line)?.ok_or_else(|| format!("line {line}: missing \"t\" (ms)"))?;
-        let out = match object.get("op").and_then(Value::as_str) {
-            Some("reserve") => match pacer.reserve(t) {
-                GateDecision::Admitted { wait_ms, ticket } => OutLine::Admitted { wait_ms, ticket },
-                GateDecision::Refused {
-                    required_wait_ms,
-                    retry_after_s,
-                } => OutLine::Refused {
-                    required_wait_ms,
-                    retry_after_s,
-                },
-            },
+        let ops = "\"reserve\", \"book\", \"release\" or \"redeem\"";
+        let answer = match object.get("op").and_then(Value::as_str) {
+            Some("reserve") => bucket.reserve(t),
+            Some("book") => {
+                let retries_left = small(object, "retries_left", line)?
+                    .ok_or_else(|| format!("line {line}: a book needs \"retries_left\""))?;
+                bucket.book(t, retries_left)
+            }
             Some("release") => {
                 let ticket = whole(object, "ticket", line)?
                     .ok_or_else(|| format!("line {line}: a release needs \"ticket\""))?;
-                OutLine::Released {
-                    refunded: pacer.release(ticket, t),
-                }
+                bucket.release(ticket, t)
+            }
+            Some("redeem") => {
+                let booking = whole(object, "booking", line)?
+                    .ok_or_else(|| format!("line {line}: a redeem needs \"booking\""))?;
+                bucket.redeem(booking, t)
             }
             Some(other) => {
                 return Err(format!(
-                    "line {line}: unknown op \"{other}\" (expected \"reserve\" or \"release\")"
+                    "line {line}: unknown op \"{other}\" (expected {ops})"
                 ))
             }
-            None => {
-                return Err(format!(
-                    "line {line}: missing \"op\" (\"reserve\" or \"release\")"
-                ))
-            }
-        };
-        write_line(&mut output, &out)?;
+            None => return Err(format!("line {line}: missing \"op\" ({ops})")),
+        }
+        .map_err(|e| format!("line {line}: {e}"))?;
+        write_line(&mut output, &OutLine::from(answer))?;
     }
-    if gate.is_none() {
+    if engine.is_none() {
         return Err("empty trace: the first line must be the config".into());
     }
     output

@@ -130,6 +130,43 @@ pub enum AdmitPath {
     Booked = 4,
 }
 
+impl AdmitPath {
+    /// The path's name in text interfaces: `disabled`, `paced`, `shaped`,
+    /// `overflow`, `booked`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            AdmitPath::Disabled => "disabled",
+            AdmitPath::Paced => "paced",
+            AdmitPath::Shaped => "shaped",
+            AdmitPath::Overflow => "overflow",
+            AdmitPath::Booked => "booked",
+        }
+    }
+}
+
+impl Mode {
+    /// The mode's name in text interfaces: `disabled`, `refusing`,
+    /// `shaping-low-rate`, `shaping-no-retry`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Mode::Disabled => "disabled",
+            Mode::Refusing => "refusing",
+            Mode::ShapingLowRate => "shaping-low-rate",
+            Mode::ShapingNoRetry => "shaping-no-retry",
+        }
+    }
+}
+
+impl ReleasePolicy {
+    /// The policy's name in text interfaces: `refund`, `strict`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ReleasePolicy::Refund => "refund",
+            ReleasePolicy::Strict => "strict",
+        }
+    }
+}
+
 /// The right to a refund of one admission's debit. Not `Clone`: in Rust a
 /// ticket is released at most once by construction.
 #[derive(Debug, PartialEq, Eq, Hash)]

@@ -1,0 +1,536 @@
+//! Where a trace's bucket lives: the core in this process, or a Redis
+//! server running the module or the script (docs/redis.md). Each engine
+//! numbers tickets and bookings 1, 2, 3 … in the order it issues them, so
+//! the same trace gives the same answers on every engine, and a
+//! differential test compares them answer by answer and state by state.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use pacer_core::{
+    Booking, BookingDecision, Config, ConfigError, Decision, Pacer, Redemption, Ticket,
+};
+
+/// One answer, engine-neutral.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Open after `wait_ms`.
+    Admitted {
+        /// Wait before opening, ms.
+        wait_ms: u64,
+        /// The ticket's number, when something was debited.
+        ticket: Option<u64>,
+        /// Which rule admitted it.
+        path: &'static str,
+        /// The clock read behind the high-water mark.
+        clock_regressed: bool,
+    },
+    /// Do not open; retry after the hint.
+    Refused {
+        /// The hint, s.
+        retry_after_s: u64,
+        /// What the rate would need, ms.
+        required_wait_ms: u64,
+        /// The clock read behind the high-water mark.
+        clock_regressed: bool,
+    },
+    /// Refused now, with a place in line.
+    Booked {
+        /// The hint, s.
+        retry_after_s: u64,
+        /// The booking's number.
+        booking: u64,
+        /// When the connection may open, ms.
+        slot_ms: u64,
+        /// The clock read behind the high-water mark.
+        clock_regressed: bool,
+    },
+    /// A booking presented too early.
+    NotYet {
+        /// The hint, s.
+        retry_after_s: u64,
+    },
+    /// A release: whether the policy refunded it (`false` also for a
+    /// ticket already released).
+    Released {
+        /// Refunded.
+        refunded: bool,
+    },
+}
+
+/// The bucket's state, as every engine can report it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct State {
+    /// The clock high-water mark, ms.
+    pub high_water_ms: u64,
+    /// Tokens at the mark, units.
+    pub tokens_units: i64,
+    /// The strict policy's release counter.
+    pub seq: u32,
+}
+
+/// A bucket a trace runs against.
+pub trait Engine {
+    /// One request for a connection at `t`.
+    fn reserve(&mut self, t: u64) -> Result<Answer, String>;
+    /// The same, booking a place in line within `retries_left` retries.
+    fn book(&mut self, t: u64, retries_left: u32) -> Result<Answer, String>;
+    /// Gives back ticket or booking number `ticket`.
+    fn release(&mut self, ticket: u64, t: u64) -> Result<Answer, String>;
+    /// Presents booking number `booking`.
+    fn redeem(&mut self, booking: u64, t: u64) -> Result<Answer, String>;
+    /// The stored state (read at `t`, which changes nothing).
+    fn state(&mut self, t: u64) -> Result<State, String>;
+}
+
+/// The core in this process.
+#[derive(Debug)]
+pub struct CoreEngine {
+    pacer: Pacer,
+    tickets: HashMap<u64, Ticket>,
+    bookings: HashMap<u64, Booking>,
+    next: u64,
+}
+
+impl CoreEngine {
+    /// A pacer created full at `t`.
+    pub fn new(config: &Config, t: u64) -> Result<CoreEngine, ConfigError> {
+        Ok(CoreEngine {
+            pacer: Pacer::new(config, t)?,
+            tickets: HashMap::new(),
+            bookings: HashMap::new(),
+            next: 1,
+        })
+    }
+
+    /// The pacer inside.
+    pub fn pacer(&self) -> &Pacer {
+        &self.pacer
+    }
+
+    fn number(&mut self) -> u64 {
+        let n = self.next;
+        self.next += 1;
+        n
+    }
+
+    fn admitted(&mut self, admission: pacer_core::Admission) -> Answer {
+        let ticket = admission.ticket.map(|ticket| {
+            let n = self.number();
+            self.tickets.insert(n, ticket);
+            n
+        });
+        Answer::Admitted {
+            wait_ms: admission.wait_ms,
+            ticket,
+            path: admission.path.name(),
+            clock_regressed: admission.clock_regressed,
+        }
+    }
+}
+
+fn refused(refusal: pacer_core::Refusal) -> Answer {
+    Answer::Refused {
+        retry_after_s: refusal.retry_after_s,
+        required_wait_ms: refusal.required_wait_ms,
+        clock_regressed: refusal.clock_regressed,
+    }
+}
+
+impl Engine for CoreEngine {
+    fn reserve(&mut self, t: u64) -> Result<Answer, String> {
+        Ok(match self.pacer.reserve(t) {
+            Decision::Admitted(admission) => self.admitted(admission),
+            Decision::Refused(refusal) => refused(refusal),
+        })
+    }
+
+    fn book(&mut self, t: u64, retries_left: u32) -> Result<Answer, String> {
+        Ok(match self.pacer.reserve_or_book(t, retries_left) {
+            BookingDecision::Admitted(admission) => self.admitted(admission),
+            BookingDecision::Booked(booked) => {
+                let n = self.number();
+                let slot_ms = booked.booking.slot_ms;
+                self.bookings.insert(n, booked.booking);
+                Answer::Booked {
+                    retry_after_s: booked.retry_after_s,
+                    booking: n,
+                    slot_ms,
+                    clock_regressed: booked.clock_regressed,
+                }
+            }
+            BookingDecision::Refused(refusal) => refused(refusal),
+        })
+    }
+
+    fn release(&mut self, ticket: u64, t: u64) -> Result<Answer, String> {
+        let held = match self.tickets.remove(&ticket) {
+            Some(ticket) => Some(ticket),
+            None => self.bookings.remove(&ticket).map(|booking| booking.ticket),
+        };
+        Ok(Answer::Released {
+            refunded: held.is_some_and(|ticket| self.pacer.release(ticket, t)),
+        })
+    }
+
+    fn redeem(&mut self, booking: u64, t: u64) -> Result<Answer, String> {
+        let held = self
+            .bookings
+            .remove(&booking)
+            .ok_or_else(|| format!("no booking {booking} is held"))?;
+        Ok(match self.pacer.redeem(held, t) {
+            Redemption::Admitted(admission) => {
+                let ticket = admission
+                    .ticket
+                    .expect("a redeemed booking carries its ticket");
+                self.tickets.insert(booking, ticket);
+                Answer::Admitted {
+                    wait_ms: admission.wait_ms,
+                    ticket: Some(booking),
+                    path: admission.path.name(),
+                    clock_regressed: admission.clock_regressed,
+                }
+            }
+            Redemption::NotYet {
+                booking: held,
+                retry_after_s,
+            } => {
+                self.bookings.insert(booking, held);
+                Answer::NotYet { retry_after_s }
+            }
+        })
+    }
+
+    fn state(&mut self, _t: u64) -> Result<State, String> {
+        let s = self.pacer.state();
+        Ok(State {
+            high_water_ms: s.high_water_ms,
+            tokens_units: s.tokens_units,
+            seq: s.seq,
+        })
+    }
+}
+
+/// Which Redis engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RedisKind {
+    /// The module's `PACER.*` commands.
+    Module,
+    /// The script, by `EVALSHA`.
+    Script,
+}
+
+/// The script as shipped.
+pub const SCRIPT: &str = include_str!("../../redis/pacer.lua");
+
+/// The script with `AT <ms>` allowed, for traces on a test clock.
+pub fn test_clock_script() -> String {
+    SCRIPT.replace("local TEST_CLOCK = false", "local TEST_CLOCK = true")
+}
+
+/// The test-clock script and its SHA1 (the `EVALSHA` name), computed once.
+fn test_clock_script_and_sha() -> &'static (String, String) {
+    static SCRIPT_AND_SHA: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    SCRIPT_AND_SHA.get_or_init(|| {
+        let source = test_clock_script();
+        let sha = sha1_smol::Sha1::from(source.as_bytes())
+            .digest()
+            .to_string();
+        (source, sha)
+    })
+}
+
+/// A bucket in Redis, driven with the trace's clock (`AT`): the server
+/// must have been started for tests (docs/redis.md).
+pub struct RedisEngine {
+    con: redis::Connection,
+    kind: RedisKind,
+    sha: String,
+    key: String,
+    config: [String; 5],
+    /// Ticket strings by number (the bucket's serial + 1).
+    tickets: HashMap<u64, String>,
+    /// Send `INFO` with every operation, in one round trip (for a caller
+    /// that reads the state after each step).
+    read_back: bool,
+    /// The `INFO` reply that came with the last operation, and its clock.
+    stashed_info: Option<(u64, redis::Value)>,
+}
+
+fn config_args(config: &Config) -> [String; 5] {
+    [
+        config.rate_per_min.to_string(),
+        config.burst.to_string(),
+        config.idle_timeout_ms.to_string(),
+        config.max_retries.to_string(),
+        config.release_policy.name().into(),
+    ]
+}
+
+fn redis_error(e: redis::RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => e.to_string(),
+    }
+}
+
+fn int(value: &redis::Value) -> Result<u64, String> {
+    match value {
+        redis::Value::Int(n) if *n >= 0 => Ok(*n as u64),
+        other => Err(format!("expected a whole number, got {other:?}")),
+    }
+}
+
+fn text(value: &redis::Value) -> Result<String, String> {
+    match value {
+        redis::Value::BulkString(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
+        redis::Value::SimpleString(s) => Ok(s.clone()),
+        other => Err(format!("expected a string, got {other:?}")),
+    }
+}
+
+fn flag(value: &redis::Value) -> Result<bool, String> {
+    Ok(int(value)? != 0)
+}
+
+fn path_of(text: &str) -> Result<&'static str, String> {
+    ["disabled", "paced", "shaped", "overflow", "booked"]
+        .into_iter()
+        .find(|p| *p == text)
+        .ok_or_else(|| format!("unknown path '{text}'"))
+}
+
+/// The number of a ticket string: its serial + 1.
+fn ticket_number(ticket: &str) -> Result<u64, String> {
+    ticket
+        .split('.')
+        .next()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(|serial| serial + 1)
+        .ok_or_else(|| format!("malformed ticket '{ticket}'"))
+}
+
+impl RedisEngine {
+    /// Connects to `url`, loads the script if `kind` is `Script`, and
+    /// creates a bucket at a fresh key at `t`.
+    pub fn new(url: &str, kind: RedisKind, config: &Config, t: u64) -> Result<Self, String> {
+        let client = redis::Client::open(url).map_err(redis_error)?;
+        let con = client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .map_err(redis_error)?;
+        con.set_read_timeout(Some(Duration::from_secs(30)))
+            .map_err(redis_error)?;
+        let mut engine = RedisEngine {
+            con,
+            kind,
+            sha: String::new(),
+            key: String::new(),
+            config: config_args(config),
+            tickets: HashMap::new(),
+            read_back: false,
+            stashed_info: None,
+        };
+        if kind == RedisKind::Script {
+            // Loaded once per server: SCRIPT EXISTS is cheaper than sending
+            // the script's 30 KB again.
+            let (source, sha) = test_clock_script_and_sha();
+            let exists: Vec<bool> = redis::cmd("SCRIPT")
+                .arg("EXISTS")
+                .arg(sha)
+                .query(&mut engine.con)
+                .map_err(redis_error)?;
+            if exists != [true] {
+                let loaded: String = redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(source)
+                    .query(&mut engine.con)
+                    .map_err(redis_error)?;
+                if loaded != *sha {
+                    return Err(format!("SCRIPT LOAD gave {loaded}, expected {sha}"));
+                }
+            }
+            engine.sha = sha.clone();
+        }
+        let serial: u64 = redis::cmd("INCR")
+            .arg("pacer:replay:keys")
+            .query(&mut engine.con)
+            .map_err(redis_error)?;
+        engine.key = format!("pacer:replay:{}:{serial}", std::process::id());
+        let args: Vec<String> = engine.config.to_vec();
+        let created = engine.call("create", &args, t)?;
+        if int(&created)? != 1 {
+            return Err(format!("key {} already held a bucket", engine.key));
+        }
+        Ok(engine)
+    }
+
+    /// The key of this engine's bucket.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Sends `INFO` in the same round trip as every operation, so that
+    /// [`Engine::state`] right after it (at the same clock) costs nothing.
+    pub fn read_back_state(&mut self, on: bool) {
+        self.read_back = on;
+        self.stashed_info = None;
+    }
+
+    fn command(&self, op: &str, args: &[String], t: u64) -> redis::Cmd {
+        let mut cmd = match self.kind {
+            RedisKind::Module => {
+                let mut cmd = redis::cmd(&format!("PACER.{}", op.to_uppercase()));
+                cmd.arg(&self.key);
+                cmd
+            }
+            RedisKind::Script => {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(&self.sha).arg(1).arg(&self.key).arg(op);
+                cmd
+            }
+        };
+        for arg in args {
+            cmd.arg(arg);
+        }
+        cmd.arg("AT").arg(t);
+        cmd
+    }
+
+    fn call(&mut self, op: &str, args: &[String], t: u64) -> Result<redis::Value, String> {
+        let cmd = self.command(op, args, t);
+        self.stashed_info = None;
+        if !self.read_back || op == "info" {
+            return cmd
+                .query::<redis::Value>(&mut self.con)
+                .map_err(redis_error);
+        }
+        let info = self.command("info", &[], t);
+        let (reply, info): (redis::Value, redis::Value) = redis::pipe()
+            .add_command(cmd)
+            .add_command(info)
+            .query(&mut self.con)
+            .map_err(redis_error)?;
+        self.stashed_info = Some((t, info));
+        Ok(reply)
+    }
+
+    fn answer(&mut self, reply: redis::Value) -> Result<Answer, String> {
+        let redis::Value::Array(items) = reply else {
+            return Err(format!("expected an array, got {reply:?}"));
+        };
+        let kind = items.first().map(text).transpose()?.unwrap_or_default();
+        let at = |i: usize| items.get(i).ok_or_else(|| format!("short reply {items:?}"));
+        match kind.as_str() {
+            "admitted" => {
+                let ticket = match at(2)? {
+                    redis::Value::Nil => None,
+                    value => {
+                        let ticket = text(value)?;
+                        let n = ticket_number(&ticket)?;
+                        self.tickets.insert(n, ticket);
+                        Some(n)
+                    }
+                };
+                Ok(Answer::Admitted {
+                    wait_ms: int(at(1)?)?,
+                    ticket,
+                    path: path_of(&text(at(3)?)?)?,
+                    clock_regressed: flag(at(4)?)?,
+                })
+            }
+            "refused" => Ok(Answer::Refused {
+                retry_after_s: int(at(1)?)?,
+                required_wait_ms: int(at(2)?)?,
+                clock_regressed: flag(at(3)?)?,
+            }),
+            "booked" => {
+                let booking = text(at(2)?)?;
+                let n = ticket_number(&booking)?;
+                self.tickets.insert(n, booking);
+                Ok(Answer::Booked {
+                    retry_after_s: int(at(1)?)?,
+                    booking: n,
+                    slot_ms: int(at(3)?)?,
+                    clock_regressed: flag(at(4)?)?,
+                })
+            }
+            "notyet" => Ok(Answer::NotYet {
+                retry_after_s: int(at(1)?)?,
+            }),
+            other => Err(format!("unknown reply '{other}'")),
+        }
+    }
+
+    /// `PACER.INFO` as name/value pairs.
+    pub fn info(&mut self, t: u64) -> Result<HashMap<String, redis::Value>, String> {
+        let reply = match self.stashed_info.take() {
+            Some((at, reply)) if at == t => reply,
+            _ => self.call("info", &[], t)?,
+        };
+        let redis::Value::Array(items) = reply else {
+            return Err(format!("expected an array, got {reply:?}"));
+        };
+        let mut map = HashMap::new();
+        for pair in items.chunks(2) {
+            if let [name, value] = pair {
+                map.insert(text(name)?, value.clone());
+            }
+        }
+        Ok(map)
+    }
+}
+
+impl Engine for RedisEngine {
+    fn reserve(&mut self, t: u64) -> Result<Answer, String> {
+        let args = self.config.to_vec();
+        let reply = self.call("reserve", &args, t)?;
+        self.answer(reply)
+    }
+
+    fn book(&mut self, t: u64, retries_left: u32) -> Result<Answer, String> {
+        let mut args = self.config.to_vec();
+        args.push(retries_left.to_string());
+        let reply = self.call("book", &args, t)?;
+        self.answer(reply)
+    }
+
+    fn release(&mut self, ticket: u64, t: u64) -> Result<Answer, String> {
+        let Some(text) = self.tickets.get(&ticket).cloned() else {
+            return Ok(Answer::Released { refunded: false });
+        };
+        match self.call("release", &[text], t) {
+            Ok(reply) => Ok(Answer::Released {
+                refunded: int(&reply)? == 1,
+            }),
+            Err(e) if e.contains("ticket already released") => {
+                Ok(Answer::Released { refunded: false })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn redeem(&mut self, booking: u64, t: u64) -> Result<Answer, String> {
+        let text = self
+            .tickets
+            .get(&booking)
+            .cloned()
+            .ok_or_else(|| format!("no booking {booking} is held"))?;
+        let reply = self.call("redeem", &[text], t)?;
+        self.answer(reply)
+    }
+
+    fn state(&mut self, t: u64) -> Result<State, String> {
+        let info = self.info(t)?;
+        let get = |name: &str| -> Result<i64, String> {
+            match info.get(name) {
+                Some(redis::Value::Int(n)) => Ok(*n),
+                other => Err(format!("INFO {name}: {other:?}")),
+            }
+        };
+        Ok(State {
+            high_water_ms: get("high_water_ms")? as u64,
+            tokens_units: get("tokens_units")?,
+            seq: get("seq")? as u32,
+        })
+    }
+}

@@ -1,0 +1,836 @@
+//! A bucket in one Redis string, and the commands on it, with no Redis in
+//! sight: arguments in, the reply and the bytes to write out. The format and
+//! every message are in docs/redis.md; the decisions are the core's pure
+//! transitions ([`Params::reserve`] and friends), never a copy of them.
+
+use pacer_core::budget::{ladder_ceiling, MAX_RATE_PER_MIN};
+use pacer_core::{
+    Admission, Booking, BookingDecision, Config, ConfigError, Decision, Params, Redemption,
+    ReleasePolicy, StateView, Ticket, Transition, MAX_BURST, UNITS_PER_TOKEN,
+};
+
+/// The header's length; the spent-ticket bitmap follows it.
+pub const HEADER_LEN: usize = 256;
+/// Tickets remembered in the bitmap: older ones are expired.
+pub const RING: u64 = 65536;
+/// Every number a command takes is below this (exact in Lua's doubles).
+pub const LIMIT: u64 = 1 << 52;
+const MAGIC: &[u8] = b"PACER1 ";
+
+/// (name, offset, width) of each header field, docs/redis.md "The key".
+const RATE: (usize, usize) = (7, 3);
+const BURST: (usize, usize) = (11, 7);
+const IDLE: (usize, usize) = (19, 16);
+const RETRIES: (usize, usize) = (36, 2);
+const POLICY: (usize, usize) = (39, 1);
+const SECRET: (usize, usize) = (41, 16);
+const HIGH_WATER: (usize, usize) = (58, 16);
+const TOKENS: (usize, usize) = (75, 13);
+const SEQ: (usize, usize) = (89, 8);
+const SERIAL: (usize, usize) = (98, 16);
+const COUNTERS: [(usize, usize); 5] = [(115, 16), (132, 16), (149, 16), (166, 16), (183, 16)];
+const ADMITTED: usize = 0;
+const REFUSED: usize = 1;
+const BOOKED: usize = 2;
+const RELEASED: usize = 3;
+const RELEASE_REFUSED: usize = 4;
+const FIELDS_END: usize = 199;
+
+/// A command's reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// An array of items.
+    Array(Vec<Item>),
+    /// One integer.
+    Int(i64),
+}
+
+/// One element of an array reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Item {
+    /// A bulk string.
+    Str(String),
+    /// An integer.
+    Int(i64),
+    /// A nil.
+    Nil,
+}
+
+/// What a command writes: the header (bytes 0..256), and at most one bit
+/// of the bitmap (absolute bit offset, value).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Effect {
+    /// The new header, when anything in it changed.
+    pub header: Option<[u8; HEADER_LEN]>,
+    /// A bit to set or clear: `SETBIT key offset value`.
+    pub bit: Option<(u64, bool)>,
+}
+
+/// A command, parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `PACER.CREATE`.
+    Create(Config),
+    /// `PACER.RESERVE`.
+    Reserve(Config),
+    /// `PACER.BOOK` with `retries_left`.
+    Book(Config, u64),
+    /// `PACER.RELEASE` with the ticket text.
+    Release(Vec<u8>),
+    /// `PACER.REDEEM` with the booking text.
+    Redeem(Vec<u8>),
+    /// `PACER.INFO`.
+    Info,
+}
+
+impl Op {
+    /// Whether the command may write.
+    pub fn writes(&self) -> bool {
+        matches!(
+            self,
+            Op::Create(_) | Op::Reserve(_) | Op::Book(..) | Op::Release(_)
+        )
+    }
+}
+
+/// The command names, as the script's `op` argument spells them.
+pub const OPS: [&str; 6] = ["create", "reserve", "book", "release", "redeem", "info"];
+
+/// A parsed call: the command and the caller's clock, if given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    /// What to do.
+    pub op: Op,
+    /// `AT <ms>`.
+    pub at: Option<u64>,
+}
+
+fn err(message: impl core::fmt::Display) -> String {
+    format!("ERR pacer: {message}")
+}
+
+/// A client's bytes as an error message shows them: printable ASCII as
+/// it is, every other byte (and the backslash) as `\xNN`, so a reply stays one
+/// line of ASCII whatever a key or argument holds.
+fn shown(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        if (0x20..0x7f).contains(&b) && b != b'\\' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// A whole number as docs/redis.md allows it: `0` or 1–16 digits without
+/// a leading zero, below 2^52.
+pub fn number(bytes: &[u8]) -> Option<u64> {
+    number_below(bytes, LIMIT)
+}
+
+/// A canonical decimal below `limit` (a booking's slot may reach past
+/// 2^52: it is a clock reading plus a wait; it stays below 2^53).
+fn number_below(bytes: &[u8], limit: u64) -> Option<u64> {
+    let canonical = match bytes {
+        [b'0'] => true,
+        [b'1'..=b'9', rest @ ..] => rest.len() <= 15 && rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    if !canonical {
+        return None;
+    }
+    let value = bytes.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    (value < limit).then_some(value)
+}
+
+fn argument(name: &str, bytes: &[u8]) -> Result<u64, String> {
+    number(bytes).ok_or_else(|| {
+        err(format_args!(
+            "{name} must be a whole number below 2^52, got '{}'",
+            shown(bytes)
+        ))
+    })
+}
+
+fn to_u32(value: u64) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+fn config(args: &[&[u8]]) -> Result<Config, String> {
+    let rate = argument("rate_per_min", args[0])?;
+    let burst = argument("burst", args[1])?;
+    let idle = argument("idle_timeout_ms", args[2])?;
+    let retries = argument("max_retries", args[3])?;
+    let release_policy = match args[4] {
+        b"refund" => ReleasePolicy::Refund,
+        b"strict" => ReleasePolicy::Strict,
+        other => {
+            return Err(err(format_args!(
+                "release_policy must be refund or strict, got '{}'",
+                shown(other)
+            )))
+        }
+    };
+    let config = Config {
+        rate_per_min: to_u32(rate),
+        burst: if burst == 0 { 1 } else { to_u32(burst) },
+        idle_timeout_ms: idle,
+        max_retries: to_u32(retries),
+        release_policy,
+    };
+    match Params::plan(&config) {
+        Ok(_) => Ok(config),
+        Err(ConfigError::RateTooHigh) => Err(err(format_args!(
+            "rate_per_min {rate} is above {MAX_RATE_PER_MIN}"
+        ))),
+        Err(ConfigError::BurstTooLarge) => {
+            Err(err(format_args!("burst {burst} is above {MAX_BURST}")))
+        }
+        Err(ConfigError::RetriesExceedLadder) => Err(err(format_args!(
+            "max_retries {retries} is above {}, the most whose backoff ladder fits a {idle} ms idle timeout",
+            ladder_ceiling(idle)
+        ))),
+    }
+}
+
+/// Parses `op`'s arguments after the key. `test_clock`: whether `AT` is
+/// allowed here.
+pub fn parse(op: &str, args: &[&[u8]], test_clock: bool) -> Result<Call, String> {
+    let fixed = match op {
+        "create" | "reserve" => 5,
+        "book" => 6,
+        "release" | "redeem" => 1,
+        "info" => 0,
+        other => return Err(err(format_args!("unknown op '{other}'"))),
+    };
+    if args.len() != fixed && args.len() != fixed + 2 {
+        return Err(err(format_args!("wrong number of arguments for {op}")));
+    }
+    let (fixed_args, rest) = args.split_at(fixed);
+    let op_value = match op {
+        "create" => Op::Create(config(fixed_args)?),
+        "reserve" => Op::Reserve(config(fixed_args)?),
+        "book" => {
+            let config = config(&fixed_args[..5])?;
+            Op::Book(config, argument("retries_left", fixed_args[5])?)
+        }
+        "release" => Op::Release(fixed_args[0].to_vec()),
+        "redeem" => Op::Redeem(fixed_args[0].to_vec()),
+        _ => Op::Info,
+    };
+    let at = match rest {
+        [] => None,
+        [word, value] => {
+            if !word.eq_ignore_ascii_case(b"AT") {
+                return Err(err(format_args!("unknown argument '{}'", shown(word))));
+            }
+            let at = argument("AT", value)?;
+            if !test_clock {
+                return Err(err("AT needs a server started for tests"));
+            }
+            Some(at)
+        }
+        _ => unreachable!("arity checked above"),
+    };
+    Ok(Call { op: op_value, at })
+}
+
+/// A bucket's header, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// The configuration it was created with (burst 0 stored as 1).
+    pub config: Config,
+    /// 16 lowercase hex digits.
+    pub secret: [u8; 16],
+    /// The core's state.
+    pub state: StateView,
+    /// The next ticket's serial.
+    pub serial: u64,
+    /// admitted, refused, booked, released, release_refused.
+    pub counters: [u64; 5],
+}
+
+/// Writes `value` zero-padded into its field; a value too wide for it (only
+/// a hand-edited header can hold one) is written as the field's largest.
+fn put(out: &mut [u8; HEADER_LEN], (at, width): (usize, usize), value: u64) {
+    let largest = 10u64.saturating_pow(width as u32) - 1;
+    let text = format!("{:0width$}", value.min(largest));
+    out[at..at + width].copy_from_slice(text.as_bytes());
+}
+
+fn get(bytes: &[u8], (at, width): (usize, usize)) -> Option<u64> {
+    let field = &bytes[at..at + width];
+    if !field.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(field.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
+}
+
+impl Header {
+    /// The header bytes (docs/redis.md "The key").
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut out = [b' '; HEADER_LEN];
+        out[..MAGIC.len()].copy_from_slice(MAGIC);
+        let c = &self.config;
+        put(&mut out, RATE, u64::from(c.rate_per_min));
+        put(&mut out, BURST, u64::from(c.burst));
+        put(&mut out, IDLE, c.idle_timeout_ms);
+        put(&mut out, RETRIES, u64::from(c.max_retries));
+        put(&mut out, POLICY, c.release_policy as u64);
+        out[SECRET.0..SECRET.0 + 16].copy_from_slice(&self.secret);
+        put(&mut out, HIGH_WATER, self.state.high_water_ms);
+        let tokens = self.state.tokens_units;
+        out[TOKENS.0] = if tokens < 0 { b'-' } else { b'+' };
+        put(
+            &mut out,
+            (TOKENS.0 + 1, TOKENS.1 - 1),
+            tokens.unsigned_abs(),
+        );
+        put(&mut out, SEQ, u64::from(self.state.seq));
+        put(&mut out, SERIAL, self.serial);
+        for (field, value) in COUNTERS.iter().zip(self.counters) {
+            put(&mut out, *field, value);
+        }
+        out
+    }
+
+    /// The header of a stored value, or `None` when it is not a bucket.
+    pub fn decode(bytes: &[u8]) -> Option<Header> {
+        if bytes.len() < HEADER_LEN || !bytes.starts_with(MAGIC) {
+            return None;
+        }
+        let release_policy = match get(bytes, POLICY)? {
+            0 => ReleasePolicy::Refund,
+            1 => ReleasePolicy::Strict,
+            _ => return None,
+        };
+        let config = Config {
+            rate_per_min: u32::try_from(get(bytes, RATE)?).ok()?,
+            burst: u32::try_from(get(bytes, BURST)?).ok()?,
+            idle_timeout_ms: get(bytes, IDLE)?,
+            max_retries: u32::try_from(get(bytes, RETRIES)?).ok()?,
+            release_policy,
+        };
+        let mut secret = [0u8; 16];
+        secret.copy_from_slice(&bytes[SECRET.0..SECRET.0 + 16]);
+        if !secret
+            .iter()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        {
+            return None;
+        }
+        let magnitude = i64::try_from(get(bytes, (TOKENS.0 + 1, TOKENS.1 - 1))?).ok()?;
+        let tokens_units = match bytes[TOKENS.0] {
+            b'+' => magnitude,
+            b'-' => -magnitude,
+            _ => return None,
+        };
+        let mut counters = [0u64; 5];
+        for (slot, field) in counters.iter_mut().zip(COUNTERS) {
+            *slot = get(bytes, field)?;
+        }
+        let gaps_are_spaces = [
+            6, 10, 18, 35, 38, 40, 57, 74, 88, 97, 114, 131, 148, 165, 182,
+        ]
+        .into_iter()
+        .chain(FIELDS_END..HEADER_LEN)
+        .all(|i| bytes[i] == b' ');
+        if !gaps_are_spaces {
+            return None;
+        }
+        // What no command writes: numbers past 2^52, tokens past capacity.
+        let high_water_ms = get(bytes, HIGH_WATER)?;
+        let serial = get(bytes, SERIAL)?;
+        let params = Params::plan(&config).ok()?;
+        let in_range = [config.idle_timeout_ms, high_water_ms, serial]
+            .iter()
+            .chain(&counters)
+            .all(|&n| n < LIMIT);
+        if !in_range || tokens_units > params.capacity_units() {
+            return None;
+        }
+        Some(Header {
+            config,
+            secret,
+            state: StateView {
+                high_water_ms,
+                tokens_units,
+                seq: u32::try_from(get(bytes, SEQ)?)
+                    .ok()
+                    .filter(|s| *s < 1 << 24)?,
+            },
+            serial,
+            counters,
+        })
+    }
+}
+
+/// `rate_per_min=… burst=… idle_timeout_ms=… max_retries=… release_policy=…`
+fn describe(config: &Config) -> String {
+    format!(
+        "rate_per_min={} burst={} idle_timeout_ms={} max_retries={} release_policy={}",
+        config.rate_per_min,
+        config.burst,
+        config.idle_timeout_ms,
+        config.max_retries,
+        config.release_policy.name()
+    )
+}
+
+/// A ticket's fields (docs/redis.md "Tickets").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TicketText {
+    /// The bucket's serial for it.
+    pub serial: u64,
+    /// The core's release stack position.
+    pub seq: u32,
+    /// Units to refund.
+    pub debit_units: u32,
+    /// The booking's slot, 0 for a plain ticket.
+    pub slot_ms: u64,
+}
+
+impl TicketText {
+    fn mac(&self, secret: &[u8; 16], key: &[u8]) -> String {
+        let mut hasher = sha1_smol::Sha1::new();
+        hasher.update(secret);
+        hasher.update(b":");
+        hasher.update(key);
+        hasher.update(
+            format!(
+                ":{}:{}:{}:{}",
+                self.serial, self.seq, self.debit_units, self.slot_ms
+            )
+            .as_bytes(),
+        );
+        let mut hex = hasher.digest().to_string();
+        hex.truncate(16);
+        hex
+    }
+
+    /// The ticket string for `key`'s bucket.
+    pub fn render(&self, secret: &[u8; 16], key: &[u8]) -> String {
+        format!(
+            "{}.{}.{}.{}.{}",
+            self.serial,
+            self.seq,
+            self.debit_units,
+            self.slot_ms,
+            self.mac(secret, key)
+        )
+    }
+
+    /// The fields and MAC of a ticket string, if well formed.
+    pub fn parse(text: &[u8]) -> Option<(TicketText, &[u8])> {
+        let mut parts = text.split(|&b| b == b'.');
+        let serial = number(parts.next()?)?;
+        let seq = number(parts.next()?)?;
+        let debit = number(parts.next()?)?;
+        let slot = number_below(parts.next()?, 1 << 53)?;
+        let mac = parts.next()?;
+        let mac_ok = mac.len() == 16 && mac.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if parts.next().is_some() || !mac_ok || seq >= 1 << 24 {
+            return None;
+        }
+        if debit == 0 || debit > UNITS_PER_TOKEN as u64 {
+            return None;
+        }
+        Some((
+            TicketText {
+                serial,
+                seq: seq as u32,
+                debit_units: debit as u32,
+                slot_ms: slot,
+            },
+            mac,
+        ))
+    }
+}
+
+/// The bit offset (for `SETBIT`) that marks `serial` released.
+pub fn spent_bit(serial: u64) -> u64 {
+    (HEADER_LEN as u64) * 8 + serial % RING
+}
+
+fn bit_is_set(stored: &[u8], offset: u64) -> bool {
+    let byte = (offset / 8) as usize;
+    let mask = 0x80u8 >> (offset % 8);
+    stored.get(byte).is_some_and(|b| b & mask != 0)
+}
+
+/// Where the key stands when a command runs.
+pub enum Stored<'a> {
+    /// No such key.
+    Missing,
+    /// A string with these bytes.
+    Bytes(&'a [u8]),
+}
+
+/// Runs `call` on the bucket at `key` (stored as `stored`) at `now_ms`.
+/// `secret` makes a new bucket's secret, called only on creation.
+pub fn execute(
+    key: &[u8],
+    call: &Call,
+    stored: Stored<'_>,
+    now_ms: u64,
+    secret: impl FnOnce() -> [u8; 16],
+) -> Result<(Reply, Effect), String> {
+    if now_ms >= LIMIT {
+        return Err(err("the clock reads 2^52 ms or later"));
+    }
+    let existing = match stored {
+        Stored::Missing => None,
+        Stored::Bytes(bytes) => Some((
+            Header::decode(bytes)
+                .ok_or_else(|| err(format_args!("key '{}' is not a pacer bucket", shown(key))))?,
+            bytes,
+        )),
+    };
+    let wanted = match &call.op {
+        Op::Create(config) | Op::Reserve(config) | Op::Book(config, _) => Some(*config),
+        _ => None,
+    };
+    let created = existing.is_none();
+    let (mut header, bytes) = match (existing, wanted) {
+        (Some((header, _)), Some(config)) if header.config != config => {
+            return Err(err(format_args!(
+                "bucket '{}' was created with {}; this call has {}",
+                shown(key),
+                describe(&header.config),
+                describe(&config)
+            )))
+        }
+        (Some((header, bytes)), _) => (header, bytes),
+        (None, Some(config)) => {
+            let params = Params::plan(&config).map_err(|_| err("invalid config"))?;
+            let header = Header {
+                config,
+                secret: secret(),
+                state: params.initial_state(now_ms),
+                serial: 0,
+                counters: [0; 5],
+            };
+            (header, &[][..])
+        }
+        (None, None) => {
+            return Err(err(format_args!("no bucket at key '{}'", shown(key))));
+        }
+    };
+    let params = Params::plan(&header.config).map_err(|_| err("invalid config"))?;
+    let mut effect = Effect::default();
+    let reply = match &call.op {
+        Op::Create(_) if !created => return Ok((Reply::Int(0), Effect::default())),
+        Op::Create(_) => Reply::Int(1),
+        Op::Reserve(_) => {
+            let step = params.reserve(&header.state, now_ms);
+            let answer = match step.answer {
+                Decision::Admitted(admission) => {
+                    bump(&mut header.counters[ADMITTED]);
+                    admitted(&mut header, &mut effect, key, admission)
+                }
+                Decision::Refused(refusal) => {
+                    bump(&mut header.counters[REFUSED]);
+                    refused(refusal)
+                }
+            };
+            settle(&mut header, step.next);
+            answer
+        }
+        Op::Book(_, retries_left) => {
+            let retries = to_u32(*retries_left);
+            let step = params.reserve_or_book(&header.state, now_ms, retries);
+            let answer = match step.answer {
+                BookingDecision::Admitted(admission) => {
+                    bump(&mut header.counters[ADMITTED]);
+                    admitted(&mut header, &mut effect, key, admission)
+                }
+                BookingDecision::Booked(booked) => {
+                    bump(&mut header.counters[BOOKED]);
+                    let slot_ms = booked.booking.slot_ms;
+                    let (seq, debit) = booked.booking.ticket.into_raw();
+                    let text = issue(&mut header, &mut effect, key, seq, debit, slot_ms);
+                    Reply::Array(vec![
+                        Item::Str("booked".into()),
+                        Item::Int(booked.retry_after_s as i64),
+                        Item::Str(text),
+                        Item::Int(slot_ms as i64),
+                        Item::Int(i64::from(booked.clock_regressed)),
+                    ])
+                }
+                BookingDecision::Refused(refusal) => {
+                    bump(&mut header.counters[REFUSED]);
+                    refused(refusal)
+                }
+            };
+            settle(&mut header, step.next);
+            answer
+        }
+        Op::Release(text) => {
+            let ticket = check_ticket(&header, key, bytes, text, false)?;
+            let core_ticket = Ticket::from_raw(ticket.seq, ticket.debit_units);
+            let step: Transition<bool> = params.release(&header.state, &core_ticket, now_ms);
+            bump(
+                &mut header.counters[if step.answer {
+                    RELEASED
+                } else {
+                    RELEASE_REFUSED
+                }],
+            );
+            settle(&mut header, step.next);
+            effect.bit = Some((spent_bit(ticket.serial), true));
+            Reply::Int(i64::from(step.answer))
+        }
+        Op::Redeem(text) => {
+            let ticket = check_ticket(&header, key, bytes, text, true)?;
+            let booking = Booking {
+                ticket: Ticket::from_raw(ticket.seq, ticket.debit_units),
+                slot_ms: ticket.slot_ms,
+            };
+            let shown_text = shown(text);
+            return Ok((
+                match params.redeem(booking, now_ms) {
+                    Redemption::Admitted(admission) => Reply::Array(vec![
+                        Item::Str("admitted".into()),
+                        Item::Int(admission.wait_ms as i64),
+                        Item::Str(shown_text),
+                        Item::Str(admission.path.name().into()),
+                        Item::Int(0),
+                    ]),
+                    Redemption::NotYet { retry_after_s, .. } => Reply::Array(vec![
+                        Item::Str("notyet".into()),
+                        Item::Int(retry_after_s as i64),
+                        Item::Str(shown_text),
+                    ]),
+                },
+                Effect::default(),
+            ));
+        }
+        Op::Info => {
+            return Ok((info(&header, &params, now_ms), Effect::default()));
+        }
+    };
+    effect.header = Some(header.encode());
+    Ok((reply, effect))
+}
+
+fn bump(counter: &mut u64) {
+    *counter = counter.saturating_add(1);
+}
+
+/// Stores the transition's state, if it wrote one.
+fn settle(header: &mut Header, next: Option<StateView>) {
+    if let Some(state) = next {
+        header.state = state;
+    }
+}
+
+/// Numbers a debit with the next serial: its ticket string. The serial's
+/// bit is cleared when the ring has wrapped onto an older ticket's bit.
+fn issue(
+    header: &mut Header,
+    effect: &mut Effect,
+    key: &[u8],
+    seq: u32,
+    debit_units: u32,
+    slot_ms: u64,
+) -> String {
+    let serial = header.serial;
+    bump(&mut header.serial);
+    if serial >= RING {
+        effect.bit = Some((spent_bit(serial), false));
+    }
+    TicketText {
+        serial,
+        seq,
+        debit_units,
+        slot_ms,
+    }
+    .render(&header.secret, key)
+}
+
+fn admitted(header: &mut Header, effect: &mut Effect, key: &[u8], admission: Admission) -> Reply {
+    let ticket = match admission.ticket {
+        Some(ticket) => {
+            let (seq, debit) = ticket.into_raw();
+            Item::Str(issue(header, effect, key, seq, debit, 0))
+        }
+        None => Item::Nil,
+    };
+    Reply::Array(vec![
+        Item::Str("admitted".into()),
+        Item::Int(admission.wait_ms as i64),
+        ticket,
+        Item::Str(admission.path.name().into()),
+        Item::Int(i64::from(admission.clock_regressed)),
+    ])
+}
+
+fn refused(refusal: pacer_core::Refusal) -> Reply {
+    Reply::Array(vec![
+        Item::Str("refused".into()),
+        Item::Int(refusal.retry_after_s as i64),
+        Item::Int(refusal.required_wait_ms as i64),
+        Item::Int(i64::from(refusal.clock_regressed)),
+    ])
+}
+
+/// The checks of docs/redis.md "Tickets", in order.
+fn check_ticket(
+    header: &Header,
+    key: &[u8],
+    stored: &[u8],
+    text: &[u8],
+    booking: bool,
+) -> Result<TicketText, String> {
+    let (ticket, mac) = TicketText::parse(text)
+        .ok_or_else(|| err(format_args!("malformed ticket '{}'", shown(text))))?;
+    if ticket.mac(&header.secret, key).as_bytes() != mac || ticket.serial >= header.serial {
+        return Err(err("ticket not issued by this bucket"));
+    }
+    if ticket.serial + RING < header.serial {
+        return Err(err("ticket expired"));
+    }
+    if bit_is_set(stored, spent_bit(ticket.serial)) {
+        return Err(err("ticket already released"));
+    }
+    if booking && ticket.slot_ms == 0 {
+        return Err(err("not a booking"));
+    }
+    Ok(ticket)
+}
+
+fn info(header: &Header, params: &Params, now_ms: u64) -> Reply {
+    let c = &header.config;
+    let s = &header.state;
+    let n = |v: u64| Item::Int(v as i64);
+    let pairs: [(&str, Item); 20] = [
+        ("rate_per_min", n(u64::from(c.rate_per_min))),
+        ("burst", n(u64::from(c.burst))),
+        ("idle_timeout_ms", n(c.idle_timeout_ms)),
+        ("max_retries", n(u64::from(c.max_retries))),
+        ("release_policy", Item::Str(c.release_policy.name().into())),
+        ("mode", Item::Str(params.mode().name().into())),
+        ("wait_bound_ms", n(params.wait_bound_ms())),
+        ("capacity_units", Item::Int(params.capacity_units())),
+        ("max_debt_units", Item::Int(params.max_debt_units())),
+        ("high_water_ms", n(s.high_water_ms)),
+        ("tokens_units", Item::Int(s.tokens_units)),
+        ("level_units", Item::Int(params.level_at(s, now_ms))),
+        ("seq", n(u64::from(s.seq))),
+        ("serial", n(header.serial)),
+        ("admitted", n(header.counters[ADMITTED])),
+        ("refused", n(header.counters[REFUSED])),
+        ("booked", n(header.counters[BOOKED])),
+        ("released", n(header.counters[RELEASED])),
+        ("release_refused", n(header.counters[RELEASE_REFUSED])),
+        ("now_ms", n(now_ms)),
+    ];
+    let mut items = Vec::with_capacity(40);
+    for (name, value) in pairs {
+        items.push(Item::Str(name.into()));
+        items.push(value);
+    }
+    Reply::Array(items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_canonical_decimals_below_2_pow_52() {
+        assert_eq!(number(b"0"), Some(0));
+        assert_eq!(number(b"4503599627370495"), Some((1 << 52) - 1));
+        for bad in [
+            &b""[..],
+            b"00",
+            b"01",
+            b"-1",
+            b"+1",
+            b"1.0",
+            b" 1",
+            b"4503599627370496",
+            b"10000000000000000",
+        ] {
+            assert_eq!(number(bad), None, "{:?}", shown(bad));
+        }
+    }
+
+    #[test]
+    fn the_header_is_the_documented_bytes() {
+        let header = Header {
+            config: Config {
+                rate_per_min: 60,
+                burst: 1,
+                idle_timeout_ms: 30_000,
+                max_retries: 3,
+                release_policy: ReleasePolicy::Strict,
+            },
+            secret: *b"0123456789abcdef",
+            state: StateView {
+                high_water_ms: 1_700_000_000_123,
+                tokens_units: -120_000,
+                seq: 3,
+            },
+            serial: 3,
+            counters: [3, 1, 0, 2, 1],
+        };
+        let bytes = header.encode();
+        // Written out by hand from docs/redis.md "The key".
+        let expected = "PACER1 060 0000001 0000000000030000 03 1 0123456789abcdef \
+                        0001700000000123 -000000120000 00000003 0000000000000003 \
+                        0000000000000003 0000000000000001 0000000000000000 \
+                        0000000000000002 0000000000000001";
+        assert_eq!(&bytes[..FIELDS_END], expected.as_bytes());
+        assert!(bytes[FIELDS_END..].iter().all(|&b| b == b' '));
+        assert_eq!(Header::decode(&bytes), Some(header.clone()));
+        let mut spoiled = bytes;
+        spoiled[75] = b'*';
+        assert_eq!(Header::decode(&spoiled), None);
+        let mut spoiled = bytes;
+        spoiled[200] = b'x';
+        assert_eq!(Header::decode(&spoiled), None);
+        assert_eq!(Header::decode(&bytes[..255]), None);
+    }
+
+    #[test]
+    fn tickets_parse_only_in_their_one_form() {
+        let (t, mac) = TicketText::parse(b"7.3.60000.1500.0123456789abcdef").unwrap();
+        assert_eq!(
+            t,
+            TicketText {
+                serial: 7,
+                seq: 3,
+                debit_units: 60000,
+                slot_ms: 1500
+            }
+        );
+        assert_eq!(mac, b"0123456789abcdef");
+        for bad in [
+            &b"7.3.60000.1500"[..],
+            b"7.3.60001.0.0123456789abcdef",
+            b"7.3.0.0.0123456789abcdef",
+            b"7.16777216.1.0.0123456789abcdef",
+            b"7.3.1.0.0123456789ABCDEF",
+            b"7.3.1.0.0123456789abcde",
+            b"7.3.1.0.0123456789abcdef.",
+            b"07.3.1.0.0123456789abcdef",
+        ] {
+            assert_eq!(TicketText::parse(bad), None, "{:?}", shown(bad));
+        }
+    }
+
+    #[test]
+    fn the_spent_bit_is_setbit_numbering_after_the_header() {
+        assert_eq!(spent_bit(0), 2048);
+        assert_eq!(spent_bit(65535), 2048 + 65535);
+        assert_eq!(spent_bit(65536), 2048);
+        let mut stored = vec![0u8; HEADER_LEN + 1];
+        stored[HEADER_LEN] = 0b0100_0000;
+        assert!(bit_is_set(&stored, spent_bit(1)));
+        assert!(!bit_is_set(&stored, spent_bit(0)));
+        assert!(!bit_is_set(&stored, spent_bit(9)));
+    }
+}

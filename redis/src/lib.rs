@@ -1,0 +1,201 @@
+//! # pacer-redis
+//!
+//! The pacer's core inside Redis: `libpacer_redis.so`, loaded with
+//! `--loadmodule`, adds `PACER.CREATE`, `PACER.RESERVE`, `PACER.BOOK`, `PACER.RELEASE`,
+//! `PACER.REDEEM` and `PACER.INFO`. One key holds one bucket that every
+//! proxy of a fleet shares; each command reads the key, runs the core's
+//! pure transition on it with the server's clock, writes the result back
+//! and replicates the written bytes (never the command). Commands, replies,
+//! the key's format and the clock, persistence and replication behaviour:
+//! docs/redis.md.
+//!
+//! [`bucket`] is the whole command logic with no Redis in it; this file only
+//! moves bytes between it and the server.
+
+pub mod bucket;
+
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redis_module::{
+    raw, redis_module, Context, KeyType, RedisError, RedisResult, RedisString, RedisValue, Status,
+};
+
+use bucket::{Effect, Item, Reply, Stored, HEADER_LEN};
+
+/// Whether `AT <ms>` is allowed: the module was loaded with `test-clock`.
+static TEST_CLOCK: AtomicBool = AtomicBool::new(false);
+
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    for arg in args {
+        if arg.as_slice().eq_ignore_ascii_case(b"test-clock") {
+            TEST_CLOCK.store(true, Ordering::Relaxed);
+        } else {
+            ctx.log_warning(&format!(
+                "pacer: unknown module argument '{}' (known: test-clock)",
+                String::from_utf8_lossy(arg.as_slice())
+            ));
+            return Status::Err;
+        }
+    }
+    Status::Ok
+}
+
+/// The server's clock, ms since the epoch.
+fn server_ms() -> u64 {
+    // SAFETY: RedisModule_Milliseconds takes nothing and only reads the
+    // clock; the API table is filled before any command runs.
+    let ms = unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) };
+    u64::try_from(ms).unwrap_or(0)
+}
+
+/// A new bucket's secret: 16 hex digits from the process's random keys
+/// and the clock.
+fn fresh_secret() -> [u8; 16] {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(server_ms());
+    let hex = format!("{:016x}", hasher.finish());
+    let mut secret = [0u8; 16];
+    secret.copy_from_slice(hex.as_bytes());
+    secret
+}
+
+fn to_value(reply: Reply) -> RedisValue {
+    let item = |item: Item| match item {
+        Item::Str(text) => RedisValue::BulkString(text),
+        Item::Int(n) => RedisValue::Integer(n),
+        Item::Nil => RedisValue::Null,
+    };
+    match reply {
+        Reply::Int(n) => RedisValue::Integer(n),
+        Reply::Array(items) => RedisValue::Array(items.into_iter().map(item).collect()),
+    }
+}
+
+/// One command: parse, read the key, decide, write and replicate.
+fn run(ctx: &Context, op: &str, args: &[RedisString]) -> RedisResult {
+    if args.len() < 2 {
+        return Err(RedisError::String(format!(
+            "ERR pacer: wrong number of arguments for {op}"
+        )));
+    }
+    let key_name = &args[1];
+    let rest: Vec<&[u8]> = args[2..].iter().map(RedisString::as_slice).collect();
+    let call =
+        bucket::parse(op, &rest, TEST_CLOCK.load(Ordering::Relaxed)).map_err(RedisError::String)?;
+    let now_ms = call.at.unwrap_or_else(server_ms);
+    let key_bytes = key_name.as_slice();
+    if !call.op.writes() {
+        let key = ctx.open_key(key_name);
+        let stored = match key.key_type() {
+            KeyType::Empty => Stored::Missing,
+            KeyType::String => Stored::Bytes(key.read()?.unwrap_or(&[])),
+            _ => return Err(RedisError::WrongType),
+        };
+        let (reply, _) = bucket::execute(key_bytes, &call, stored, now_ms, fresh_secret)
+            .map_err(RedisError::String)?;
+        return Ok(to_value(reply));
+    }
+    let key = ctx.open_key_writable(key_name);
+    let (reply, effect) = match key.key_type() {
+        KeyType::Empty => bucket::execute(key_bytes, &call, Stored::Missing, now_ms, fresh_secret),
+        KeyType::String => {
+            let dma = key.as_string_dma()?;
+            bucket::execute(key_bytes, &call, Stored::Bytes(&dma), now_ms, fresh_secret)
+        }
+        _ => return Err(RedisError::WrongType),
+    }
+    .map_err(RedisError::String)?;
+    apply(ctx, &key, key_bytes, &effect)?;
+    Ok(to_value(reply))
+}
+
+/// Writes `effect` into the key in place and replicates the same bytes:
+/// `SETRANGE key 0 <header>`, then `SETBIT` for the bitmap.
+fn apply(
+    ctx: &Context,
+    key: &redis_module::key::RedisKeyWritable,
+    key_name: &[u8],
+    effect: &Effect,
+) -> Result<(), RedisError> {
+    let mut dma = key.as_string_dma()?;
+    if let Some(header) = &effect.header {
+        if dma.len() < HEADER_LEN {
+            dma.write(header)?;
+        } else {
+            dma[..HEADER_LEN].copy_from_slice(header);
+        }
+        ctx.replicate("SETRANGE", &[key_name, b"0", &header[..]]);
+    }
+    if let Some((offset, value)) = effect.bit {
+        let byte = (offset / 8) as usize;
+        let mask = 0x80u8 >> (offset % 8);
+        if byte >= dma.len() {
+            if !value {
+                // Past the end reads as 0 already; nothing to write.
+                return Ok(());
+            }
+            let grow = vec![0u8; byte + 1 - dma.len()];
+            dma.append(&grow)?;
+        }
+        if value {
+            dma[byte] |= mask;
+        } else {
+            dma[byte] &= !mask;
+        }
+        let offset = offset.to_string();
+        let value: &[u8] = if value { b"1" } else { b"0" };
+        ctx.replicate("SETBIT", &[key_name, offset.as_bytes(), value]);
+    }
+    Ok(())
+}
+
+/// Runs `op`, turning a panic into an error reply: nothing a client sends
+/// may take the server down.
+fn guarded(ctx: &Context, op: &str, args: Vec<RedisString>) -> RedisResult {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(ctx, op, &args)))
+        .unwrap_or_else(|_| Err(RedisError::Str("ERR pacer: internal error")))
+}
+
+fn create(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, "create", args)
+}
+
+fn reserve(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, "reserve", args)
+}
+
+fn book(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, "book", args)
+}
+
+fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, "release", args)
+}
+
+fn redeem(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, "redeem", args)
+}
+
+fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, "info", args)
+}
+
+redis_module! {
+    name: "pacer",
+    version: 1,
+    // The system allocator: the module keeps no memory of its own between
+    // commands (a bucket's bytes are Redis's own string), and the unit tests
+    // run outside Redis, where its allocator does not exist.
+    allocator: (std::alloc::System, std::alloc::System),
+    data_types: [],
+    init: init,
+    commands: [
+        ["pacer.create", create, "write deny-oom fast", 1, 1, 1, ""],
+        ["pacer.reserve", reserve, "write deny-oom fast", 1, 1, 1, ""],
+        ["pacer.book", book, "write deny-oom fast", 1, 1, 1, ""],
+        ["pacer.release", release, "write deny-oom fast", 1, 1, 1, ""],
+        ["pacer.redeem", redeem, "readonly fast", 1, 1, 1, ""],
+        ["pacer.info", info, "readonly fast", 1, 1, 1, ""],
+    ],
+}

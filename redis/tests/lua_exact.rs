@@ -1,0 +1,1303 @@
+//! The script alone (`redis/pacer.lua`) against a real redis-server, no
+//! module loaded: the contract of docs/redis.md at its edges.
+//!
+//! Every expected value below is derived by hand from SPEC §3–§5, §11 and
+//! docs/redis.md, with the derivation in a comment; none is computed by
+//! running the code under test. Times are the test clock (`AT <ms>`) except
+//! in the test of the shipped script, so nothing depends on machine speed.
+//!
+//! Reading aid (SPEC §3): `backoff(r) = 2000·(2^r − 1)`,
+//! `bound = min(15000, ⌊(idle − backoff(r)) / (2·(r+1))⌋)`,
+//! `cap_s = max(1, ⌊bound/1000⌋)`, refusing when `r·cap_s·1000·rate ≥ 60000`;
+//! one token is 60000 units and one ms refills `rate` units.
+
+mod common;
+
+use common::{eval, load_script, script_source, test_clock_script, Options, Server};
+use redis::Value;
+use std::time::Instant;
+
+/// 2^52 − 1: the largest number an argument may be.
+const MAX_ARG: u64 = 4_503_599_627_370_495;
+
+/// One element of a reply, as the client reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Item {
+    Str(String),
+    Int(i64),
+    Nil,
+}
+use Item::{Int, Nil};
+
+fn s(text: &str) -> Item {
+    Item::Str(text.to_string())
+}
+
+fn item(value: Value) -> Item {
+    match value {
+        Value::BulkString(bytes) => Item::Str(String::from_utf8(bytes).expect("UTF-8 reply")),
+        Value::Int(n) => Int(n),
+        Value::Nil => Nil,
+        other => panic!("unexpected reply element {other:?}"),
+    }
+}
+
+fn items(value: Value) -> Vec<Item> {
+    match value {
+        Value::Array(elements) => elements.into_iter().map(item).collect(),
+        other => vec![item(other)],
+    }
+}
+
+/// The first 16 hex digits of SHA1(text).
+fn sha1_16(text: &str) -> String {
+    sha1_smol::Sha1::from(text.as_bytes()).digest().to_string()[..16].to_string()
+}
+
+/// A ticket as docs/redis.md "Tickets" spells it:
+/// `<serial>.<seq>.<debit>.<slot>.<mac>`, the MAC being the first 16 hex of
+/// SHA1(secret ":" key ":" serial ":" seq ":" debit ":" slot).
+fn ticket(secret: &str, key: &str, serial: u64, seq: u64, debit: u64, slot: u64) -> String {
+    let mac = sha1_16(&format!("{secret}:{key}:{serial}:{seq}:{debit}:{slot}"));
+    format!("{serial}.{seq}.{debit}.{slot}.{mac}")
+}
+
+/// The header docs/redis.md "The key" lays out: `PACER1`, the config
+/// fields, the secret, the state and counter fields, spaces to byte 255.
+fn header(config: &str, secret: &str, rest: &str) -> String {
+    let text = format!("PACER1 {config} {secret} {rest}");
+    assert_eq!(text.len(), 199, "fields end at byte 198: {text:?}");
+    format!("{text:<256}")
+}
+
+/// A server with the test-clock copy of the script loaded.
+struct Lua {
+    _server: Server,
+    con: redis::Connection,
+    sha: String,
+}
+
+impl Lua {
+    fn start() -> Lua {
+        Lua::with_source(&test_clock_script())
+    }
+
+    fn with_source(source: &str) -> Lua {
+        let server = Server::start(Options {
+            module: false,
+            ..Default::default()
+        });
+        let mut con = server.connect();
+        let sha = load_script(&mut con, source);
+        Lua {
+            _server: server,
+            con,
+            sha,
+        }
+    }
+
+    /// `EVALSHA sha 1 key op args…`: the reply's elements, or the error.
+    fn try_run(&mut self, key: &str, op: &str, args: &[&str]) -> Result<Vec<Item>, String> {
+        eval(&mut self.con, &self.sha, key, op, args).map(items)
+    }
+
+    fn run(&mut self, key: &str, op: &str, args: &[&str]) -> Vec<Item> {
+        self.try_run(key, op, args)
+            .unwrap_or_else(|e| panic!("{op} {args:?}: {e}"))
+    }
+
+    fn error(&mut self, key: &str, op: &str, args: &[&str]) -> String {
+        match self.try_run(key, op, args) {
+            Ok(reply) => panic!("{op} {args:?} answered {reply:?}, expected an error"),
+            Err(error) => error,
+        }
+    }
+
+    /// `GETRANGE key 0 255`.
+    fn header(&mut self, key: &str) -> String {
+        redis::cmd("GETRANGE")
+            .arg(key)
+            .arg(0)
+            .arg(255)
+            .query(&mut self.con)
+            .expect("GETRANGE")
+    }
+
+    /// The key's whole value (header and bitmap), `None` when missing.
+    fn value(&mut self, key: &str) -> Option<Vec<u8>> {
+        redis::cmd("GET")
+            .arg(key)
+            .query(&mut self.con)
+            .expect("GET")
+    }
+
+    /// The bucket's secret: header bytes 41–56.
+    fn secret(&mut self, key: &str) -> String {
+        self.header(key)[41..57].to_string()
+    }
+
+    fn getbit(&mut self, key: &str, offset: u64) -> i64 {
+        redis::cmd("GETBIT")
+            .arg(key)
+            .arg(offset)
+            .query(&mut self.con)
+            .expect("GETBIT")
+    }
+
+    /// INFO's value for `name`.
+    fn info(&mut self, key: &str, at: u64, name: &str) -> Item {
+        let reply = self.run(key, "info", &["AT", &at.to_string()]);
+        let at = reply
+            .iter()
+            .position(|i| *i == s(name))
+            .unwrap_or_else(|| panic!("INFO has no {name}: {reply:?}"));
+        reply[at + 1].clone()
+    }
+}
+
+/// The ticket string in a reply at `index`.
+fn text(reply: &[Item], index: usize) -> String {
+    match &reply[index] {
+        Item::Str(text) => text.clone(),
+        other => panic!("element {index} of {reply:?} is {other:?}, not a string"),
+    }
+}
+
+// SPEC §7 "rate 60, burst 1, bound 2000": idle 30000, r 3 gives
+// bound = ⌊(30000 − 2000·7)/(2·4)⌋ = ⌊16000/8⌋ = 2000, cap_s = 2,
+// refusing (3·2·1000·60 = 360000 ≥ 60000), capacity 60000 units,
+// max_debt = 2000·60 = 120000 units.
+const SPEC7: [&str; 5] = ["60", "1", "30000", "3", "refund"];
+const SPEC7_CONFIG: &str = "060 0000001 0000000000030000 03 0";
+
+fn with_at<'a>(args: &[&'a str], at: &'a str) -> Vec<&'a str> {
+    let mut all = args.to_vec();
+    all.extend(["AT", at]);
+    all
+}
+
+/// (a) The shipped script has no test clock: `AT` is an error that creates
+/// nothing; without it the server's TIME decides.
+#[test]
+fn shipped_script_refuses_at() {
+    let source = script_source();
+    assert_eq!(source.matches("local TEST_CLOCK = false").count(), 1);
+    let mut lua = Lua::with_source(&source);
+
+    for op_args in [with_at(&SPEC7, "0"), vec!["AT", "0"]] {
+        let op = if op_args.len() == 7 {
+            "reserve"
+        } else {
+            "info"
+        };
+        assert_eq!(
+            lua.error("k", op, &op_args),
+            "ERR pacer: AT needs a server started for tests"
+        );
+    }
+    assert_eq!(lua.value("k"), None, "a refused AT created nothing");
+
+    // The server's clock: TIME's sec·1000 + ⌊usec/1000⌋, between two
+    // readings taken around the call.
+    let time_ms = |lua: &mut Lua| -> u64 {
+        let (sec, usec): (u64, u64) = redis::cmd("TIME").query(&mut lua.con).expect("TIME");
+        sec * 1000 + usec / 1000
+    };
+    let before = time_ms(&mut lua);
+    let reply = lua.run("k", "reserve", &SPEC7);
+    let secret = lua.secret("k");
+    assert_eq!(
+        reply,
+        vec![
+            s("admitted"),
+            Int(0),
+            s(&ticket(&secret, "k", 0, 1, 60000, 0)),
+            s("paced"),
+            Int(0)
+        ]
+    );
+    let reply = lua.run("k", "info", &[]);
+    let after = time_ms(&mut lua);
+    let Int(now_ms) = reply[39] else {
+        panic!("now_ms: {reply:?}")
+    };
+    let Int(high_water_ms) = reply[19] else {
+        panic!("high_water_ms: {reply:?}")
+    };
+    assert_eq!(reply[38], s("now_ms"));
+    assert!(before as i64 <= high_water_ms && high_water_ms <= now_ms && now_ms <= after as i64);
+}
+
+/// The secret is the first 16 hex of SHA1(key ":" sec ":" usec) for the
+/// TIME read when the bucket was created: one of the readings between two
+/// TIMEs taken around the creating call.
+#[test]
+fn secret_comes_from_time_at_creation() {
+    let mut lua = Lua::start();
+    let time = |lua: &mut Lua| -> u64 {
+        let (sec, usec): (u64, u64) = redis::cmd("TIME").query(&mut lua.con).expect("TIME");
+        sec * 1_000_000 + usec
+    };
+    let before = time(&mut lua);
+    lua.run("fleet", "reserve", &with_at(&SPEC7, "0"));
+    let after = time(&mut lua);
+    let secret = lua.secret("fleet");
+    let found = (before..=after)
+        .find(|us| sha1_16(&format!("fleet:{}:{}", us / 1_000_000, us % 1_000_000)) == secret);
+    assert!(
+        found.is_some(),
+        "no TIME in {before}..={after} gives {secret}"
+    );
+}
+
+/// (b) SPEC §7's "rate 60, burst 1, bound 2000, 5 simultaneous": #0 now,
+/// #1 1000, #2 2000, #3 and #4 refused (required 3000, hint 2); the header
+/// after every call.
+#[test]
+fn spec7_sequence_replies_and_header() {
+    let mut lua = Lua::start();
+    let args = with_at(&SPEC7, "0");
+
+    // #0: full (60000 ≥ 60000) → wait 0, tokens 0, seq 1, ticket serial 0.
+    let reply = lua.run("k", "reserve", &args);
+    let secret = lua.secret("k");
+    assert!(secret
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+    assert_eq!(
+        reply,
+        vec![
+            s("admitted"),
+            Int(0),
+            s(&ticket(&secret, "k", 0, 1, 60000, 0)),
+            s("paced"),
+            Int(0)
+        ]
+    );
+    assert_eq!(
+        lua.header("k"),
+        header(
+            SPEC7_CONFIG,
+            &secret,
+            "0000000000000000 +000000000000 00000001 0000000000000001 \
+             0000000000000001 0000000000000000 0000000000000000 0000000000000000 0000000000000000"
+        )
+    );
+
+    // #1: tokens 0, deficit 60000, wait ⌈60000/60⌉ = 1000 ≤ 2000 → tokens
+    // −60000, seq 2.
+    let reply = lua.run("k", "reserve", &args);
+    assert_eq!(
+        reply,
+        vec![
+            s("admitted"),
+            Int(1000),
+            s(&ticket(&secret, "k", 1, 2, 60000, 0)),
+            s("paced"),
+            Int(0)
+        ]
+    );
+    // #2: deficit 120000, wait 2000 ≤ 2000 → tokens −120000, seq 3.
+    let reply = lua.run("k", "reserve", &args);
+    assert_eq!(
+        reply,
+        vec![
+            s("admitted"),
+            Int(2000),
+            s(&ticket(&secret, "k", 2, 3, 60000, 0)),
+            s("paced"),
+            Int(0)
+        ]
+    );
+    assert_eq!(
+        lua.header("k"),
+        header(
+            SPEC7_CONFIG,
+            &secret,
+            "0000000000000000 -000000120000 00000003 0000000000000003 \
+             0000000000000003 0000000000000000 0000000000000000 0000000000000000 0000000000000000"
+        )
+    );
+    // #3, #4: deficit 180000, wait 3000 > 2000, refusing → refused, hint
+    // cap_s = 2; nothing debited, only the refused counter moves.
+    for refused in 1..=2 {
+        let reply = lua.run("k", "reserve", &args);
+        assert_eq!(reply, vec![s("refused"), Int(2), Int(3000), Int(0)]);
+        assert_eq!(
+            lua.header("k"),
+            header(
+                SPEC7_CONFIG,
+                &secret,
+                &format!(
+                    "0000000000000000 -000000120000 00000003 0000000000000003 \
+                     0000000000000003 {refused:016} 0000000000000000 0000000000000000 \
+                     0000000000000000"
+                )
+            )
+        );
+    }
+
+    // INFO at 500: level = −120000 + 500·60 = −90000; the rest as derived.
+    let reply = lua.run("k", "info", &["AT", "500"]);
+    let expected = [
+        ("rate_per_min", Int(60)),
+        ("burst", Int(1)),
+        ("idle_timeout_ms", Int(30000)),
+        ("max_retries", Int(3)),
+        ("release_policy", s("refund")),
+        ("mode", s("refusing")),
+        ("wait_bound_ms", Int(2000)),
+        ("capacity_units", Int(60000)),
+        ("max_debt_units", Int(120000)),
+        ("high_water_ms", Int(0)),
+        ("tokens_units", Int(-120000)),
+        ("level_units", Int(-90000)),
+        ("seq", Int(3)),
+        ("serial", Int(3)),
+        ("admitted", Int(3)),
+        ("refused", Int(2)),
+        ("booked", Int(0)),
+        ("released", Int(0)),
+        ("release_refused", Int(0)),
+        ("now_ms", Int(500)),
+    ];
+    let expected: Vec<Item> = expected
+        .into_iter()
+        .flat_map(|(name, value)| [s(name), value])
+        .collect();
+    assert_eq!(reply, expected);
+
+    // Burst 0 means 1: the same bucket, no config mismatch. At 3000:
+    // level −120000 + 3000·60 = 60000 → wait 0, tokens 0, hw 3000.
+    let reply = lua.run(
+        "k",
+        "reserve",
+        &["60", "0", "30000", "3", "refund", "AT", "3000"],
+    );
+    assert_eq!(
+        reply,
+        vec![
+            s("admitted"),
+            Int(0),
+            s(&ticket(&secret, "k", 3, 4, 60000, 0)),
+            s("paced"),
+            Int(0)
+        ]
+    );
+    // Rate 0 turns pacing off: admitted at once, no ticket (nil), counted.
+    let reply = lua.run(
+        "off",
+        "reserve",
+        &["0", "0", "30000", "3", "strict", "AT", "7"],
+    );
+    assert_eq!(
+        reply,
+        vec![s("admitted"), Int(0), Nil, s("disabled"), Int(0)]
+    );
+    let off_secret = lua.secret("off");
+    assert_eq!(
+        lua.header("off"),
+        header(
+            "000 0000001 0000000000030000 03 1",
+            &off_secret,
+            "0000000000000007 +000000060000 00000000 0000000000000000 \
+             0000000000000001 0000000000000000 0000000000000000 0000000000000000 0000000000000000"
+        )
+    );
+}
+
+/// SPEC §11 on the §7 bucket: a booking, its redemption, its release, and
+/// a refusal beyond the horizon.
+#[test]
+fn spec11_booking_redeem_release() {
+    let mut lua = Lua::start();
+    let book = |retries: &'static str, at: &'static str| {
+        let mut args = SPEC7.to_vec();
+        args.extend([retries, "AT", at]);
+        args
+    };
+    // Three admissions at 0 as in §7: tokens −120000, seq 3, serial 3.
+    for _ in 0..3 {
+        lua.run("k", "book", &book("3", "0"));
+    }
+    let secret = lua.secret("k");
+    // horizon(3) = 2000 + 3·2·1000 = 8000. Deficit 180000 → wait 3000 ≤
+    // 8000 → booked: slot 0 + 3000, hint clamp(⌈(3000 − 2000)/1000⌉, 1, 2)
+    // = 1; tokens −180000, seq 4, serial 4.
+    let reply = lua.run("k", "book", &book("3", "0"));
+    let booking = ticket(&secret, "k", 3, 4, 60000, 3000);
+    assert_eq!(
+        reply,
+        vec![s("booked"), Int(1), s(&booking), Int(3000), Int(0)]
+    );
+    // horizon(0) = 2000: wait 4000 > 2000 → a plain refusal, hint 2.
+    let reply = lua.run("k", "book", &book("0", "0"));
+    assert_eq!(reply, vec![s("refused"), Int(2), Int(4000), Int(0)]);
+    // retries_left beyond max_retries is clamped to 3: horizon 8000, wait
+    // 4000 → booked, slot 4000, hint clamp(⌈2000/1000⌉, 1, 2) = 2.
+    let reply = lua.run("k", "book", &book("4503599627370495", "0"));
+    let second = ticket(&secret, "k", 4, 5, 60000, 4000);
+    assert_eq!(
+        reply,
+        vec![s("booked"), Int(2), s(&second), Int(4000), Int(0)]
+    );
+    assert_eq!(
+        lua.header("k"),
+        header(
+            SPEC7_CONFIG,
+            &secret,
+            "0000000000000000 -000000240000 00000005 0000000000000005 \
+             0000000000000003 0000000000000001 0000000000000002 0000000000000000 0000000000000000"
+        )
+    );
+    let before = lua.value("k");
+
+    // Redeem (pure): at 500, 3000 > 500 + 2000 → not yet, hint
+    // clamp(⌈(3000 − 2000 − 500)/1000⌉, 1, 2) = 1.
+    let reply = lua.run("k", "redeem", &[&booking, "AT", "500"]);
+    assert_eq!(reply, vec![s("notyet"), Int(1), s(&booking)]);
+    // At 1000: 3000 ≤ 3000 → admitted after 2000; at 3500 after 0.
+    let reply = lua.run("k", "redeem", &[&booking, "AT", "1000"]);
+    assert_eq!(
+        reply,
+        vec![s("admitted"), Int(2000), s(&booking), s("booked"), Int(0)]
+    );
+    let reply = lua.run("k", "redeem", &[&booking, "AT", "3500"]);
+    assert_eq!(
+        reply,
+        vec![s("admitted"), Int(0), s(&booking), s("booked"), Int(0)]
+    );
+    assert_eq!(lua.value("k"), before, "redeem changes nothing");
+
+    // Release the booking at 1000 (refund): −240000 + 1000·60 + 60000 =
+    // −120000, hw 1000, seq stays 5; released 1; bit 2048 + 3 set.
+    assert_eq!(
+        lua.run("k", "release", &[&booking, "AT", "1000"]),
+        vec![Int(1)]
+    );
+    assert_eq!(lua.getbit("k", 2048 + 3), 1);
+    assert_eq!(
+        lua.header("k"),
+        header(
+            SPEC7_CONFIG,
+            &secret,
+            "0000000000001000 -000000120000 00000005 0000000000000005 \
+             0000000000000003 0000000000000001 0000000000000002 0000000000000001 0000000000000000"
+        )
+    );
+    assert_eq!(
+        lua.error("k", "release", &[&booking, "AT", "1000"]),
+        "ERR pacer: ticket already released"
+    );
+    assert_eq!(
+        lua.error("k", "redeem", &[&booking, "AT", "3000"]),
+        "ERR pacer: ticket already released"
+    );
+}
+
+/// The strict policy: a release refused because a later debit is still out
+/// spends the ticket all the same and counts in release_refused.
+#[test]
+fn strict_release_refused_still_spends() {
+    let mut lua = Lua::start();
+    // rate 60, burst 2, idle 30000, r 3 (bound 2000), strict: capacity
+    // 120000; two admissions at 0 → tokens 0, seq 2 (tickets seq 1 and 2).
+    let args = ["60", "2", "30000", "3", "strict", "AT", "0"];
+    lua.run("k", "reserve", &args);
+    lua.run("k", "reserve", &args);
+    let secret = lua.secret("k");
+    let first = ticket(&secret, "k", 0, 1, 60000, 0);
+    let last = ticket(&secret, "k", 1, 2, 60000, 0);
+    let config = "060 0000002 0000000000030000 03 1";
+    // The first ticket's seq 1 ≠ the stack's 2 → refused (0): state as it
+    // was, release_refused 1, its bit set.
+    assert_eq!(lua.run("k", "release", &[&first, "AT", "0"]), vec![Int(0)]);
+    assert_eq!(lua.getbit("k", 2048), 1);
+    assert_eq!(
+        lua.header("k"),
+        header(
+            config,
+            &secret,
+            "0000000000000000 +000000000000 00000002 0000000000000002 \
+             0000000000000002 0000000000000000 0000000000000000 0000000000000000 0000000000000001"
+        )
+    );
+    // The last one matches the stack → refunded: tokens 60000, seq 1.
+    assert_eq!(lua.run("k", "release", &[&last, "AT", "0"]), vec![Int(1)]);
+    assert_eq!(
+        lua.header("k"),
+        header(
+            config,
+            &secret,
+            "0000000000000000 +000000060000 00000001 0000000000000002 \
+             0000000000000002 0000000000000000 0000000000000000 0000000000000001 0000000000000001"
+        )
+    );
+    // Now the stack is at 1, but the first ticket was spent by its refusal.
+    assert_eq!(
+        lua.error("k", "release", &[&first, "AT", "0"]),
+        "ERR pacer: ticket already released"
+    );
+}
+
+/// SPEC §7 "rate 1 and 2 /min at default budget, 20 simultaneous: 19
+/// admitted at once, exactly 1 waits the bound (4833), none refused".
+/// Defaults: idle 120000, r 5: bound ⌊(120000 − 62000)/12⌋ = 4833, cap_s 4;
+/// at rate 1 the schedule 5·4·1000·1 = 20000 < 60000 → shaping-low-rate;
+/// max_debt 4833·1 = 4833 units; burst 10 = 600000 units.
+#[test]
+fn shaping_low_rate_then_overflow() {
+    let mut lua = Lua::start();
+    let args = ["1", "10", "120000", "5", "refund", "AT", "0"];
+    // #0–#9: whole tokens, wait 0 (600000 → 0).
+    for serial in 0..10u64 {
+        let reply = lua.run("k", "reserve", &args);
+        assert_eq!((&reply[1], &reply[3]), (&Int(0), &s("paced")), "#{serial}");
+    }
+    let secret = lua.secret("k");
+    // #10: wait 60000 > 4833 → shaped: debit min(0 + 4833, 60000) = 4833,
+    // wait the bound 4833, ticket serial 10, seq 11, debit 4833.
+    let reply = lua.run("k", "reserve", &args);
+    let shaped = ticket(&secret, "k", 10, 11, 4833, 0);
+    assert_eq!(
+        reply,
+        vec![s("admitted"), Int(4833), s(&shaped), s("shaped"), Int(0)]
+    );
+    // #11–#19: the floor −4833 is reached → overflow, at once, no ticket.
+    for _ in 11..20 {
+        let reply = lua.run("k", "reserve", &args);
+        assert_eq!(
+            reply,
+            vec![s("admitted"), Int(0), Nil, s("overflow"), Int(0)]
+        );
+    }
+    let secret_header = |rest: &str| header("001 0000010 0000000000120000 05 0", &secret, rest);
+    assert_eq!(
+        lua.header("k"),
+        secret_header(
+            "0000000000000000 -000000004833 00000011 0000000000000011 \
+             0000000000000020 0000000000000000 0000000000000000 0000000000000000 0000000000000000"
+        )
+    );
+    assert_eq!(lua.info("k", 0, "mode"), s("shaping-low-rate"));
+    // Releasing the shaped ticket at 3 refunds its fraction: −4833 + 3·1 +
+    // 4833 = 3, hw 3.
+    assert_eq!(lua.run("k", "release", &[&shaped, "AT", "3"]), vec![Int(1)]);
+    assert_eq!(&lua.header("k")[58..88], "0000000000000003 +000000000003");
+}
+
+/// A wait is ⌈deficit/rate⌉: rate 7, burst 1, idle 120000, r 0 (bound
+/// ⌊120000/2⌋ → 15000, shaping-no-retry, max_debt 15000·7 = 105000).
+#[test]
+fn wait_rounds_up() {
+    let mut lua = Lua::start();
+    let args = ["7", "1", "120000", "0", "refund", "AT", "0"];
+    lua.run("k", "reserve", &args);
+    // Deficit 60000: 60000 = 7·8571 + 3 → wait 8572; tokens −60000.
+    let reply = lua.run("k", "reserve", &args);
+    assert_eq!((&reply[1], &reply[3]), (&Int(8572), &s("paced")));
+    // Deficit 120000 → ⌈120000/7⌉ = 17143 > 15000 → shaped, debit
+    // min(−60000 + 105000, 60000) = 45000, wait 15000.
+    let reply = lua.run("k", "reserve", &args);
+    let secret = lua.secret("k");
+    assert_eq!(
+        reply,
+        vec![
+            s("admitted"),
+            Int(15000),
+            s(&ticket(&secret, "k", 2, 3, 45000, 0)),
+            s("shaped"),
+            Int(0)
+        ]
+    );
+    assert_eq!(lua.info("k", 0, "mode"), s("shaping-no-retry"));
+    // At 1: level −105000 + 7 = −104993; deficit 164993 = 7·23570 + 3 →
+    // wait 23571 > 15000; above the floor 7 units → shaped, debit 7.
+    let reply = lua.run(
+        "k",
+        "reserve",
+        &["7", "1", "120000", "0", "refund", "AT", "1"],
+    );
+    assert_eq!(
+        reply,
+        vec![
+            s("admitted"),
+            Int(15000),
+            s(&ticket(&secret, "k", 3, 4, 7, 0)),
+            s("shaped"),
+            Int(0)
+        ]
+    );
+    // Now −105000 at 1: room 165000 = 7·23571 + 3, so the refill reaches
+    // capacity after ⌈165000/7⌉ = 23572 ms, not 23571: at 23572 the level
+    // is −105000 + 23571·7 = 59997, at 23573 it is 60000.
+    assert_eq!(lua.info("k", 23572, "level_units"), Int(59997));
+    assert_eq!(lua.info("k", 23573, "level_units"), Int(60000));
+}
+
+/// (c) Clocks at the edge: 2^52 − 1 accepted, 2^52 refused; the header
+/// holds the 16-digit mark exactly.
+#[test]
+fn clock_edges() {
+    let mut lua = Lua::start();
+    let reply = lua.run("k", "reserve", &with_at(&SPEC7, "4503599627370495"));
+    let secret = lua.secret("k");
+    assert_eq!(
+        reply,
+        vec![
+            s("admitted"),
+            Int(0),
+            s(&ticket(&secret, "k", 0, 1, 60000, 0)),
+            s("paced"),
+            Int(0)
+        ]
+    );
+    assert_eq!(&lua.header("k")[58..74], "4503599627370495");
+    assert_eq!(lua.info("k", MAX_ARG, "now_ms"), Int(MAX_ARG as i64));
+    let before = lua.value("k");
+    for at in ["4503599627370496", "9999999999999999", "10000000000000000"] {
+        assert_eq!(
+            lua.error("k", "reserve", &with_at(&SPEC7, at)),
+            format!("ERR pacer: AT must be a whole number below 2^52, got '{at}'")
+        );
+    }
+    assert_eq!(lua.value("k"), before);
+}
+
+/// (c) Rate 600 after an idle spell of 2^52 − 1 ms refills exactly to
+/// capacity; a partial refill near 2^52 is exact to the unit.
+#[test]
+fn rate_600_refill_at_the_edge() {
+    let mut lua = Lua::start();
+    // rate 600, burst 1, idle 30000, r 3: bound 2000, cap_s 2, refusing
+    // (3·2·1000·600 ≥ 60000). At 0: wait 0 (tokens 0), then ⌈60000/600⌉ =
+    // 100 (tokens −60000).
+    let config = ["600", "1", "30000", "3", "refund"];
+    lua.run("k", "reserve", &with_at(&config, "0"));
+    let reply = lua.run("k", "reserve", &with_at(&config, "0"));
+    assert_eq!((&reply[0], &reply[1]), (&s("admitted"), &Int(100)));
+    // At 2^52 − 1: elapsed 2^52 − 1, room 120000; the gain is far beyond the
+    // room → exactly capacity, 60000.
+    assert_eq!(lua.info("k", MAX_ARG, "level_units"), Int(60000));
+    assert_eq!(lua.info("k", MAX_ARG, "tokens_units"), Int(-60000));
+    let reply = lua.run("k", "reserve", &with_at(&config, "4503599627370495"));
+    assert_eq!((&reply[1], &reply[3]), (&Int(0), &s("paced")));
+    assert_eq!(&lua.header("k")[58..88], "4503599627370495 +000000000000");
+
+    // A bucket created at H = 2^52 − 1000 = 4503599627369496, drained to
+    // −60000; 150 ms later the level is −60000 + 150·600 = 30000, so a
+    // reserve waits ⌈(60000 − 30000)/600⌉ = 50 and leaves −30000 at
+    // H + 150 = 4503599627369646.
+    lua.run("edge", "reserve", &with_at(&config, "4503599627369496"));
+    lua.run("edge", "reserve", &with_at(&config, "4503599627369496"));
+    assert_eq!(
+        lua.info("edge", 4503599627369646, "level_units"),
+        Int(30000)
+    );
+    // 199 ms: −60000 + 119400 = 59400, one unit short of the 200th ms.
+    assert_eq!(
+        lua.info("edge", 4503599627369695, "level_units"),
+        Int(59400)
+    );
+    assert_eq!(
+        lua.info("edge", 4503599627369696, "level_units"),
+        Int(60000)
+    );
+    let reply = lua.run("edge", "reserve", &with_at(&config, "4503599627369646"));
+    assert_eq!((&reply[1], &reply[3]), (&Int(50), &s("paced")));
+    assert_eq!(
+        &lua.header("edge")[58..88],
+        "4503599627369646 -000000030000"
+    );
+}
+
+/// (c) Burst 1000000: capacity 6·10^10 units in the 12-digit token field.
+#[test]
+fn largest_burst() {
+    let mut lua = Lua::start();
+    let config = ["600", "1000000", "30000", "3", "refund"];
+    let reply = lua.run("k", "reserve", &with_at(&config, "0"));
+    let secret = lua.secret("k");
+    let first = ticket(&secret, "k", 0, 1, 60000, 0);
+    assert_eq!(reply[2], s(&first));
+    // 6·10^10 − 60000 = 59999940000.
+    assert_eq!(
+        lua.header("k"),
+        header(
+            "600 1000000 0000000000030000 03 0",
+            &secret,
+            "0000000000000000 +059999940000 00000001 0000000000000001 \
+             0000000000000001 0000000000000000 0000000000000000 0000000000000000 0000000000000000"
+        )
+    );
+    assert_eq!(lua.info("k", 0, "capacity_units"), Int(60_000_000_000));
+    // 100 ms refill 60000: back at capacity, 6·10^10, and capped there.
+    assert_eq!(lua.info("k", 100, "level_units"), Int(60_000_000_000));
+    assert_eq!(lua.info("k", MAX_ARG, "level_units"), Int(60_000_000_000));
+    // A release at 50: 59999940000 + 50·600 + 60000 = 60000030000, capped
+    // at 60000000000.
+    assert_eq!(lua.run("k", "release", &[&first, "AT", "50"]), vec![Int(1)]);
+    assert_eq!(&lua.header("k")[58..88], "0000000000000050 +060000000000");
+    assert_eq!(
+        lua.error(
+            "k2",
+            "reserve",
+            &with_at(&["600", "1000001", "30000", "3", "refund"], "0")
+        ),
+        "ERR pacer: burst 1000001 is above 1000000"
+    );
+    assert_eq!(lua.value("k2"), None);
+}
+
+/// (c) idle_timeout_ms = 2^52 − 1: the ladder ceiling is 41, since
+/// 2000·(2^41 − 1) = 4398046511102000 < 4503599627370495 ≤
+/// 2000·(2^42 − 1) = 8796093022206000. With r = 41 the bound is
+/// min(15000, ⌊(4503599627370495 − 4398046511102000)/84⌋) = 15000.
+#[test]
+fn largest_idle_timeout() {
+    let mut lua = Lua::start();
+    let idle = "4503599627370495";
+    assert_eq!(
+        lua.error(
+            "k",
+            "reserve",
+            &with_at(&["60", "1", idle, "42", "refund"], "0")
+        ),
+        "ERR pacer: max_retries 42 is above 41, the most whose backoff ladder fits a \
+         4503599627370495 ms idle timeout"
+    );
+    assert_eq!(lua.value("k"), None);
+    lua.run(
+        "k",
+        "reserve",
+        &with_at(&["60", "1", idle, "41", "refund"], "0"),
+    );
+    assert_eq!(&lua.header("k")[7..38], "060 0000001 4503599627370495 41");
+    assert_eq!(lua.info("k", 0, "wait_bound_ms"), Int(15000));
+    // cap_s 15: refusing (41·15·1000·60 ≥ 60000).
+    assert_eq!(lua.info("k", 0, "mode"), s("refusing"));
+    // r = 0: bound min(15000, ⌊(2^52 − 1)/2⌋) = 15000, shaping-no-retry.
+    lua.run(
+        "r0",
+        "reserve",
+        &with_at(&["60", "1", idle, "0", "refund"], "0"),
+    );
+    assert_eq!(lua.info("r0", 0, "mode"), s("shaping-no-retry"));
+    assert_eq!(lua.info("r0", 0, "max_debt_units"), Int(15000 * 60));
+
+    // Where the floor division shows: idle = 4398046511102000 + 84·1234 + 83
+    // = 4398046511205739. Ceiling still 41 (backoff(41) < idle ≤
+    // backoff(42)); bound ⌊103739/84⌋ = 1234, cap_s 1, refusing
+    // (41·1·1000·60 ≥ 60000). A tighter idle one below backoff(41)+1 …
+    let idle = "4398046511205739";
+    lua.run(
+        "mid",
+        "reserve",
+        &with_at(&["60", "1", idle, "41", "refund"], "0"),
+    );
+    assert_eq!(lua.info("mid", 0, "wait_bound_ms"), Int(1234));
+    assert_eq!(lua.info("mid", 0, "max_debt_units"), Int(1234 * 60));
+    // … and at idle = backoff(41) exactly the ceiling drops to 40.
+    assert_eq!(
+        lua.error(
+            "low",
+            "reserve",
+            &with_at(&["60", "1", "4398046511102000", "41", "refund"], "0")
+        ),
+        "ERR pacer: max_retries 41 is above 40, the most whose backoff ladder fits a \
+         4398046511102000 ms idle timeout"
+    );
+}
+
+/// (c) A booking at the deepest horizon. rate 2, burst 1, idle 2^52 − 1,
+/// r 41: bound 15000, cap_s 15, refusing (41·15·1000·2 ≥ 60000), horizon
+/// 15000 + 41·15·1000 = 630000. After the first (paced) admission the k-th
+/// booking has deficit 60000·k and waits 60000·k/2 = 30000·k; k = 21 waits
+/// exactly 630000 = the horizon (booked), k = 22 waits 660000 (refused).
+#[test]
+fn deepest_booking_horizon() {
+    let mut lua = Lua::start();
+    let config = ["2", "1", "4503599627370495", "41", "refund"];
+    let book = |retries: &'static str, at: &'static str| {
+        let mut args = config.to_vec();
+        args.extend([retries, "AT", at]);
+        args
+    };
+    // At T = 2^52 − 1 − 630000 = 4503599626740495 the deepest slot is
+    // T + 630000 = 2^52 − 1.
+    let at = "4503599626740495";
+    let t: u64 = 4_503_599_626_740_495;
+    lua.run("k", "book", &book("41", at));
+    let secret = lua.secret("k");
+    for k in 1..=21u64 {
+        let reply = lua.run("k", "book", &book("4503599627370495", at));
+        // hint clamp(⌈(30000k − 15000)/1000⌉, 1, 15) = 15 for every k ≥ 1.
+        let booking = ticket(&secret, "k", k, k + 1, 60000, t + 30000 * k);
+        assert_eq!(
+            reply,
+            vec![
+                s("booked"),
+                Int(15),
+                s(&booking),
+                Int((t + 30000 * k) as i64),
+                Int(0)
+            ]
+        );
+    }
+    let deepest = ticket(&secret, "k", 21, 22, 60000, MAX_ARG);
+    // k = 22: 660000 > 630000 → refused, hint 15 (retries_left 2^52 − 1 is
+    // clamped to 41: unclamped, the horizon would cover it).
+    let reply = lua.run("k", "book", &book("4503599627370495", at));
+    assert_eq!(reply, vec![s("refused"), Int(15), Int(660000), Int(0)]);
+    // tokens 60000 − 22·60000 = −1260000.
+    assert_eq!(&lua.header("k")[58..88], "4503599626740495 -000001260000");
+    // With 40 retries left the horizon is 615000 < 660000: refused too.
+    let reply = lua.run("k", "book", &book("40", at));
+    assert_eq!(reply, vec![s("refused"), Int(15), Int(660000), Int(0)]);
+
+    // Redeem the deepest (slot 2^52 − 1): at 2^52 − 1 − 15001 the slot is
+    // 15001 > bound ahead → not yet, hint ⌈1/1000⌉ = 1; at 2^52 − 1 − 15000
+    // admitted after 15000; at 2^52 − 1 after 0.
+    assert_eq!(
+        lua.run("k", "redeem", &[&deepest, "AT", "4503599627355494"]),
+        vec![s("notyet"), Int(1), s(&deepest)]
+    );
+    assert_eq!(
+        lua.run("k", "redeem", &[&deepest, "AT", "4503599627355495"]),
+        vec![s("admitted"), Int(15000), s(&deepest), s("booked"), Int(0)]
+    );
+    assert_eq!(
+        lua.run("k", "redeem", &[&deepest, "AT", "4503599627370495"]),
+        vec![s("admitted"), Int(0), s(&deepest), s("booked"), Int(0)]
+    );
+
+    // Booked at 2^52 − 1 the deepest slot is 2^52 − 1 + 630000 =
+    // 4503599628000495, past 2^52 and still exact; it redeems (not yet,
+    // hint clamp(⌈615000/1000⌉, 1, 15) = 15) and releases.
+    lua.run("top", "book", &book("41", "4503599627370495"));
+    for _ in 1..=20 {
+        lua.run("top", "book", &book("41", "4503599627370495"));
+    }
+    let reply = lua.run("top", "book", &book("41", "4503599627370495"));
+    let top_secret = lua.secret("top");
+    let top = ticket(&top_secret, "top", 21, 22, 60000, 4503599628000495);
+    assert_eq!(
+        reply,
+        vec![s("booked"), Int(15), s(&top), Int(4503599628000495), Int(0)]
+    );
+    assert_eq!(
+        lua.run("top", "redeem", &[&top, "AT", "4503599627370495"]),
+        vec![s("notyet"), Int(15), s(&top)]
+    );
+    assert_eq!(
+        lua.run("top", "release", &[&top, "AT", "4503599627370495"]),
+        vec![Int(1)]
+    );
+}
+
+/// (d) A clock behind the high-water mark is the mark: no refill, the mark
+/// stays, clock_regressed 1. Redeem reads the raw clock.
+#[test]
+fn backward_clock() {
+    let mut lua = Lua::start();
+    // §7 bucket created at 1000: tokens 0, hw 1000.
+    lua.run("k", "reserve", &with_at(&SPEC7, "1000"));
+    let secret = lua.secret("k");
+    // At 500 (behind): acts at 1000, deficit 60000 → wait 1000, regressed.
+    let reply = lua.run("k", "reserve", &with_at(&SPEC7, "500"));
+    assert_eq!(
+        reply,
+        vec![
+            s("admitted"),
+            Int(1000),
+            s(&ticket(&secret, "k", 1, 2, 60000, 0)),
+            s("paced"),
+            Int(1)
+        ]
+    );
+    // At 0: deficit 120000 → wait 2000; at 400: deficit 180000 → refused.
+    let reply = lua.run("k", "reserve", &with_at(&SPEC7, "0"));
+    assert_eq!((&reply[1], &reply[4]), (&Int(2000), &Int(1)));
+    let reply = lua.run("k", "reserve", &with_at(&SPEC7, "400"));
+    assert_eq!(reply, vec![s("refused"), Int(2), Int(3000), Int(1)]);
+    assert_eq!(&lua.header("k")[58..88], "0000000000001000 -000000120000");
+    // INFO at 0: the level at max(0, 1000) = −120000; now_ms is the raw 0.
+    assert_eq!(lua.info("k", 0, "level_units"), Int(-120000));
+    assert_eq!(lua.info("k", 0, "now_ms"), Int(0));
+    assert_eq!(lua.info("k", 0, "high_water_ms"), Int(1000));
+
+    // At 2000 (ahead again): +60000 → −60000, wait 2000, not regressed.
+    let reply = lua.run("k", "reserve", &with_at(&SPEC7, "2000"));
+    assert_eq!((&reply[1], &reply[4]), (&Int(2000), &Int(0)));
+    // A booking at 2000: deficit 180000 → wait 3000 ≤ horizon 8000, slot
+    // 5000, hint 1, tokens −180000, seq 5 (serial 4).
+    let mut args = SPEC7.to_vec();
+    args.extend(["3", "AT", "2000"]);
+    let reply = lua.run("k", "book", &args);
+    let booking = ticket(&secret, "k", 4, 5, 60000, 5000);
+    assert_eq!(
+        reply,
+        vec![s("booked"), Int(1), s(&booking), Int(5000), Int(0)]
+    );
+    // Redeem at 0 (behind the mark 2000) uses the raw clock 0:
+    // 5000 > 0 + 2000 → not yet, hint clamp(⌈3000/1000⌉, 1, 2) = 2 (at the
+    // mark it would be ⌈1000/1000⌉ = 1).
+    assert_eq!(
+        lua.run("k", "redeem", &[&booking, "AT", "0"]),
+        vec![s("notyet"), Int(2), s(&booking)]
+    );
+    // A release at 0 acts at the mark 2000: −180000 + 60000 = −120000, hw
+    // stays 2000.
+    assert_eq!(
+        lua.run("k", "release", &[&booking, "AT", "0"]),
+        vec![Int(1)]
+    );
+    assert_eq!(&lua.header("k")[58..88], "0000000000002000 -000000120000");
+    // Disabled pacing answers clock_regressed 0 whatever the clock (the
+    // core reads no state).
+    lua.run(
+        "off",
+        "reserve",
+        &["0", "1", "30000", "3", "refund", "AT", "100"],
+    );
+    let reply = lua.run(
+        "off",
+        "reserve",
+        &["0", "1", "30000", "3", "refund", "AT", "0"],
+    );
+    assert_eq!(
+        reply,
+        vec![s("admitted"), Int(0), Nil, s("disabled"), Int(0)]
+    );
+    assert_eq!(&lua.header("off")[58..74], "0000000000000100");
+}
+
+// Tickets out of range: debit 0, debit 60001, seq 2^24.
+const ZERO_DEBIT: &str = "0.1.0.0.0123456789abcdef";
+const BIG_DEBIT: &str = "0.1.60001.0.0123456789abcdef";
+const BIG_SEQ: &str = "0.16777216.60000.0.0123456789abcdef";
+
+/// (e) A bad call answers its error and changes nothing: the key's whole
+/// value (header and bitmap) is byte-identical afterwards.
+#[test]
+fn bad_input_changes_nothing() {
+    let mut lua = Lua::start();
+    // The §7 bucket with a plain ticket (serial 0), a released one (serial
+    // 1) and a booking (serial 3, slot 3000).
+    let first = lua.run("k", "reserve", &with_at(&SPEC7, "0"));
+    let plain = text(&first, 2);
+    let second = lua.run("k", "reserve", &with_at(&SPEC7, "0"));
+    let released = text(&second, 2);
+    lua.run("k", "reserve", &with_at(&SPEC7, "0"));
+    let mut book = SPEC7.to_vec();
+    book.extend(["3", "AT", "0"]);
+    let booked = lua.run("k", "book", &book);
+    let booking = text(&booked, 2);
+    assert_eq!(
+        lua.run("k", "release", &[&released, "AT", "0"]),
+        vec![Int(1)]
+    );
+    let secret = lua.secret("k");
+    lua.run("other", "reserve", &with_at(&SPEC7, "0"));
+    let foreign = lua.run("other", "reserve", &with_at(&SPEC7, "0"));
+    let foreign = text(&foreign, 2);
+    redis::cmd("RPUSH")
+        .arg("list")
+        .arg("x")
+        .query::<i64>(&mut lua.con)
+        .expect("RPUSH");
+    redis::cmd("SET")
+        .arg("text")
+        .arg("hello")
+        .query::<()>(&mut lua.con)
+        .expect("SET");
+    let short = format!("{:<255}", "PACER1 ");
+    redis::cmd("SET")
+        .arg("short")
+        .arg(&short)
+        .query::<()>(&mut lua.con)
+        .expect("SET");
+
+    let with = |extra: &[&'static str]| {
+        let mut args = SPEC7.to_vec();
+        args.extend(extra);
+        args
+    };
+    let config = |rate, burst, idle, retries, policy| vec![rate, burst, idle, retries, policy];
+    let number = |name: &str, got: &str| {
+        format!("ERR pacer: {name} must be a whole number below 2^52, got '{got}'")
+    };
+    // A ticket with one field replaced.
+    let edit = |ticket: &str, field: usize, to: &str| {
+        let mut fields: Vec<&str> = ticket.split('.').collect();
+        fields[field] = to;
+        fields.join(".")
+    };
+    let mac_of = |t: &str| t.rsplit('.').next().unwrap().to_string();
+    // Serial 4 is not issued yet (serials 0–3 are), with a MAC that matches.
+    let unissued = ticket(&secret, "k", 4, 5, 60000, 0);
+    let uppercase = edit(&plain, 4, &mac_of(&plain).to_uppercase());
+    let edited_debit = edit(&plain, 2, "30000");
+    let edited_slot = edit(&booking, 3, "2000");
+    let leading_zero = format!("0{plain}");
+
+    let arity = |op: &str| format!("ERR pacer: wrong number of arguments for {op}");
+    let not_issued = "ERR pacer: ticket not issued by this bucket".to_string();
+    let malformed = |t: &str| format!("ERR pacer: malformed ticket '{t}'");
+    let wrongtype = "WRONGTYPE Operation against a key holding the wrong kind of value".to_string();
+    let created = "ERR pacer: bucket 'k' was created with rate_per_min=60 burst=1 \
+                   idle_timeout_ms=30000 max_retries=3 release_policy=refund; this call has";
+    let mut book_strict = config("60", "1", "30000", "3", "strict");
+    book_strict.push("3");
+
+    let cases: Vec<(&str, &str, Vec<&str>, String)> = vec![
+        // Arity, keywords, ops.
+        ("k", "reserve", SPEC7[..4].to_vec(), arity("reserve")),
+        ("k", "reserve", with(&["AT"]), arity("reserve")),
+        ("k", "reserve", with(&["AT", "1", "2"]), arity("reserve")),
+        ("k", "book", with(&[]), arity("book")),
+        ("k", "release", vec![], arity("release")),
+        ("k", "redeem", vec![&booking, "AT"], arity("redeem")),
+        ("k", "info", vec!["AT"], arity("info")),
+        (
+            "k",
+            "reserve",
+            with(&["XX", "0"]),
+            "ERR pacer: unknown argument 'XX'".into(),
+        ),
+        (
+            "k",
+            "frobnicate",
+            vec![],
+            "ERR pacer: unknown op 'frobnicate'".into(),
+        ),
+        // Numbers: 0 or [1-9] then at most 15 digits, below 2^52.
+        (
+            "k",
+            "reserve",
+            config("x", "1", "30000", "3", "refund"),
+            number("rate_per_min", "x"),
+        ),
+        (
+            "k",
+            "reserve",
+            config("60", "01", "30000", "3", "refund"),
+            number("burst", "01"),
+        ),
+        (
+            "k",
+            "reserve",
+            config("60", "1", "4503599627370496", "3", "refund"),
+            number("idle_timeout_ms", "4503599627370496"),
+        ),
+        (
+            "k",
+            "reserve",
+            config("60", "1", "30000", "-1", "refund"),
+            number("max_retries", "-1"),
+        ),
+        (
+            "k",
+            "reserve",
+            config("1e2", "1", "30000", "3", "refund"),
+            number("rate_per_min", "1e2"),
+        ),
+        (
+            "k",
+            "reserve",
+            config("+60", "1", "30000", "3", "refund"),
+            number("rate_per_min", "+60"),
+        ),
+        (
+            "k",
+            "reserve",
+            config("60 ", "1", "30000", "3", "refund"),
+            number("rate_per_min", "60 "),
+        ),
+        (
+            "k",
+            "reserve",
+            config("", "1", "30000", "3", "refund"),
+            number("rate_per_min", ""),
+        ),
+        (
+            "k",
+            "reserve",
+            config("60", "1", "30000", "3.0", "refund"),
+            number("max_retries", "3.0"),
+        ),
+        (
+            "k",
+            "reserve",
+            config("60", "1", "30000", "3", "Refund"),
+            "ERR pacer: release_policy must be refund or strict, got 'Refund'".into(),
+        ),
+        ("k", "book", with(&["1.5"]), number("retries_left", "1.5")),
+        ("k", "reserve", with(&["AT", "01"]), number("AT", "01")),
+        // Params::plan's ranges, and a configuration other than the bucket's.
+        (
+            "k",
+            "reserve",
+            config("601", "1", "30000", "3", "refund"),
+            "ERR pacer: rate_per_min 601 is above 600".into(),
+        ),
+        (
+            "k",
+            "reserve",
+            config("60", "1", "120000", "6", "refund"),
+            "ERR pacer: max_retries 6 is above 5, the most whose backoff ladder fits a \
+             120000 ms idle timeout"
+                .into(),
+        ),
+        (
+            "k",
+            "reserve",
+            config("60", "2", "30000", "3", "refund"),
+            format!(
+                "{created} rate_per_min=60 burst=2 idle_timeout_ms=30000 max_retries=3 \
+                 release_policy=refund"
+            ),
+        ),
+        (
+            "k",
+            "book",
+            book_strict,
+            format!(
+                "{created} rate_per_min=60 burst=1 idle_timeout_ms=30000 max_retries=3 \
+                 release_policy=strict"
+            ),
+        ),
+        // Keys that are not buckets.
+        ("list", "reserve", with(&[]), wrongtype.clone()),
+        ("list", "info", vec![], wrongtype),
+        (
+            "text",
+            "reserve",
+            with(&[]),
+            "ERR pacer: key 'text' is not a pacer bucket".into(),
+        ),
+        (
+            "short",
+            "info",
+            vec![],
+            "ERR pacer: key 'short' is not a pacer bucket".into(),
+        ),
+        (
+            "missing",
+            "info",
+            vec![],
+            "ERR pacer: no bucket at key 'missing'".into(),
+        ),
+        (
+            "missing",
+            "release",
+            vec![&plain],
+            "ERR pacer: no bucket at key 'missing'".into(),
+        ),
+        (
+            "missing",
+            "redeem",
+            vec![&booking],
+            "ERR pacer: no bucket at key 'missing'".into(),
+        ),
+        // Tickets, in the order of the checks.
+        ("k", "release", vec!["1.2.3"], malformed("1.2.3")),
+        (
+            "k",
+            "release",
+            vec![&leading_zero],
+            malformed(&leading_zero),
+        ),
+        ("k", "release", vec![&uppercase], malformed(&uppercase)),
+        ("k", "release", vec![ZERO_DEBIT], malformed(ZERO_DEBIT)),
+        ("k", "release", vec![BIG_DEBIT], malformed(BIG_DEBIT)),
+        ("k", "release", vec![BIG_SEQ], malformed(BIG_SEQ)),
+        ("k", "release", vec![&edited_debit], not_issued.clone()),
+        ("k", "redeem", vec![&edited_slot], not_issued.clone()),
+        ("k", "release", vec![&foreign], not_issued.clone()),
+        ("k", "release", vec![&unissued], not_issued),
+        (
+            "k",
+            "release",
+            vec![&released],
+            "ERR pacer: ticket already released".into(),
+        ),
+        (
+            "k",
+            "redeem",
+            vec![&plain],
+            "ERR pacer: not a booking".into(),
+        ),
+    ];
+    let watched = ["k", "other", "text", "short", "missing"];
+    let list = |lua: &mut Lua| -> Vec<String> {
+        redis::cmd("LRANGE")
+            .arg("list")
+            .arg(0)
+            .arg(-1)
+            .query(&mut lua.con)
+            .expect("LRANGE")
+    };
+    for (key, op, args, expected) in &cases {
+        let before: Vec<_> = watched.iter().map(|k| lua.value(k)).collect();
+        let list_before = list(&mut lua);
+        assert_eq!(&lua.error(key, op, args), expected, "{op} {key} {args:?}");
+        let after: Vec<_> = watched.iter().map(|k| lua.value(k)).collect();
+        assert_eq!(before, after, "{op} {key} {args:?} changed a key");
+        assert_eq!(list_before, list(&mut lua), "{op} {key} {args:?}");
+    }
+    // The calls above that would have worked on a valid ticket still do.
+    assert_eq!(
+        lua.run("k", "redeem", &[&booking, "AT", "1000"]),
+        vec![s("admitted"), Int(2000), s(&booking), s("booked"), Int(0)]
+    );
+}
+
+/// (e) Expiry: of the 65537 tickets issued, serial 0 is no longer among the
+/// last 65536 (0 < 65537 − 65536). Serial 65536 reuses bit 0, cleared when
+/// it was issued, so it releases though serial 0 was released before.
+#[test]
+fn tickets_expire_after_65536() {
+    let mut lua = Lua::start();
+    // rate 600, burst 1000000: 65537 admissions at 0 all wait 0.
+    let config = ["600", "1000000", "30000", "3", "refund", "AT", "0"];
+    let started = Instant::now();
+    let mut pipe = redis::pipe();
+    for _ in 0..65536 {
+        pipe.cmd("EVALSHA")
+            .arg(&lua.sha)
+            .arg(1)
+            .arg("k")
+            .arg("reserve")
+            .arg(&config[..])
+            .ignore();
+    }
+    pipe.query::<()>(&mut lua.con).expect("65536 reserves");
+    eprintln!("65536 pipelined reserves took {:?}", started.elapsed());
+    let secret = lua.secret("k");
+    let serial0 = ticket(&secret, "k", 0, 1, 60000, 0);
+    assert_eq!(
+        lua.run("k", "release", &[&serial0, "AT", "0"]),
+        vec![Int(1)]
+    );
+    assert_eq!(lua.getbit("k", 2048), 1);
+    // Serial 65536 (seq 65537): its bit, 65536 mod 65536 = 0, is cleared.
+    let reply = lua.run("k", "reserve", &config);
+    let last = ticket(&secret, "k", 65536, 65537, 60000, 0);
+    assert_eq!(reply[2], s(&last));
+    assert_eq!(lua.getbit("k", 2048), 0);
+    let before = lua.value("k");
+    assert_eq!(
+        lua.error("k", "release", &[&serial0, "AT", "0"]),
+        "ERR pacer: ticket expired"
+    );
+    assert_eq!(lua.value("k"), before);
+    // Serial 1 is the oldest live one.
+    let serial1 = ticket(&secret, "k", 1, 2, 60000, 0);
+    assert_eq!(
+        lua.run("k", "release", &[&serial1, "AT", "0"]),
+        vec![Int(1)]
+    );
+    assert_eq!(lua.run("k", "release", &[&last, "AT", "0"]), vec![Int(1)]);
+    assert_eq!(&lua.header("k")[98..114], "0000000000065537");
+}
