@@ -251,3 +251,62 @@ fn the_largest_clock_reading_is_accepted() {
         "{\"kind\":\"admitted\",\"wait_ms\":0,\"ticket\":2}"
     );
 }
+
+#[test]
+fn bookings_replay_on_the_core() {
+    // Rate 60, burst 1, idle 30000, 3 retries: bound 2000, hint cap 2 s,
+    // horizon with 3 retries left = 2000 + 3·2·1000 = 8000 ms. At t = 0:
+    // #1 now, #2 waits 1000, #3 waits 2000, the 4th needs 3000 > 2000:
+    // booked (slot 3000, hint ⌈(3000 − 2000)/1000⌉ = 1). At t = 500 the
+    // slot is 2500 ms away, beyond the bound: not yet, hint
+    // ⌈(3000 − 2000 − 500)/1000⌉ = 1. At t = 1000 it is 2000 away: admitted
+    // after 2000 with the booking's number as its ticket.
+    let trace = "{\"config\":{\"burst\":1,\"idle_timeout_ms\":30000,\"max_retries\":3},\"t\":0}\n\
+                 {\"op\":\"reserve\",\"t\":0}\n{\"op\":\"reserve\",\"t\":0}\n{\"op\":\"reserve\",\"t\":0}\n\
+                 {\"op\":\"book\",\"retries_left\":3,\"t\":0}\n\
+                 {\"op\":\"redeem\",\"booking\":4,\"t\":500}\n\
+                 {\"op\":\"redeem\",\"booking\":4,\"t\":1000}\n\
+                 {\"op\":\"release\",\"ticket\":4,\"t\":1000}\n";
+    let run = pacer(&["replay"], trace);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let expected = "{\"bound_ms\":2000,\"enabled\":true,\"can_refuse\":true}\n\
+                    {\"kind\":\"admitted\",\"wait_ms\":0,\"ticket\":1}\n\
+                    {\"kind\":\"admitted\",\"wait_ms\":1000,\"ticket\":2}\n\
+                    {\"kind\":\"admitted\",\"wait_ms\":2000,\"ticket\":3}\n\
+                    {\"kind\":\"booked\",\"retry_after_s\":1,\"booking\":4,\"slot_ms\":3000}\n\
+                    {\"kind\":\"notyet\",\"retry_after_s\":1}\n\
+                    {\"kind\":\"admitted\",\"wait_ms\":2000,\"ticket\":4}\n\
+                    {\"kind\":\"released\",\"refunded\":true}\n";
+    assert_eq!(run.stdout, expected);
+}
+
+#[test]
+fn a_redis_engine_with_no_server_is_a_clear_error() {
+    // Port 1 on loopback: nothing listens there.
+    let trace = "{\"config\":{},\"t\":0}\n{\"op\":\"reserve\",\"t\":0}\n";
+    for engine in ["redis-module", "redis-script"] {
+        let run = pacer(
+            &[
+                "replay",
+                "--engine",
+                engine,
+                "--redis",
+                "redis://127.0.0.1:1/",
+            ],
+            trace,
+        );
+        assert_eq!(run.code, 2, "{engine}: {}", run.stdout);
+        assert!(
+            run.stderr.contains("line 1: redis:"),
+            "{engine}: {}",
+            run.stderr
+        );
+        assert_eq!(
+            run.stdout, "",
+            "{engine}: nothing printed before the bucket exists"
+        );
+    }
+    let run = pacer(&["replay", "--engine", "memcached"], trace);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("memcached"), "{}", run.stderr);
+}

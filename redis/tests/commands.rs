@@ -291,3 +291,51 @@ fn replies_are_the_same_structure_in_resp2_and_resp3() {
         }
     }
 }
+
+/// In production (no `test-clock`) the module refuses a caller's clock, and
+/// a bucket's clock is the server's: between two `TIME` readings.
+#[test]
+fn without_test_clock_the_server_clock_decides() {
+    let server = Server::start(common::Options {
+        test_clock: false,
+        ..Default::default()
+    });
+    let mut con = server.connect();
+    let error = module(
+        &mut con,
+        "reserve",
+        "k",
+        &["60", "2", "30000", "3", "refund", "AT", "0"],
+    )
+    .unwrap_err();
+    assert_eq!(error, "ERR pacer: AT needs a server started for tests");
+    assert_eq!(bytes(&mut con, "k"), Value::Nil, "nothing created");
+    let time_ms = |con: &mut redis::Connection| -> u64 {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query(con).expect("TIME");
+        s * 1000 + us / 1000
+    };
+    let before = time_ms(&mut con);
+    module(
+        &mut con,
+        "create",
+        "k",
+        &["60", "2", "30000", "3", "refund"],
+    )
+    .unwrap();
+    let after = time_ms(&mut con);
+    let Value::Array(info) = module(&mut con, "info", "k", &[]).unwrap() else {
+        panic!("INFO is an array")
+    };
+    let high_water = info
+        .chunks(2)
+        .find(|pair| pair[0] == Value::BulkString(b"high_water_ms".to_vec()))
+        .map(|pair| match pair[1] {
+            Value::Int(n) => n as u64,
+            ref other => panic!("{other:?}"),
+        })
+        .expect("high_water_ms");
+    assert!(
+        before <= high_water && high_water <= after,
+        "{before} {high_water} {after}"
+    );
+}
