@@ -988,6 +988,27 @@ pacer_status pacer_shared_release(const struct pacer_shared *handle,
                                   bool *out_refunded);
 
 /**
+ * pacer_reserve_or_book on the shared pacer at pacer_clock_monotonic_ms():
+ * a refusal within the horizon of `retries_left` retries books a place in
+ * the machine-wide line (SPEC §11). The booking's ticket carries the
+ * bucket's owner tag, so it redeems and releases through any handle on
+ * this bucket, in any process, and nowhere else.
+ */
+pacer_status pacer_shared_reserve_or_book(const struct pacer_shared *handle,
+                                          uint32_t retries_left,
+                                          struct pacer_decision *out_decision,
+                                          struct pacer_booking *out_booking);
+
+/**
+ * pacer_redeem on the shared pacer at pacer_clock_monotonic_ms(). A
+ * booking from another bucket or pacer returns
+ * PACER_STATUS_FOREIGN_TICKET.
+ */
+pacer_status pacer_shared_redeem(const struct pacer_shared *handle,
+                                 struct pacer_booking *booking,
+                                 struct pacer_decision *out_decision);
+
+/**
  * Unmaps the shared pacer and marks the handle closed. The file stays
  * (see pacer_shared_unlink). The pacer pointer from pacer_shared_pacer is
  * invalid afterwards.

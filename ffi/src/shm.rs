@@ -29,8 +29,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::boundary::{arg, arg_mut, checked, guard, guard_value, opt_str, out, put, Outcome};
 use crate::pacer::{
-    config_error, config_from, fresh_owner, pacer, pacer_config, pacer_decision, pacer_release,
-    pacer_reserve, pacer_ticket, write_slot, Slot, PACER_STORAGE_SIZE,
+    config_error, config_from, fresh_owner, pacer, pacer_booking, pacer_config, pacer_decision,
+    pacer_redeem, pacer_release, pacer_reserve, pacer_reserve_or_book, pacer_ticket, write_slot,
+    Slot, PACER_STORAGE_SIZE,
 };
 use crate::status::pacer_status;
 use crate::version::PACER_ABI_VERSION;
@@ -747,6 +748,63 @@ pub unsafe extern "C" fn pacer_shared_release(
         let out_refunded = out(out_refunded)?;
         // SAFETY: as in pacer_shared_reserve; both pointers were checked.
         match unsafe { pacer_release(h.storage, ticket, clock_ms(), out_refunded) } {
+            pacer_status::Ok => Ok(()),
+            status => Err(status),
+        }
+    })
+}
+
+/// pacer_reserve_or_book on the shared pacer at pacer_clock_monotonic_ms():
+/// a refusal within the horizon of `retries_left` retries books a place in
+/// the machine-wide line (SPEC §11). The booking's ticket carries the
+/// bucket's owner tag, so it redeems and releases through any handle on
+/// this bucket, in any process, and nowhere else.
+#[no_mangle]
+pub unsafe extern "C" fn pacer_shared_reserve_or_book(
+    handle: *const pacer_shared,
+    retries_left: u32,
+    out_decision: *mut pacer_decision,
+    out_booking: *mut pacer_booking,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; NULL checked by `arg`.
+        let h = open_handle(unsafe { arg(handle) }?)?;
+        let out_decision = out(out_decision)?;
+        let out_booking = out(out_booking)?;
+        // SAFETY: as in pacer_shared_reserve; both outputs were checked.
+        match unsafe {
+            pacer_reserve_or_book(
+                h.storage,
+                clock_ms(),
+                retries_left,
+                out_decision,
+                out_booking,
+            )
+        } {
+            pacer_status::Ok => Ok(()),
+            status => Err(status),
+        }
+    })
+}
+
+/// pacer_redeem on the shared pacer at pacer_clock_monotonic_ms(). A
+/// booking from another bucket or pacer returns
+/// PACER_STATUS_FOREIGN_TICKET.
+#[no_mangle]
+pub unsafe extern "C" fn pacer_shared_redeem(
+    handle: *const pacer_shared,
+    booking: *mut pacer_booking,
+    out_decision: *mut pacer_decision,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; NULL checked by `arg`.
+        let h = open_handle(unsafe { arg(handle) }?)?;
+        // No reference to the booking is made here: other threads may be
+        // redeeming the same struct (pacer_redeem reads it field by field).
+        checked(booking)?;
+        let out_decision = out(out_decision)?;
+        // SAFETY: as in pacer_shared_reserve; both pointers were checked.
+        match unsafe { pacer_redeem(h.storage, booking, clock_ms(), out_decision) } {
             pacer_status::Ok => Ok(()),
             status => Err(status),
         }

@@ -675,6 +675,159 @@ static int debit(const char *path, long n) {
   return pacer_shared_close(&h) == PACER_STATUS_OK ? 0 : 1;
 }
 
+/* Bookings on a shared bucket (SPEC §11 across processes).
+ * BOOKCFG: rate 600 (one token per 100 ms), burst 1, idle 3600000, 5
+ * retries: bound min(15000, (3600000 - 62000) / 12) = 15000, refusing, hint
+ * cap 15 s, horizon with 5 retries left = 15000 + 5 * 15 * 1000 = 90000 ms.
+ * Deep in debt every debit moves the next slot by exactly 60000/600 = 100
+ * ms: with tokens t before debit k at (effective) time a, slot_k = a +
+ * ceil((60000 - t)/600), and the next debit at a' sees t - 60000 +
+ * (a' - a) * 600, so slot_{k+1} - slot_k = 100 whatever a' is. */
+static const pacer_config BOOKCFG = {600, 1, 3600000, 5, PACER_RELEASE_POLICY_REFUND};
+#define BOOK_SLOT_MS 100u
+#define MAX_BOOKINGS 1024
+struct booking_board {
+  _Atomic uint64_t n;
+  _Atomic uint64_t admitted;
+  _Atomic uint64_t refused;
+  _Atomic uint64_t errors;
+  struct { uint32_t seq; uint64_t slot_ms; } booked[MAX_BOOKINGS];
+  pacer_booking keep[4]; /* bookings a child leaves for the parent */
+};
+
+/* A child: `calls` reserve_or_book calls; bookings reported on the board. */
+static int booker(struct booking_board *b, const char *path, int calls, int keep) {
+  pacer_shared h;
+  int kept = 0;
+  if (pacer_shared_open(&h, path, &BOOKCFG) != PACER_STATUS_OK) return 2;
+  for (int i = 0; i < calls; i++) {
+    pacer_decision d;
+    pacer_booking bk;
+    if (pacer_shared_reserve_or_book(&h, 5, &d, &bk) != PACER_STATUS_OK) { atomic_fetch_add(&b->errors, 1); continue; }
+    if (d.kind == PACER_DECISION_KIND_ADMITTED) atomic_fetch_add(&b->admitted, 1);
+    if (d.kind == PACER_DECISION_KIND_REFUSED) atomic_fetch_add(&b->refused, 1);
+    if (d.kind != PACER_DECISION_KIND_BOOKED) continue;
+    uint64_t k = atomic_fetch_add(&b->n, 1);
+    if (k < MAX_BOOKINGS) { b->booked[k].seq = bk.ticket.seq; b->booked[k].slot_ms = bk.slot_ms; }
+    if (keep && kept < 4) b->keep[kept++] = bk;
+  }
+  pacer_shared_close(&h);
+  return 0;
+}
+
+static int cmp_booked(const void *x, const void *y) {
+  uint32_t a = ((const uint32_t *)x)[0], b = ((const uint32_t *)y)[0];
+  return a < b ? -1 : a > b;
+}
+
+static void test_shared_bookings(void) {
+  char path[600], other[600];
+  path_of(path, sizeof path, "book");
+  path_of(other, sizeof other, "book-other");
+  pacer_shared_unlink(path);
+  pacer_shared_unlink(other);
+  struct booking_board *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(b != MAP_FAILED, "mmap");
+  memset(b, 0, sizeof *b);
+  pacer_shared h;
+  CHECK(pacer_shared_open(&h, path, &BOOKCFG) == PACER_STATUS_OK, "create %s", path);
+  /* Four processes, 40 calls each: the first 1 + 150 (burst + debt floor)
+   * debits are admissions, the rest book until the 90 s horizon (900
+   * tokens below zero) or the calls run out. The clock is real, so a slow
+   * run refills a little and admits a few more: the checks below hold at
+   * any speed. */
+  enum { N = 4, CALLS = 40 };
+  pid_t kids[N];
+  for (int i = 0; i < N; i++) {
+    kids[i] = fork();
+    if (kids[i] == 0) _exit(booker(b, path, CALLS, 0));
+  }
+  for (int i = 0; i < N; i++) {
+    int st;
+    waitpid(kids[i], &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "booker %d status %d", i, st);
+  }
+  /* Then a process that books and is killed holding its bookings. */
+  uint64_t before_kill = atomic_load(&b->n);
+  pid_t doomed = fork();
+  if (doomed == 0) {
+    booker(b, path, 10, 0);
+    raise(SIGKILL);
+  }
+  int st;
+  waitpid(doomed, &st, 0);
+  CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the booker was not killed: %d", st);
+  uint64_t killed_held = atomic_load(&b->n) - before_kill;
+  /* And one more process after it. */
+  pid_t after = fork();
+  if (after == 0) _exit(booker(b, path, 10, 1));
+  waitpid(after, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "late booker status %d", st);
+  uint64_t n = atomic_load(&b->n);
+  if (n > MAX_BOOKINGS) n = MAX_BOOKINGS;
+  CHECK(atomic_load(&b->errors) == 0, "errors %" PRIu64, atomic_load(&b->errors));
+  /* 4 * 40 + 10 + 10 = 180 calls: nothing refused (29 bookings or fewer
+   * reach 29 * 100 ms + 15000 < 90000, inside the horizon); at least the
+   * first 1 + 150 (burst + debt floor) admitted, the rest booked. */
+  uint64_t admitted = atomic_load(&b->admitted);
+  CHECK(atomic_load(&b->refused) == 0, "refused %" PRIu64, atomic_load(&b->refused));
+  CHECK(admitted + n == 180, "admitted %" PRIu64 " + booked %" PRIu64 " != 180", admitted, n);
+  CHECK(admitted >= 151 && n >= 1, "admitted %" PRIu64 ", booked %" PRIu64, admitted, n);
+  CHECK(killed_held >= 1, "the killed process held no booking");
+  /* FIFO across processes. Every debit, whichever process made it, moves
+   * the bucket's next slot by exactly 100 ms once the bucket is in debt
+   * (derivation above), so in debit order (seq) two bookings' slots differ
+   * by 100 ms per debit between them: slots rise with seq, nothing jumps
+   * the line, and the killed process's slots stay taken (the later
+   * process's bookings come after them). */
+  qsort(b->booked, n, sizeof b->booked[0], cmp_booked);
+  for (uint64_t k = 1; k < n; k++) {
+    uint64_t debits = b->booked[k].seq - b->booked[k - 1].seq;
+    CHECK(debits >= 1 && b->booked[k].slot_ms == b->booked[k - 1].slot_ms + BOOK_SLOT_MS * debits,
+          "slot %" PRIu64 " (seq %u) after %" PRIu64 " (seq %u)", b->booked[k].slot_ms, b->booked[k].seq,
+          b->booked[k - 1].slot_ms, b->booked[k - 1].seq);
+  }
+  /* Window bound on the slots: in any window of W ms at most rate*W/60000 + 1. */
+  const uint64_t windows[] = {0, 99, 999, 4999};
+  for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++) {
+    uint64_t worst = 0;
+    for (uint64_t i = 0, j = 0; i < n; i++) {
+      while (b->booked[i].slot_ms - b->booked[j].slot_ms > windows[w]) j++;
+      if (i - j + 1 > worst) worst = i - j + 1;
+    }
+    CHECK(worst <= 600 * windows[w] / 60000 + 1, "window %" PRIu64 ": %" PRIu64, windows[w], worst);
+  }
+  /* A booking made in another process redeems through this handle: not
+   * yet (its slot is > 15 s ahead), with the hint, the booking unchanged. */
+  pacer_booking kept = b->keep[0];
+  pacer_decision d;
+  CHECK(pacer_shared_redeem(&h, &kept, &d) == PACER_STATUS_OK, "redeem");
+  CHECK(d.kind == PACER_DECISION_KIND_BOOKED && d.retry_after_s >= 1 && d.retry_after_s <= 15,
+        "kind %u hint %" PRIu64, d.kind, d.retry_after_s);
+  CHECK(kept.ticket.state == PACER_TICKET_STATE_LIVE, "booking still live");
+  /* Another bucket refuses it, and so does an in-process pacer. */
+  pacer_shared o;
+  CHECK(pacer_shared_open(&o, other, &BOOKCFG) == PACER_STATUS_OK, "create %s", other);
+  CHECK(pacer_shared_redeem(&o, &kept, &d) == PACER_STATUS_FOREIGN_TICKET, "another bucket's booking");
+  bool refunded = true;
+  CHECK(pacer_shared_release(&o, &kept.ticket, &refunded) == PACER_STATUS_FOREIGN_TICKET, "release on another bucket");
+  pacer local;
+  CHECK(pacer_init(&local, &BOOKCFG, pacer_clock_monotonic_ms()) == PACER_STATUS_OK, "init");
+  CHECK(pacer_redeem(&local, &kept, pacer_clock_monotonic_ms(), &d) == PACER_STATUS_FOREIGN_TICKET, "in-process pacer");
+  /* Its own bucket releases it, once. */
+  CHECK(pacer_shared_release(&h, &kept.ticket, &refunded) == PACER_STATUS_OK && refunded, "release");
+  CHECK(pacer_shared_redeem(&h, &kept, &d) == PACER_STATUS_INVALID_TICKET, "redeem after release");
+  CHECK(pacer_shared_reserve_or_book(NULL, 5, &d, &kept) == PACER_STATUS_NULL_PARAMETER, "NULL handle");
+  CHECK(pacer_shared_redeem(&h, NULL, &d) == PACER_STATUS_NULL_PARAMETER, "NULL booking");
+  printf("shared bookings: %" PRIu64 " admitted, %" PRIu64 " booked from 6 processes, slots %u ms apart per debit in seq order; a killed process's %" PRIu64
+         " bookings keep their slots until their time passes\n", admitted, n, BOOK_SLOT_MS, killed_held);
+  pacer_shared_close(&o);
+  pacer_shared_close(&h);
+  pacer_shared_unlink(path);
+  pacer_shared_unlink(other);
+  munmap(b, sizeof *b);
+}
+
 int main(int argc, char **argv) {
   if (argc == 4 && strcmp(argv[1], "debit") == 0) return debit(argv[2], atol(argv[3]));
   if (argc == 2) snprintf(dir, sizeof dir, "%s", argv[1]);
@@ -685,6 +838,7 @@ int main(int argc, char **argv) {
   test_creation_race();
   test_hammer();
   test_sigkill();
+  test_shared_bookings();
   printf("%d checks, %d failed\n", checks, failures);
   return failures ? 1 : 0;
 }
