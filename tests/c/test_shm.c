@@ -5,7 +5,13 @@
  *
  * Usage: test_shm [DIR]            run the tests, files under DIR (default /dev/shm)
  *        test_shm debit PATH N     open PATH with the default config and reserve
- *                                  N times (for the Node and Go smoke tests) */
+ *                                  N times (for the Node and Go smoke tests)
+ *        test_shm book PATH N      open PATH with BOOKCFG (rate 600, burst 1,
+ *                                  idle 3600000, 5 retries, refund) and call
+ *                                  reserve_or_book(5) N times, printing one
+ *                                  line each: "admitted WAIT SEQ", "booked
+ *                                  SLOT_MS SEQ" or "refused HINT" (for the
+ *                                  bindings' cross-language booking tests) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -828,8 +834,30 @@ static void test_shared_bookings(void) {
   munmap(b, sizeof *b);
 }
 
+static int book(const char *path, long n) {
+  pacer_shared h;
+  pacer_status s = pacer_shared_open(&h, path, &BOOKCFG);
+  if (s != PACER_STATUS_OK) {
+    fprintf(stderr, "book: open %s: %s\n", path, pacer_status_str(s));
+    return 1;
+  }
+  for (long i = 0; i < n; i++) {
+    pacer_decision d;
+    pacer_booking bk;
+    if (pacer_shared_reserve_or_book(&h, 5, &d, &bk) != PACER_STATUS_OK) return 1;
+    if (d.kind == PACER_DECISION_KIND_ADMITTED)
+      printf("admitted %" PRIu64 " %u\n", d.wait_ms, d.ticket.seq);
+    else if (d.kind == PACER_DECISION_KIND_BOOKED)
+      printf("booked %" PRIu64 " %u\n", bk.slot_ms, bk.ticket.seq);
+    else
+      printf("refused %" PRIu64 "\n", d.retry_after_s);
+  }
+  return pacer_shared_close(&h) == PACER_STATUS_OK ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   if (argc == 4 && strcmp(argv[1], "debit") == 0) return debit(argv[2], atol(argv[3]));
+  if (argc == 4 && strcmp(argv[1], "book") == 0) return book(argv[2], atol(argv[3]));
   if (argc == 2) snprintf(dir, sizeof dir, "%s", argv[1]);
   test_attach_checks();
   test_two_handles();
