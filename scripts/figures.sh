@@ -79,6 +79,15 @@ per_minute() {
     grep -o "\"$1\":{[^}]*" <<<"$machines_json" | grep -o '"upstream_per_minute":\[[^]]*\]' \
         | cut -d: -f2 | sed 's/,/, /g'
 }
+# The same with bookings, 4 × 5 agents: one shared bucket for 20 agents
+# spread over 4 processes (or machines) against 20 agents in one process.
+booking_cmd="pacer simulate --machines 4 --agents 5 --booking"
+booking_text="$("$pacer" simulate --machines 4 --agents 5 --booking)"
+booking_table="$(awk '/^[0-9]+ machines, one upstream account/ { on = 1 } on' <<<"$booking_text")"
+sim booking_single --agents 20 --booking
+booking_single_cmd="$last_cmd"
+note_cmd "$booking_cmd"
+note_cmd "$booking_single_cmd"
 machines_per_machine="$(per_minute bucket_per_machine)"
 machines_fleet="$(per_minute fleet_bucket)"
 note_cmd "$machines_cmd"
@@ -438,6 +447,21 @@ it (SPEC §6.1: at most burst + rate + 1 = 71 in any minute at the
 defaults). The price is the fleet's demand against one bucket: 60 agents on
 60 new connections a minute, so without bookings (SPEC §11) most turns end
 in terminal rate-limit errors.
+
+With bookings (SPEC §11) the same one bucket turns that demand into
+latency, wherever the agents run. The shared-memory pacer (worker processes
+on one machine, each keying its own requests) and the Redis bucket (several
+machines) are both one bucket with keys per caller, the arrangement the
+fleet column models. \`${booking_cmd}\` (20 agents spread over 4
+processes):
+
+\`\`\`
+${booking_table}
+\`\`\`
+
+and \`${booking_single_cmd}\` (the same 20 agents in one process):
+$(field "$booking_single" terminal_rate_limit_errors) terminal rate-limit
+errors, p50 turn time $(s "$(field "$booking_single" latency_p50_ms)") s.
 
 ## Where the measurements differ from the record
 

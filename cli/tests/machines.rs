@@ -389,3 +389,36 @@ fn the_plot_shows_both_arrangements_against_the_rate() {
         assert!(svg.contains(needle), "{needle:?} missing from the plot");
     }
 }
+
+/// Bookings on one shared bucket: 20 agents spread over 4 processes (or
+/// machines) keying their own requests. SPEC §11's acceptance for 20 agents
+/// with 3 s turns on one bucket is 0 terminal errors with p50 ≈ 20 s; the
+/// fleet column is that same one bucket, so it must end no turn in a
+/// terminal error either, and still open at most burst + rate + 1 = 71 in
+/// any minute (SPEC §6.1, no releases). A bucket per process has four times
+/// the capacity for the same agents, so it has no overload at all.
+#[test]
+fn bookings_on_one_shared_bucket_end_no_turn_in_an_error() {
+    let r = pacer_json(&[
+        "simulate",
+        "--machines",
+        "4",
+        "--agents",
+        "5",
+        "--booking",
+        "--json",
+    ]);
+    let fleet = &r["machines"]["fleet_bucket"];
+    let per_machine = &r["machines"]["bucket_per_machine"];
+    assert_eq!(u(fleet, "terminal_rate_limit_errors"), 0);
+    assert_eq!(u(per_machine, "terminal_rate_limit_errors"), 0);
+    assert!(
+        minutes(fleet).iter().all(|&m| m <= 71),
+        "{:?}",
+        minutes(fleet)
+    );
+    // p50 near N = 20 seconds per turn (SPEC §11: "p50 turn time ≈ N
+    // seconds"); between 15 and 25 s leaves room for turn jitter.
+    let p50 = u(fleet, "latency_p50_ms");
+    assert!((15_000..=25_000).contains(&p50), "p50 {p50}");
+}
