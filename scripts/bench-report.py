@@ -342,6 +342,15 @@ def main() -> None:
     w("most. Rerun with more `ROUNDS` (and `WARMUP`/`MEASURE` for criterion) for")
     w("steadier figures.")
     w("")
+    # The Redis section is written by scripts/bench-redis.sh between its
+    # markers; carry it over as it stands.
+    if out_path.exists():
+        previous = out_path.read_text()
+        begin, end = "<!-- redis:begin -->", "<!-- redis:end -->"
+        if begin in previous and end in previous:
+            block = previous[previous.index(begin):previous.index(end) + len(end)]
+            lines.append(block)
+            lines.append("")
     out_path.write_text("\n".join(lines))
     print("wrote %s" % out_path, file=sys.stderr)
     if missing:
