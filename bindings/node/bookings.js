@@ -10,6 +10,11 @@ class KeyedBookings {
   #maxRetries;
   #pending = new Map();
 
+  /**
+   * `native` is a NativePacer or a NativeSharedPacer: the same calls, the
+   * shared one reading the machine-wide clock itself (it ignores `nowMs`),
+   * so the waits returned are from the reading each decision was made at.
+   */
   constructor(native, maxRetries) {
     this.#native = native;
     this.#maxRetries = maxRetries;
@@ -27,20 +32,18 @@ class KeyedBookings {
     const entry = this.#pending.get(key) ?? { attempts: 0, seq: 0, slotMs: -1 };
     let decision;
     if (entry.slotMs >= 0) {
-      const [kind, value] = this.#native.redeem(entry.seq, entry.slotMs, nowMs);
+      const [kind, value, requiredWaitMs] = this.#native.redeem(entry.seq, entry.slotMs, nowMs);
       decision = kind === 0
         ? { admitted: true, waitMs: value, path: PATH_BOOKED, seq: entry.seq, debitUnits: constants.unitsPerToken,
           clockRegressed: false }
-        : { admitted: false, requiredWaitMs: Math.max(0, entry.slotMs - nowMs), retryAfterSeconds: value,
-          clockRegressed: false };
+        : { admitted: false, requiredWaitMs, retryAfterSeconds: value, clockRegressed: false };
     } else {
       const r = this.#native.reserveOrBook(nowMs, Math.max(0, this.#maxRetries - entry.attempts));
       if (r[0] === 0) {
         decision = decodeDecision(r[1], waitBoundMs);
       } else if (r[0] === 1) {
         [, entry.seq, entry.slotMs] = r;
-        decision = { admitted: false, requiredWaitMs: Math.max(0, r[2] - nowMs), retryAfterSeconds: r[3],
-          clockRegressed: r[4] === 1 };
+        decision = { admitted: false, requiredWaitMs: r[5], retryAfterSeconds: r[3], clockRegressed: r[4] === 1 };
       } else {
         decision = { admitted: false, requiredWaitMs: r[1], retryAfterSeconds: r[2], clockRegressed: r[3] === 1 };
       }

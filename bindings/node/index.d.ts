@@ -253,9 +253,23 @@ export declare class SharedPacer {
   reserve(): Decision;
   /** Refunds an admission that will not open a connection. */
   release(ticket: Ticket): boolean;
+  /** `reserve`, booking a place in the bucket's machine-wide line where a
+   * refusal's wait fits the horizon of `retriesLeft` retries (SPEC §11). */
+  reserveOrBook(retriesLeft: number): BookingDecision;
+  /** Presents a booking from this handle on the request's retry (shared
+   * clock); changes nothing. */
+  redeem(booking: Booking): Admitted | NotYet;
+  /** Releases what the keyed request `key` holds (its booking) back to the
+   * bucket; call it when a request passed to `admit({key})` ends without
+   * being admitted, and before close(). */
+  forget(key: string | number | symbol): boolean;
+  /** Keyed requests this handle refused and has not yet admitted or forgotten. */
+  readonly pendingKeys: number;
   /** Waits for permission; rejects when `signal` aborts first, or with a
-   * PacerClosedError as `Pacer.admit`. */
-  admit(options?: { signal?: AbortSignal }): Promise<AdmitOutcome>;
+   * PacerClosedError as `Pacer.admit`. With `key`, a refusal books a place
+   * in the bucket's machine-wide line that the key's retry (through this
+   * handle: keys are per handle) redeems, as `Pacer.admit`. */
+  admit(options?: { signal?: AbortSignal; key?: string | number | symbol }): Promise<AdmitOutcome>;
   /** The calls made through this handle (each handle counts its own; a
    * fresh one starts at 0). Still answers after close(). */
   counters(): Counters;

@@ -402,7 +402,8 @@ class Pacer {
   #mode;
   #waitBoundMs;
   #config;
-  /** Keyed requests refused so far (admit with a key). */
+  /** Keyed requests refused so far (admit with a key): this object's, even
+   * on a shared pacer, whose booked slots are the machine's. */
   #keyed;
   /** Set by close(): every call but the getters and counters() throws. */
   #closed = false;
@@ -453,10 +454,8 @@ class Pacer {
       : new native.NativePacer(rate, burst, idle, retries, policy === 'strict', this.#clock());
     this.#handle = this.#native.handle();
     this.#shared = Boolean(factory);
-    // Bookings need the native calls; a shared pacer has none.
-    this.#keyed = typeof this.#native.reserveOrBook === 'function'
-      ? new KeyedBookings(this.#native, retries)
-      : null;
+    // A shared native half books on the machine-wide line, at its clock.
+    this.#keyed = new KeyedBookings(this.#native, retries);
     const [mode, waitBoundMs] = this.#native.info();
     this.#mode = MODES[mode];
     this.#waitBoundMs = waitBoundMs;
@@ -658,15 +657,15 @@ class Pacer {
     this.#open();
     wholeNumber('nowMs', nowMs, 0, Number.MAX_SAFE_INTEGER);
     wholeNumber('retriesLeft', retriesLeft, 0, 0xffffffff);
-    this.#bookable();
     const r = this.#native.reserveOrBook(nowMs, retriesLeft);
     if (r[0] === 0) return this.#decode(r[1]);
     if (r[0] === 1) {
-      const [, seq, slotMs, retryAfterSeconds, regressed] = r;
+      // The wait is until the slot from the decision's clock reading.
+      const [, seq, slotMs, retryAfterSeconds, regressed, requiredWaitMs] = r;
       return {
         kind: 'booked',
         booking: new Booking(slotMs, new Ticket(this, seq, constants.unitsPerToken, TRUSTED)),
-        requiredWaitMs: Math.max(0, slotMs - nowMs),
+        requiredWaitMs,
         retryAfterSeconds,
         clockRegressed: regressed === 1,
       };
@@ -691,7 +690,6 @@ class Pacer {
     const { ticket } = booking;
     const seq = Ticket.peek(ticket, this);
     if (seq === null) throw new RangeError('pacer: this booking was redeemed or released already, or is not from this pacer');
-    this.#bookable();
     const [kind, value] = this.#native.redeem(seq, booking.slotMs, nowMs);
     if (kind === 0) {
       // The admission takes over the booking's ticket.
@@ -711,13 +709,12 @@ class Pacer {
     if (nowMs === undefined) nowMs = this.#clock();
     checkKey(key);
     wholeNumber('nowMs', nowMs, 0, Number.MAX_SAFE_INTEGER);
-    this.#bookable();
     return this.#keyed.forget(key, nowMs);
   }
 
   /** Keyed requests refused and not yet admitted or forgotten. */
   get pendingKeys() {
-    return this.#keyed === null ? 0 : this.#keyed.size;
+    return this.#keyed.size;
   }
 
   /**
@@ -763,15 +760,9 @@ class Pacer {
     return { kind: 'admitted', waitedMs: Math.max(0, this.#clock() - startedAt), queued: true, release };
   }
 
-  /** Throws unless this pacer can book (a shared pacer cannot yet). */
-  #bookable() {
-    if (this.#keyed === null) throw new TypeError('pacer: bookings are not available on a shared pacer');
-  }
-
   /** One attempt of the keyed request `key` (SPEC §11), decoded as `reserve`. */
   #admitKeyed(key) {
     checkKey(key);
-    this.#bookable();
     return this.#result(this.#keyed.attempt(key, this.#clock(), this.#waitBoundMs));
   }
 
@@ -908,9 +899,43 @@ class SharedPacer {
     return this.#call(() => this.#pacer.release(ticket, sharedClockMs()));
   }
 
-  /** As `Pacer.admit`: waits on the shared clock, honours `signal`. */
+  /**
+   * As `Pacer.reserveOrBook`, at the shared clock: a refusal whose wait fits
+   * the horizon of `retriesLeft` retries books a place in the bucket's
+   * line, which every process on the machine shares (SPEC §11).
+   */
+  reserveOrBook(retriesLeft) {
+    return this.#call(() => this.#pacer.reserveOrBook(sharedClockMs(), retriesLeft));
+  }
+
+  /** As `Pacer.redeem`, at the shared clock: a booking from this handle. */
+  redeem(booking) {
+    return this.#call(() => this.#pacer.redeem(booking, sharedClockMs()));
+  }
+
+  /**
+   * As `Pacer.admit`: waits on the shared clock, honours `signal`. With
+   * `key`, a refusal books a place in the bucket's machine-wide line and
+   * the key's retry redeems it, as `Pacer.admit({key})`. Keys are this
+   * handle's: another handle or process does not see them.
+   */
   admit(options = undefined) {
     return this.#pacer.admit(options);
+  }
+
+  /**
+   * As `Pacer.forget`, at the shared clock: the keyed request `key` ended
+   * without being admitted; its booking goes back to the bucket. Forget
+   * the keys before `close()`: a booking a closed handle still holds keeps
+   * its slot until the slot's time passes.
+   */
+  forget(key) {
+    return this.#call(() => this.#pacer.forget(key, sharedClockMs()));
+  }
+
+  /** Keyed requests this handle refused and has not yet admitted or forgotten. */
+  get pendingKeys() {
+    return this.#pacer.pendingKeys;
   }
 
   /** The calls made through this handle (each handle counts its own; a

@@ -204,58 +204,27 @@ impl NativePacer {
         hot::handle(env, &tables()?.pacers, Rc::clone(&self.core))
     }
 
-    /// `Pacer::reserve_or_book` (SPEC §11). Admitted: `[0, code]` with
-    /// `code` as [`encode`]; booked: `[1, seq, slot_ms, retry_after_s,
-    /// clock_regressed]` (the booking's debit is one token); refused: `[2,
-    /// required_wait_ms, retry_after_s, clock_regressed]`. Not the hot path.
+    /// `Pacer::reserve_or_book` (SPEC §11), as [`booking_result`]. Not the
+    /// hot path.
     #[napi]
     pub fn reserve_or_book(&self, now_ms: f64, retries_left: f64) -> Vec<f64> {
+        let now_ms = to_u64(now_ms);
         let decision = self
             .core
             .pacer
-            .reserve_or_book(to_u64(now_ms), to_u32(retries_left));
+            .reserve_or_book(now_ms, to_u32(retries_left));
         self.core.counters.record_booking(&decision);
-        let flag = |b: bool| if b { 1.0 } else { 0.0 };
-        match decision {
-            BookingDecision::Admitted(admission) => {
-                vec![0.0, encode(Decision::Admitted(admission))]
-            }
-            BookingDecision::Booked(booked) => {
-                let (seq, _) = booked.booking.ticket.into_raw();
-                vec![
-                    1.0,
-                    f64::from(seq),
-                    booked.booking.slot_ms.min(MAX_SAFE) as f64,
-                    booked.retry_after_s as f64,
-                    flag(booked.clock_regressed),
-                ]
-            }
-            BookingDecision::Refused(refusal) => vec![
-                2.0,
-                refusal.required_wait_ms.min(MAX_SAFE) as f64,
-                refusal.retry_after_s as f64,
-                flag(refusal.clock_regressed),
-            ],
-        }
+        booking_result(decision, now_ms)
     }
 
-    /// `Pacer::redeem` of the booking `(seq, slot_ms)`: `[0, wait_ms]` when
-    /// admitted (the ticket is the booking's), `[1, retry_after_s]` when not
-    /// yet. Changes nothing but the counters.
+    /// `Pacer::redeem` of the booking `(seq, slot_ms)`, as
+    /// [`redemption_result`]. Changes nothing but the counters.
     #[napi]
     pub fn redeem(&self, seq: f64, slot_ms: f64, now_ms: f64) -> Vec<f64> {
-        let booking = Booking {
-            ticket: Ticket::from_raw(to_u32(seq), UNITS_PER_TOKEN as u32),
-            slot_ms: to_u64(slot_ms),
-        };
-        let redemption = self.core.pacer.redeem(booking, to_u64(now_ms));
+        let now_ms = to_u64(now_ms);
+        let redemption = self.core.pacer.redeem(booking_of(seq, slot_ms), now_ms);
         self.core.counters.record_redemption(&redemption);
-        match redemption {
-            Redemption::Admitted(admission) => {
-                vec![0.0, admission.wait_ms.min(MAX_SAFE) as f64]
-            }
-            Redemption::NotYet { retry_after_s, .. } => vec![1.0, retry_after_s as f64],
-        }
+        redemption_result(redemption, now_ms)
     }
 
     /// `Pacer::release` of the ticket `(seq, debit_units)`; whether the
@@ -285,6 +254,62 @@ impl NativePacer {
     #[napi]
     pub fn counters(&self) -> Vec<f64> {
         counters_of(&self.core.counters)
+    }
+}
+
+/// A `reserve_or_book` decision (SPEC §11) made at `now_ms`, as numbers.
+/// Admitted: `[0, code]` with `code` as [`encode`]; booked: `[1, seq,
+/// slot_ms, retry_after_s, clock_regressed, required_wait_ms]` (the
+/// booking's debit is one token; the wait is until the slot from `now_ms`,
+/// the reading the decision was made at); refused: `[2, required_wait_ms,
+/// retry_after_s, clock_regressed]`.
+fn booking_result(decision: BookingDecision, now_ms: u64) -> Vec<f64> {
+    let flag = |b: bool| if b { 1.0 } else { 0.0 };
+    match decision {
+        BookingDecision::Admitted(admission) => vec![0.0, encode(Decision::Admitted(admission))],
+        BookingDecision::Booked(booked) => {
+            let slot_ms = booked.booking.slot_ms;
+            let (seq, _) = booked.booking.ticket.into_raw();
+            vec![
+                1.0,
+                f64::from(seq),
+                slot_ms.min(MAX_SAFE) as f64,
+                booked.retry_after_s as f64,
+                flag(booked.clock_regressed),
+                slot_ms.saturating_sub(now_ms).min(MAX_SAFE) as f64,
+            ]
+        }
+        BookingDecision::Refused(refusal) => vec![
+            2.0,
+            refusal.required_wait_ms.min(MAX_SAFE) as f64,
+            refusal.retry_after_s as f64,
+            flag(refusal.clock_regressed),
+        ],
+    }
+}
+
+/// The booking `(seq, slot_ms)` (its debit is one token).
+fn booking_of(seq: f64, slot_ms: f64) -> Booking {
+    Booking {
+        ticket: Ticket::from_raw(to_u32(seq), UNITS_PER_TOKEN as u32),
+        slot_ms: to_u64(slot_ms),
+    }
+}
+
+/// A redemption made at `now_ms`, as numbers: `[0, wait_ms]` when admitted
+/// (the ticket is the booking's), `[1, retry_after_s, required_wait_ms]`
+/// when not yet (the wait until the slot from `now_ms`).
+fn redemption_result(redemption: Redemption, now_ms: u64) -> Vec<f64> {
+    match redemption {
+        Redemption::Admitted(admission) => vec![0.0, admission.wait_ms.min(MAX_SAFE) as f64],
+        Redemption::NotYet {
+            booking,
+            retry_after_s,
+        } => vec![
+            1.0,
+            retry_after_s as f64,
+            booking.slot_ms.saturating_sub(now_ms).min(MAX_SAFE) as f64,
+        ],
     }
 }
 
@@ -666,6 +691,40 @@ impl NativeSharedPacer {
     #[napi]
     pub fn handle<'env>(&self, env: &'env Env) -> Result<Unknown<'env>> {
         hot::handle(env, &tables()?.shared, Rc::clone(&self.core))
+    }
+
+    /// `Pacer::reserve_or_book` at the shared clock (what
+    /// `pacer_shared_reserve_or_book` does), counted, as [`booking_result`].
+    /// The first argument stands where `NativePacer::reserve_or_book` takes
+    /// its clock and is ignored: a shared pacer never takes a caller's clock.
+    #[napi]
+    pub fn reserve_or_book(&self, _now_ms: f64, retries_left: f64) -> Result<Vec<f64>> {
+        let (decision, now_ms) = self
+            .core
+            .with_pacer(|pacer| {
+                let now_ms = shm::clock_ms();
+                (pacer.reserve_or_book(now_ms, to_u32(retries_left)), now_ms)
+            })
+            .map_err(shared_error)?;
+        self.core.counters.record_booking(&decision);
+        Ok(booking_result(decision, now_ms))
+    }
+
+    /// `Pacer::redeem` of the booking `(seq, slot_ms)` at the shared clock
+    /// (what `pacer_shared_redeem` does), counted, as
+    /// [`redemption_result`] (a third argument is ignored). Changes nothing
+    /// in the bucket.
+    #[napi]
+    pub fn redeem(&self, seq: f64, slot_ms: f64) -> Result<Vec<f64>> {
+        let (redemption, now_ms) = self
+            .core
+            .with_pacer(|pacer| {
+                let now_ms = shm::clock_ms();
+                (pacer.redeem(booking_of(seq, slot_ms), now_ms), now_ms)
+            })
+            .map_err(shared_error)?;
+        self.core.counters.record_redemption(&redemption);
+        Ok(redemption_result(redemption, now_ms))
     }
 
     /// `Pacer::release` of `(seq, debit_units)` at the shared clock (a third

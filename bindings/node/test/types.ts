@@ -2,7 +2,7 @@
 // TypeScript proxy uses them. Lines marked @ts-expect-error must fail.
 import {
   Pacer, refusalResponse, resolveBudget, NoticeRegistry, type AdmitOutcome, type Decision, type Notice,
-  type Booking, type BookingDecision, type PacerClosedError, Ticket,
+  type Booking, type BookingDecision, type PacerClosedError, Ticket, type SharedPacer,
 } from 'pacer';
 import {
   WsUpgradePacer, sharedWsUpgradePacer, resetWsUpgradePacerForTests, upstreamRequestBudget,
@@ -71,6 +71,21 @@ async function bookings(pacer: Pacer): Promise<number> {
   return pacer.pendingKeys;
 }
 void bookings;
+
+// Bookings on a shared pacer: no clock argument anywhere.
+async function sharedBookings(shared: SharedPacer): Promise<number> {
+  const d: BookingDecision = shared.reserveOrBook(5);
+  if (d.kind === 'booked') {
+    const r = shared.redeem(d.booking);
+    if (r.kind === 'booked') shared.release(r.booking.ticket);
+  }
+  const outcome = await shared.admit({ key: 'request-3' });
+  if (outcome.kind === 'refused') shared.forget('request-3');
+  // @ts-expect-error a shared pacer takes no clock
+  shared.reserveOrBook(0, 5);
+  return shared.pendingKeys;
+}
+void sharedBookings;
 
 // Closing: the closed error's code is typed.
 async function closing(pacer: Pacer): Promise<string | null> {
