@@ -16,8 +16,12 @@ admissions are less than one interval apart. Sleeping is injected.
 
 Files go to a fresh temporary folder, or to PACER_SHM_TEST_DIR when set
 (scripts/test-shm.sh sets it to /dev/shm). The smoke tests with a C process
-run the helper named by PACER_SHM_HELPER (`test_shm debit PATH N`, built and
-set by scripts/test-shm.sh) and are skipped without it."""
+run the helper named by PACER_SHM_HELPER (`test_shm debit PATH N`, and
+`test_shm book PATH N` for bookings; built and set by scripts/test-shm.sh)
+and are skipped without it.
+
+Bookings (keyed admission on a shared bucket) have their own section at the
+end, with their arithmetic worked out there."""
 
 from __future__ import annotations
 
@@ -349,20 +353,6 @@ def test_close_waits_for_calls_in_other_threads(shm_path: str) -> None:
     assert mappings_of(shm_path) == 0
 
 
-def test_bookings_are_not_available(shm_path: str) -> None:
-    with SharedPacer.open(shm_path, **QUIET) as s:
-        with pytest.raises(TypeError, match="bookings are not available on a shared pacer"):
-            run(s.admit(key="a"))
-        with pytest.raises(TypeError, match="bookings are not available on a shared pacer"):
-            s.admit_blocking(key=1)
-        assert not hasattr(s, "reserve_or_book") and not hasattr(s, "redeem")
-        # Nothing was debited by the refused calls; plain ones work.
-        assert s.counters().admitted == 0
-        assert isinstance(run(s.admit()), Admitted)
-        assert isinstance(s.admit_blocking(), Admitted)
-        assert s.counters().admitted == 2
-
-
 class BlockingSleep:
     """admit_blocking's sleep, injected (pacer._pacer._blocking_sleep):
     records the delays asked for, then returns at once, or, with a gate,
@@ -681,6 +671,8 @@ def test_a_corrupted_pacer_fails_every_call_with_a_shared_pacer_error(shm_path: 
             "pacer_shared_release ": admitted.release,
             "pacer_shared_reserve ": lambda: run(s.admit()),
             "pacer_shared_reserve  ": s.admit_blocking,
+            "pacer_shared_reserve_or_book": lambda: s.admit_blocking(key="k"),
+            "pacer_shared_reserve_or_book ": lambda: run(s.admit(key="k")),
         }
         for function, call in calls.items():
             with pytest.raises(SharedPacerError) as caught:
@@ -693,7 +685,7 @@ def test_a_corrupted_pacer_fails_every_call_with_a_shared_pacer_error(shm_path: 
         pacer._ffi.cast("uint64_t *", s._handle.pacer)[0] = saved
         assert not admitted.ticket.spent
         assert s.state() == state
-        assert s.counters().released == 0
+        assert s.counters().released == 0 and s.pending_keys == 0
         assert admitted.release() is True
     finally:
         s.close()
@@ -787,3 +779,447 @@ def test_a_pacer_python_created_is_one_c_attaches_to(shm_path: str) -> None:
         before = s.state()
         [line] = debit(shm_path, 1)
         assert waited(line) == debited(before, s.state(), 60), line
+
+
+# ---------------------------------------------------------------- bookings on a shared bucket
+#
+# Keyed admission (SPEC §11) on a shared pacer: admit(key=...) and
+# admit_blocking(key=...) book through pacer_shared_reserve_or_book and
+# redeem through pacer_shared_redeem; forget releases with
+# pacer_shared_release. Keys are the handle's; the line is the bucket's.
+#
+# These tests use BOOKCFG, the configuration of the C helper's
+# `test_shm book` mode: rate 600, burst 1, idle 3600000 ms, 5 retries,
+# refund. By hand (SPEC §3, §11):
+#
+# * a token is 60000 units and rate 600 refills 600 units per ms: one token
+#   per 60000/600 = 100 ms;
+# * bound = min(15000, floor((3600000 − 2000·(2^5 − 1)) / (2·(5 + 1))))
+#         = min(15000, floor(3538000 / 12)) = min(15000, 294833) = 15000 ms;
+# * hint cap = floor(15000 / 1000) = 15 s; horizon with r retries left =
+#   15000 + r·15·1000, so 90000 ms with 5;
+# * the k-th debit on a fresh (full, one token) bucket leaves at most
+#   60000 − k·60000 units (refill only adds), so it waits at most
+#   (k − 1)·100 ms: the first 1 + 150 debits are admissions at any speed;
+#   a debit whose wait is over 15000 ms is refused by §4 and, within the
+#   horizon, booked;
+# * deep in debt, a debit at time a with t units before it gets the slot
+#   a + ceil((60000 − t)/600); the next debit, at a', finds
+#   t − 60000 + (a' − a)·600 units, so its slot is exactly 100 ms later,
+#   whatever a' is: for two debits anywhere on the bucket,
+#   slot_b − slot_a = 100 · (seq_b − seq_a), seq being the bucket's debit
+#   counter (the ticket's seq). That is the FIFO check.
+#
+# The clock is real, so how many debits are admitted before the first
+# booking can vary by a few on a slow machine: every expectation is a
+# relation that holds at any speed, or is worked out from the state the
+# pacer reports (`debited`).
+
+BOOKCFG = {"rate_per_minute": 600, "burst": 1, "idle_timeout_ms": 3_600_000, "max_retries": 5}
+BOUND_MS = 15_000
+CAP_S = 15
+HORIZON_MS = 90_000
+SLOT_MS = 100  # 60000 / 600
+
+
+def hint(wait_ms: int) -> int:
+    """SPEC §11's hint for a slot `wait_ms` away: clamp(ceil((wait − bound)/1000), 1, cap)."""
+    return min(max(-(-(wait_ms - BOUND_MS) // 1000), 1), CAP_S)
+
+
+def held(s: SharedPacer, key: pacer.Key) -> pacer.Booking:
+    """The booking the keyed request `key` holds on `s` (the pacer's own record of it)."""
+    entry = s._pacer._pending[key]
+    assert entry.booking is not None
+    return entry.booking
+
+
+def drain(s: SharedPacer) -> int:
+    """reserve() on a fresh BOOKCFG bucket until §4 refuses; the number admitted."""
+    for n in range(2000):
+        d = s.reserve()
+        if isinstance(d, Refused):
+            assert d.required_wait_ms > BOUND_MS
+            assert n >= 151  # 1 + 150 at any speed (above)
+            return n
+        assert isinstance(d, Admitted) and d.wait_ms <= BOUND_MS
+    raise AssertionError("2000 reservations taking a token each were never refused")
+
+
+def keyed(s: SharedPacer, key: pacer.Key) -> tuple[pacer.Decision, int]:
+    """One first attempt of `key` (admit_blocking, its sleep injected),
+    checked against the state by hand: the debit's wait is `debited`; within
+    the bound it is admitted after it (path PACED), beyond it booked and
+    answered as Refused with the wait and hint(wait), the booking's slot
+    being the decision's time plus the wait. Returns the decision and its
+    slot (time + wait)."""
+    before = s.state()
+    d = s.admit_blocking(key=key)
+    after = s.state()
+    wait = debited(before, after, 600)
+    slot = after.high_water_ms + wait
+    if wait <= BOUND_MS:
+        assert isinstance(d, Admitted) and (d.wait_ms, d.path) == (wait, AdmitPath.PACED)
+        assert key not in s._pacer._pending
+    else:
+        assert d == Refused(wait, hint(wait), False)
+        booking = held(s, key)
+        assert booking.slot_ms == slot and booking.ticket.debit_units == TOKEN and not booking.spent
+    return d, slot
+
+
+def book_one(s: SharedPacer, prefix: str) -> tuple[str, list[int]]:
+    """First attempts of keys prefix0, prefix1, ... on a drained bucket until
+    one is booked (each debit goes 100 ms deeper, so one comes at once
+    unless a call takes 100 ms); its key and the slots of all the debits."""
+    slots = []
+    for i in range(50):
+        key = f"{prefix}{i}"
+        d, slot = keyed(s, key)
+        slots.append(slot)
+        if isinstance(d, Refused):
+            return key, slots
+    raise AssertionError("50 keyed attempts were never booked")
+
+
+def wait_for(ms: int) -> None:
+    """Sleeps until the shared clock reads `ms` or later."""
+    while (now := shared_clock_ms()) < ms:
+        time.sleep(min(0.05, (ms - now) / 1000))
+
+
+def test_keyed_admission_books_and_redeems(shm_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocking = BlockingSleep()
+    monkeypatch.setattr(pacer._pacer, "_blocking_sleep", blocking)
+    sleep = GateSleep()
+    s = open_quiet(shm_path, sleep=sleep, **BOOKCFG)
+    try:
+        assert (s.wait_bound_ms, s.mode, s.pending_keys) == (BOUND_MS, Mode.REFUSING, 0)
+        admitted = drain(s)
+        assert s.counters() == pacer.Counters(admitted, s.counters().admitted_after_wait, 1, 0, 0, 0, 0)
+        # Keyed first attempts until three are booked; every debit's slot is
+        # 100 ms after the previous one (deep in debt), admitted or booked.
+        keys: list[str] = []
+        slots: list[int] = []
+        while len(keys) < 3:
+            key, more = book_one(s, f"k{len(keys)}-")
+            keys.append(key)
+            slots += more
+        assert all(b - a == SLOT_MS for a, b in zip(slots, slots[1:]))
+        assert s.pending_keys == 3
+        first, second, last = (held(s, k) for k in keys)
+        assert first.ticket._seq < second.ticket._seq < last.ticket._seq
+        assert second.slot_ms - first.slot_ms == SLOT_MS * (second.ticket._seq - first.ticket._seq)
+        assert last.slot_ms - second.slot_ms == SLOT_MS * (last.ticket._seq - second.ticket._seq)
+        counters = s.counters()
+        assert (counters.refused, counters.released) == (1 + 3, 0)
+
+        # The last key retries: its booking is presented, nothing is debited
+        # (the state does not change). Not due (slot more than the bound
+        # away): Refused with the distance and its hint, the same booking.
+        state = s.state()
+        t0 = shared_clock_ms()
+        d = s.admit_blocking(key=keys[2])
+        t1 = shared_clock_ms()
+        assert s.state() == state
+        if last.slot_ms - t1 > BOUND_MS:
+            assert isinstance(d, Refused)
+            assert last.slot_ms - t1 <= d.required_wait_ms <= last.slot_ms - t0
+            assert d.retry_after_s == hint(d.required_wait_ms) and not d.clock_regressed
+            assert held(s, keys[2]) is last and not last.spent
+            assert s.counters().refused == counters.refused + 1
+        elif last.slot_ms - t0 <= BOUND_MS:  # only on a machine that stalled for seconds
+            assert isinstance(d, Admitted) and d.path is AdmitPath.BOOKED
+
+        # The first key, once its slot is within the bound: admitted after
+        # the rest of the wait (path BOOKED), the booking's ticket now the
+        # admission's. Cancelled during that wait, it refunds the booked
+        # token and the key is gone.
+        wait_for(first.slot_ms - BOUND_MS)
+
+        async def redeem_then_cancel() -> tuple[PacerState, int, int]:
+            before = s.state()
+            t0 = shared_clock_ms()
+            task = asyncio.ensure_future(s.admit(key=keys[0]))
+            await sleep.started.wait()
+            t1 = shared_clock_ms()
+            assert s.state() == before  # redeeming debits nothing
+            [seconds] = sleep.calls
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            wait = round(seconds * 1000)
+            assert max(0, first.slot_ms - t1) <= wait <= min(BOUND_MS, first.slot_ms - t0)
+            return before, t0, t1
+
+        before, _, _ = run(redeem_then_cancel())
+        assert first.spent and s.pending_keys == 2
+        after = s.state()
+        # The token came back: the level is as if it had never been booked.
+        assert after.tokens_units == refilled(before, after.high_water_ms, 600) + TOKEN
+        c = s.counters()
+        assert (c.released, c.refunded) == (1, 1)
+        assert s.forget(keys[0]) is False  # admitted (then cancelled): nothing held
+
+        # The second key with admit_blocking and no time to wait: the wait
+        # is longer than the timeout, so it is given back at once (no sleep).
+        wait_for(second.slot_ms - BOUND_MS)
+        before = s.state()
+        slept = list(blocking.calls)
+        t0 = shared_clock_ms()
+        try:
+            outcome: object = s.admit_blocking(timeout=0, key=keys[1])
+        except TimeoutError as error:
+            outcome = error
+        t1 = shared_clock_ms()
+        if second.slot_ms - t1 > 0:
+            assert isinstance(outcome, TimeoutError)
+            after = s.state()
+            assert after.tokens_units == refilled(before, after.high_water_ms, 600) + TOKEN
+            assert (s.counters().released, s.counters().refunded) == (2, 2)
+        elif second.slot_ms - t0 <= 0:
+            assert isinstance(outcome, Admitted) and (outcome.wait_ms, outcome.path) == (0, AdmitPath.BOOKED)
+        assert blocking.calls == slept and second.spent and s.pending_keys == 1
+
+        # The last key gives up: forget refunds its booking, once.
+        before = s.state()
+        assert s.forget(keys[2]) is True
+        after = s.state()
+        assert after.tokens_units == refilled(before, after.high_water_ms, 600) + TOKEN
+        assert last.spent and s.pending_keys == 0
+        assert s.forget(keys[2]) is False and s.forget("never seen") is False
+        assert s.state() == after
+    finally:
+        s.close()
+
+
+BOOK_CHILD = """
+import sys
+import pacer, pacer._pacer
+pacer._pacer._blocking_sleep = lambda seconds: None  # an admission's wait is not slept here
+s = pacer.SharedPacer.open(sys.argv[1], rate_per_minute=600, burst=1, idle_timeout_ms=3600000, max_retries=5,
+                           notice_registry=pacer.NoticeRegistry())
+for key in range(int(sys.argv[2])):
+    d = s.admit_blocking(key=key)
+    entry = s._pacer._pending.get(key)
+    if isinstance(d, pacer.Admitted):
+        print("admitted", d.wait_ms, d.ticket._seq)
+    elif entry is not None and entry.booking is not None:
+        print("booked", entry.booking.slot_ms, entry.booking.ticket._seq)
+    else:
+        print("refused", d.retry_after_s)
+s.close()  # leaves with its bookings held: their slots stay taken
+"""
+
+
+def book_elsewhere(source: str, path: str, n: int) -> list[tuple[str, int, int]]:
+    """`n` first attempts in another process: the C helper (`test_shm book
+    PATH N`, reserve_or_book with 5 retries left) or a Python child (keyed
+    admit_blocking, 5 retries left on a first attempt), each line
+    ("admitted", wait, seq), ("booked", slot_ms, seq) or ("refused", hint, -1)."""
+    command = [HELPER, "book", path, str(n)] if source == "c" else [sys.executable, "-c", BOOK_CHILD, path, str(n)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=60)  # type: ignore[arg-type]
+    records = []
+    for line in done.stdout.splitlines():
+        match = re.fullmatch(r"(admitted|booked) (\d+) (\d+)|refused (\d+)", line)
+        assert match, line
+        if match.group(4) is not None:
+            records.append(("refused", int(match.group(4)), -1))
+        else:
+            records.append((match.group(1), int(match.group(2)), int(match.group(3))))
+    assert len(records) == n
+    return records
+
+
+def book_here(handles: list[SharedPacer], keys: range) -> list[tuple[str, int, int]]:
+    """First attempts of `keys` in this process, alternating between
+    `handles` (admit_blocking, its sleep injected); records as
+    `book_elsewhere`'s, each checked against the decision's time."""
+    records = []
+    for i, key in enumerate(keys):
+        s = handles[i % len(handles)]
+        t0 = shared_clock_ms()
+        d = s.admit_blocking(key=key)
+        t1 = shared_clock_ms()
+        if isinstance(d, Admitted):
+            assert d.path is AdmitPath.PACED and d.wait_ms <= BOUND_MS and d.ticket is not None
+            records.append(("admitted", d.wait_ms, d.ticket._seq))
+            continue
+        booking = held(s, key)
+        assert BOUND_MS < d.required_wait_ms <= HORIZON_MS and d.retry_after_s == hint(d.required_wait_ms)
+        assert t0 <= booking.slot_ms - d.required_wait_ms <= t1  # slot = the decision's time + its wait
+        records.append(("booked", booking.slot_ms, booking.ticket._seq))
+    return records
+
+
+@pytest.mark.parametrize("source", ["python", pytest.param("c", marks=needs_helper)])
+def test_processes_booking_on_one_bucket_keep_one_line(shm_path: str, source: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another process (a Python child, or the C helper) makes 200 first
+    # attempts on a fresh bucket: at least 151 admitted, the rest booked.
+    # Then this process (two handles, alternating) 10, the other process 10
+    # more, this one 10 more: 230 debits in all, the last waiting at most
+    # 229 · 100 = 22900 ms < the 90000 ms horizon, so nothing is refused.
+    monkeypatch.setattr(pacer._pacer, "_blocking_sleep", BlockingSleep())
+    a = open_quiet(shm_path, **BOOKCFG)
+    b = open_quiet(shm_path, **BOOKCFG)
+    try:
+        records = book_elsewhere(source, shm_path, 200)
+        records += book_here([a, b], range(0, 10))
+        records += book_elsewhere(source, shm_path, 10)
+        records += book_here([a, b], range(10, 20))
+        kinds = [kind for kind, _, _ in records]
+        assert "refused" not in kinds
+        admitted, booked = kinds.count("admitted"), kinds.count("booked")
+        assert admitted + booked == 230 and admitted >= 151 and booked >= 1
+        # Every debit once, whichever process made it: the seqs are 230 consecutive numbers.
+        seqs = sorted(seq for _, _, seq in records)
+        assert seqs == list(range(seqs[0], seqs[0] + 230))
+        # FIFO: in debit order the booked slots are 100 ms apart per debit between them.
+        line = sorted((seq, slot) for kind, slot, seq in records if kind == "booked")
+        for (seq_a, slot_a), (seq_b, slot_b) in zip(line, line[1:]):
+            assert slot_b - slot_a == SLOT_MS * (seq_b - seq_a), (seq_a, slot_a, seq_b, slot_b)
+        # SPEC §6.1 on the slots: at most rate·W/60000 + 1 in any window of W ms.
+        slots = [slot for _, slot in line]
+        for window in (0, 99, 999, 4999):
+            worst = max(sum(1 for t in slots if start <= t <= start + window) for start in slots)
+            assert worst <= 600 * window // 60000 + 1, (window, worst)
+        # This process's bookings are its handles' to give back (the other
+        # process left with its own held: their slots stay taken).
+        ours = [(s, key) for s in (a, b) for key in list(s._pacer._pending)]
+        assert len(ours) == a.pending_keys + b.pending_keys == sum(
+            1 for kind, _, _ in records[200:210] + records[220:] if kind == "booked")
+        for s, key in ours:
+            assert s.forget(key) is True
+        assert a.pending_keys == b.pending_keys == 0
+        assert a.counters().refunded + b.counters().refunded == len(ours)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_another_buckets_booking_is_refused(shm_path: str) -> None:
+    other_path = shm_path + "-other"
+    a = open_quiet(shm_path, **BOOKCFG)
+    a2 = open_quiet(shm_path, **BOOKCFG)
+    o = open_quiet(other_path, **BOOKCFG)
+    local = pacer.Pacer(clock=lambda: 0.0, notice_registry=pacer.NoticeRegistry(), **BOOKCFG)
+    try:
+        drain(a)
+        key, _ = book_one(a, "mine-")
+        booking = held(a, key)
+        a_state, o_state, a_counters, o_counters = a.state(), o.state(), a.counters(), o.counters()
+
+        # It is a's: another bucket, another handle on the same bucket and
+        # an in-process pacer do not take it (as Pacer.redeem/release do
+        # with another pacer's booking), before any library call.
+        for p in (o._pacer, a2._pacer, local):
+            with pytest.raises(ValueError, match="another pacer"):
+                p.redeem(booking, 0)
+        assert o.release(booking.ticket) is False and a2.release(booking.ticket) is False
+        assert local.release(booking.ticket, 0) is False
+
+        # The library's own check: the same booking passed off as o's (the
+        # ticket keeps a's bucket's owner tag) is FOREIGN_TICKET for
+        # redeeming, releasing, a keyed retry and forget, and changes nothing.
+        def passed_off(p: pacer.Pacer) -> pacer.Booking:
+            t = booking.ticket
+            return pacer.Booking(pacer.Ticket(p, t._seq, t._debit_units, t._owner), booking.slot_ms)
+
+        with pytest.raises(SharedPacerError, match="FOREIGN_TICKET") as caught:
+            o._pacer.redeem(passed_off(o._pacer), 0)
+        assert caught.value.status_name == "FOREIGN_TICKET" and caught.value.filename == other_path
+        assert str(caught.value).startswith(f"pacer: pacer_shared_redeem {other_path!r}: FOREIGN_TICKET (")
+        forged = passed_off(o._pacer)
+        with pytest.raises(SharedPacerError, match=r"pacer_shared_release .*FOREIGN_TICKET"):
+            forged.release()
+        assert not forged.spent  # not released: it keeps its refund right
+        entry = pacer._pacer._Pending()
+        entry.booking = forged
+        o._pacer._pending["stolen"] = entry
+        with pytest.raises(SharedPacerError, match=r"pacer_shared_redeem .*FOREIGN_TICKET"):
+            o.admit_blocking(key="stolen")
+        with pytest.raises(SharedPacerError, match=r"pacer_shared_release .*FOREIGN_TICKET"):
+            o.forget("stolen")
+        assert o.pending_keys == 1 and held(o, "stolen") is forged and not forged.spent  # forget failed: kept
+        del o._pacer._pending["stolen"]
+        foreign = pacer._lib.PACER_STATUS_FOREIGN_TICKET
+        with pytest.raises(pacer.PacerError, match=f"pacer_redeem failed with status {foreign} "):
+            local.redeem(passed_off(local), 0)
+
+        assert (a.state(), o.state(), a.counters()) == (a_state, o_state, a_counters)
+        assert o.counters() == o_counters  # the refused calls counted nothing
+        assert not booking.spent and a.pending_keys == 1
+        assert a.forget(key) is True
+    finally:
+        a.close()
+        a2.close()
+        o.close()
+        SharedPacer.unlink(other_path)
+
+
+def test_keyed_calls_check_input_and_the_handle(shm_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pacer._pacer, "_blocking_sleep", BlockingSleep())
+    s = open_quiet(shm_path, **BOOKCFG)
+    drain(s)
+    key, _ = book_one(s, "k")
+    state, counters = s.state(), s.counters()
+    bad_keys = ({}, [], 1.5, True, (1, 2), object())
+
+    def bad_input() -> None:
+        for bad in bad_keys:
+            with pytest.raises(TypeError, match="key"):
+                run(s.admit(key=bad))  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="key"):
+                s.admit_blocking(key=bad)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="key"):
+                s.forget(bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="timeout"):
+            s.admit_blocking(timeout=-1, key=key)
+        # No clock: forget takes no time, on the object or the pacer under it.
+        with pytest.raises(TypeError):
+            s.forget(key, 0)  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match="takes no clock"):
+            s._pacer.forget(key, 0)
+
+    bad_input()
+    assert (s.state(), s.counters(), s.pending_keys) == (state, counters, 1)
+    s.close()
+    # Bad input is still its own error after the close; every keyed call is refused.
+    bad_input()
+    for call in (lambda: run(s.admit(key=key)), lambda: s.admit_blocking(key=key),
+                 lambda: s.admit_blocking(key="new"), lambda: s.forget(key), lambda: s.forget("new")):
+        assert status_of(call) == "SHARED_NOT_OPEN"
+    with pytest.raises(SharedPacerError, match=r"^pacer: pacer_shared_reserve_or_book after close\(\)"):
+        s.admit_blocking(key="new")
+    with pytest.raises(SharedPacerError, match=r"^pacer: pacer_shared_release after close\(\)"):
+        s.forget(key)
+    assert s.pending_keys == 1  # forget refused: the key keeps its booking
+    # The booking was not given back: a new handle sees the bucket as it was.
+    with open_quiet(shm_path, **BOOKCFG) as again:
+        assert again.state() == state
+
+
+@pytest.mark.parametrize("function", ["_shared_reserve_or_book", "_shared_redeem"])
+def test_a_library_fault_in_a_keyed_call_is_a_shared_pacer_error(shm_path: str, monkeypatch: pytest.MonkeyPatch,
+                                                                function: str) -> None:
+    # PACER_STATUS_PANIC injected in the booking calls: the keyed attempt
+    # raises SharedPacerError naming the call, and the key keeps what it had.
+    monkeypatch.setattr(pacer._pacer, "_blocking_sleep", BlockingSleep())
+    s = open_quiet(shm_path, **BOOKCFG)
+    try:
+        drain(s)
+        key, _ = book_one(s, "k")
+        booking = held(s, key)
+        state = s.state()
+        monkeypatch.setattr(pacer._shared, function, lambda *args: pacer._lib.PACER_STATUS_PANIC)
+        name = "pacer" + function
+        with pytest.raises(SharedPacerError, match=rf"^pacer: {name} .*: PANIC \(") as caught:
+            s.admit_blocking(key=key if function == "_shared_redeem" else "new")
+        assert caught.value.status_name == "PANIC"
+        assert s.pending_keys == 1 and held(s, key) is booking and not booking.spent
+        monkeypatch.undo()
+        assert s.state() == state
+        assert s.forget(key) is True
+    finally:
+        s.close()

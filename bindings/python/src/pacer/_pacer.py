@@ -46,9 +46,6 @@ _OK = lib.PACER_STATUS_OK
 _U64_MAX = _check.U64_MAX
 _new = ffi.new
 
-#: Bookings need calls a shared pacer does not have (as in the Node binding).
-_NO_BOOKINGS = "pacer: bookings are not available on a shared pacer"
-
 #: What admit_blocking sleeps with (looked up at each call, so tests can inject one).
 _blocking_sleep = time.sleep
 
@@ -306,17 +303,30 @@ class NativeCalls:
     """The C calls a pacer decides and reports with, each with the signature
     of its ``lib.pacer_*`` function (the pacer's storage first). A plain
     pacer uses those functions; a shared pacer plugs in calls that go
-    through its handle (``pacer_shared_reserve``, ...)."""
+    through its handle (``pacer_shared_reserve``, ...) and read the shared
+    clock themselves (they ignore the time argument)."""
 
     reserve: Callable[[Any, int, Any], int]
     release: Callable[[Any, Any, int, Any], int]
     get_counters: Callable[[Any, Any], int]
     get_info: Callable[[Any, Any], int]
-    #: Whether the pacer is shared: no clock argument, no bookings.
+    #: ``pacer_reserve_or_book(storage, now_ms, retries_left, out_decision, out_booking)``.
+    reserve_or_book: Callable[[Any, int, int, Any, Any], int]
+    #: ``pacer_redeem(storage, booking, now_ms, out_decision)``.
+    redeem: Callable[[Any, Any, int, Any], int]
+    #: Whether the pacer is shared: no clock argument anywhere.
     shared: bool
 
 
-_LOCAL_CALLS = NativeCalls(lib.pacer_reserve, lib.pacer_release, lib.pacer_get_counters, lib.pacer_get_info, False)
+_LOCAL_CALLS = NativeCalls(
+    reserve=lib.pacer_reserve,
+    release=lib.pacer_release,
+    get_counters=lib.pacer_get_counters,
+    get_info=lib.pacer_get_info,
+    reserve_or_book=lib.pacer_reserve_or_book,
+    redeem=lib.pacer_redeem,
+    shared=False,
+)
 #: pacer_reserve's address in the cffi module, for the C ``reserve`` (pacer._fast).
 _RESERVE_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "pacer_reserve")))
 
@@ -376,7 +386,8 @@ class Pacer(fast.Core):
     """
 
     __slots__ = ("_owner", "_storage", "_now", "_sleep", "_config", "_mode", "_wait_bound_ms",
-                 "_c_reserve", "_c_release", "_c_counters", "_c_info", "_shared",
+                 "_c_reserve", "_c_release", "_c_counters", "_c_info", "_c_reserve_or_book",
+                 "_c_redeem", "_shared",
                  "_release_lock", "_keyed_lock", "_pending", "__weakref__")
 
     def __init__(
@@ -443,6 +454,8 @@ class Pacer(fast.Core):
         self._c_release = calls.release
         self._c_counters = calls.get_counters
         self._c_info = calls.get_info
+        self._c_reserve_or_book = calls.reserve_or_book
+        self._c_redeem = calls.redeem
         self._shared = calls.shared
         self._release_lock = threading.Lock()
         self._keyed_lock = threading.Lock()
@@ -588,15 +601,14 @@ class Pacer(fast.Core):
         The horizon is ``wait_bound_ms + retries_left · hint cap · 1000`` ms
         (``retries_left`` counts above ``max_retries`` as ``max_retries``);
         beyond it the answer is a plain ``Refused`` and nothing is debited.
-        Thread-safe and lock-free, like ``reserve``."""
-        if self._shared:
-            raise TypeError(_NO_BOOKINGS)
+        Thread-safe and lock-free, like ``reserve``. (A shared pacer's call
+        reads the shared clock itself: ``now_ms`` is checked, not used.)"""
         if type(now_ms) is not int or now_ms < 0 or now_ms > _U64_MAX:
             now_ms = _check.u64("now_ms", now_ms)
         retries_left = _check.u32("retries_left", retries_left)
         out = _new("struct pacer_decision *")
         c_booking = _new("struct pacer_booking *")
-        status = lib.pacer_reserve_or_book(self._storage, now_ms, retries_left, out, c_booking)
+        status = self._c_reserve_or_book(self._storage, now_ms, retries_left, out, c_booking)
         if status != _OK:
             raise PacerError("pacer_reserve_or_book", status)
         if out.kind == _ADMITTED:
@@ -631,8 +643,6 @@ class Pacer(fast.Core):
             raise TypeError(
                 f"pacer: booking must be a Booking from reserve_or_book(), got {_check.describe(booking)}"
             )
-        if self._shared:
-            raise TypeError(_NO_BOOKINGS)
         now_ms = _check.u64("now_ms", now_ms)
         ticket = booking._ticket
         if ticket._pacer is not self:
@@ -647,7 +657,7 @@ class Pacer(fast.Core):
         with self._release_lock:
             if ticket._spent:
                 raise ValueError("pacer: this booking was redeemed or released already")
-            status = lib.pacer_redeem(self._storage, c_booking, now_ms, out)
+            status = self._c_redeem(self._storage, c_booking, now_ms, out)
             if status != _OK:
                 raise PacerError("pacer_redeem", status)
             admitted = out.kind == _ADMITTED
@@ -671,14 +681,29 @@ class Pacer(fast.Core):
         it ends without opening: aborted, failed, or given up; the key is
         forgotten. True when a booking was refunded; False when the key held
         none (or is unknown). Call it for every key passed to ``admit`` that
-        is not admitted."""
+        is not admitted. (A shared pacer takes no ``now_ms``: its release
+        reads the shared clock.) If the release fails (a library fault, a
+        closed shared pacer), the key keeps its booking and the error is
+        raised."""
         _check.key("key", key)
-        now = self._now() if now_ms is None else _check.u64("now_ms", now_ms)
+        now: int | None
+        if now_ms is None:
+            now = None if self._shared else self._now()
+        elif self._shared:
+            raise TypeError(_NO_CLOCK)
+        else:
+            now = _check.u64("now_ms", now_ms)
         with self._keyed_lock:
             entry = self._pending.pop(key, None)
         if entry is None or entry.booking is None:
             return False
-        return self.release(entry.booking._ticket, now)
+        try:
+            return self.release(entry.booking._ticket, now)
+        except BaseException:
+            # Not released: the booking keeps its refund right, and the key keeps it.
+            with self._keyed_lock:
+                self._pending.setdefault(key, entry)
+            raise
 
     def _attempt(self, key: Key, now_ms: int) -> Decision:
         """One attempt of the keyed request ``key`` at ``now_ms`` (SPEC §11):
@@ -722,8 +747,6 @@ class Pacer(fast.Core):
         that ends without being admitted."""
         if key is not None:
             _check.key("key", key)
-            if self._shared:
-                raise TypeError(_NO_BOOKINGS)
         now_ms = self._now()
         decision = self.reserve(now_ms) if key is None else self._attempt(key, now_ms)
         if isinstance(decision, Refused) or decision.wait_ms == 0:
@@ -745,8 +768,6 @@ class Pacer(fast.Core):
         limit = None if timeout is None else _check.seconds("timeout", timeout)
         if key is not None:
             _check.key("key", key)
-            if self._shared:
-                raise TypeError(_NO_BOOKINGS)
         now_ms = self._now()
         decision = self.reserve(now_ms) if key is None else self._attempt(key, now_ms)
         if isinstance(decision, Refused) or decision.wait_ms == 0:

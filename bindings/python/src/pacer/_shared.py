@@ -20,13 +20,13 @@ from typing import Any
 from . import _check
 from ._native import aligned_new, ffi, lib
 from ._pacer import (
-    _NO_BOOKINGS,
     _NO_CLOCK,
     DEFAULT_BURST,
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_RATE_PER_MINUTE,
     Counters,
     Decision,
+    Key,
     Mode,
     NativeCalls,
     Pacer,
@@ -50,6 +50,8 @@ _STATUS_NAMES: dict[int, str] = {
 # at each call, so tests can inject a failing one).
 _shared_reserve = lib.pacer_shared_reserve
 _shared_release = lib.pacer_shared_release
+_shared_reserve_or_book = lib.pacer_shared_reserve_or_book
+_shared_redeem = lib.pacer_shared_redeem
 _get_counters = lib.pacer_get_counters
 _get_info = lib.pacer_get_info
 
@@ -167,7 +169,15 @@ class _Handle:
             self._finalize()
             raise SharedPacerError("pacer_shared_pacer", status, path)
         self.pacer = out[0]
-        self.calls = NativeCalls(self._reserve, self._release, self._get_counters, self._get_info, True)
+        self.calls = NativeCalls(
+            reserve=self._reserve,
+            release=self._release,
+            get_counters=self._get_counters,
+            get_info=self._get_info,
+            reserve_or_book=self._reserve_or_book,
+            redeem=self._redeem,
+            shared=True,
+        )
 
     @property
     def closed(self) -> bool:
@@ -229,6 +239,13 @@ class _Handle:
     def _release(self, _storage: Any, ticket: Any, _now_ms: int, refunded: Any) -> int:
         return self._call("pacer_shared_release", _shared_release, self.ptr, ticket, refunded)
 
+    def _reserve_or_book(self, _storage: Any, _now_ms: int, retries_left: int, out: Any, booking: Any) -> int:
+        return self._call("pacer_shared_reserve_or_book", _shared_reserve_or_book, self.ptr, retries_left, out,
+                          booking)
+
+    def _redeem(self, _storage: Any, booking: Any, _now_ms: int, out: Any) -> int:
+        return self._call("pacer_shared_redeem", _shared_redeem, self.ptr, booking, out)
+
     def _get_counters(self, _storage: Any, out: Any) -> int:
         return self._call("pacer_get_counters", _get_counters, self.pacer, out)
 
@@ -250,10 +267,12 @@ class SharedPacer:
     the machine that opens the same name with the same settings paces
     against one bucket. Made by ``SharedPacer.open``.
 
-    It decides, waits and refunds as ``Pacer`` does, but no call takes a
-    clock: every process sharing it reads the machine-wide clock,
-    ``shared_clock_ms()``. Bookings are not available. Failed shared-pacer
-    calls raise ``SharedPacerError`` (an ``OSError``) naming the status.
+    It decides, waits, refunds and books (``admit(key=...)``, ``forget``)
+    as ``Pacer`` does, but no call takes a clock: every process sharing it
+    reads the machine-wide clock, ``shared_clock_ms()``. Keys are this
+    object's; the line of booked slots is the bucket's, machine-wide.
+    Failed shared-pacer calls raise ``SharedPacerError`` (an ``OSError``)
+    naming the status.
     Thread-safe; ``close()`` (or leaving a ``with`` block) unmaps this
     process's view, and the file stays until ``SharedPacer.unlink``."""
 
@@ -368,29 +387,54 @@ class SharedPacer:
         handle (another ``SharedPacer``, even on the same file)."""
         return self._pacer.release(ticket)
 
-    async def admit(self, *, key: Any = None) -> Decision:
+    async def admit(self, *, key: Key | None = None) -> Decision:
         """As ``Pacer.admit``: waits the granted time (with ``sleep``);
         cancelled while waiting, it gives the slot back and re-raises.
-        ``key`` is refused: bookings are not available on a shared pacer.
+
+        With ``key``, as ``Pacer.admit(key=...)`` (SPEC §11): a refusal
+        whose wait fits the request's remaining retries books a place in the
+        bucket's machine-wide line (``pacer_shared_reserve_or_book``),
+        still answered as ``Refused``; the key's next attempt redeems it
+        (``pacer_shared_redeem``). Keys are this object's: another handle
+        or process does not see them. ``forget`` a key that ends unadmitted.
 
         A ``close()`` during the wait does not cut it short: the mapping
         stays until the wait ends, so a cancellation after the close still
         gives the slot back and raises the caller's own CancelledError (or
         its timeout); a wait that completes returns the admission."""
         if key is not None:
-            raise TypeError(_NO_BOOKINGS)
-        with self._handle.hold("pacer_shared_reserve"):
-            return await self._pacer.admit()
+            _check.key("key", key)  # bad input: its error, before the closed check
+        with self._handle.hold("pacer_shared_reserve" if key is None else "pacer_shared_reserve_or_book"):
+            return await self._pacer.admit(key=key)
 
-    def admit_blocking(self, timeout: float | None = None, *, key: Any = None) -> Decision:
-        """As ``Pacer.admit_blocking``. ``key`` is refused (no bookings).
-        A ``close()`` during the wait behaves as for ``admit``."""
-        if key is not None:
-            raise TypeError(_NO_BOOKINGS)
+    def admit_blocking(self, timeout: float | None = None, *, key: Key | None = None) -> Decision:
+        """As ``Pacer.admit_blocking``; ``key`` as for ``admit``. A
+        ``close()`` during the wait behaves as for ``admit``."""
         if timeout is not None:
             _check.seconds("timeout", timeout)  # bad input: its error, before the closed check
-        with self._handle.hold("pacer_shared_reserve"):
-            return self._pacer.admit_blocking(timeout)
+        if key is not None:
+            _check.key("key", key)
+        with self._handle.hold("pacer_shared_reserve" if key is None else "pacer_shared_reserve_or_book"):
+            return self._pacer.admit_blocking(timeout, key=key)
+
+    def forget(self, key: Key) -> bool:
+        """As ``Pacer.forget``, on the shared clock (no ``now_ms``): the
+        keyed request ``key`` ended without being admitted; its booking goes
+        back to the bucket (``pacer_shared_release``) and the key is
+        forgotten. True when a booking was refunded; False when the key held
+        none (or is unknown). After ``close()`` it raises
+        ``SharedPacerError`` (``SHARED_NOT_OPEN``) and the key keeps its
+        booking, which then holds its slot until the slot's time passes:
+        forget the keys before closing."""
+        _check.key("key", key)
+        with self._handle.hold("pacer_shared_release"):
+            return self._pacer.forget(key)
+
+    @property
+    def pending_keys(self) -> int:
+        """How many keyed requests (``admit(key=...)``) this object refused
+        and has not yet admitted or forgotten."""
+        return self._pacer.pending_keys
 
     # ------------------------------------------------------------ diagnostics
 
