@@ -130,7 +130,8 @@ type keyedEntry struct {
 // if it holds one, else reserves or books with the retries it has left
 // (Config.MaxRetries minus the attempts refused so far). An admitted key
 // is forgotten; a refused one counts the attempt. The returned time is the
-// clock reading the decision was made at.
+// clock reading the decision was made at (a shared pacer's library call
+// reads the shared clock again itself, at or after it).
 func (p *Pacer) attempt(key string) (Decision, bool, uint64, error) {
 	k := &p.keyed
 	k.mu.Lock()

@@ -32,17 +32,22 @@ typedef struct {
 	bool refunded;
 } pacer_go_release_result;
 
-// The ticket is rebuilt live from its numbers and the issuing pacer's
-// owner tag (ABI 2: without the tag the library refuses it as foreign).
-static pacer_go_release_result pacer_go_release(const pacer *storage, uint32_t seq,
-		uint32_t debit_units, uint32_t owner, uint64_t now_ms) {
-	pacer_go_release_result r;
+// A ticket rebuilt live from its numbers and the issuing pacer's owner tag
+// (ABI 2: without the tag the library refuses it as foreign).
+static pacer_ticket pacer_go_ticket(uint32_t seq, uint32_t debit_units, uint32_t owner) {
 	pacer_ticket ticket;
-	memset(&r, 0, sizeof r);
 	ticket.seq = seq;
 	ticket.debit_units = debit_units;
 	ticket.state = PACER_TICKET_STATE_LIVE;
 	ticket.owner = owner;
+	return ticket;
+}
+
+static pacer_go_release_result pacer_go_release(const pacer *storage, uint32_t seq,
+		uint32_t debit_units, uint32_t owner, uint64_t now_ms) {
+	pacer_go_release_result r;
+	pacer_ticket ticket = pacer_go_ticket(seq, debit_units, owner);
+	memset(&r, 0, sizeof r);
 	r.status = (uint32_t)pacer_release(storage, &ticket, now_ms, &r.refunded);
 	return r;
 }
@@ -53,6 +58,16 @@ typedef struct {
 	pacer_booking booking;
 } pacer_go_book_result;
 
+// A booking rebuilt live from its numbers: the Go side keeps the spent
+// flag (Ticket.spent) and presents only bookings it has not spent.
+static pacer_booking pacer_go_booking(uint32_t seq, uint32_t debit_units, uint32_t owner, uint64_t slot_ms) {
+	pacer_booking booking;
+	memset(&booking, 0, sizeof booking);
+	booking.ticket = pacer_go_ticket(seq, debit_units, owner);
+	booking.slot_ms = slot_ms;
+	return booking;
+}
+
 static pacer_go_book_result pacer_go_reserve_or_book(const pacer *storage, uint64_t now_ms,
 		uint32_t retries_left) {
 	pacer_go_book_result r;
@@ -61,20 +76,40 @@ static pacer_go_book_result pacer_go_reserve_or_book(const pacer *storage, uint6
 	return r;
 }
 
-// The booking is rebuilt live from its numbers: the Go side keeps the
-// spent flag (Ticket.spent) and presents only bookings it has not spent.
 static pacer_go_reserve_result pacer_go_redeem(const pacer *storage, uint32_t seq,
 		uint32_t debit_units, uint32_t owner, uint64_t slot_ms, uint64_t now_ms) {
 	pacer_go_reserve_result r;
-	pacer_booking booking;
+	pacer_booking booking = pacer_go_booking(seq, debit_units, owner, slot_ms);
 	memset(&r, 0, sizeof r);
-	memset(&booking, 0, sizeof booking);
-	booking.ticket.seq = seq;
-	booking.ticket.debit_units = debit_units;
-	booking.ticket.state = PACER_TICKET_STATE_LIVE;
-	booking.ticket.owner = owner;
-	booking.slot_ms = slot_ms;
 	r.status = (uint32_t)pacer_redeem(storage, &booking, now_ms, &r.decision);
+	return r;
+}
+
+// The booking calls and release of a shared pacer, through its handle:
+// the library reads the shared clock (pacer_clock_monotonic_ms) itself.
+static pacer_go_book_result pacer_go_shared_reserve_or_book(const pacer_shared *handle,
+		uint32_t retries_left) {
+	pacer_go_book_result r;
+	memset(&r, 0, sizeof r);
+	r.status = (uint32_t)pacer_shared_reserve_or_book(handle, retries_left, &r.decision, &r.booking);
+	return r;
+}
+
+static pacer_go_reserve_result pacer_go_shared_redeem(const pacer_shared *handle, uint32_t seq,
+		uint32_t debit_units, uint32_t owner, uint64_t slot_ms) {
+	pacer_go_reserve_result r;
+	pacer_booking booking = pacer_go_booking(seq, debit_units, owner, slot_ms);
+	memset(&r, 0, sizeof r);
+	r.status = (uint32_t)pacer_shared_redeem(handle, &booking, &r.decision);
+	return r;
+}
+
+static pacer_go_release_result pacer_go_shared_release(const pacer_shared *handle, uint32_t seq,
+		uint32_t debit_units, uint32_t owner) {
+	pacer_go_release_result r;
+	pacer_ticket ticket = pacer_go_ticket(seq, debit_units, owner);
+	memset(&r, 0, sizeof r);
+	r.status = (uint32_t)pacer_shared_release(handle, &ticket, &r.refunded);
 	return r;
 }
 
@@ -379,12 +414,20 @@ func decisionFromC(d *C.pacer_decision, owner *Pacer) Decision {
 	return out
 }
 
-// reserveOrBook runs pacer_reserve_or_book. A booked answer returns the
-// booking's ticket and slot (nil otherwise); the decision is then not
-// admitted and carries the hint.
+// reserveOrBook runs pacer_reserve_or_book at nowMs, or, on a shared
+// pacer, pacer_shared_reserve_or_book at the shared clock (nowMs unused).
+// A booked answer returns the booking's ticket and slot (nil otherwise);
+// the decision is then not admitted and carries the hint.
 func (s *storage) reserveOrBook(nowMs uint64, retriesLeft uint32, owner *Pacer) (Decision, *Booking, error) {
-	r := C.pacer_go_reserve_or_book(s.ptr, C.uint64_t(nowMs), C.uint32_t(retriesLeft))
-	if err := statusErr("pacer_reserve_or_book", uint32(r.status)); err != nil {
+	var r C.pacer_go_book_result
+	op := "pacer_reserve_or_book"
+	if s.shared != nil {
+		op = "pacer_shared_reserve_or_book"
+		r = C.pacer_go_shared_reserve_or_book(s.shared, C.uint32_t(retriesLeft))
+	} else {
+		r = C.pacer_go_reserve_or_book(s.ptr, C.uint64_t(nowMs), C.uint32_t(retriesLeft))
+	}
+	if err := statusErr(op, uint32(r.status)); err != nil {
 		return Decision{}, nil, err
 	}
 	d := decisionFromC(&r.decision, owner)
@@ -398,23 +441,40 @@ func (s *storage) reserveOrBook(nowMs uint64, retriesLeft uint32, owner *Pacer) 
 	return d, &Booking{SlotMs: slot, Ticket: t, slot: slot, ticket: t}, nil
 }
 
-// redeem runs pacer_redeem on a live booking with this ticket (seq, debit,
-// the library's owner tag) and slot. Admitted: the decision's Ticket is the
-// booking's, as a new Go value of owner's.
+// redeem runs pacer_redeem at nowMs (on a shared pacer, pacer_shared_redeem
+// at the shared clock, nowMs unused) on a live booking with this ticket
+// (seq, debit, the library's owner tag) and slot. Admitted: the decision's
+// Ticket is the booking's, as a new Go value of owner's.
 func (s *storage) redeem(seq, debitUnits, tag uint32, slotMs, nowMs uint64, owner *Pacer) (Decision, error) {
-	r := C.pacer_go_redeem(s.ptr, C.uint32_t(seq), C.uint32_t(debitUnits), C.uint32_t(tag), C.uint64_t(slotMs),
-		C.uint64_t(nowMs))
-	if err := statusErr("pacer_redeem", uint32(r.status)); err != nil {
+	var r C.pacer_go_reserve_result
+	op := "pacer_redeem"
+	if s.shared != nil {
+		op = "pacer_shared_redeem"
+		r = C.pacer_go_shared_redeem(s.shared, C.uint32_t(seq), C.uint32_t(debitUnits), C.uint32_t(tag),
+			C.uint64_t(slotMs))
+	} else {
+		r = C.pacer_go_redeem(s.ptr, C.uint32_t(seq), C.uint32_t(debitUnits), C.uint32_t(tag), C.uint64_t(slotMs),
+			C.uint64_t(nowMs))
+	}
+	if err := statusErr(op, uint32(r.status)); err != nil {
 		return Decision{}, err
 	}
 	return decisionFromC(&r.decision, owner), nil
 }
 
-// release runs pacer_release on the live ticket (seq, debit, the library's
-// owner tag).
+// release runs pacer_release at nowMs (on a shared pacer,
+// pacer_shared_release at the shared clock, nowMs unused) on the live
+// ticket (seq, debit, the library's owner tag).
 func (s *storage) release(seq, debitUnits, tag uint32, nowMs uint64) (bool, error) {
-	r := C.pacer_go_release(s.ptr, C.uint32_t(seq), C.uint32_t(debitUnits), C.uint32_t(tag), C.uint64_t(nowMs))
-	if err := statusErr("pacer_release", uint32(r.status)); err != nil {
+	var r C.pacer_go_release_result
+	op := "pacer_release"
+	if s.shared != nil {
+		op = "pacer_shared_release"
+		r = C.pacer_go_shared_release(s.shared, C.uint32_t(seq), C.uint32_t(debitUnits), C.uint32_t(tag))
+	} else {
+		r = C.pacer_go_release(s.ptr, C.uint32_t(seq), C.uint32_t(debitUnits), C.uint32_t(tag), C.uint64_t(nowMs))
+	}
+	if err := statusErr(op, uint32(r.status)); err != nil {
 		return false, err
 	}
 	return bool(r.refunded), nil

@@ -7,6 +7,7 @@
 // Bookings (SPEC §11, opt-in) turn refusals into a place in line for the
 // request's retry: AdmitKey keys them by the request's identity (Forget
 // releases what a key holds); ReserveOrBook and Redeem are the raw calls.
+// A SharedPacer books on its bucket's machine-wide line the same way.
 //
 // Clocks are monotonic milliseconds as uint64: Reserve and Release take
 // them from the caller (any value, including math.MaxUint64), Admit reads

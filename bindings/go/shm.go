@@ -28,7 +28,9 @@ const (
 // every process on the machine that opens the same name paces against one
 // bucket. Its calls take no clock: they all read SharedClockMs, the clock
 // every process shares. Otherwise it behaves as Pacer (and is safe for
-// concurrent use).
+// concurrent use), bookings included (AdmitKey, Forget, ReserveOrBook,
+// Redeem): the line of booked slots is the bucket's, machine-wide, while
+// keys, tickets and bookings are this handle's.
 type SharedPacer struct {
 	p *Pacer
 }
@@ -102,6 +104,64 @@ func (s *SharedPacer) Admit(ctx context.Context) (Admission, error) {
 	return s.p.Admit(ctx)
 }
 
+// ReserveOrBook is Reserve, except that a refusal whose wait fits the
+// horizon of the request's retriesLeft retries books a place in the
+// bucket's machine-wide line (pacer_shared_reserve_or_book, at the shared
+// clock); see Pacer.ReserveOrBook. Booking.SlotMs is on SharedClockMs.
+// Redeem the booking through this SharedPacer, or release its ticket
+// (Release) if the request ends without redeeming it.
+func (s *SharedPacer) ReserveOrBook(retriesLeft uint32) (BookingDecision, error) {
+	if s == nil {
+		return BookingDecision{}, ErrClosed
+	}
+	return s.p.ReserveOrBook(SharedClockMs(), retriesLeft)
+}
+
+// Redeem presents a booking on the request's retry (pacer_shared_redeem, at
+// the shared clock); see Pacer.Redeem. A booking made through another
+// SharedPacer (even on the same bucket) or another pacer returns
+// ErrInvalidInput and changes nothing, as a ticket releases only through
+// the handle that issued it.
+func (s *SharedPacer) Redeem(b *Booking) (Decision, error) {
+	if s == nil {
+		return Decision{}, ErrClosed
+	}
+	return s.p.Redeem(b, SharedClockMs())
+}
+
+// AdmitKey is Admit for a request that may come back, keyed by its
+// identity; see Pacer.AdmitKey. Its first refusal within the horizon books
+// a place in the bucket's machine-wide line, so the slots of every process
+// sharing the bucket stay in one FIFO order; the key's retry redeems it.
+// Keys are this SharedPacer's: another handle or process does not see
+// them.
+func (s *SharedPacer) AdmitKey(ctx context.Context, key string) (Admission, error) {
+	if s == nil {
+		return Admission{}, ErrClosed
+	}
+	return s.p.AdmitKey(ctx, key)
+}
+
+// Forget gives back what the keyed request holds when it ends without
+// being admitted: its booking goes back to the machine-wide bucket
+// (pacer_shared_release) and the key is forgotten; see Pacer.Forget. It
+// works after Close too.
+func (s *SharedPacer) Forget(key string) (bool, error) {
+	if s == nil {
+		return false, ErrClosed
+	}
+	return s.p.Forget(key)
+}
+
+// PendingKeys is how many keys this SharedPacer's AdmitKey refused that
+// were neither admitted since nor forgotten.
+func (s *SharedPacer) PendingKeys() int {
+	if s == nil {
+		return 0
+	}
+	return s.p.PendingKeys()
+}
+
 // Counters reads the decision counters of this handle: the calls made
 // through this SharedPacer only (another handle on the same bucket, in this
 // process or another, counts its own; a fresh handle starts at zero).
@@ -130,11 +190,11 @@ func (s *SharedPacer) Mode() Mode { return s.p.Mode() }
 func (s *SharedPacer) WaitBoundMs() uint64 { return s.p.WaitBoundMs() }
 
 // Close closes this handle (the file and the bucket stay) as Pacer.Close
-// does: calls that would admit or read return ErrClosed, a waiting Admit
-// wakes and gives its slot back to the bucket (ErrClosed), and Release of a
-// ticket issued before Close still refunds. Close is idempotent. The view
-// is unmapped once the SharedPacer is unreachable, as a Pacer's storage is
-// freed.
+// does: calls that would admit or read return ErrClosed, a waiting Admit or
+// AdmitKey wakes and gives its slot back to the bucket (ErrClosed), and
+// Release of a ticket or Forget of a key booked before Close still
+// refunds. Close is idempotent. The view is unmapped once the SharedPacer
+// is unreachable, as a Pacer's storage is freed.
 func (s *SharedPacer) Close() error {
 	if s == nil {
 		return nil
