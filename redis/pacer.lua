@@ -817,14 +817,22 @@ local function admission_command(key, op, args)
   return { 'refused', answer.retry_after_s, answer.required_wait_ms, regressed }
 end
 
--- PACER.RELEASE: args are the ticket, then [AT ms].
-local function release_command(key, args)
-  local at_text = clock_argument('release', args, 1)
+-- What PACER.RELEASE and PACER.REDEEM share: args are the ticket, then
+-- [AT ms]; the ticket is checked against the existing bucket (docs/redis.md,
+-- "Tickets", in order). Gives the ticket, the clock, the bucket, its params.
+local function ticket_command(op, key, args)
+  local at_text = clock_argument(op, args, 1)
   local ticket = parse_ticket(args[1])
   local now_ms = read_clock(at_text)
   local bucket = load_existing_bucket(key)
   local params = plan(bucket.config)
   check_ticket(key, bucket, ticket)
+  return ticket, now_ms, bucket, params
+end
+
+-- PACER.RELEASE.
+local function release_command(key, args)
+  local ticket, now_ms, bucket, params = ticket_command('release', key, args)
 
   local next_state, refunded = release(params, bucket.state, ticket, now_ms)
   -- Spent either way, even when strict refused the refund.
@@ -842,14 +850,9 @@ local function release_command(key, args)
   return flag(refunded)
 end
 
--- PACER.REDEEM: args are the booking, then [AT ms]. Pure.
+-- PACER.REDEEM: the ticket is a booking. Pure.
 local function redeem_command(key, args)
-  local at_text = clock_argument('redeem', args, 1)
-  local ticket = parse_ticket(args[1])
-  local now_ms = read_clock(at_text)
-  local bucket = load_existing_bucket(key)
-  local params = plan(bucket.config)
-  check_ticket(key, bucket, ticket)
+  local ticket, now_ms, _, params = ticket_command('redeem', key, args)
   if ticket.slot_ms == 0 then
     fail('not a booking')
   end

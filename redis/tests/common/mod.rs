@@ -226,22 +226,22 @@ pub fn error_text(error: &redis::RedisError) -> String {
     }
 }
 
-/// The script as shipped (`redis/pacer.lua`).
+/// The script as shipped (`redis/pacer.lua`, as `pacer replay` embeds it).
 pub fn script_source() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("pacer.lua");
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    pacer_cli::engine::SCRIPT.to_string()
 }
 
-/// The shipped script with its one switch turned on: `AT <ms>` accepted.
+/// The shipped script with its one switch turned on: `AT <ms>` accepted
+/// (`pacer replay`'s own copy, after checking the switch is there once).
 pub fn test_clock_script() -> String {
-    let shipped = script_source();
     let line = "local TEST_CLOCK = false";
+    let shipped = script_source();
     assert_eq!(
         shipped.matches(line).count(),
         1,
         "pacer.lua must hold `{line}` once"
     );
-    shipped.replace(line, "local TEST_CLOCK = true")
+    pacer_cli::engine::test_clock_script()
 }
 
 /// `SCRIPT LOAD`s `source`, giving its SHA1 for `EVALSHA`.
