@@ -34,8 +34,6 @@ local HEADER_LEN = 256 -- bytes 0–255: the header
 local SPENT_WINDOW = 65536 -- bits in the spent bitmap: the live tickets
 local SPENT_BITMAP_BIT = HEADER_LEN * 8 -- the bitmap's first bit (SETBIT)
 
-local MAGIC = 'PACER1 '
-
 -- ---------------------------------------------------------------------------
 -- Errors. fail() aborts the call; the entry point (at the end) turns it into
 -- the error reply "ERR pacer: <message>". Every check runs before the first
@@ -137,6 +135,15 @@ local function parse_config(args, first)
     max_retries = max_retries,
     release_policy = policy,
   }
+end
+
+-- Whether two configurations are the same bucket's (burst as stored: 0 is 1).
+local function same_config(a, b)
+  return a.rate_per_min == b.rate_per_min
+    and a.burst == b.burst
+    and a.idle_timeout_ms == b.idle_timeout_ms
+    and a.max_retries == b.max_retries
+    and a.release_policy == b.release_policy
 end
 
 local function config_text(config)
@@ -495,35 +502,34 @@ end
 --   166–181   16    released
 --   183–198   16    release_refused
 --
--- One string.format writes it and one string.match reads it (field by field
--- would cost the script a third of its time).
-
-local HEADER_FIELDS = {
-  'rate_per_min', 'burst', 'idle_timeout_ms', 'max_retries', 'release_policy',
-  'secret', 'high_water_ms', 'tokens_units', 'seq', 'serial',
-  'admitted', 'refused', 'booked', 'released', 'release_refused',
-}
+-- One string.format writes it; one string.match reads and checks the form
+-- of every field at once (cheaper than field by field). Both are literals:
+-- the script builds nothing at load (it also loads as a Redis function,
+-- where the string library is not there yet at load time).
 
 local HEADER_FORMAT = 'PACER1 %03d %07d %016d %02d %d %s %016d %+013d %08d %016d'
-  .. ' %016d %016d %016d %016d %016d'
-  .. string.rep(' ', 57)
+  .. ' %016d %016d %016d %016d %016d%57s' -- bytes 199–255: spaces
 
-local D2 = '%d%d'
-local D8 = '%d%d%d%d%d%d%d%d'
-local D16 = D8 .. D8
-local HEX16 = string.rep('[0-9a-f]', 16)
-local HEADER_PATTERN = '^PACER1 (%d%d%d) (%d%d%d%d%d%d%d) (' .. D16 .. ') (' .. D2 .. ') ([01])'
-  .. ' (' .. HEX16 .. ') (' .. D16 .. ') ([+-]%d%d%d%d' .. D8 .. ') (' .. D8 .. ') (' .. D16 .. ')'
-  .. ' (' .. D16 .. ') (' .. D16 .. ') (' .. D16 .. ') (' .. D16 .. ') (' .. D16 .. ') '
+-- Fifteen captures, in the table's order; the match ends at byte 199 (the
+-- space after the last field), so the padding is compared on its own.
+local HEADER_PATTERN = '^PACER1 (%d%d%d) (%d%d%d%d%d%d%d) '
+  .. '(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) (%d%d) ([01]) '
+  .. '([0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]'
+  .. '[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]) '
+  .. '(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) ([+-]%d%d%d%d%d%d%d%d%d%d%d%d) '
+  .. '(%d%d%d%d%d%d%d%d) (%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) '
+  .. '(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) (%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) '
+  .. '(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) (%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) '
+  .. '(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) '
+local PADDING = '                                                         ' -- bytes 199–255
 
 local POLICY_CODE = { refund = 0, strict = 1 }
-local POLICY_NAME = { [0] = 'refund', [1] = 'strict' }
 
 -- The header's 256 bytes for `bucket` (its config, secret, state and
 -- counters).
 local function encode_header(bucket)
   local config, state, counters = bucket.config, bucket.state, bucket.counters
-  return fmt(
+  return string.format(
     HEADER_FORMAT,
     config.rate_per_min,
     config.burst,
@@ -539,63 +545,73 @@ local function encode_header(bucket)
     counters.refused,
     counters.booked,
     counters.released,
-    counters.release_refused
+    counters.release_refused,
+    ''
   )
+end
+
+-- A 16-digit field: its value, or nil at or above 2^52 (the shorter fields
+-- cannot reach it).
+local function big_field(text)
+  local value = tonumber(text)
+  if value < TWO_POW_52 then
+    return value
+  end
+  return nil
 end
 
 -- The bucket the header `raw` holds, or the "not a pacer bucket" error:
 -- too short, another magic, a field out of form, a number at or above
--- 2^52, a configuration Params::plan rejects, or tokens above capacity.
+-- 2^52, a zero burst, tokens above capacity. Whether Params::plan accepts
+-- the stored configuration is checked by the caller (stored_config_ok):
+-- an admission whose own, already checked, configuration is the same
+-- needs no second check.
 local function decode_header(key, raw)
-  if #raw < HEADER_LEN or string.sub(raw, 1, #MAGIC) ~= MAGIC then
+  local rate, burst, idle, retries, policy, secret, high_water, tokens, seq, serial,
+    admitted, refused, booked, released, release_refused = string.match(raw, HEADER_PATTERN)
+  if rate == nil or string.sub(raw, 200, HEADER_LEN) ~= PADDING then
     not_a_bucket(key)
   end
-  local texts = { string.match(raw, HEADER_PATTERN) }
-  if #texts ~= #HEADER_FIELDS then
-    not_a_bucket(key)
-  end
-  local values = {}
-  for i, name in ipairs(HEADER_FIELDS) do
-    if name == 'secret' then
-      values[name] = texts[i]
-    else
-      values[name] = tonumber(texts[i])
-      if values[name] >= TWO_POW_52 or values[name] <= -TWO_POW_52 then
-        not_a_bucket(key)
-      end
-    end
-  end
-  local config = {
-    rate_per_min = values.rate_per_min,
-    burst = values.burst,
-    raw_burst = values.burst,
-    idle_timeout_ms = values.idle_timeout_ms,
-    max_retries = values.max_retries,
-    release_policy = POLICY_NAME[values.release_policy],
-  }
-  if values.burst == 0 or config_error(config) ~= nil then
-    not_a_bucket(key)
-  end
-  if values.tokens_units > config.burst * UNITS_PER_TOKEN or values.seq >= SEQ_MODULUS then
+  idle, high_water, serial = big_field(idle), big_field(high_water), big_field(serial)
+  admitted, refused, booked = big_field(admitted), big_field(refused), big_field(booked)
+  released, release_refused = big_field(released), big_field(release_refused)
+  burst, tokens, seq = tonumber(burst), tonumber(tokens), tonumber(seq)
+  if
+    not (idle and high_water and serial and admitted and refused and booked and released and release_refused)
+    or burst == 0
+    or tokens > burst * UNITS_PER_TOKEN
+    or seq >= SEQ_MODULUS
+  then
     not_a_bucket(key)
   end
   return {
-    config = config,
-    secret = values.secret,
-    state = {
-      high_water_ms = values.high_water_ms,
-      tokens_units = values.tokens_units,
-      seq = values.seq,
+    config = {
+      rate_per_min = tonumber(rate),
+      burst = burst,
+      raw_burst = burst,
+      idle_timeout_ms = idle,
+      max_retries = tonumber(retries),
+      release_policy = (policy == '0') and 'refund' or 'strict',
     },
-    serial = values.serial,
+    secret = secret,
+    state = { high_water_ms = high_water, tokens_units = tokens, seq = seq },
+    serial = serial,
     counters = {
-      admitted = values.admitted,
-      refused = values.refused,
-      booked = values.booked,
-      released = values.released,
-      release_refused = values.release_refused,
+      admitted = admitted,
+      refused = refused,
+      booked = booked,
+      released = released,
+      release_refused = release_refused,
     },
   }
+end
+
+-- Params::plan accepts the stored configuration, or the "not a pacer
+-- bucket" error.
+local function stored_config_ok(key, bucket)
+  if config_error(bucket.config) ~= nil then
+    not_a_bucket(key)
+  end
 end
 
 -- The bucket at `key`, or nil when there is no key. Another type's key is
@@ -611,12 +627,13 @@ local function load_bucket(key)
   return decode_header(key, raw)
 end
 
+-- The bucket at `key`, checked whole, or the "no bucket" error.
 local function load_existing_bucket(key)
   local bucket = load_bucket(key)
-  local created = bucket == nil
   if bucket == nil then
     fail(fmt("no bucket at key '%s'", shown(key)))
   end
+  stored_config_ok(key, bucket)
   return bucket
 end
 
@@ -713,17 +730,18 @@ end
 -- Commands. Each parses and checks everything, then writes (SETRANGE for
 -- the header, SETBIT for the bitmap), then replies.
 
--- Arity: `fixed` arguments, then nothing or `AT <ms>`. Returns AT's text.
-local function clock_argument(op, args, fixed)
-  local extra = #args - fixed
+-- Arity: the op (argv[1]) and `fixed` arguments, then nothing or
+-- `AT <ms>`. Returns AT's text.
+local function clock_argument(op, argv, fixed)
+  local extra = #argv - 1 - fixed
   if extra ~= 0 and extra ~= 2 then
     fail('wrong number of arguments for ' .. op)
   end
   if extra == 2 then
-    if string.upper(args[fixed + 1]) ~= 'AT' then
-      fail(fmt("unknown argument '%s'", shown(args[fixed + 1])))
+    if string.upper(argv[fixed + 2]) ~= 'AT' then
+      fail(fmt("unknown argument '%s'", shown(argv[fixed + 2])))
     end
-    return args[fixed + 2]
+    return argv[fixed + 3]
   end
   return nil
 end
@@ -735,16 +753,16 @@ local function flag(value)
   return 0
 end
 
--- PACER.CREATE, PACER.RESERVE and PACER.BOOK: args are the config (and,
+-- PACER.CREATE, PACER.RESERVE and PACER.BOOK: argv is the op, the config (and,
 -- for book, retries_left), then [AT ms]. Create only makes the bucket:
 -- 1 when it did, 0 (nothing written) when the same bucket was there.
-local function admission_command(key, op, args)
+local function admission_command(key, op, argv)
   local fixed = (op == 'book') and 6 or 5
-  local at_text = clock_argument(op, args, fixed)
-  local config = parse_config(args, 1)
+  local at_text = clock_argument(op, argv, fixed)
+  local config = parse_config(argv, 2)
   local retries_left
   if op == 'book' then
-    retries_left = whole_argument(args[6], 'retries_left')
+    retries_left = whole_argument(argv[7], 'retries_left')
   end
   local now_ms = read_clock(at_text)
   local problem = config_error(config)
@@ -766,7 +784,8 @@ local function admission_command(key, op, args)
       serial = 0,
       counters = { admitted = 0, refused = 0, booked = 0, released = 0, release_refused = 0 },
     }
-  elseif config_text(bucket.config) ~= config_text(config) then
+  elseif not same_config(bucket.config, config) then
+    stored_config_ok(key, bucket)
     fail(fmt(
       "bucket '%s' was created with %s; this call has %s",
       shown(key),
@@ -817,12 +836,12 @@ local function admission_command(key, op, args)
   return { 'refused', answer.retry_after_s, answer.required_wait_ms, regressed }
 end
 
--- What PACER.RELEASE and PACER.REDEEM share: args are the ticket, then
+-- What PACER.RELEASE and PACER.REDEEM share: argv is the op, the ticket, then
 -- [AT ms]; the ticket is checked against the existing bucket (docs/redis.md,
 -- "Tickets", in order). Gives the ticket, the clock, the bucket, its params.
-local function ticket_command(op, key, args)
-  local at_text = clock_argument(op, args, 1)
-  local ticket = parse_ticket(args[1])
+local function ticket_command(op, key, argv)
+  local at_text = clock_argument(op, argv, 1)
+  local ticket = parse_ticket(argv[2])
   local now_ms = read_clock(at_text)
   local bucket = load_existing_bucket(key)
   local params = plan(bucket.config)
@@ -831,8 +850,8 @@ local function ticket_command(op, key, args)
 end
 
 -- PACER.RELEASE.
-local function release_command(key, args)
-  local ticket, now_ms, bucket, params = ticket_command('release', key, args)
+local function release_command(key, argv)
+  local ticket, now_ms, bucket, params = ticket_command('release', key, argv)
 
   local next_state, refunded = release(params, bucket.state, ticket, now_ms)
   -- Spent either way, even when strict refused the refund.
@@ -851,21 +870,21 @@ local function release_command(key, args)
 end
 
 -- PACER.REDEEM: the ticket is a booking. Pure.
-local function redeem_command(key, args)
-  local ticket, now_ms, _, params = ticket_command('redeem', key, args)
+local function redeem_command(key, argv)
+  local ticket, now_ms, _, params = ticket_command('redeem', key, argv)
   if ticket.slot_ms == 0 then
     fail('not a booking')
   end
   local answer = redeem(params, ticket.slot_ms, now_ms)
   if answer.kind == 'admitted' then
-    return { 'admitted', answer.wait_ms, args[1], 'booked', 0 }
+    return { 'admitted', answer.wait_ms, argv[2], 'booked', 0 }
   end
-  return { 'notyet', answer.retry_after_s, args[1] }
+  return { 'notyet', answer.retry_after_s, argv[2] }
 end
 
--- PACER.INFO: args are [AT ms]. Read-only.
-local function info_command(key, args)
-  local at_text = clock_argument('info', args, 0)
+-- PACER.INFO: argv is the op, then [AT ms]. Read-only.
+local function info_command(key, argv)
+  local at_text = clock_argument('info', argv, 0)
   local now_ms = read_clock(at_text)
   local bucket = load_existing_bucket(key)
   local config = bucket.config
@@ -898,38 +917,45 @@ local function info_command(key, args)
 end
 
 -- ---------------------------------------------------------------------------
--- Entry point: EVALSHA <sha> 1 <key> <op> <args…>
+-- Entry points: the script, `EVALSHA <sha> 1 <key> <op> <arguments…>`, or
+-- the same text loaded as a Redis function library (docs/redis.md: with a
+-- first line `#!lua name=pacer`), `FCALL pacer 1 <key> <op> <arguments…>`.
 
-local function main()
-  if #KEYS ~= 1 then
-    fail(fmt('the script takes exactly 1 key, got %d', #KEYS))
+local function main(keys, argv)
+  if #keys ~= 1 then
+    fail(fmt('the script takes exactly 1 key, got %d', #keys))
   end
-  local key = KEYS[1]
-  local op = string.lower(ARGV[1] or '')
-  local args = {}
-  for i = 2, #ARGV do
-    args[#args + 1] = ARGV[i]
-  end
+  local key = keys[1]
+  local op = string.lower(argv[1] or '')
   if op == 'create' or op == 'reserve' or op == 'book' then
-    return admission_command(key, op, args)
+    return admission_command(key, op, argv)
   elseif op == 'release' then
-    return release_command(key, args)
+    return release_command(key, argv)
   elseif op == 'redeem' then
-    return redeem_command(key, args)
+    return redeem_command(key, argv)
   elseif op == 'info' then
-    return info_command(key, args)
+    return info_command(key, argv)
   end
-  fail(fmt("unknown op '%s'", shown(ARGV[1] or '')))
+  fail(fmt("unknown op '%s'", shown(argv[1] or '')))
 end
 
-local ok, result = pcall(main)
-if ok then
-  return result
+-- main's reply; a failure as the error reply "ERR pacer: <message>".
+local function run(keys, argv)
+  local ok, result = pcall(main, keys, argv)
+  if ok then
+    return result
+  end
+  if getmetatable(result) ~= PacerError then
+    error(result, 0) -- a fault in this script: Redis reports it
+  end
+  if result.redis_error then
+    return result.redis_error -- Redis's own error (WRONGTYPE), as it came
+  end
+  return redis.error_reply('ERR pacer: ' .. result.message)
 end
-if getmetatable(result) ~= PacerError then
-  error(result, 0) -- a fault in this script: Redis reports it
+
+if redis.register_function then
+  redis.register_function('pacer', run) -- FUNCTION LOAD: runs once
+else
+  return run(KEYS, ARGV) -- EVAL / EVALSHA: runs every call
 end
-if result.redis_error then
-  return result.redis_error -- Redis's own error (WRONGTYPE), as it came
-end
-return redis.error_reply('ERR pacer: ' .. result.message)

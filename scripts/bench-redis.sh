@@ -2,7 +2,8 @@
 # The Redis engine's figures: the module's PACER.RESERVE and the script's
 # reserve (redis/pacer.lua) beside INCR (the floor: one small write) and the
 # usual GCRA rate-limit script (bench/redis/gcra.lua), all measured by
-# redis-benchmark against one redis-server started here.
+# redis-benchmark against one redis-server started here. The script runs
+# both ways it ships: by EVALSHA, and loaded as a function library (FCALL).
 #
 #   bash scripts/bench-redis.sh            # 5 rounds; a Markdown section on stdout
 #   bash scripts/bench-redis.sh --write    # the same, and it replaces the section
@@ -77,7 +78,7 @@ PACER_ADMIT=(600 1000000 120000 5 refund)
 PACER_REFUSE=(60 1 120000 5 refund)
 GCRA_ADMIT=(600 60000 1000000)
 GCRA_REFUSE=(60 60000 1)
-CASES=(incr module_admit script_admit gcra_admit module_refuse script_refuse gcra_refuse)
+CASES=(incr module_admit script_admit function_admit gcra_admit module_refuse script_refuse function_refuse gcra_refuse)
 
 started="$(date +%s)"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -146,6 +147,9 @@ pacer_sha="$(cli -x SCRIPT LOAD <redis/pacer.lua)"
 gcra_sha="$(cli -x SCRIPT LOAD <bench/redis/gcra.lua)"
 [[ "$pacer_sha" =~ ^[0-9a-f]{40}$ ]] || fail "SCRIPT LOAD redis/pacer.lua: $pacer_sha"
 [[ "$gcra_sha" =~ ^[0-9a-f]{40}$ ]] || fail "SCRIPT LOAD bench/redis/gcra.lua: $gcra_sha"
+# The same script as a function library, loaded as docs/redis.md says.
+library="$( { echo '#!lua name=pacer'; cat redis/pacer.lua; } | cli -x FUNCTION LOAD REPLACE)"
+[ "$library" = pacer ] || fail "FUNCTION LOAD redis/pacer.lua: $library"
 
 # The command of case $1 on round $2's key, into CMD.
 case_command() {
@@ -154,22 +158,24 @@ case_command() {
         incr) CMD=(INCR "$key") ;;
         module_admit) CMD=(PACER.RESERVE "$key" "${PACER_ADMIT[@]}") ;;
         script_admit) CMD=(EVALSHA "$pacer_sha" 1 "$key" reserve "${PACER_ADMIT[@]}") ;;
+        function_admit) CMD=(FCALL pacer 1 "$key" reserve "${PACER_ADMIT[@]}") ;;
         gcra_admit) CMD=(EVALSHA "$gcra_sha" 1 "$key" "${GCRA_ADMIT[@]}") ;;
         module_refuse) CMD=(PACER.RESERVE "$key" "${PACER_REFUSE[@]}") ;;
         script_refuse) CMD=(EVALSHA "$pacer_sha" 1 "$key" reserve "${PACER_REFUSE[@]}") ;;
+        function_refuse) CMD=(FCALL pacer 1 "$key" reserve "${PACER_REFUSE[@]}") ;;
         gcra_refuse) CMD=(EVALSHA "$gcra_sha" 1 "$key" "${GCRA_REFUSE[@]}") ;;
     esac
 }
 
-# One field of a bucket's INFO (the module's command or the script's op);
-# 0 when there is no bucket yet.
+# One field of a bucket's INFO (the module's command, the script's or the
+# function's op); 0 when there is no bucket yet.
 pacer_field() { # engine key name
     local out
-    if [ "$1" = module ]; then
-        out="$(cli PACER.INFO "$2" 2>&1)"
-    else
-        out="$(cli EVALSHA "$pacer_sha" 1 "$2" info 2>&1)"
-    fi
+    case "$1" in
+        module) out="$(cli PACER.INFO "$2" 2>&1)" ;;
+        script) out="$(cli EVALSHA "$pacer_sha" 1 "$2" info 2>&1)" ;;
+        function) out="$(cli FCALL pacer 1 "$2" info 2>&1)" ;;
+    esac
     case "$out" in *"no bucket at key"*) echo 0; return ;; esac
     printf '%s\n' "$out" | awk -v n="$3" 'prev == n { print; found = 1; exit } { prev = $0 } END { if (!found) exit 1 }' \
         || fail "INFO $2: no field $3 in: $(printf '%s' "$out" | tr '\n' ' ')"
@@ -185,7 +191,7 @@ prime() { # case
     for _ in $(seq 1 50); do
         first="$(cli "${CMD[@]}" | head -1)"
         case "$1:$first" in
-            module_refuse:refused|script_refuse:refused|gcra_refuse:0) return ;;
+            module_refuse:refused|script_refuse:refused|function_refuse:refused|gcra_refuse:0) return ;;
         esac
     done
     fail "$1: still not refusing after 50 calls (last answer: $first)"
@@ -199,12 +205,12 @@ for round in $(seq 1 "$ROUNDS"); do
     for case_id in "${CASES[@]}"; do
         case_command "$case_id" "$round"
         key="${CMD[1]}"
-        [ "${CMD[0]}" = EVALSHA ] && key="${CMD[3]}"
+        case "${CMD[0]}" in EVALSHA|FCALL) key="${CMD[3]}" ;; esac
         engine="${case_id%%_*}"
         case "$case_id" in *_refuse) prime "$case_id" ;; esac
         admitted0=0 refused0=0 tat0=0 t0_ms=0
         case "$engine" in
-            module|script)
+            module|script|function)
                 admitted0="$(pacer_field "$engine" "$key" admitted)"
                 refused0="$(pacer_field "$engine" "$key" refused)" ;;
             gcra) tat0="$(gcra_tat "$key")"; t0_ms="$(server_ms)" ;;
@@ -228,7 +234,7 @@ for round in $(seq 1 "$ROUNDS"); do
                 got="$(cli GET "$key")"
                 [ "$got" = "$n" ] || fail "$case_id: $key is $got after $n INCRs"
                 admitted="$n" refused=0 ;;
-            module|script)
+            module|script|function)
                 admitted=$(( $(pacer_field "$engine" "$key" admitted) - admitted0 ))
                 refused=$(( $(pacer_field "$engine" "$key" refused) - refused0 ))
                 [ $((admitted + refused)) = "$n" ] \
@@ -333,12 +339,14 @@ labels = {
     "incr": ("INCR (floor)", "INCR bench:incr:<round>"),
     "module_admit": ("module, admitting", "PACER.RESERVE bench:module_admit:<round> " + PA),
     "script_admit": ("script, admitting", "EVALSHA <sha of redis/pacer.lua> 1 bench:script_admit:<round> reserve " + PA),
+    "function_admit": ("function, admitting", "FCALL pacer 1 bench:function_admit:<round> reserve " + PA),
     "gcra_admit": ("GCRA script, admitting", "EVALSHA <sha of bench/redis/gcra.lua> 1 bench:gcra_admit:<round> " + GA),
     "module_refuse": ("module, refusing", "PACER.RESERVE bench:module_refuse:<round> " + PR),
     "script_refuse": ("script, refusing", "EVALSHA <sha of redis/pacer.lua> 1 bench:script_refuse:<round> reserve " + PR),
+    "function_refuse": ("function, refusing", "FCALL pacer 1 bench:function_refuse:<round> reserve " + PR),
     "gcra_refuse": ("GCRA script, refusing", "EVALSHA <sha of bench/redis/gcra.lua> 1 bench:gcra_refuse:<round> " + GR),
 }
-order = ["incr", "module_admit", "script_admit", "gcra_admit", "module_refuse", "script_refuse", "gcra_refuse"]
+order = ["incr", "module_admit", "script_admit", "function_admit", "gcra_admit", "module_refuse", "script_refuse", "function_refuse", "gcra_refuse"]
 
 p("<!-- redis:begin -->")
 p("## Redis: the module and the script beside INCR")
@@ -350,10 +358,11 @@ p("Generated by \`bash scripts/bench-redis.sh --write\`, which replaces only thi
 p("One \`redis-server\` is started on a free loopback port with the module loaded (production mode: no \`test-clock\`) and no persistence (\`--save \"\" --appendonly no\`);")
 p("\`redis-benchmark\` runs on the same machine and reaches it over loopback, so client and server share the two cores (and with whatever else runs).")
 p("Each run is \`redis-benchmark -p PORT -n %d -c %d -P 1 --csv <command>\`: %d calls from %d connections, no pipelining, all on one key." % (N, C, N, C))
-p("Every round runs the seven cases below once, in this order, on fresh keys (refusing buckets are first called until they refuse);")
+p("Every round runs the nine cases below once, in this order, on fresh keys (refusing buckets are first called until they refuse);")
 p("after each run the keys are read back and the run is rejected unless every call was answered as its case says.")
 p("A figure is the median over rounds with [min, max]; a ratio is taken within each round (both sides from the same round), then the median over rounds.")
 p()
+p("- **Script** and **function** run the same \`redis/pacer.lua\`: by \`EVALSHA\` (every call runs the file's definitions, then the command) and loaded once as a function library (\`FUNCTION LOAD\` with \`#!lua name=pacer\` before its first line; a call runs only the command), as docs/redis.md describes.")
 p("- **INCR** is the floor: a minimal write command (a string key read, incremented, written back), with the same client, connection count and round trips.")
 p("- **Admitting** (\`%s\`: 600/min, burst 10^6): every call admits, so every call takes the write path: refill, debit, a ticket (its serial, MAC and, past 65536 tickets, a \`SETBIT\`), the header written back." % PA)
 p("- **Refusing** (\`%s\`: 60/min, burst 1, mode \`refusing\`): about one call a second is admitted and every other is refused, the path under overload. A refusal still writes the header (its counter)." % PR)
@@ -381,6 +390,8 @@ targets = [
     ("module at least 80% of INCR's ops/s, refusing (\`module_refuse / incr\`)", ratio("module_refuse", "incr"), lambda m: m >= 0.80),
     ("script within 2× of the module, admitting (\`script_admit / module_admit\` ops/s at least 0.50)", ratio("script_admit", "module_admit"), lambda m: m >= 0.50),
     ("script within 2× of the module, refusing (\`script_refuse / module_refuse\` ops/s at least 0.50)", ratio("script_refuse", "module_refuse"), lambda m: m >= 0.50),
+    ("script as a function within 2× of the module, admitting (\`function_admit / module_admit\` ops/s at least 0.50)", ratio("function_admit", "module_admit"), lambda m: m >= 0.50),
+    ("script as a function within 2× of the module, refusing (\`function_refuse / module_refuse\` ops/s at least 0.50)", ratio("function_refuse", "module_refuse"), lambda m: m >= 0.50),
 ]
 p("### Targets")
 p()
@@ -411,8 +422,11 @@ p("|---|---:|---:|")
 for name, a, b in [
     ("module / INCR", ("module_admit", "incr"), ("module_refuse", "incr")),
     ("script / INCR", ("script_admit", "incr"), ("script_refuse", "incr")),
+    ("function / INCR", ("function_admit", "incr"), ("function_refuse", "incr")),
     ("GCRA script / INCR", ("gcra_admit", "incr"), ("gcra_refuse", "incr")),
     ("script / module", ("script_admit", "module_admit"), ("script_refuse", "module_refuse")),
+    ("function / module", ("function_admit", "module_admit"), ("function_refuse", "module_refuse")),
+    ("function / script", ("function_admit", "script_admit"), ("function_refuse", "script_refuse")),
     ("script / GCRA script", ("script_admit", "gcra_admit"), ("script_refuse", "gcra_refuse")),
     ("module / GCRA script", ("module_admit", "gcra_admit"), ("module_refuse", "gcra_refuse")),
 ]:

@@ -218,6 +218,8 @@ pub enum RedisKind {
     Module,
     /// The script, by `EVALSHA`.
     Script,
+    /// The same script loaded as a function library, by `FCALL`.
+    Function,
 }
 
 /// The script as shipped.
@@ -226,6 +228,34 @@ pub const SCRIPT: &str = include_str!("../../redis/pacer.lua");
 /// The script with `AT <ms>` allowed, for traces on a test clock.
 pub fn test_clock_script() -> String {
     SCRIPT.replace("local TEST_CLOCK = false", "local TEST_CLOCK = true")
+}
+
+/// The line that registers the script's function when it is loaded as a
+/// library (`FUNCTION LOAD`); under `EVAL` it is not run.
+pub const REGISTER_LINE: &str = "redis.register_function('pacer', run)";
+
+/// `source` as a function library named `name` whose one function is also
+/// `name` (the shipped script as `pacer`: docs/redis.md, "Loading").
+pub fn function_library(source: &str, name: &str) -> String {
+    format!(
+        "#!lua name={name}\n{}",
+        source.replace(
+            REGISTER_LINE,
+            &format!("redis.register_function('{name}', run)")
+        )
+    )
+}
+
+/// The test-clock script as a library and its name, computed once. The
+/// name carries the source's SHA1, so a server's shipped `pacer` library is
+/// never replaced by a test-clock copy, and a changed source is a new name.
+fn test_clock_library() -> &'static (String, String) {
+    static LIBRARY: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        let (source, sha) = test_clock_script_and_sha();
+        let name = format!("pacer_test_clock_{}", &sha[..12]);
+        (function_library(source, &name), name)
+    })
 }
 
 /// The test-clock script and its SHA1 (the `EVALSHA` name), computed once.
@@ -245,7 +275,8 @@ fn test_clock_script_and_sha() -> &'static (String, String) {
 pub struct RedisEngine {
     con: redis::Connection,
     kind: RedisKind,
-    sha: String,
+    /// The script's SHA1 (`EVALSHA`) or the function's name (`FCALL`).
+    entry: String,
     key: String,
     config: [String; 5],
     /// Ticket strings by number (the bucket's serial + 1).
@@ -311,7 +342,8 @@ fn ticket_number(ticket: &str) -> Result<u64, String> {
 }
 
 impl RedisEngine {
-    /// Connects to `url`, loads the script if `kind` is `Script`, and
+    /// Connects to `url`, loads the script (`Script`) or the library
+    /// (`Function`) unless the server has it, and
     /// creates a bucket at a fresh key at `t`.
     pub fn new(url: &str, kind: RedisKind, config: &Config, t: u64) -> Result<Self, String> {
         let client = redis::Client::open(url).map_err(redis_error)?;
@@ -323,7 +355,7 @@ impl RedisEngine {
         let mut engine = RedisEngine {
             con,
             kind,
-            sha: String::new(),
+            entry: String::new(),
             key: String::new(),
             config: config_args(config),
             tickets: HashMap::new(),
@@ -349,7 +381,27 @@ impl RedisEngine {
                     return Err(format!("SCRIPT LOAD gave {loaded}, expected {sha}"));
                 }
             }
-            engine.sha = sha.clone();
+            engine.entry = sha.clone();
+        }
+        if kind == RedisKind::Function {
+            let (library, name) = test_clock_library();
+            let listed: redis::Value = redis::cmd("FUNCTION")
+                .arg("LIST")
+                .arg("LIBRARYNAME")
+                .arg(name)
+                .query(&mut engine.con)
+                .map_err(redis_error)?;
+            if matches!(&listed, redis::Value::Array(libraries) if libraries.is_empty()) {
+                let loaded: String = redis::cmd("FUNCTION")
+                    .arg("LOAD")
+                    .arg(library)
+                    .query(&mut engine.con)
+                    .map_err(redis_error)?;
+                if loaded != *name {
+                    return Err(format!("FUNCTION LOAD gave {loaded}, expected {name}"));
+                }
+            }
+            engine.entry = name.clone();
         }
         let serial: u64 = redis::cmd("INCR")
             .arg("pacer:replay:keys")
@@ -385,7 +437,12 @@ impl RedisEngine {
             }
             RedisKind::Script => {
                 let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(&self.sha).arg(1).arg(&self.key).arg(op);
+                cmd.arg(&self.entry).arg(1).arg(&self.key).arg(op);
+                cmd
+            }
+            RedisKind::Function => {
+                let mut cmd = redis::cmd("FCALL");
+                cmd.arg(&self.entry).arg(1).arg(&self.key).arg(op);
                 cmd
             }
         };

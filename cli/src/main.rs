@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use pacer_cli::engine::RedisKind;
 use pacer_cli::matrix::{self, Fault, MatrixOptions};
 use pacer_cli::sim::{
     self, Arrivals, Design, Load, OnRefusal, SimConfig, MAX_AGENTS, MAX_MACHINES, MAX_MS,
@@ -203,13 +204,15 @@ struct ReplayArgs {
     /// Trace file of JSON lines; stdin when absent or "-".
     file: Option<PathBuf>,
     /// Where the bucket lives: the core in this process, or a Redis server
-    /// running the module or the script (docs/redis.md). The Redis engines
-    /// drive the server with the trace's clock (`AT`), so the server must
-    /// have been started for tests (`--loadmodule libpacer_redis.so
-    /// test-clock`; the script is loaded by this command).
+    /// running the module, the script or the script as a function library
+    /// (docs/redis.md). The Redis engines drive the server with the trace's
+    /// clock (`AT`), so the module must have been loaded for tests
+    /// (`--loadmodule libpacer_redis.so test-clock`); this command loads a
+    /// test-clock copy of the script (by SHA1) or of the library (as
+    /// `pacer_test_clock_<sha>`), never replacing the shipped `pacer`.
     #[arg(long, value_enum, default_value = "core")]
     engine: EngineArg,
-    /// The Redis server for `--engine redis-module|redis-script`.
+    /// The Redis server for `--engine redis-module|redis-script|redis-function`.
     #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379/")]
     redis: String,
 }
@@ -222,6 +225,8 @@ enum EngineArg {
     RedisModule,
     /// The Lua script, by EVALSHA.
     RedisScript,
+    /// The same script as a Redis function library, by FCALL.
+    RedisFunction,
 }
 
 #[derive(Args, Debug)]
@@ -440,19 +445,21 @@ fn run_matrix(args: MatrixArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+fn redis_target(args: &ReplayArgs, kind: RedisKind) -> replay::Target {
+    replay::Target::Redis {
+        url: args.redis.clone(),
+        kind,
+    }
+}
+
 fn run_replay(args: ReplayArgs) -> Result<(), Failure> {
     let stdout = std::io::stdout();
     let output = std::io::LineWriter::new(stdout.lock());
     let target = match args.engine {
         EngineArg::Core => replay::Target::Core,
-        EngineArg::RedisModule | EngineArg::RedisScript => replay::Target::Redis {
-            url: args.redis.clone(),
-            kind: if args.engine == EngineArg::RedisModule {
-                pacer_cli::engine::RedisKind::Module
-            } else {
-                pacer_cli::engine::RedisKind::Script
-            },
-        },
+        EngineArg::RedisModule => redis_target(&args, RedisKind::Module),
+        EngineArg::RedisScript => redis_target(&args, RedisKind::Script),
+        EngineArg::RedisFunction => redis_target(&args, RedisKind::Function),
     };
     let result = match &args.file {
         Some(path) if path.as_os_str() != "-" => {

@@ -1,11 +1,11 @@
-//! The module and the script are two doors to one bucket format: a bucket
-//! one creates, the other uses; a bad call gets the same error from both
-//! and changes nothing; and the replies are the same structure in RESP2 and
-//! RESP3.
+//! The module, the script and the script loaded as a function library are
+//! three doors to one bucket format: a bucket one creates, another uses; a
+//! bad call or an edited key gets the same error from each and changes
+//! nothing; and the replies are the same structure in RESP2 and RESP3.
 
 mod common;
 
-use common::{call, eval, Server};
+use common::{call, eval, fcall, Server};
 use redis::Value;
 
 const CONFIG: [&str; 5] = ["60", "2", "30000", "3", "refund"];
@@ -24,6 +24,12 @@ fn module(
     let mut argv = vec![name.as_str(), key];
     argv.extend_from_slice(args);
     call(con, &argv)
+}
+
+/// The server's clock as the engines read it: TIME's s·1000 + ⌊µs/1000⌋.
+fn server_ms(con: &mut redis::Connection) -> i64 {
+    let (s, us): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
+    s * 1000 + us / 1000
 }
 
 fn text(value: &Value) -> String {
@@ -127,12 +133,14 @@ fn a_bucket_made_by_one_engine_is_used_by_the_other() {
     );
 }
 
-/// Bad calls: both engines answer the same error and change nothing.
+/// Bad calls: the module, the script and the function answer the same
+/// error and change nothing.
 #[test]
-fn bad_calls_get_the_same_error_from_both_engines_and_change_nothing() {
+fn bad_calls_get_the_same_error_from_every_engine_and_change_nothing() {
     let server = Server::with_module();
     let mut con = server.connect();
     let sha = common::load_script(&mut con, &common::test_clock_script());
+    let function = common::load_function(&mut con, "pacer_test");
     let mut setup = |args: &[&str]| call(&mut con, args).expect("setup");
     setup(&[
         "PACER.CREATE",
@@ -212,8 +220,10 @@ fn bad_calls_get_the_same_error_from_both_engines_and_change_nothing() {
             .collect();
         let by_module = module(&mut con, op, key, args).unwrap_err();
         let by_script = eval(&mut con, &sha, key, op, args).unwrap_err();
+        let by_function = fcall(&mut con, &function, key, op, args).unwrap_err();
         assert_eq!(&by_module, expected, "module: {op} {key} {args:?}");
         assert_eq!(&by_script, expected, "script: {op} {key} {args:?}");
+        assert_eq!(&by_function, expected, "function: {op} {key} {args:?}");
         let after: Vec<Value> = ["a", "b", "plain"]
             .iter()
             .map(|k| bytes(&mut con, k))
@@ -230,6 +240,76 @@ fn bad_calls_get_the_same_error_from_both_engines_and_change_nothing() {
         eval(&mut con, &sha, "a", "release", &[&ticket_a]).unwrap_err(),
     ] {
         assert_eq!(error, "ERR pacer: ticket already released");
+    }
+}
+
+/// A key whose header was edited by hand is "not a pacer bucket" to every
+/// engine, for every command, and stays as it was: each edit below breaks
+/// one rule of the header's form (docs/redis.md, "The key").
+#[test]
+fn an_edited_header_is_not_a_bucket_to_any_engine() {
+    let server = Server::with_module();
+    let mut con = server.connect();
+    let sha = common::load_script(&mut con, &common::test_clock_script());
+    let function = common::load_function(&mut con, "pacer_test");
+    let mut with_at: Vec<&str> = CONFIG.to_vec();
+    with_at.extend(["AT", "0"]);
+    module(&mut con, "create", "good", &with_at).unwrap();
+    let ticket = match module(&mut con, "reserve", "good", &with_at).unwrap() {
+        Value::Array(items) => text(&items[2]),
+        other => panic!("{other:?}"),
+    };
+    let Value::BulkString(good) = bytes(&mut con, "good") else {
+        panic!("no bucket bytes")
+    };
+    assert_eq!(good.len(), 256);
+    // (first byte, replacement): byte offsets from the layout table.
+    let edits: [(&str, usize, &str); 12] = [
+        ("magic", 0, "PACER2"),
+        ("rate above 600 (the call's config is valid)", 7, "700"),
+        ("a space inside idle_timeout_ms", 19, " "),
+        ("a sign on max_retries", 36, "+3"),
+        ("policy 2", 39, "2"),
+        ("an uppercase secret digit", 41, "A"),
+        ("tokens above capacity (burst 2)", 75, "+000000120001"),
+        ("no sign on tokens", 75, "0"),
+        ("seq at 2^24", 89, "16777216"),
+        ("a counter at 2^52", 132, "4503599627370496"),
+        ("a letter in the padding", 230, "x"),
+        ("a digit in the gap after the last field", 199, "0"),
+    ];
+    for (what, at, replacement) in edits {
+        let mut edited = good.clone();
+        edited[at..at + replacement.len()].copy_from_slice(replacement.as_bytes());
+        redis::cmd("SET")
+            .arg("edited")
+            .arg(&edited)
+            .query::<()>(&mut con)
+            .unwrap();
+        let calls: [(&str, Vec<&str>); 4] = [
+            ("reserve", with_at.clone()),
+            ("info", vec!["AT", "0"]),
+            ("release", vec![&ticket, "AT", "0"]),
+            ("create", with_at.clone()),
+        ];
+        for (op, args) in &calls {
+            for (engine, reply) in [
+                ("module", module(&mut con, op, "edited", args)),
+                ("script", eval(&mut con, &sha, "edited", op, args)),
+                ("function", fcall(&mut con, &function, "edited", op, args)),
+            ] {
+                assert_eq!(
+                    reply,
+                    Err("ERR pacer: key 'edited' is not a pacer bucket".to_string()),
+                    "{engine} {op} with {what}"
+                );
+            }
+        }
+        assert_eq!(
+            bytes(&mut con, "edited"),
+            Value::BulkString(edited),
+            "{what}: the key changed"
+        );
     }
 }
 
@@ -310,11 +390,7 @@ fn without_test_clock_the_server_clock_decides() {
     .unwrap_err();
     assert_eq!(error, "ERR pacer: AT needs a server started for tests");
     assert_eq!(bytes(&mut con, "k"), Value::Nil, "nothing created");
-    let time_ms = |con: &mut redis::Connection| -> u64 {
-        let (s, us): (u64, u64) = redis::cmd("TIME").query(con).expect("TIME");
-        s * 1000 + us / 1000
-    };
-    let before = time_ms(&mut con);
+    let before = server_ms(&mut con);
     module(
         &mut con,
         "create",
@@ -322,7 +398,7 @@ fn without_test_clock_the_server_clock_decides() {
         &["60", "2", "30000", "3", "refund"],
     )
     .unwrap();
-    let after = time_ms(&mut con);
+    let after = server_ms(&mut con);
     let Value::Array(info) = module(&mut con, "info", "k", &[]).unwrap() else {
         panic!("INFO is an array")
     };
@@ -330,10 +406,59 @@ fn without_test_clock_the_server_clock_decides() {
         .chunks(2)
         .find(|pair| pair[0] == Value::BulkString(b"high_water_ms".to_vec()))
         .map(|pair| match pair[1] {
-            Value::Int(n) => n as u64,
+            Value::Int(n) => n,
             ref other => panic!("{other:?}"),
         })
         .expect("high_water_ms");
+    assert!(
+        before <= high_water && high_water <= after,
+        "{before} {high_water} {after}"
+    );
+}
+
+/// The shipped script loaded as docs/redis.md says (`#!lua name=pacer`
+/// before its first line, `FUNCTION LOAD`): `FCALL pacer` decides at the
+/// server's clock and refuses `AT`, as the shipped script does by EVALSHA.
+#[test]
+fn the_shipped_library_is_pacer_on_the_server_clock() {
+    let server = Server::start(common::Options {
+        test_clock: false,
+        ..Default::default()
+    });
+    let mut con = server.connect();
+    let library = format!("#!lua name=pacer\n{}", common::script_source());
+    assert_eq!(
+        library,
+        pacer_cli::engine::function_library(&common::script_source(), "pacer"),
+        "the shipped script registers `pacer` itself"
+    );
+    let loaded: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(&library)
+        .query(&mut con)
+        .expect("FUNCTION LOAD");
+    assert_eq!(loaded, "pacer");
+    let mut with_at: Vec<&str> = CONFIG.to_vec();
+    with_at.extend(["AT", "0"]);
+    assert_eq!(
+        fcall(&mut con, "pacer", "k", "reserve", &with_at),
+        Err("ERR pacer: AT needs a server started for tests".to_string())
+    );
+    assert_eq!(bytes(&mut con, "k"), Value::Nil, "nothing created");
+    let before = server_ms(&mut con);
+    let Value::Array(reply) = fcall(&mut con, "pacer", "k", "reserve", &CONFIG).unwrap() else {
+        panic!("reserve is an array")
+    };
+    assert_eq!(reply[0], Value::BulkString(b"admitted".to_vec()));
+    let Value::Array(info) = fcall(&mut con, "pacer", "k", "info", &[]).unwrap() else {
+        panic!("INFO is an array")
+    };
+    let after = server_ms(&mut con);
+    let high_water = match info[19] {
+        Value::Int(n) => n,
+        ref other => panic!("high_water_ms: {other:?}"),
+    };
+    assert_eq!(info[18], Value::BulkString(b"high_water_ms".to_vec()));
     assert!(
         before <= high_water && high_water <= after,
         "{before} {high_water} {after}"

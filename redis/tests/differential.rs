@@ -1,16 +1,18 @@
 //! The script is a second implementation of the rule, and the module a new
 //! home for the first: neither is trusted. Random traces — backward clocks,
 //! epoch-scale and near-2^52 times, both release policies, bookings,
-//! redemptions, releases — run through the core in this process, the module
-//! and the script on one real redis-server (test clock), and every answer
+//! redemptions, releases — run through the core in this process, the module,
+//! the script by `EVALSHA` and the same script loaded as a function library
+//! (`FCALL`) on one real redis-server (test clock), and every answer
 //! and the stored state after every operation must agree. The expected
 //! values come from the core, which is the reference here: this test checks
-//! that the two Redis engines are the core, not what the core decides
+//! that the Redis engines are the core, not what the core decides
 //! (that is checked from SPEC.md by the core's own tests).
 //!
 //! `PACER_DIFFERENTIAL_TRACES` sets the number of traces (default 10000);
 //! `PACER_DIFFERENTIAL_SEED` the first seed; `PACER_DIFFERENTIAL_ENGINES`
-//! `module` or `script` runs one engine only (for chasing a disagreement).
+//! `module`, `script` or `function` runs one engine only (for chasing a
+//! disagreement).
 
 mod common;
 
@@ -168,7 +170,8 @@ fn module_and_script_agree_with_the_core_on_random_traces() {
     let engines: Vec<RedisKind> = match std::env::var("PACER_DIFFERENTIAL_ENGINES").as_deref() {
         Ok("module") => vec![RedisKind::Module],
         Ok("script") => vec![RedisKind::Script],
-        _ => vec![RedisKind::Module, RedisKind::Script],
+        Ok("function") => vec![RedisKind::Function],
+        _ => vec![RedisKind::Module, RedisKind::Script, RedisKind::Function],
     };
     let server = common::Server::with_module();
     let url = server.url();
@@ -210,7 +213,7 @@ fn module_and_script_agree_with_the_core_on_random_traces() {
         agreed += 1;
     }
     println!(
-        "differential: {agreed} of {traces} traces agree on core, module and script \
+        "differential: {agreed} of {traces} traces agree on core, module, script and function \
          ({steps} steps each; {backward} steps behind the latest clock reading, {booked} bookings, \
          {released} refunds, {strict} strict traces)"
     );

@@ -1,8 +1,9 @@
 //! Nothing a client sends crashes the server or changes a bucket by
 //! mistake: random argument vectors — wrong arity, numbers at and past
 //! 2^52, leading zeros, signs, NUL and non-UTF-8 bytes, other keys' and
-//! edited tickets, keys of other types — go to the module's commands and
-//! to the script on one live server. After every command the server still
+//! edited tickets, keys of other types — go to the module's commands, to
+//! the script (`EVALSHA`) and to the script as a function (`FCALL`) on one
+//! live server. After every command the server still
 //! answers, and a command that answered an error left every bucket byte
 //! for byte as it was.
 //!
@@ -148,6 +149,12 @@ fn random_commands_never_crash_the_server_and_errors_change_nothing() {
     });
     let mut con = server.connect();
     let sha = common::load_script(&mut con, &common::script_source());
+    let library = pacer_cli::engine::function_library(&common::script_source(), "pacer");
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(library)
+        .query(&mut con)
+        .expect("FUNCTION LOAD");
     // Buckets to hit (one per engine, same format), a list, a plain string.
     let mut setup = |args: &[&str]| common::call(&mut con, args).expect("setup");
     setup(&["PACER.CREATE", "fuzz:a", "60", "3", "120000", "5", "refund"]);
@@ -170,14 +177,18 @@ fn random_commands_never_crash_the_server_and_errors_change_nothing() {
             _ => fuzzer.bytes(),
         };
         let args = fuzzer.arguments(op);
-        let by_script = fuzzer.rng.below(2) == 0;
-        let mut cmd = if by_script {
-            let mut cmd = redis::cmd("EVALSHA");
+        let door = ["module", "script", "function"][fuzzer.rng.below(3) as usize];
+        let mut cmd = if door != "module" {
+            let (mut cmd, entry) = if door == "script" {
+                (redis::cmd("EVALSHA"), sha.as_str())
+            } else {
+                (redis::cmd("FCALL"), "pacer")
+            };
             // Now and then the wrong key count or a bad op name.
             match fuzzer.rng.below(20) {
-                0 => cmd.arg(&sha).arg(0),
-                1 => cmd.arg(&sha).arg(1).arg(&key).arg(fuzzer.bytes()),
-                _ => cmd.arg(&sha).arg(1).arg(&key).arg(op),
+                0 => cmd.arg(entry).arg(0),
+                1 => cmd.arg(entry).arg(1).arg(&key).arg(fuzzer.bytes()),
+                _ => cmd.arg(entry).arg(1).arg(&key).arg(op),
             };
             cmd
         } else {
@@ -199,7 +210,7 @@ fn random_commands_never_crash_the_server_and_errors_change_nothing() {
             Err(e) => {
                 assert!(
                     e.code().is_some(),
-                    "not an error reply from the server: {e} ({op} on {key:?}, script {by_script}, {args:?})"
+                    "not an error reply from the server: {e} ({op} on {key:?}, by the {door}, {args:?})"
                 );
                 errors += 1;
                 let after = snapshot(&mut con, &keys);

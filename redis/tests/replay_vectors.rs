@@ -1,6 +1,7 @@
-//! `pacer replay --engine redis-module|redis-script` on the hand-derived
-//! scenario vectors (`tests/vectors/scenarios.json`): every line the
-//! server's answers print is the vector's expectation, as for the core.
+//! `pacer replay --engine redis-module|redis-script|redis-function` on the
+//! hand-derived scenario vectors (`tests/vectors/scenarios.json`): every
+//! line the server's answers print is the vector's expectation, as for the
+//! core.
 //! A scenario with a clock reading at or past 2^52 ms (the core takes any
 //! u64; the Redis engines keep every number exact in Lua's doubles) must
 //! instead be refused with the error that says so, having printed the
@@ -62,12 +63,12 @@ fn first_unrepresentable(scenario: &Value) -> Option<usize> {
 }
 
 #[test]
-fn every_scenario_vector_replays_as_expected_on_both_redis_engines() {
+fn every_scenario_vector_replays_as_expected_on_every_redis_engine() {
     let server = common::Server::with_module();
     let scenarios = scenarios();
     assert!(scenarios.len() >= 14);
     let (mut lines, mut beyond) = (0, 0);
-    for kind in [RedisKind::Module, RedisKind::Script] {
+    for kind in [RedisKind::Module, RedisKind::Script, RedisKind::Function] {
         let target = Target::Redis {
             url: server.url(),
             kind,

@@ -261,10 +261,45 @@ pub fn eval(
     op: &str,
     args: &[&str],
 ) -> Result<redis::Value, String> {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(sha).arg(1).arg(key).arg(op);
+    one_key_call(con, "EVALSHA", sha, key, op, args)
+}
+
+/// `verb entry 1 key op args…` (EVALSHA or FCALL), as `call` gives it.
+fn one_key_call(
+    con: &mut redis::Connection,
+    verb: &str,
+    entry: &str,
+    key: &str,
+    op: &str,
+    args: &[&str],
+) -> Result<redis::Value, String> {
+    let mut cmd = redis::cmd(verb);
+    cmd.arg(entry).arg(1).arg(key).arg(op);
     for arg in args {
         cmd.arg(*arg);
     }
     cmd.query::<redis::Value>(con).map_err(|e| error_text(&e))
+}
+
+/// Loads the test-clock script as a function library named `name` (its one
+/// function has the same name), giving the name for `fcall`.
+pub fn load_function(con: &mut redis::Connection, name: &str) -> String {
+    let library = pacer_cli::engine::function_library(&test_clock_script(), name);
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library)
+        .query::<String>(con)
+        .expect("FUNCTION LOAD")
+}
+
+/// `FCALL name 1 key op args…`, as `call` gives it.
+pub fn fcall(
+    con: &mut redis::Connection,
+    name: &str,
+    key: &str,
+    op: &str,
+    args: &[&str],
+) -> Result<redis::Value, String> {
+    one_key_call(con, "FCALL", name, key, op, args)
 }
