@@ -327,34 +327,33 @@ local function booking_hint_s(params, beyond_bound_ms)
   return wanted
 end
 
--- Params::decide: SPEC §4 steps 3–6 at token level `tokens`. A step is
--- { kind = 'debit', wait_ms, units, path }, { kind = 'free' } or
--- { kind = 'refuse', required_wait_ms }.
+-- Params::decide: SPEC §4 steps 3–6 at token level `tokens`, as values
+-- (no table: this runs on every call): 'debit', wait_ms, units, path;
+-- 'free'; or 'refuse', required_wait_ms.
 local function decide(params, tokens)
   if tokens >= UNITS_PER_TOKEN then
-    return { kind = 'debit', wait_ms = 0, units = UNITS_PER_TOKEN, path = 'paced' }
+    return 'debit', 0, UNITS_PER_TOKEN, 'paced'
   end
   local wait = wait_ms(params, UNITS_PER_TOKEN - tokens)
   if wait <= params.bound_ms then
-    return { kind = 'debit', wait_ms = wait, units = UNITS_PER_TOKEN, path = 'paced' }
+    return 'debit', wait, UNITS_PER_TOKEN, 'paced'
   end
   if params.mode == 'refusing' then
-    return { kind = 'refuse', required_wait_ms = wait }
+    return 'refuse', wait
   end
   -- Shaping: debit down to the floor −max_debt, never past it.
   local units = min(tokens + params.max_debt_units, UNITS_PER_TOKEN)
   if units > 0 then
-    return { kind = 'debit', wait_ms = params.bound_ms, units = units, path = 'shaped' }
+    return 'debit', params.bound_ms, units, 'shaped'
   end
-  return { kind = 'free' }
+  return 'free'
 end
 
 -- Params::debit: the state after debiting `units` at at_ms, and the
--- ticket { seq, debit_units } (seq is the next stack position, mod 2^24).
+-- ticket's seq (the next stack position, mod 2^24).
 local function debit(state, at_ms, tokens, units)
   local seq = (state.seq + 1) % SEQ_MODULUS
-  local next_state = { high_water_ms = at_ms, tokens_units = tokens - units, seq = seq }
-  return next_state, { seq = seq, debit_units = units }
+  return { high_water_ms = at_ms, tokens_units = tokens - units, seq = seq }, seq
 end
 
 -- Admission::DISABLED and Admission::overflow.
@@ -362,83 +361,75 @@ local function admitted_free(path, clock_regressed)
   return { kind = 'admitted', wait_ms = 0, path = path, clock_regressed = clock_regressed }
 end
 
--- Params::reserve (SPEC §4). Answers { kind = 'admitted', wait_ms, ticket?,
--- path, clock_regressed } or { kind = 'refused', retry_after_s,
+-- A debit's answer and a refusal (what reserve and reserve_or_book share
+-- once the step is known).
+local function debited(state, at_ms, tokens, wait, units, path, clock_regressed)
+  local next_state, seq = debit(state, at_ms, tokens, units)
+  return next_state,
+    {
+      kind = 'admitted',
+      wait_ms = wait,
+      seq = seq,
+      debit_units = units,
+      path = path,
+      clock_regressed = clock_regressed,
+    }
+end
+
+local function refusal(params, required_wait_ms, clock_regressed)
+  return nil,
+    {
+      kind = 'refused',
+      retry_after_s = params.refusal_hint_s,
+      required_wait_ms = required_wait_ms,
+      clock_regressed = clock_regressed,
+    }
+end
+
+-- Params::reserve (SPEC §4). Answers { kind = 'admitted', wait_ms, seq?,
+-- debit_units?, path, clock_regressed } (seq and debit_units: the ticket,
+-- absent when nothing was debited) or { kind = 'refused', retry_after_s,
 -- required_wait_ms, clock_regressed }.
 local function reserve(params, state, now_ms)
   if params.mode == 'disabled' then
     return nil, admitted_free('disabled', false)
   end
   local at_ms, clock_regressed, tokens = view(params, state, now_ms)
-  local step = decide(params, tokens)
-  if step.kind == 'refuse' then
-    return nil,
-      {
-        kind = 'refused',
-        retry_after_s = params.refusal_hint_s,
-        required_wait_ms = step.required_wait_ms,
-        clock_regressed = clock_regressed,
-      }
-  elseif step.kind == 'free' then
+  local kind, wait, units, path = decide(params, tokens)
+  if kind == 'refuse' then
+    return refusal(params, wait, clock_regressed)
+  elseif kind == 'free' then
     return nil, admitted_free('overflow', clock_regressed)
   end
-  local next_state, ticket = debit(state, at_ms, tokens, step.units)
-  return next_state,
-    {
-      kind = 'admitted',
-      wait_ms = step.wait_ms,
-      ticket = ticket,
-      path = step.path,
-      clock_regressed = clock_regressed,
-    }
+  return debited(state, at_ms, tokens, wait, units, path, clock_regressed)
 end
 
 -- Params::reserve_or_book (SPEC §11): reserve, except that a refusal within
 -- the horizon of retries_left books a place in line, answering
--- { kind = 'booked', retry_after_s, ticket, slot_ms, clock_regressed }.
+-- { kind = 'booked', retry_after_s, seq, debit_units, slot_ms,
+-- clock_regressed }.
 local function reserve_or_book(params, state, now_ms, retries_left)
   if params.mode == 'disabled' then
     return nil, admitted_free('disabled', false)
   end
   local at_ms, clock_regressed, tokens = view(params, state, now_ms)
-  local step = decide(params, tokens)
-  if step.kind == 'refuse' then
-    if step.required_wait_ms > horizon_ms(params, retries_left) then
-      return nil,
-        {
-          kind = 'refused',
-          retry_after_s = params.refusal_hint_s,
-          required_wait_ms = step.required_wait_ms,
-          clock_regressed = clock_regressed,
-        }
-    end
-    -- A place in line: the token the slot will use.
-    step = {
-      kind = 'debit',
-      wait_ms = step.required_wait_ms,
-      units = UNITS_PER_TOKEN,
-      path = 'booked',
-    }
-  elseif step.kind == 'free' then
+  local kind, wait, units, path = decide(params, tokens)
+  if kind == 'free' then
     return nil, admitted_free('overflow', clock_regressed)
+  elseif kind == 'debit' then
+    return debited(state, at_ms, tokens, wait, units, path, clock_regressed)
+  elseif wait > horizon_ms(params, retries_left) then
+    return refusal(params, wait, clock_regressed)
   end
-  local next_state, ticket = debit(state, at_ms, tokens, step.units)
-  if step.path == 'booked' then
-    return next_state,
-      {
-        kind = 'booked',
-        retry_after_s = booking_hint_s(params, step.wait_ms - params.bound_ms),
-        ticket = ticket,
-        slot_ms = at_ms + step.wait_ms, -- < 2^52 + 2^20: exact, no saturation
-        clock_regressed = clock_regressed,
-      }
-  end
+  -- A place in line: the token the slot will use.
+  local next_state, seq = debit(state, at_ms, tokens, UNITS_PER_TOKEN)
   return next_state,
     {
-      kind = 'admitted',
-      wait_ms = step.wait_ms,
-      ticket = ticket,
-      path = step.path,
+      kind = 'booked',
+      retry_after_s = booking_hint_s(params, wait - params.bound_ms),
+      seq = seq,
+      debit_units = UNITS_PER_TOKEN,
+      slot_ms = at_ms + wait, -- < 2^52 + 2^20: exact, no saturation
       clock_regressed = clock_regressed,
     }
 end
@@ -525,27 +516,31 @@ local PADDING = '                                                         ' -- b
 
 local POLICY_CODE = { refund = 0, strict = 1 }
 
--- The header's 256 bytes for `bucket` (its config, secret, state and
--- counters).
+-- A bucket is one flat table: its configuration (the fields parse_config
+-- gives), its secret, its state (high_water_ms, tokens_units, seq: so the
+-- bucket itself is the state the rule reads), its serial and its counters.
+-- One table, not one per part: this script runs on every call, and every
+-- table is garbage to collect.
+
+-- The header's 256 bytes for `bucket`.
 local function encode_header(bucket)
-  local config, state, counters = bucket.config, bucket.state, bucket.counters
   return string.format(
     HEADER_FORMAT,
-    config.rate_per_min,
-    config.burst,
-    config.idle_timeout_ms,
-    config.max_retries,
-    POLICY_CODE[config.release_policy],
+    bucket.rate_per_min,
+    bucket.burst,
+    bucket.idle_timeout_ms,
+    bucket.max_retries,
+    POLICY_CODE[bucket.release_policy],
     bucket.secret,
-    state.high_water_ms,
-    state.tokens_units,
-    state.seq,
+    bucket.high_water_ms,
+    bucket.tokens_units,
+    bucket.seq,
     bucket.serial,
-    counters.admitted,
-    counters.refused,
-    counters.booked,
-    counters.released,
-    counters.release_refused,
+    bucket.admitted,
+    bucket.refused,
+    bucket.booked,
+    bucket.released,
+    bucket.release_refused,
     ''
   )
 end
@@ -585,33 +580,98 @@ local function decode_header(key, raw)
     not_a_bucket(key)
   end
   return {
-    config = {
-      rate_per_min = tonumber(rate),
-      burst = burst,
-      raw_burst = burst,
-      idle_timeout_ms = idle,
-      max_retries = tonumber(retries),
-      release_policy = (policy == '0') and 'refund' or 'strict',
-    },
+    rate_per_min = tonumber(rate),
+    burst = burst,
+    raw_burst = burst,
+    idle_timeout_ms = idle,
+    max_retries = tonumber(retries),
+    release_policy = (policy == '0') and 'refund' or 'strict',
     secret = secret,
-    state = { high_water_ms = high_water, tokens_units = tokens, seq = seq },
+    high_water_ms = high_water,
+    tokens_units = tokens,
+    seq = seq,
     serial = serial,
-    counters = {
-      admitted = admitted,
-      refused = refused,
-      booked = booked,
-      released = released,
-      release_refused = release_refused,
-    },
+    admitted = admitted,
+    refused = refused,
+    booked = booked,
+    released = released,
+    release_refused = release_refused,
   }
 end
 
 -- Params::plan accepts the stored configuration, or the "not a pacer
 -- bucket" error.
 local function stored_config_ok(key, bucket)
-  if config_error(bucket.config) ~= nil then
+  if config_error(bucket) ~= nil then
     not_a_bucket(key)
   end
+end
+
+-- ---------------------------------------------------------------------------
+-- Memory between calls. Loaded as a function library, this file runs once
+-- and these tables live until the library is replaced; by EVAL they start
+-- empty on every call and help nothing. They hold only what a pure function
+-- of the call's own bytes gave before, so a hit answers exactly what the
+-- work it skips would have: the planned configuration by its five argument
+-- texts (only configurations that passed every check), and per key the
+-- header this library last wrote there with the bucket it encodes (a key
+-- whose bytes are anything else, written by the module, another client or
+-- edited by hand, is decoded in full). Each is emptied when it holds 1000
+-- entries, so memory stays bounded whatever the keys and arguments.
+
+local CACHE_LIMIT = 1000
+local plans, plans_held = {}, 0
+local written, buckets, written_held = {}, {}, 0
+
+-- The five configuration arguments as one text (none holds a space once
+-- checked, so four spaces part them unambiguously).
+local function plan_key(argv)
+  return argv[2] .. ' ' .. argv[3] .. ' ' .. argv[4] .. ' ' .. argv[5] .. ' ' .. argv[6]
+end
+
+local function remember_plan(argv, config, params)
+  if plans_held >= CACHE_LIMIT then
+    plans, plans_held = {}, 0
+  end
+  plans_held = plans_held + 1
+  plans[plan_key(argv)] = { config = config, params = params }
+end
+
+-- A new bucket table with `held`'s fields (a new bucket starts as a copy
+-- of its configuration, which the plans table may hold).
+local function copy_bucket(held)
+  return {
+    rate_per_min = held.rate_per_min,
+    burst = held.burst,
+    raw_burst = held.raw_burst,
+    idle_timeout_ms = held.idle_timeout_ms,
+    max_retries = held.max_retries,
+    release_policy = held.release_policy,
+    secret = held.secret,
+    high_water_ms = held.high_water_ms,
+    tokens_units = held.tokens_units,
+    seq = held.seq,
+    serial = held.serial,
+    admitted = held.admitted,
+    refused = held.refused,
+    booked = held.booked,
+    released = held.released,
+    release_refused = held.release_refused,
+  }
+end
+
+-- Writes `bucket`'s header to `key` and remembers both (the caller does
+-- not change `bucket` after this).
+local function store_bucket(key, bucket)
+  local header = encode_header(bucket)
+  redis.call('SETRANGE', key, 0, header)
+  if written[key] == nil then
+    if written_held >= CACHE_LIMIT then
+      written, buckets, written_held = {}, {}, 0
+    end
+    written_held = written_held + 1
+  end
+  written[key], buckets[key] = header, bucket
 end
 
 -- The bucket at `key`, or nil when there is no key. Another type's key is
@@ -620,6 +680,14 @@ local function load_bucket(key)
   local raw = redis.pcall('GETRANGE', key, 0, HEADER_LEN - 1)
   if type(raw) == 'table' and raw.err then
     error(setmetatable({ redis_error = raw }, PacerError), 0)
+  end
+  if raw == written[key] then
+    -- The header this library wrote last: its bucket, taken out of memory
+    -- (the caller changes it, and a call that fails before store_bucket
+    -- leaves nothing behind that the key does not say).
+    local bucket = buckets[key]
+    written[key], buckets[key], written_held = nil, nil, written_held - 1
+    return bucket
   end
   if raw == '' and redis.call('EXISTS', key) == 0 then
     return nil
@@ -669,9 +737,9 @@ local function mac(key, secret, serial, seq, debit_units, slot_ms)
   return string.sub(redis.sha1hex(text), 1, 16)
 end
 
-local function ticket_text(key, bucket, serial, ticket, slot_ms)
-  local tag = mac(key, bucket.secret, serial, ticket.seq, ticket.debit_units, slot_ms)
-  return fmt('%d.%d.%d.%d.%s', serial, ticket.seq, ticket.debit_units, slot_ms, tag)
+local function ticket_text(key, secret, serial, seq, debit_units, slot_ms)
+  local tag = mac(key, secret, serial, seq, debit_units, slot_ms)
+  return fmt('%d.%d.%d.%d.%s', serial, seq, debit_units, slot_ms, tag)
 end
 
 -- The ticket `text` names, or the "malformed ticket" error: five fields,
@@ -753,23 +821,37 @@ local function flag(value)
   return 0
 end
 
+-- The bucket's state becomes `next_state` (nil: unchanged).
+local function set_state(bucket, next_state)
+  if next_state then
+    bucket.high_water_ms = next_state.high_water_ms
+    bucket.tokens_units = next_state.tokens_units
+    bucket.seq = next_state.seq
+  end
+end
+
 -- PACER.CREATE, PACER.RESERVE and PACER.BOOK: argv is the op, the config (and,
 -- for book, retries_left), then [AT ms]. Create only makes the bucket:
 -- 1 when it did, 0 (nothing written) when the same bucket was there.
 local function admission_command(key, op, argv)
   local fixed = (op == 'book') and 6 or 5
   local at_text = clock_argument(op, argv, fixed)
-  local config = parse_config(argv, 2)
+  local held = plans[plan_key(argv)]
+  local config = held and held.config or parse_config(argv, 2)
   local retries_left
   if op == 'book' then
     retries_left = whole_argument(argv[7], 'retries_left')
   end
   local now_ms = read_clock(at_text)
-  local problem = config_error(config)
-  if problem then
-    fail(problem)
+  local params = held and held.params
+  if params == nil then
+    local problem = config_error(config)
+    if problem then
+      fail(problem)
+    end
+    params = plan(config)
+    remember_plan(argv, config, params)
   end
-  local params = plan(config)
 
   local bucket = load_bucket(key)
   local created = bucket == nil
@@ -777,19 +859,19 @@ local function admission_command(key, op, argv)
     -- Created full at now_ms (Params::initial_state), with a secret from
     -- the server's TIME.
     local _, seconds, micros = server_time()
-    bucket = {
-      config = config,
-      secret = string.sub(redis.sha1hex(key .. ':' .. seconds .. ':' .. micros), 1, 16),
-      state = { high_water_ms = now_ms, tokens_units = params.capacity_units, seq = 0 },
-      serial = 0,
-      counters = { admitted = 0, refused = 0, booked = 0, released = 0, release_refused = 0 },
-    }
-  elseif not same_config(bucket.config, config) then
+    bucket = copy_bucket(config) -- the configuration's fields; the rest below
+    bucket.raw_burst = bucket.burst -- as decoding the stored header gives it
+    bucket.secret = string.sub(redis.sha1hex(key .. ':' .. seconds .. ':' .. micros), 1, 16)
+    bucket.high_water_ms, bucket.tokens_units, bucket.seq = now_ms, params.capacity_units, 0
+    bucket.serial = 0
+    bucket.admitted, bucket.refused, bucket.booked = 0, 0, 0
+    bucket.released, bucket.release_refused = 0, 0
+  elseif not same_config(bucket, config) then
     stored_config_ok(key, bucket)
     fail(fmt(
       "bucket '%s' was created with %s; this call has %s",
       shown(key),
-      config_text(bucket.config),
+      config_text(bucket),
       config_text(config)
     ))
   end
@@ -798,34 +880,31 @@ local function admission_command(key, op, argv)
     if not created then
       return 0
     end
-    redis.call('SETRANGE', key, 0, encode_header(bucket))
+    store_bucket(key, bucket)
     return 1
   end
 
   local next_state, answer
   if op == 'book' then
-    next_state, answer = reserve_or_book(params, bucket.state, now_ms, retries_left)
+    next_state, answer = reserve_or_book(params, bucket, now_ms, retries_left)
   else
-    next_state, answer = reserve(params, bucket.state, now_ms)
+    next_state, answer = reserve(params, bucket, now_ms)
   end
 
   -- Validation is over: write.
-  local counters = bucket.counters
   local ticket = false
   local slot_ms = answer.slot_ms or 0
-  if answer.ticket then
+  if answer.seq then
     local serial = bucket.serial
     bucket.serial = serial + 1
-    ticket = ticket_text(key, bucket, serial, answer.ticket, slot_ms)
+    ticket = ticket_text(key, bucket.secret, serial, answer.seq, answer.debit_units, slot_ms)
     if serial >= SPENT_WINDOW then
       redis.call('SETBIT', key, spent_bit(serial), 0) -- a new ticket is unspent
     end
   end
-  if next_state then
-    bucket.state = next_state
-  end
-  counters[answer.kind] = counters[answer.kind] + 1 -- admitted, refused or booked
-  redis.call('SETRANGE', key, 0, encode_header(bucket))
+  set_state(bucket, next_state)
+  bucket[answer.kind] = bucket[answer.kind] + 1 -- its counter: admitted, refused or booked
+  store_bucket(key, bucket)
 
   local regressed = flag(answer.clock_regressed)
   if answer.kind == 'admitted' then
@@ -844,7 +923,7 @@ local function ticket_command(op, key, argv)
   local ticket = parse_ticket(argv[2])
   local now_ms = read_clock(at_text)
   local bucket = load_existing_bucket(key)
-  local params = plan(bucket.config)
+  local params = plan(bucket)
   check_ticket(key, bucket, ticket)
   return ticket, now_ms, bucket, params
 end
@@ -853,19 +932,16 @@ end
 local function release_command(key, argv)
   local ticket, now_ms, bucket, params = ticket_command('release', key, argv)
 
-  local next_state, refunded = release(params, bucket.state, ticket, now_ms)
+  local next_state, refunded = release(params, bucket, ticket, now_ms)
   -- Spent either way, even when strict refused the refund.
   redis.call('SETBIT', key, spent_bit(ticket.serial), 1)
-  if next_state then
-    bucket.state = next_state
-  end
-  local counters = bucket.counters
+  set_state(bucket, next_state)
   if refunded then
-    counters.released = counters.released + 1
+    bucket.released = bucket.released + 1
   else
-    counters.release_refused = counters.release_refused + 1
+    bucket.release_refused = bucket.release_refused + 1
   end
-  redis.call('SETRANGE', key, 0, encode_header(bucket))
+  store_bucket(key, bucket)
   return flag(refunded)
 end
 
@@ -887,31 +963,28 @@ local function info_command(key, argv)
   local at_text = clock_argument('info', argv, 0)
   local now_ms = read_clock(at_text)
   local bucket = load_existing_bucket(key)
-  local config = bucket.config
-  local params = plan(config)
-  local state = bucket.state
-  local at_ms = effective_now(state, now_ms) -- max(now, high-water mark)
-  local counters = bucket.counters
+  local params = plan(bucket)
+  local at_ms = effective_now(bucket, now_ms) -- max(now, high-water mark)
   return {
-    'rate_per_min', config.rate_per_min,
-    'burst', config.burst,
-    'idle_timeout_ms', config.idle_timeout_ms,
-    'max_retries', config.max_retries,
-    'release_policy', config.release_policy,
+    'rate_per_min', bucket.rate_per_min,
+    'burst', bucket.burst,
+    'idle_timeout_ms', bucket.idle_timeout_ms,
+    'max_retries', bucket.max_retries,
+    'release_policy', bucket.release_policy,
     'mode', params.mode,
     'wait_bound_ms', params.bound_ms,
     'capacity_units', params.capacity_units,
     'max_debt_units', params.max_debt_units,
-    'high_water_ms', state.high_water_ms,
-    'tokens_units', state.tokens_units,
-    'level_units', refill(params, state, at_ms),
-    'seq', state.seq,
+    'high_water_ms', bucket.high_water_ms,
+    'tokens_units', bucket.tokens_units,
+    'level_units', refill(params, bucket, at_ms),
+    'seq', bucket.seq,
     'serial', bucket.serial,
-    'admitted', counters.admitted,
-    'refused', counters.refused,
-    'booked', counters.booked,
-    'released', counters.released,
-    'release_refused', counters.release_refused,
+    'admitted', bucket.admitted,
+    'refused', bucket.refused,
+    'booked', bucket.booked,
+    'released', bucket.released,
+    'release_refused', bucket.release_refused,
     'now_ms', now_ms,
   }
 end

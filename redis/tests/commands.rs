@@ -133,6 +133,60 @@ fn a_bucket_made_by_one_engine_is_used_by_the_other() {
     );
 }
 
+/// One key, written in turn by the function, the module and the script:
+/// each call continues from the last one's bytes, whoever wrote them (the
+/// function remembers the header it wrote and must notice another's).
+/// Config as above: two admissions at once, then waits of 1000 and 2000 ms,
+/// then a refusal with hint 2.
+#[test]
+fn the_function_continues_from_whichever_engine_wrote_last() {
+    let server = Server::with_module();
+    let mut con = server.connect();
+    let sha = common::load_script(&mut con, &common::test_clock_script());
+    let function = common::load_function(&mut con, "pacer_test");
+    let mut with_at: Vec<&str> = CONFIG.to_vec();
+    with_at.extend(["AT", "0"]);
+    let engines = ["function", "module", "function", "script", "function"];
+    let waits = [0, 0, 1000, 2000];
+    for (i, engine) in engines.iter().enumerate() {
+        let reply = match *engine {
+            "function" => fcall(&mut con, &function, "turns", "reserve", &with_at),
+            "module" => module(&mut con, "reserve", "turns", &with_at),
+            _ => eval(&mut con, &sha, "turns", "reserve", &with_at),
+        }
+        .unwrap();
+        let Value::Array(items) = reply else {
+            panic!("{engine}: {reply:?}")
+        };
+        if i < waits.len() {
+            assert_eq!(
+                items[0],
+                Value::BulkString(b"admitted".to_vec()),
+                "{engine} call {i}"
+            );
+            assert_eq!(items[1], Value::Int(waits[i]), "{engine} call {i}");
+            let ticket = text(&items[2]);
+            let serial_seq = format!("{i}.{}.60000.0.", i + 1);
+            assert!(
+                ticket.starts_with(&serial_seq),
+                "{engine} call {i}: {ticket}"
+            );
+        } else {
+            assert_eq!(
+                items[0],
+                Value::BulkString(b"refused".to_vec()),
+                "{engine} call {i}"
+            );
+            assert_eq!(items[1], Value::Int(2), "{engine} call {i}");
+        }
+    }
+    // The module and the function read the same bucket.
+    assert_eq!(
+        module(&mut con, "info", "turns", &["AT", "0"]).unwrap(),
+        fcall(&mut con, &function, "turns", "info", &["AT", "0"]).unwrap()
+    );
+}
+
 /// Bad calls: the module, the script and the function answer the same
 /// error and change nothing.
 #[test]
