@@ -26,6 +26,34 @@ fn module(
     call(con, &argv)
 }
 
+/// A test-clock server with the module, the script (its SHA1) and the
+/// function (its name) loaded, and CONFIG at `AT 0`.
+struct Doors {
+    server: Server,
+    con: redis::Connection,
+    sha: String,
+    function: String,
+    with_at: Vec<&'static str>,
+}
+
+impl Doors {
+    fn open() -> Doors {
+        let server = Server::with_module();
+        let mut con = server.connect();
+        let sha = common::load_script(&mut con, &common::test_clock_script());
+        let function = common::load_function(&mut con, "pacer_test");
+        let mut with_at: Vec<&str> = CONFIG.to_vec();
+        with_at.extend(["AT", "0"]);
+        Doors {
+            server,
+            con,
+            sha,
+            function,
+            with_at,
+        }
+    }
+}
+
 /// The server's clock as the engines read it: TIME's s·1000 + ⌊µs/1000⌋.
 fn server_ms(con: &mut redis::Connection) -> i64 {
     let (s, us): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
@@ -140,12 +168,13 @@ fn a_bucket_made_by_one_engine_is_used_by_the_other() {
 /// then a refusal with hint 2.
 #[test]
 fn the_function_continues_from_whichever_engine_wrote_last() {
-    let server = Server::with_module();
-    let mut con = server.connect();
-    let sha = common::load_script(&mut con, &common::test_clock_script());
-    let function = common::load_function(&mut con, "pacer_test");
-    let mut with_at: Vec<&str> = CONFIG.to_vec();
-    with_at.extend(["AT", "0"]);
+    let Doors {
+        server: _server, // the server stops when this is dropped
+        mut con,
+        sha,
+        function,
+        with_at,
+    } = Doors::open();
     let engines = ["function", "module", "function", "script", "function"];
     let waits = [0, 0, 1000, 2000];
     for (i, engine) in engines.iter().enumerate() {
@@ -302,12 +331,13 @@ fn bad_calls_get_the_same_error_from_every_engine_and_change_nothing() {
 /// one rule of the header's form (docs/redis.md, "The key").
 #[test]
 fn an_edited_header_is_not_a_bucket_to_any_engine() {
-    let server = Server::with_module();
-    let mut con = server.connect();
-    let sha = common::load_script(&mut con, &common::test_clock_script());
-    let function = common::load_function(&mut con, "pacer_test");
-    let mut with_at: Vec<&str> = CONFIG.to_vec();
-    with_at.extend(["AT", "0"]);
+    let Doors {
+        server: _server, // the server stops when this is dropped
+        mut con,
+        sha,
+        function,
+        with_at,
+    } = Doors::open();
     module(&mut con, "create", "good", &with_at).unwrap();
     let ticket = match module(&mut con, "reserve", "good", &with_at).unwrap() {
         Value::Array(items) => text(&items[2]),
