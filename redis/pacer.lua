@@ -1,11 +1,15 @@
--- pacer.lua: the pacer's rule in a Redis script, for Redis services that
--- load no modules (docs/redis.md). It is a second implementation of
+-- pacer.lua: the pacer's rule in Lua, for Redis services that load no
+-- modules (docs/redis.md). It is a second implementation of
 -- core/src/pacer.rs and core/src/budget.rs, kept honest by the differential
 -- test (redis/tests/differential.rs) and the edge tests in
--- redis/tests/lua_exact.rs.
+-- redis/tests/lua_exact.rs. It loads two ways:
 --
---   SCRIPT LOAD "$(cat redis/pacer.lua)"
---   EVALSHA <sha1> 1 <key> <op> <arguments…>
+--   a function library (Redis 7.0+; the faster way):
+--     { echo '#!lua name=pacer'; cat redis/pacer.lua; } | redis-cli -x FUNCTION LOAD REPLACE
+--     FCALL pacer 1 <key> <op> <arguments…>
+--   a script:
+--     SCRIPT LOAD "$(cat redis/pacer.lua)"
+--     EVALSHA <sha1> 1 <key> <op> <arguments…>
 --
 -- op is create, reserve, book, release, redeem or info; the arguments are those of
 -- the module's command of that name, after the key.
