@@ -39,6 +39,9 @@ bash scripts/test-python.sh
 step "Shared pacers: C processes (fork, SIGKILL, creation race, attach checks), Node and Go attach"
 bash scripts/test-shm.sh
 
+step "Fleet: clients of every kind on one Redis key keep the window bound"
+bash scripts/test-fleet.sh
+
 step "Fuzzing the C ABI, bounded: regressions, then about a minute of cargo-fuzz under ASan"
 bash scripts/test-fuzz.sh
 

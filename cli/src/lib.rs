@@ -1,6 +1,6 @@
 //! The `pacer` command's library: the simulator, the matrix checker, the
-//! trace replayer and the settings explainer. `main.rs` is only the
-//! argument parsing around these.
+//! trace replayer, the settings explainer and the fleet hammer. `main.rs`
+//! is only the argument parsing around these.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -9,6 +9,7 @@ pub mod client;
 pub mod engine;
 pub mod explain;
 pub mod gate;
+pub mod hammer;
 pub mod matrix;
 pub mod plot;
 pub mod progress;

@@ -41,6 +41,10 @@ enum Command {
     /// Resolve the settings (NAME=value arguments over the environment) and
     /// show the budget, bound, hint cap, schedule, notices and §3 check.
     Explain(ExplainArgs),
+    /// Send reserves to a fleet bucket in Redis at a steady pace and print
+    /// each answer as a JSON line with its send and reply times (load for
+    /// checking the window bound across clients; tests/fleet).
+    Hammer(HammerArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -227,6 +231,51 @@ enum EngineArg {
     RedisScript,
     /// The same script as a Redis function library, by FCALL.
     RedisFunction,
+}
+
+#[derive(Args, Debug)]
+struct HammerArgs {
+    /// The Redis server.
+    #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379/")]
+    redis: String,
+    /// The bucket's key.
+    #[arg(long)]
+    key: String,
+    /// How to reach it: the module's PACER.RESERVE, FCALL pacer (the script
+    /// loaded as a function library), or EVALSHA of the shipped script.
+    #[arg(long, value_enum, default_value = "module")]
+    door: DoorArg,
+    /// New connections per minute.
+    #[arg(long, default_value_t = pacer_core::Config::DEFAULT.rate_per_min)]
+    rate_per_min: u32,
+    /// Connections that open with no wait after an idle spell.
+    #[arg(long, default_value_t = pacer_core::Config::DEFAULT.burst)]
+    burst: u32,
+    /// The request's no-data deadline, ms.
+    #[arg(long, default_value_t = pacer_core::Config::DEFAULT.idle_timeout_ms)]
+    idle_timeout_ms: u64,
+    /// The client's retry count.
+    #[arg(long, default_value_t = pacer_core::Config::DEFAULT.max_retries)]
+    max_retries: u32,
+    /// Release policy.
+    #[arg(long, value_enum, default_value = "refund")]
+    release_policy: PolicyArg,
+    /// How many reserves.
+    #[arg(long, default_value_t = 100)]
+    calls: u64,
+    /// Pause after each answer before the next send, ms.
+    #[arg(long, default_value_t = 15)]
+    every_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum DoorArg {
+    /// PACER.RESERVE (the module).
+    Module,
+    /// FCALL pacer (the function library).
+    Function,
+    /// EVALSHA of the shipped script.
+    Script,
 }
 
 #[derive(Args, Debug)]
@@ -503,6 +552,34 @@ fn run_explain(args: ExplainArgs) -> Result<(), Failure> {
     }
 }
 
+fn run_hammer(args: HammerArgs) -> Result<(), Failure> {
+    let hammer = pacer_cli::hammer::Hammer {
+        url: args.redis,
+        key: args.key,
+        config: [
+            args.rate_per_min.to_string(),
+            args.burst.to_string(),
+            args.idle_timeout_ms.to_string(),
+            args.max_retries.to_string(),
+            match args.release_policy {
+                PolicyArg::Refund => "refund",
+                PolicyArg::Strict => "strict",
+            }
+            .to_string(),
+        ],
+        calls: args.calls,
+        every_ms: args.every_ms,
+        door: match args.door {
+            DoorArg::Module => pacer_cli::hammer::Door::Module,
+            DoorArg::Function => pacer_cli::hammer::Door::Function,
+            DoorArg::Script => pacer_cli::hammer::Door::Script,
+        },
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::LineWriter::new(stdout.lock());
+    hammer.run(&mut out).map_err(Failure::from)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -510,6 +587,7 @@ fn main() -> ExitCode {
         Command::Matrix(args) => run_matrix(args),
         Command::Replay(args) => run_replay(args),
         Command::Explain(args) => run_explain(args),
+        Command::Hammer(args) => run_hammer(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

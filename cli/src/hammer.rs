@@ -1,0 +1,128 @@
+//! `pacer hammer`: reserves on one fleet bucket in Redis, at a steady pace,
+//! each answer printed as a JSON line with the wall-clock times it was sent
+//! and answered. Several of these (and the bindings' `RedisPacer`s) on one
+//! key are how `tests/fleet/check.py` checks SPEC §6.1's window bound
+//! across clients: an admission opens at `reply_ms + wait_ms`, at most the
+//! slowest round trip after the instant the server decided it.
+//!
+//! The server's clock decides (no `AT`); the times printed are this
+//! machine's wall clock, which every client on one machine shares.
+
+use std::io::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::engine::SCRIPT;
+
+/// How the hammer reaches the bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Door {
+    /// `PACER.RESERVE` (the module).
+    Module,
+    /// `FCALL pacer` (the script loaded as a function library).
+    Function,
+    /// `EVALSHA` of the shipped script (loaded by the hammer).
+    Script,
+}
+
+/// One hammer run.
+#[derive(Clone, Debug)]
+pub struct Hammer {
+    /// Redis URL.
+    pub url: String,
+    /// The bucket's key.
+    pub key: String,
+    /// rate_per_min, burst, idle_timeout_ms, max_retries, release_policy.
+    pub config: [String; 5],
+    /// How many reserves.
+    pub calls: u64,
+    /// Pause between one answer and the next send, ms.
+    pub every_ms: u64,
+    /// Which door.
+    pub door: Door,
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn error_text(e: &redis::RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => e.to_string(),
+    }
+}
+
+impl Hammer {
+    /// Runs the calls, one JSON line each on `out`:
+    /// `{"client":"cli","send_ms":…,"reply_ms":…,"answer":"admitted","wait_ms":…}`
+    /// or `… "answer":"refused","retry_after_s":…}`. An error reply or a
+    /// lost connection ends the run with the error.
+    pub fn run(&self, out: &mut impl Write) -> Result<(), String> {
+        let client = redis::Client::open(self.url.as_str()).map_err(|e| error_text(&e))?;
+        let mut con = client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .map_err(|e| error_text(&e))?;
+        con.set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(|e| error_text(&e))?;
+        let sha = if self.door == Door::Script {
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(SCRIPT)
+                .query::<String>(&mut con)
+                .map_err(|e| error_text(&e))?
+        } else {
+            String::new()
+        };
+        for _ in 0..self.calls {
+            let mut cmd = match self.door {
+                Door::Module => {
+                    let mut cmd = redis::cmd("PACER.RESERVE");
+                    cmd.arg(&self.key);
+                    cmd
+                }
+                Door::Function => {
+                    let mut cmd = redis::cmd("FCALL");
+                    cmd.arg("pacer").arg(1).arg(&self.key).arg("reserve");
+                    cmd
+                }
+                Door::Script => {
+                    let mut cmd = redis::cmd("EVALSHA");
+                    cmd.arg(&sha).arg(1).arg(&self.key).arg("reserve");
+                    cmd
+                }
+            };
+            for arg in &self.config {
+                cmd.arg(arg);
+            }
+            let send_ms = wall_ms();
+            let reply: redis::Value = cmd.query(&mut con).map_err(|e| error_text(&e))?;
+            let reply_ms = wall_ms();
+            let redis::Value::Array(items) = reply else {
+                return Err(format!("expected an array, got {reply:?}"));
+            };
+            let number = |i: usize| -> Result<i64, String> {
+                match items.get(i) {
+                    Some(redis::Value::Int(n)) => Ok(*n),
+                    other => Err(format!("expected a number at {i}, got {other:?}")),
+                }
+            };
+            let line = match items.first() {
+                Some(redis::Value::BulkString(kind)) if kind == b"admitted" => serde_json::json!({
+                    "client": "cli", "send_ms": send_ms, "reply_ms": reply_ms,
+                    "answer": "admitted", "wait_ms": number(1)?,
+                }),
+                Some(redis::Value::BulkString(kind)) if kind == b"refused" => serde_json::json!({
+                    "client": "cli", "send_ms": send_ms, "reply_ms": reply_ms,
+                    "answer": "refused", "retry_after_s": number(1)?,
+                }),
+                other => return Err(format!("unknown reply {other:?}")),
+            };
+            writeln!(out, "{line}").map_err(|e| e.to_string())?;
+            std::thread::sleep(Duration::from_millis(self.every_ms));
+        }
+        out.flush().map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Clients of every kind on one fleet bucket keep the window bound
+# (SPEC §12, §6.1): tests/fleet/check.py starts a redis-server with the
+# module and the function library, runs the clients below at once on one
+# key, and checks that every answer was counted by the server and that the
+# admissions opened within the bound across all of them.
+#
+# Run after scripts/test-node.sh, test-python.sh and test-go.sh (the test
+# command's order): it uses what they built and installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+bash scripts/redis-deps.sh
+cargo build --locked -p pacer-redis -p pacer-cli
+target="$(cargo metadata --format-version 1 --no-deps --locked | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+module="$target/debug/libpacer_redis.so"
+pacer="$target/debug/pacer"
+
+config="--rate-per-min {rate} --burst {burst} --idle-timeout-ms {idle} --max-retries {retries}"
+hammer="$pacer hammer --redis {url} --key {key} --calls {calls} --every-ms {every} $config"
+clients=(
+    --client "cli-module=$hammer --door module"
+    --client "cli-function=$hammer --door function"
+)
+
+python3 tests/fleet/check.py --module "$module" "${clients[@]}"
+echo "test-fleet: ok"
