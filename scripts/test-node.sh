@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The Node binding: installs its npm dev tools (typescript, @types/node) from
-# the lock file, builds the addon with cargo, runs node's test runner and the
-# type check, then packs the package and installs the tarball into an empty
-# folder to run an admit() example there.
+# The Node binding: installs its npm dev tools (typescript, @types/node,
+# redis) from the lock file, builds the addon with cargo, runs node's test
+# runner and the type check, then packs the package and installs the tarball
+# into an empty folder to run an admit() example there. The RedisPacer tests
+# start their own redis-servers (Debian's, installed by redis-deps.sh when
+# absent), some with the module built here (PACER_REDIS_MODULE).
 set -euo pipefail
-cd "$(dirname "$0")/../bindings/node"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root/bindings/node"
 
 command -v node >/dev/null || { echo "test-node: node is required" >&2; exit 1; }
 major=$(node -p 'process.versions.node.split(".")[0]')
@@ -12,6 +15,12 @@ major=$(node -p 'process.versions.node.split(".")[0]')
 
 npm ci --no-audit --no-fund
 node scripts/build.js
+bash "$root/scripts/redis-deps.sh"
+(cd "$root" && cargo build --locked -p pacer-redis)
+target_dir=$(cd "$root" && cargo metadata --format-version 1 --no-deps --locked \
+  | node -e 'let s = ""; process.stdin.on("data", (d) => { s += d; }).on("end", () => console.log(JSON.parse(s).target_directory))')
+export PACER_REDIS_MODULE="$target_dir/debug/libpacer_redis.so"
+[ -f "$PACER_REDIS_MODULE" ] || { echo "test-node: $PACER_REDIS_MODULE was not built" >&2; exit 1; }
 npm test
 npm run typecheck
 echo "test-node: typecheck ok (tsc $(npx tsc --version))"
@@ -19,6 +28,9 @@ echo "test-node: typecheck ok (tsc $(npx tsc --version))"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 tarball=$(npm pack --pack-destination "$work" 2>/dev/null | tail -n 1)
+# RedisPacer's script ships in the tarball, byte for byte redis/pacer.lua.
+tar -xzf "$work/$tarball" -C "$work" package/pacer.lua package/redis.js
+cmp "$work/package/pacer.lua" "$root/redis/pacer.lua"
 mkdir "$work/app"
 cp examples/admit.mjs "$work/app/"
 (

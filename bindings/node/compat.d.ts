@@ -9,6 +9,14 @@ export declare const WS_NEW_CONNECTION_MAX_WAIT_CEILING_MS: number;
 export declare const UPSTREAM_MAX_RETRIES_ENV: 'CLODEX_UPSTREAM_MAX_RETRIES';
 export declare const UPSTREAM_IDLE_TIMEOUT_ENV: 'CLODEX_UPSTREAM_IDLE_TIMEOUT_MS';
 export declare const UPSTREAM_TOTAL_TIMEOUT_ENV: 'CLODEX_UPSTREAM_TOTAL_TIMEOUT_MS';
+/** Set: sharedWsUpgradePacer() paces against a fleet bucket in Redis (a RedisPacer). */
+export declare const REDIS_URL_ENV: 'PACER_REDIS_URL';
+/** The fleet bucket's key; default 'pacer:ws-upgrade'. */
+export declare const REDIS_KEY_ENV: 'PACER_REDIS_KEY';
+/** 'local' (default), 'open' or 'closed': what an admit does while Redis cannot answer. */
+export declare const REDIS_ON_FAILURE_ENV: 'PACER_REDIS_ON_FAILURE';
+/** The number of processes sharing the bucket, for the local fallback's share; default 1. */
+export declare const REDIS_FLEET_SIZE_ENV: 'PACER_REDIS_FLEET_SIZE';
 
 type Env = Record<string, string | undefined>;
 type Warn = (message: string) => void;
@@ -67,6 +75,7 @@ export declare class WsUpgradePacer implements ConnectionPacer {
 }
 
 export declare function wsNewConnectionsPerMinute(env?: Env, warn?: Warn): number;
+/** The process-wide pacer; with PACER_REDIS_URL set, over the fleet's bucket in Redis. */
 export declare function sharedWsUpgradePacer(): ConnectionPacer;
 export declare function resetWsUpgradePacerForTests(): void;
 

@@ -14,15 +14,27 @@
 //   * the core works in whole numbers: fractional rates, bursts, timeouts and
 //     retry counts are floored, a positive rate below 1 paces at 1/minute and
 //     a rate above 600 at 600/minute.
+//
+// With PACER_REDIS_URL set, sharedWsUpgradePacer() paces against a fleet
+// bucket in Redis (redis.js) instead of this process's own.
 
 const { native, constants, decodeDecision } = require('./native.js');
 const { sleep } = require('./wait.js');
 const { KeyedBookings, checkKey } = require('./bookings.js');
+const { RedisPacer } = require('./redis.js');
 
 const WS_NEW_CONNECTIONS_PER_MIN_ENV = 'CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN';
 const UPSTREAM_MAX_RETRIES_ENV = 'CLODEX_UPSTREAM_MAX_RETRIES';
 const UPSTREAM_IDLE_TIMEOUT_ENV = 'CLODEX_UPSTREAM_IDLE_TIMEOUT_MS';
 const UPSTREAM_TOTAL_TIMEOUT_ENV = 'CLODEX_UPSTREAM_TOTAL_TIMEOUT_MS';
+
+// A fleet bucket for sharedWsUpgradePacer() (SPEC §12): set the URL and every
+// process that has it paces against one bucket in Redis (RedisPacer).
+const REDIS_URL_ENV = 'PACER_REDIS_URL';
+const REDIS_KEY_ENV = 'PACER_REDIS_KEY';
+const REDIS_ON_FAILURE_ENV = 'PACER_REDIS_ON_FAILURE';
+const REDIS_FLEET_SIZE_ENV = 'PACER_REDIS_FLEET_SIZE';
+const DEFAULT_REDIS_KEY = 'pacer:ws-upgrade';
 
 const DEFAULT_WS_NEW_CONNECTIONS_PER_MIN = constants.defaultRatePerMinute;
 const MAX_WS_NEW_CONNECTIONS_PER_MIN = constants.maxRatePerMinute;
@@ -340,16 +352,121 @@ class WsUpgradePacer {
   }
 }
 
+/** The fleet settings from `env`: undefined when PACER_REDIS_URL is unset or
+ * empty. A malformed policy or fleet size keeps its default, with a notice. */
+function fleetSettings(env, warn) {
+  const url = readSetting(env, REDIS_URL_ENV);
+  if (url === undefined || url === '') return undefined;
+  const key = readSetting(env, REDIS_KEY_ENV) || DEFAULT_REDIS_KEY;
+  let onFailure = readSetting(env, REDIS_ON_FAILURE_ENV) || 'local';
+  if (!['local', 'open', 'closed'].includes(onFailure)) {
+    reportOnce(reportedNotices, `redis-on-failure:${onFailure}`,
+      `ignoring ${REDIS_ON_FAILURE_ENV}=${onFailure} (expected local, open or closed; using local)`, warn);
+    onFailure = 'local';
+  }
+  const sizeText = readSetting(env, REDIS_FLEET_SIZE_ENV);
+  let fleetSize = 1;
+  if (sizeText !== undefined && sizeText !== '') {
+    if (/^[1-9][0-9]{0,5}$/.test(sizeText)) {
+      fleetSize = Number(sizeText);
+    } else {
+      reportOnce(reportedNotices, `redis-fleet-size:${sizeText}`,
+        `ignoring ${REDIS_FLEET_SIZE_ENV}=${sizeText} (expected a whole number from 1 to 999999; using 1)`, warn);
+    }
+  }
+  return { url, key, onFailure, fleetSize };
+}
+
+/**
+ * The drop-in's pacer over a fleet bucket: `admit(signal)` as
+ * WsUpgradePacer's, decided by a RedisPacer of the same configuration (its
+ * failure policy answers while Redis cannot). It connects on the first
+ * admit; if it cannot be made at all (the `redis` package missing), it says
+ * so once and the process paces alone with `local`.
+ */
+class FleetWsUpgradePacer {
+  #local;
+  #options;
+  #connecting = null;
+  #pacer = null;
+
+  constructor(fleet, options) {
+    // Resolves the budget, gives the mode notices and is the fallback if no
+    // RedisPacer can be made.
+    this.#local = new WsUpgradePacer(options);
+    this.maxWaitMs = this.#local.maxWaitMs;
+    const budget = resolvedPacingBudget();
+    const rate = coreRate(options.ratePerMinute);
+    const paced = rate > 0 && this.maxWaitMs > 0;
+    this.#options = {
+      url: fleet.url,
+      key: fleet.key,
+      onFailure: fleet.onFailure,
+      fleetSize: fleet.fleetSize,
+      ratePerMinute: paced ? rate : 0,
+      burst: WS_NEW_CONNECTION_BURST,
+      idleTimeoutMs: wholeOrZero(budget.idleTimeoutMs),
+      maxRetries: paced ? wholeOrZero(budget.maxRetries) : 0,
+      // The outage notices, in the drop-in's voice; the mode notices came
+      // from the WsUpgradePacer above.
+      onNotice: (notice) => {
+        if (notice.kind.startsWith('redis_')) defaultWarn(notice.text);
+      },
+    };
+  }
+
+  #connection() {
+    this.#connecting ??= RedisPacer.connect(this.#options).then((pacer) => {
+      this.#pacer = pacer;
+      return pacer;
+    }, (error) => {
+      reportOnce(reportedNotices, 'redis-unusable',
+        `not using the fleet bucket at ${REDIS_URL_ENV}: ${error?.message ?? error}; pacing this process alone`,
+        defaultWarn);
+      return null;
+    });
+    return this.#connecting;
+  }
+
+  async admit(signal) {
+    if (signal?.aborted) throw abortError(signal);
+    const pacer = await this.#connection();
+    if (pacer === null) return this.#local.admit(signal);
+    let outcome;
+    try {
+      outcome = await pacer.admit({ signal });
+    } catch (error) {
+      if (signal?.aborted) throw abortError(signal);
+      throw error;
+    }
+    if (outcome.kind === 'admitted') return { kind: 'admitted', waitedMs: outcome.waitedMs };
+    return { kind: 'refused', requiredWaitMs: outcome.requiredWaitMs, retryAfterSeconds: outcome.retryAfterSeconds };
+  }
+
+  /** Ends the Redis connection (waiting admits release their tickets). */
+  async close() {
+    const pacer = await this.#connecting;
+    await pacer?.close();
+  }
+}
+
 let sharedPacer;
 
-/** The process-wide pacer (one bucket for every transport). */
+/** The process-wide pacer (one bucket for every transport). With
+ * PACER_REDIS_URL set, the bucket is the fleet's, in Redis. */
 function sharedWsUpgradePacer() {
-  sharedPacer ??= new WsUpgradePacer({ ratePerMinute: wsNewConnectionsPerMinute() });
+  if (sharedPacer === undefined) {
+    const options = { ratePerMinute: wsNewConnectionsPerMinute() };
+    const fleet = fleetSettings(process.env, defaultWarn);
+    sharedPacer = fleet === undefined ? new WsUpgradePacer(options) : new FleetWsUpgradePacer(fleet, options);
+  }
   return sharedPacer;
 }
 
-/** Test-only: drop the shared bucket and the pacer's notice memory. */
+/** Test-only: drop the shared bucket and the pacer's notice memory (a fleet
+ * pacer's connection is closed). */
 function resetWsUpgradePacerForTests() {
+  if (sharedPacer instanceof FleetWsUpgradePacer) sharedPacer.close().catch(() => {});
   sharedPacer = undefined;
   reportedNotices.clear();
 }
@@ -363,6 +480,10 @@ module.exports = {
   UPSTREAM_MAX_RETRIES_ENV,
   UPSTREAM_IDLE_TIMEOUT_ENV,
   UPSTREAM_TOTAL_TIMEOUT_ENV,
+  REDIS_URL_ENV,
+  REDIS_KEY_ENV,
+  REDIS_ON_FAILURE_ENV,
+  REDIS_FLEET_SIZE_ENV,
   resolvedPacingBudget,
   wsNewConnectionMaxWaitMs,
   pacedRetryAfterSeconds,

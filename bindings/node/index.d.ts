@@ -324,3 +324,183 @@ export interface Constants {
 }
 
 export declare const constants: Constants;
+
+// ---------------------------------------------------------------- fleet pacing (Redis)
+
+/** Where a RedisPacer's decision runs (docs/redis.md). */
+export type RedisEngine = 'module' | 'function' | 'script';
+
+/** What a RedisPacer does while Redis cannot answer (docs/fleet-clients.md). */
+export type FailurePolicy = 'local' | 'open' | 'closed';
+
+/** The parts of a node-redis client a RedisPacer uses (`createClient()` from `redis`). */
+export interface RedisClientLike {
+  sendCommand(args: ReadonlyArray<string | Buffer>): Promise<unknown>;
+  connect(): Promise<unknown>;
+  readonly isOpen: boolean;
+  readonly isReady: boolean;
+  on(event: 'ready' | 'error', listener: (...args: any[]) => void): unknown;
+  off(event: 'ready' | 'error', listener: (...args: any[]) => void): unknown;
+}
+
+/** A ticket the server issued: its string and the key of its bucket. */
+export declare class RedisTicket {
+  constructor(key: string, text: string);
+  readonly key: string;
+  /** The server's ticket string (docs/redis.md, "Tickets"). */
+  readonly text: string;
+  /** Whether it was released through this object already. */
+  readonly spent: boolean;
+  static isRedisTicket(value: unknown): value is RedisTicket;
+}
+
+/** A place in the fleet's line: its slot on the server's clock and its ticket. */
+export declare class RedisBooking {
+  constructor(slotMs: number, ticket: RedisTicket);
+  readonly slotMs: number;
+  readonly ticket: RedisTicket;
+  static isRedisBooking(value: unknown): value is RedisBooking;
+}
+
+/** Present when the failure policy decided an answer, not Redis. */
+export interface DecidedBy {
+  fallback?: FailurePolicy;
+}
+
+export interface RedisAdmitted extends Omit<Admitted, 'ticket'>, DecidedBy {
+  /** A RedisTicket; a Ticket when the local fallback decided; null when nothing was debited. */
+  ticket: RedisTicket | Ticket | null;
+}
+
+export interface RedisRefused extends Refused, DecidedBy {}
+
+export interface RedisBooked extends DecidedBy {
+  kind: 'booked';
+  booking: RedisBooking | Booking;
+  /** Until the slot, ms: only from the local fallback (the server's reply has none). */
+  requiredWaitMs?: number;
+  retryAfterSeconds: number;
+  clockRegressed: boolean;
+}
+
+export interface RedisNotYet extends DecidedBy {
+  kind: 'booked';
+  booking: RedisBooking | Booking;
+  retryAfterSeconds: number;
+}
+
+export type RedisDecision = RedisAdmitted | RedisRefused;
+export type RedisBookingDecision = RedisAdmitted | RedisBooked | RedisRefused;
+
+export interface RedisAdmission extends DecidedBy {
+  kind: 'admitted';
+  waitedMs: number;
+  queued: boolean;
+  /** Gives the debit back if no connection will open; resolves true when refunded. */
+  release(): Promise<boolean>;
+}
+
+export interface RedisRefusal extends Refusal, DecidedBy {}
+
+export type RedisAdmitOutcome = RedisAdmission | RedisRefusal;
+
+export interface RedisPacerOptions {
+  /** A redis:// URL: the pacer makes its own client and closes it on close(). */
+  url?: string;
+  /** Or a node-redis client of yours (close() leaves it open). */
+  client?: RedisClientLike;
+  /** The bucket's key; every process of the fleet uses the same key and configuration. */
+  key: string;
+  ratePerMinute?: number;
+  burst?: number;
+  idleTimeoutMs?: number;
+  maxRetries?: number;
+  releasePolicy?: ReleasePolicy;
+  /** 'auto' (default): the module, else the function, else the script. */
+  engine?: 'auto' | RedisEngine;
+  /** Default 'local'. */
+  onFailure?: FailurePolicy;
+  /** The local fallback paces at ⌊rate/fleetSize⌋, ⌊burst/fleetSize⌋ (at least 1). Default 1. */
+  fleetSize?: number;
+  /** Longest wait for Redis, ms: default min(wait bound, 1000), at most the wait bound. */
+  timeoutMs?: number;
+  /** After a failure, how long to answer by the policy before asking Redis again, ms. Default 1000. */
+  retryAfterMs?: number;
+  /** Receives the configuration's notices and one notice when an outage starts and one when it ends. */
+  onNotice?: NoticeSink;
+  noticeRegistry?: NoticeRegistry;
+  now?: never;
+}
+
+/** PACER.INFO's pairs, camelCase, and the engine that answered. */
+export interface RedisInfo {
+  ratePerMin: number;
+  burst: number;
+  idleTimeoutMs: number;
+  maxRetries: number;
+  releasePolicy: ReleasePolicy;
+  mode: Mode;
+  waitBoundMs: number;
+  capacityUnits: number;
+  maxDebtUnits: number;
+  highWaterMs: number;
+  tokensUnits: number;
+  levelUnits: number;
+  seq: number;
+  serial: number;
+  admitted: number;
+  refused: number;
+  booked: number;
+  released: number;
+  releaseRefused: number;
+  /** The server's clock at this call. */
+  nowMs: number;
+  engine: RedisEngine;
+}
+
+export interface RedisCounters {
+  admitted: number;
+  admittedAfterWait: number;
+  refused: number;
+  booked: number;
+  released: number;
+  refunded: number;
+  clockRegressions: number;
+  /** Answers the failure policy decided. */
+  fallbacks: number;
+}
+
+/**
+ * A pacer whose bucket lives in one Redis key, shared by every process of a
+ * fleet, decided on the server's clock. Every call is async.
+ */
+export declare class RedisPacer {
+  private constructor();
+  /** Resolves once the client connected or failed to within the timeout (then the policy answers). */
+  static connect(options: RedisPacerOptions): Promise<RedisPacer>;
+  readonly key: string;
+  readonly config: Pacer['config'];
+  readonly mode: Mode;
+  readonly waitBoundMs: number;
+  readonly canRefuse: boolean;
+  readonly enabled: boolean;
+  /** The engine in use; null until a call asked the server (again after a reconnect or a failure). */
+  readonly engine: RedisEngine | null;
+  readonly onFailure: FailurePolicy;
+  readonly timeoutMs: number;
+  /** Whether the last call found Redis failing. */
+  readonly outage: boolean;
+  readonly closed: boolean;
+  readonly pendingKeys: number;
+  reserve(): Promise<RedisDecision>;
+  /** True when refunded; false when refused by the release policy, spent, or Redis is down. */
+  release(ticket: RedisTicket | Ticket): Promise<boolean>;
+  reserveOrBook(retriesLeft: number): Promise<RedisBookingDecision>;
+  redeem(booking: RedisBooking | Booking): Promise<RedisAdmitted | RedisNotYet>;
+  admit(options?: { signal?: AbortSignal; key?: string | number | symbol }): Promise<RedisAdmitOutcome>;
+  forget(key: string | number | symbol): Promise<boolean>;
+  /** Null when the mode is disabled (no bucket is kept). */
+  info(): Promise<RedisInfo | null>;
+  counters(): RedisCounters;
+  close(): Promise<void>;
+}

@@ -10,6 +10,9 @@ const {
 } = require('./native.js');
 const { sleep } = require('./wait.js');
 const { KeyedBookings, checkKey } = require('./bookings.js');
+// Fleet pacing (redis.js): takes Pacer, Ticket and Booking from this file
+// when first used, so it can be required before they are defined.
+const { RedisPacer, RedisTicket, RedisBooking } = require('./redis.js');
 
 // The hot calls (src/hot.rs): one function for every pacer, given its handle.
 const { reserveHot, reserveSharedHot } = native;
@@ -983,6 +986,9 @@ function refusalResponse(retryAfterSeconds, options = undefined) {
 module.exports = {
   Pacer,
   SharedPacer,
+  RedisPacer,
+  RedisTicket,
+  RedisBooking,
   sharedClockMs,
   Ticket,
   Booking,

@@ -2,11 +2,12 @@
 // TypeScript proxy imports them.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { Pacer, refusalResponse } from 'pacer';
+import { Pacer, RedisPacer, refusalResponse } from 'pacer';
 import { WsUpgradePacer, sharedWsUpgradePacer, WS_NEW_CONNECTION_BURST } from 'pacer/compat';
 
 test('named ESM imports of both entry points', () => {
   assert.equal(typeof Pacer, 'function');
+  assert.equal(typeof RedisPacer, 'function');
   assert.equal(typeof refusalResponse, 'function');
   assert.equal(typeof WsUpgradePacer, 'function');
   assert.equal(typeof sharedWsUpgradePacer, 'function');

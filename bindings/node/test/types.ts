@@ -3,12 +3,14 @@
 import {
   Pacer, refusalResponse, resolveBudget, NoticeRegistry, type AdmitOutcome, type Decision, type Notice,
   type Booking, type BookingDecision, type PacerClosedError, Ticket, type SharedPacer,
+  RedisPacer, RedisTicket, type RedisAdmitOutcome, type RedisInfo,
 } from 'pacer';
+import { createClient } from 'redis';
 import {
   WsUpgradePacer, sharedWsUpgradePacer, resetWsUpgradePacerForTests, upstreamRequestBudget,
   wsNewConnectionMaxWaitMs, pacedRetryAfterSeconds, refusalScheduleMs, canRefuseAtRate,
   wsNewConnectionsPerMinute, resolvedPacingBudget, type ConnectionPacer, type UpgradeAdmission,
-  WS_NEW_CONNECTIONS_PER_MIN_ENV,
+  WS_NEW_CONNECTIONS_PER_MIN_ENV, REDIS_URL_ENV,
 } from 'pacer/compat';
 
 async function idiomatic(signal: AbortSignal): Promise<Response | null> {
@@ -43,6 +45,8 @@ async function dropIn(signal?: AbortSignal): Promise<number> {
   const bound = wsNewConnectionMaxWaitMs(idleTimeoutMs, maxRetries);
   const envName: 'CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN' = WS_NEW_CONNECTIONS_PER_MIN_ENV;
   void envName;
+  const fleetEnv: 'PACER_REDIS_URL' = REDIS_URL_ENV;
+  void fleetEnv;
   void resolvedPacingBudget().maxRetries;
   void totalTimeoutMs;
   void canRefuseAtRate(bound, maxRetries, wsNewConnectionsPerMinute(process.env, console.warn));
@@ -104,3 +108,32 @@ async function closing(pacer: Pacer): Promise<string | null> {
   return null;
 }
 void closing;
+
+// Fleet pacing: a RedisPacer over a node-redis client or a URL; async calls.
+
+async function fleet(signal: AbortSignal): Promise<number> {
+  const client = createClient({ url: 'redis://127.0.0.1:6379' });
+  await client.connect();
+  const pacer = await RedisPacer.connect({ client, key: 'pacer:openai', ratePerMinute: 60, onFailure: 'local',
+    fleetSize: 3 });
+  const outcome: RedisAdmitOutcome = await pacer.admit({ signal, key: 'request-4' });
+  if (outcome.kind === 'admitted') {
+    const refunded: boolean = await outcome.release();
+    void refunded;
+  } else if (outcome.fallback === 'closed') {
+    await pacer.forget('request-4');
+  }
+  const d = await pacer.reserve();
+  if (d.kind === 'admitted' && d.ticket !== null) await pacer.release(d.ticket);
+  const b = await pacer.reserveOrBook(3);
+  if (b.kind === 'booked') await pacer.redeem(b.booking);
+  const info: RedisInfo | null = await pacer.info();
+  void new RedisTicket('pacer:openai', '0.1.60000.0.0000000000000000');
+  // @ts-expect-error engines are named
+  await RedisPacer.connect({ url: 'redis://127.0.0.1:6379', key: 'k', engine: 'lua' });
+  // @ts-expect-error a Redis pacer takes no clock
+  await RedisPacer.connect({ url: 'redis://127.0.0.1:6379', key: 'k', now: () => 0 });
+  await pacer.close();
+  return (info?.admitted ?? 0) + pacer.counters().fallbacks;
+}
+void fleet;

@@ -1,0 +1,947 @@
+'use strict';
+// RedisPacer: the Pacer's interface over one bucket in Redis, shared by every
+// process of a fleet (SPEC §12; docs/redis.md, docs/fleet-clients.md). The
+// decision is made inside the server by the module, the function or the
+// script, all on the server's clock; this file sends the call, reads the
+// reply, and answers by the failure policy when Redis cannot.
+//
+// index.js requires this file before it is fully loaded, so the Pacer,
+// Ticket and Booking classes are taken from it when first needed (core()).
+
+const crypto = require('node:crypto');
+const fs = require('node:fs');
+const path = require('node:path');
+const { sleep } = require('./wait.js');
+const { checkKey } = require('./bookings.js');
+const { native } = require('./native.js');
+
+function core() {
+  return require('./index.js');
+}
+
+const ENGINES = ['auto', 'module', 'function', 'script'];
+const POLICIES = ['local', 'open', 'closed'];
+
+/** Error replies that mean the server cannot serve now (an outage, not a bug). */
+const UNAVAILABLE_REPLIES = ['LOADING', 'BUSY', 'MASTERDOWN', 'READONLY', 'CLUSTERDOWN', 'TRYAGAIN', 'NOSCRIPT'];
+
+const DEFAULT_TIMEOUT_MS = 1000;
+const DEFAULT_RETRY_AFTER_MS = 1000;
+
+// ---------------------------------------------------------------- the script
+
+let script;
+
+/** The package's copy of redis/pacer.lua (bytes as shipped) and its SHA1. */
+function pacerScript() {
+  if (script === undefined) {
+    const text = fs.readFileSync(path.join(__dirname, 'pacer.lua'));
+    script = { text, sha: crypto.createHash('sha1').update(text).digest('hex') };
+  }
+  return script;
+}
+
+// ---------------------------------------------------------------- small helpers
+
+function describe(value) {
+  if (value === null) return 'null';
+  if (typeof value === 'string') return JSON.stringify(value);
+  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') {
+    return `${typeof value} ${String(value)}`;
+  }
+  return typeof value;
+}
+
+function wholeOption(field, value, fallback, min, max) {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number') {
+    throw new TypeError(`pacer: ${field} must be a number, got ${describe(value)}`);
+  }
+  if (!Number.isSafeInteger(value) || value < min || value > max) {
+    throw new RangeError(`pacer: ${field} must be a whole number between ${min} and ${max}, got ${value}`);
+  }
+  return value;
+}
+
+function choiceOption(field, value, choices) {
+  if (value === undefined) return choices[0];
+  if (typeof value !== 'string') {
+    throw new TypeError(`pacer: ${field} must be one of ${choices.join(', ')}, got ${describe(value)}`);
+  }
+  if (!choices.includes(value)) {
+    throw new RangeError(`pacer: ${field} must be one of ${choices.join(', ')}, got ${describe(value)}`);
+  }
+  return value;
+}
+
+function abortReason(signal) {
+  if (signal.reason !== undefined) return signal.reason;
+  return new DOMException('The operation was aborted', 'AbortError');
+}
+
+function defaultSchedule(ms, fire) {
+  const timer = setTimeout(fire, ms);
+  return () => clearTimeout(timer);
+}
+
+function monotonicNow() {
+  return Math.floor(performance.now());
+}
+
+function closedError() {
+  const error = new Error('pacer: this Redis pacer is closed: close() was called on it');
+  error.code = 'ERR_PACER_CLOSED';
+  return error;
+}
+
+/** An error reply from the server (node-redis's ErrorReply and its kinds). */
+function isErrorReply(error) {
+  const name = error?.constructor?.name;
+  return name === 'ErrorReply' || name === 'SimpleError' || name === 'BlobError';
+}
+
+function isUnavailableReply(error) {
+  const message = String(error?.message ?? '');
+  return UNAVAILABLE_REPLIES.some((prefix) => message === prefix || message.startsWith(`${prefix} `));
+}
+
+/** The call took longer than the timeout. */
+class RedisTimeout extends Error {
+  constructor(ms) {
+    super(`no reply from Redis within ${ms} ms`);
+  }
+}
+
+/** Rejects with RedisTimeout when `promise` has not settled by `deadline`;
+ * sets `call.expired` then, when given. */
+function beforeDeadline(promise, deadline, call = undefined) {
+  const ms = Math.max(0, deadline - monotonicNow());
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => {
+      if (call) call.expired = true;
+      reject(new RedisTimeout(ms));
+    }, ms);
+  });
+  // A reply or an error after the deadline is dropped.
+  promise.catch(() => {});
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
+/** A field of one entry of MODULE LIST or FUNCTION LIST, in RESP2 (a flat
+ * array) or RESP3 (a map, as a Map or an object). */
+function field(entry, name) {
+  if (Array.isArray(entry)) {
+    for (let i = 0; i + 1 < entry.length; i += 2) {
+      if (String(entry[i]) === name) return entry[i + 1];
+    }
+    return undefined;
+  }
+  if (entry instanceof Map) return entry.get(name);
+  if (typeof entry === 'object' && entry !== null) return entry[name];
+  return undefined;
+}
+
+function text(value) {
+  return Buffer.isBuffer(value) ? value.toString('utf8') : String(value);
+}
+
+// ---------------------------------------------------------------- tickets and bookings
+
+/**
+ * A ticket the server issued: its string and the key of the bucket it
+ * belongs to. Released at most once through a RedisPacer (a second release
+ * through the same object answers false without asking the server).
+ */
+class RedisTicket {
+  #key;
+  #text;
+  #spent = false;
+
+  constructor(key, ticketText) {
+    if (typeof key !== 'string' || key === '') {
+      throw new TypeError(`pacer: key must be a non-empty string, got ${describe(key)}`);
+    }
+    if (typeof ticketText !== 'string' || ticketText === '') {
+      throw new TypeError(`pacer: ticket must be a non-empty string, got ${describe(ticketText)}`);
+    }
+    this.#key = key;
+    this.#text = ticketText;
+  }
+
+  /** The key of the bucket that issued it. */
+  get key() {
+    return this.#key;
+  }
+
+  /** The server's ticket string (docs/redis.md, "Tickets"). */
+  get text() {
+    return this.#text;
+  }
+
+  /** Whether it was released through this object already. */
+  get spent() {
+    return this.#spent;
+  }
+
+  static spend(ticket) {
+    ticket.#spent = true;
+  }
+
+  static isRedisTicket(value) {
+    return typeof value === 'object' && value !== null && #text in value;
+  }
+}
+
+/**
+ * A place in line the server booked: its slot (ms on the server's clock)
+ * and its ticket (the booking string). Redeem it with `redeem()` on the
+ * request's retry, or release its ticket if the request ends first.
+ */
+class RedisBooking {
+  #slotMs;
+  #ticket;
+  #redeemed = false;
+
+  constructor(slotMs, ticket) {
+    if (!Number.isSafeInteger(slotMs) || slotMs < 0) {
+      throw new RangeError(`pacer: slotMs must be a whole number of ms, got ${describe(slotMs)}`);
+    }
+    if (!RedisTicket.isRedisTicket(ticket)) {
+      throw new TypeError(`pacer: ticket must be a RedisTicket, got ${describe(ticket)}`);
+    }
+    this.#slotMs = slotMs;
+    this.#ticket = ticket;
+  }
+
+  /** When the connection may open, ms on the server's clock. */
+  get slotMs() {
+    return this.#slotMs;
+  }
+
+  get ticket() {
+    return this.#ticket;
+  }
+
+  static redeemed(booking) {
+    return booking.#redeemed;
+  }
+
+  static markRedeemed(booking) {
+    booking.#redeemed = true;
+  }
+
+  static isRedisBooking(value) {
+    return typeof value === 'object' && value !== null && #slotMs in value;
+  }
+}
+
+// ---------------------------------------------------------------- replies
+
+function admittedFrom(key, reply) {
+  const waitMs = Number(reply[1]);
+  const ticket = reply[2] === null || reply[2] === undefined ? null : new RedisTicket(key, text(reply[2]));
+  return {
+    kind: 'admitted',
+    waitMs,
+    queued: waitMs > 0,
+    path: text(reply[3]),
+    clockRegressed: Number(reply[4]) === 1,
+    ticket,
+  };
+}
+
+/** A RESERVE or BOOK reply as the local Pacer's answer. */
+function decisionFrom(key, reply) {
+  if (!Array.isArray(reply)) throw unexpected(reply);
+  const kind = text(reply[0]);
+  if (kind === 'admitted') return admittedFrom(key, reply);
+  if (kind === 'refused') {
+    return {
+      kind: 'refused',
+      requiredWaitMs: Number(reply[2]),
+      retryAfterSeconds: Number(reply[1]),
+      clockRegressed: Number(reply[3]) === 1,
+    };
+  }
+  if (kind === 'booked') {
+    const slotMs = Number(reply[3]);
+    return {
+      kind: 'booked',
+      booking: new RedisBooking(slotMs, new RedisTicket(key, text(reply[2]))),
+      retryAfterSeconds: Number(reply[1]),
+      clockRegressed: Number(reply[4]) === 1,
+    };
+  }
+  throw unexpected(reply);
+}
+
+function unexpected(reply) {
+  const error = new Error(`pacer: unexpected reply from Redis: ${JSON.stringify(reply)}`);
+  error.code = 'ERR_PACER_REDIS';
+  return error;
+}
+
+/** The server's INFO pairs as an object with camelCase names. */
+function infoFrom(reply) {
+  if (!Array.isArray(reply)) throw unexpected(reply);
+  const info = {};
+  for (let i = 0; i + 1 < reply.length; i += 2) {
+    const name = text(reply[i]).replace(/_([a-z])/g, (_, c) => c.toUpperCase());
+    const value = reply[i + 1];
+    info[name] = typeof value === 'number' ? value : text(value);
+  }
+  return info;
+}
+
+// ---------------------------------------------------------------- the pacer
+
+const CONNECT_TOKEN = Symbol('pacer.redisConnect');
+
+/**
+ * A pacer whose bucket lives in one Redis key: every process that uses the
+ * same key and configuration paces against one bucket, decided on the
+ * server's clock. Made by `RedisPacer.connect(options)`; every call is async.
+ */
+class RedisPacer {
+  #client;
+  #ownClient;
+  #key;
+  /** The local Pacer of the same configuration: checks it, gives mode and
+   * bound, and answers when the mode is `disabled`. */
+  #configPacer;
+  #configArgs;
+  #engineOption;
+  #engine = null;
+  #scriptLoaded = false;
+  #policy;
+  #fleetSize;
+  #timeoutMs;
+  #retryAfterMs;
+  #sink;
+  #registry;
+  #fallback = null;
+  #downUntil = -1;
+  #outage = false;
+  #closed = false;
+  #keyed = new Map();
+  #waiting = new Set();
+  #onReady = () => {
+    // A new connection may reach another server: ask again which engine.
+    this.#engine = null;
+    this.#scriptLoaded = false;
+  };
+  #counters = {
+    admitted: 0, admittedAfterWait: 0, refused: 0, booked: 0, released: 0, refunded: 0,
+    clockRegressions: 0, fallbacks: 0,
+  };
+
+  constructor(token, options) {
+    if (token !== CONNECT_TOKEN) throw new TypeError('pacer: use RedisPacer.connect(options)');
+    const { Pacer } = core();
+    const { url, client } = options;
+    if ((url === undefined) === (client === undefined)) {
+      throw new TypeError('pacer: give exactly one of url (a redis:// URL) and client (a node-redis client)');
+    }
+    if (url !== undefined && typeof url !== 'string') {
+      throw new TypeError(`pacer: url must be a string, got ${describe(url)}`);
+    }
+    if (client !== undefined && (typeof client !== 'object' || client === null
+      || typeof client.sendCommand !== 'function')) {
+      throw new TypeError(`pacer: client must be a node-redis client, got ${describe(client)}`);
+    }
+    if (typeof options.key !== 'string' || options.key === '') {
+      throw new TypeError(`pacer: key must be a non-empty string, got ${describe(options.key)}`);
+    }
+    if (options.now !== undefined) {
+      throw new TypeError('pacer: a Redis pacer takes no `now`: the server\'s clock decides');
+    }
+    this.#configPacer = new Pacer({
+      ratePerMinute: options.ratePerMinute,
+      burst: options.burst,
+      idleTimeoutMs: options.idleTimeoutMs,
+      maxRetries: options.maxRetries,
+      releasePolicy: options.releasePolicy,
+      onNotice: options.onNotice,
+      noticeRegistry: options.noticeRegistry,
+    });
+    const config = this.#configPacer.config;
+    this.#configArgs = [config.ratePerMinute, config.burst, config.idleTimeoutMs, config.maxRetries]
+      .map(String).concat(config.releasePolicy);
+    this.#key = options.key;
+    this.#engineOption = choiceOption('engine', options.engine, ENGINES);
+    this.#policy = choiceOption('onFailure', options.onFailure, POLICIES);
+    this.#fleetSize = wholeOption('fleetSize', options.fleetSize, 1, 1, 1000000);
+    const bound = this.#configPacer.waitBoundMs;
+    // A request never waits on Redis longer than the pacer could make it wait.
+    const timeout = wholeOption('timeoutMs', options.timeoutMs, DEFAULT_TIMEOUT_MS, 1, Number.MAX_SAFE_INTEGER);
+    this.#timeoutMs = Math.max(1, Math.min(timeout, bound));
+    this.#retryAfterMs = wholeOption('retryAfterMs', options.retryAfterMs, DEFAULT_RETRY_AFTER_MS,
+      0, Number.MAX_SAFE_INTEGER);
+    this.#sink = options.onNotice ?? ((notice) => process.stderr.write(`pacer: ${notice.text}\n`));
+    if (typeof this.#sink !== 'function') {
+      throw new TypeError(`pacer: onNotice must be a function, got ${describe(this.#sink)}`);
+    }
+    this.#registry = options.noticeRegistry;
+    if (client !== undefined) {
+      this.#client = client;
+      this.#ownClient = false;
+    } else {
+      let createClient;
+      try {
+        ({ createClient } = require('redis'));
+      } catch (error) {
+        throw new Error('pacer: RedisPacer with a url needs the node-redis package: npm install redis',
+          { cause: error });
+      }
+      this.#client = createClient({
+        url,
+        // While it reconnects a call fails at once (the policy answers)
+        // instead of waiting in node-redis's offline queue.
+        disableOfflineQueue: true,
+        socket: {
+          connectTimeout: this.#timeoutMs,
+          reconnectStrategy: (retries) => Math.min(50 * 2 ** Math.min(retries, 10), 500),
+        },
+      });
+      this.#ownClient = true;
+      // Errors reach the calls that meet them; the event needs a listener.
+      this.#client.on('error', () => {});
+    }
+    if (typeof this.#client.on === 'function') this.#client.on('ready', this.#onReady);
+  }
+
+  /**
+   * Makes a RedisPacer. `options`: `url` (a redis:// URL; the pacer makes
+   * and owns its node-redis client) or `client` (a node-redis client of
+   * yours, which close() leaves open); `key`, the bucket's key; the
+   * configuration as `new Pacer()` takes it (`ratePerMinute`, `burst`,
+   * `idleTimeoutMs`, `maxRetries`, `releasePolicy`); `engine` ('auto',
+   * 'module', 'function', 'script'); `onFailure` ('local', 'open',
+   * 'closed'); `fleetSize`; `timeoutMs`; `retryAfterMs`; `onNotice` and
+   * `noticeRegistry`. Resolves once the client connected, or failed to
+   * connect within the timeout: a server that is down is an outage the
+   * failure policy answers, not an error here.
+   */
+  static async connect(options) {
+    if (typeof options !== 'object' || options === null) {
+      throw new TypeError(`pacer: options must be an object, got ${describe(options)}`);
+    }
+    const pacer = new RedisPacer(CONNECT_TOKEN, options);
+    await pacer.#start();
+    return pacer;
+  }
+
+  async #start() {
+    // A disabled configuration never asks Redis: a client made for it stays
+    // unconnected.
+    if (this.#configPacer.mode === 'disabled') return;
+    if (!this.#client.isOpen) this.#client.connect().catch(() => {});
+    try {
+      await this.#whenReady(monotonicNow() + this.#timeoutMs);
+    } catch {
+      // Down or slow: the first call meets it and the policy answers.
+    }
+  }
+
+  /** Resolves when the client is ready; rejects on its next connection
+   * error, when it is closed, or at `deadline`. */
+  #whenReady(deadline) {
+    const client = this.#client;
+    if (client.isReady) return Promise.resolve();
+    if (!client.isOpen) return Promise.reject(new Error('the Redis client is closed'));
+    let onReady;
+    let onError;
+    const ready = new Promise((resolve, reject) => {
+      onReady = resolve;
+      onError = (error) => reject(error ?? new Error('Redis connection error'));
+      client.on('ready', onReady);
+      client.on('error', onError);
+    });
+    return beforeDeadline(ready, deadline).finally(() => {
+      client.off('ready', onReady);
+      client.off('error', onError);
+    });
+  }
+
+  // ---------------------------------------------------------------- getters
+
+  /** The bucket's key. */
+  get key() { return this.#key; }
+
+  /** The configuration in force (defaults filled in), as `Pacer.config`. */
+  get config() { return this.#configPacer.config; }
+
+  get mode() { return this.#configPacer.mode; }
+
+  get waitBoundMs() { return this.#configPacer.waitBoundMs; }
+
+  get canRefuse() { return this.#configPacer.canRefuse; }
+
+  get enabled() { return this.#configPacer.enabled; }
+
+  /** The engine in use: 'module', 'function' or 'script'; null until a
+   * call has asked the server (and again after a reconnect or a failure). */
+  get engine() { return this.#engine; }
+
+  /** The failure policy: 'local', 'open' or 'closed'. */
+  get onFailure() { return this.#policy; }
+
+  /** The timeout of a call to Redis in force, ms. */
+  get timeoutMs() { return this.#timeoutMs; }
+
+  /** Whether the last call found Redis failing (an outage not yet ended). */
+  get outage() { return this.#outage; }
+
+  get closed() { return this.#closed; }
+
+  /** Keyed requests refused and not yet admitted or forgotten. */
+  get pendingKeys() { return this.#keyed.size; }
+
+  #open() {
+    if (this.#closed) throw closedError();
+  }
+
+  // ---------------------------------------------------------------- talking to Redis
+
+  /** Sends `op` to the engine in use; the reply, or FAILED when Redis
+   * cannot answer (an outage: the caller answers by the policy). A pacer
+   * error or WRONGTYPE (or any other error reply) rejects. */
+  async #redis(op, args, key = this.#key) {
+    if (monotonicNow() < this.#downUntil) return FAILED;
+    const deadline = monotonicNow() + this.#timeoutMs;
+    // A call that timed out sends nothing more (#send checks `expired`
+    // before each command).
+    const call = { expired: false };
+    let reply;
+    try {
+      reply = await beforeDeadline(this.#send(key, op, args, deadline, call), deadline, call);
+    } catch (error) {
+      if (isErrorReply(error) && !isUnavailableReply(error)) throw pacerError(error);
+      this.#failed(error);
+      return FAILED;
+    }
+    if (this.#outage) {
+      this.#outage = false;
+      this.#notice('redis_recovered', `Redis answers again for the bucket '${this.#key}'; `
+        + `pacing by the fleet bucket (engine ${this.#engine})`);
+    }
+    return reply;
+  }
+
+  #failed(error) {
+    this.#downUntil = monotonicNow() + this.#retryAfterMs;
+    this.#engine = null;
+    this.#scriptLoaded = false;
+    if (!this.#outage) {
+      this.#outage = true;
+      this.#notice('redis_unavailable', `Redis is unavailable for the bucket '${this.#key}' `
+        + `(${error?.message ?? error}); answering by the failure policy '${this.#policy}' until it answers `
+        + `again (asking again every ${this.#retryAfterMs} ms)`);
+    }
+  }
+
+  /** A notice for each start and end of an outage (never deduplicated:
+   * each outage is news). A throwing sink never fails a call. */
+  #notice(kind, noticeText) {
+    try {
+      this.#sink(Object.freeze({ kind, key: `redis:${kind}:${this.#key}`, text: noticeText, raw: '',
+        values: Object.freeze([]) }));
+    } catch {
+      // A diagnostic must never fail a request.
+    }
+  }
+
+  async #send(key, op, args, deadline, call) {
+    const send = (command) => {
+      if (call.expired) throw new RedisTimeout(this.#timeoutMs);
+      return this.#client.sendCommand(command);
+    };
+    await this.#whenReady(deadline);
+    if (this.#engine === null) this.#engine = await this.#detect(send);
+    if (this.#engine === 'module') {
+      return send([`PACER.${op.toUpperCase()}`, key, ...args]);
+    }
+    if (this.#engine === 'function') {
+      return send(['FCALL', 'pacer', '1', key, op, ...args]);
+    }
+    const { text: source, sha } = pacerScript();
+    if (!this.#scriptLoaded) {
+      await this.#loadScript(send, source, sha);
+    }
+    try {
+      return await send(['EVALSHA', sha, '1', key, op, ...args]);
+    } catch (error) {
+      if (!(isErrorReply(error) && String(error.message).startsWith('NOSCRIPT'))) throw error;
+      // A restart or a failover emptied the script cache: load it again and
+      // retry once (a second NOSCRIPT is a failure).
+      await this.#loadScript(send, source, sha);
+      return send(['EVALSHA', sha, '1', key, op, ...args]);
+    }
+  }
+
+  async #loadScript(send, source, sha) {
+    const loaded = text(await send(['SCRIPT', 'LOAD', source]));
+    if (loaded !== sha) throw unexpected(loaded);
+    this.#scriptLoaded = true;
+  }
+
+  /** The engine `engine: 'auto'` finds (docs/fleet-clients.md). A server
+   * that refuses MODULE LIST or FUNCTION LIST has neither. */
+  async #detect(send) {
+    if (this.#engineOption !== 'auto') return this.#engineOption;
+    const ask = async (command) => {
+      try {
+        return await send(command);
+      } catch (error) {
+        if (isErrorReply(error) && !isUnavailableReply(error)) return [];
+        throw error;
+      }
+    };
+    const modules = await ask(['MODULE', 'LIST']);
+    if (Array.isArray(modules) && modules.some((m) => text(field(m, 'name') ?? '') === 'pacer')) return 'module';
+    const libraries = await ask(['FUNCTION', 'LIST', 'LIBRARYNAME', 'pacer']);
+    if (Array.isArray(libraries) && libraries.some((l) => text(field(l, 'library_name') ?? '') === 'pacer')) {
+      return 'function';
+    }
+    return 'script';
+  }
+
+  // ---------------------------------------------------------------- the policy
+
+  /** The fallback pacer: this configuration at ⌊rate/N⌋, ⌊burst/N⌋ (at least 1). */
+  #local() {
+    if (this.#fallback === null) {
+      const { Pacer } = core();
+      const c = this.#configPacer.config;
+      const n = this.#fleetSize;
+      this.#fallback = new Pacer({
+        ratePerMinute: Math.max(1, Math.floor(c.ratePerMinute / n)),
+        burst: Math.max(1, Math.floor(Math.max(1, c.burst) / n)),
+        idleTimeoutMs: c.idleTimeoutMs,
+        maxRetries: c.maxRetries,
+        releasePolicy: c.releasePolicy,
+        onNotice: this.#sink,
+        noticeRegistry: this.#registry,
+      });
+    }
+    return this.#fallback;
+  }
+
+  /** The refusal hint of this configuration, whole seconds. */
+  #hintSeconds() {
+    return native.hintCapSeconds(this.#configPacer.waitBoundMs);
+  }
+
+  /** `reserve` (or `reserveOrBook` with `retriesLeft`) decided by the policy. */
+  #byPolicy(retriesLeft) {
+    this.#counters.fallbacks += 1;
+    if (this.#policy === 'open') {
+      return { kind: 'admitted', waitMs: 0, queued: false, path: 'disabled', clockRegressed: false, ticket: null,
+        fallback: 'open' };
+    }
+    if (this.#policy === 'closed') {
+      const hint = this.#hintSeconds();
+      return { kind: 'refused', requiredWaitMs: hint * 1000, retryAfterSeconds: hint, clockRegressed: false,
+        fallback: 'closed' };
+    }
+    const local = this.#local();
+    const d = retriesLeft === undefined
+      ? local.reserve(monotonicNow())
+      : local.reserveOrBook(monotonicNow(), retriesLeft);
+    return { ...d, fallback: 'local' };
+  }
+
+  #count(d) {
+    if (d.kind === 'admitted') {
+      this.#counters.admitted += 1;
+      if (d.queued) this.#counters.admittedAfterWait += 1;
+    } else if (d.kind === 'booked') {
+      this.#counters.booked += 1;
+    } else {
+      this.#counters.refused += 1;
+    }
+    if (d.clockRegressed) this.#counters.clockRegressions += 1;
+    return d;
+  }
+
+  // ---------------------------------------------------------------- the calls
+
+  /**
+   * Decides now, on the server's clock, without waiting: as `Pacer.reserve`
+   * (`{kind: 'admitted', waitMs, queued, path, clockRegressed, ticket}` or
+   * `{kind: 'refused', requiredWaitMs, retryAfterSeconds, clockRegressed}`),
+   * with `fallback` ('open', 'closed', 'local') when the failure policy
+   * decided. The ticket is a RedisTicket, or a Ticket of the local fallback.
+   */
+  async reserve() {
+    this.#open();
+    if (!this.enabled) return this.#count(this.#configPacer.reserve(monotonicNow()));
+    const reply = await this.#redis('reserve', this.#configArgs);
+    return this.#count(reply === FAILED ? this.#byPolicy() : decisionFrom(this.#key, reply));
+  }
+
+  /**
+   * As `reserve`, except that a refusal whose wait fits the horizon of the
+   * request's `retriesLeft` retries books a place in the bucket's line:
+   * `{kind: 'booked', booking, retryAfterSeconds, clockRegressed}` (a
+   * RedisBooking; a booking of the local fallback also has
+   * `requiredWaitMs`).
+   */
+  async reserveOrBook(retriesLeft) {
+    this.#open();
+    wholeOption('retriesLeft', retriesLeft, undefined, 0, 0xffffffff);
+    if (retriesLeft === undefined) throw new TypeError('pacer: retriesLeft must be a number, got undefined');
+    if (!this.enabled) return this.#count(this.#configPacer.reserveOrBook(monotonicNow(), retriesLeft));
+    const reply = await this.#redis('book', [...this.#configArgs, String(retriesLeft)]);
+    return this.#count(reply === FAILED ? this.#byPolicy(retriesLeft) : decisionFrom(this.#key, reply));
+  }
+
+  /**
+   * Presents a booking on the request's retry; changes nothing in the
+   * bucket. `{kind: 'admitted', waitMs, queued, path: 'booked', ticket}`
+   * when the slot is within the bound, else `{kind: 'booked', booking,
+   * retryAfterSeconds}`. A booking already redeemed or released is a
+   * RangeError. When Redis fails, the policy answers (the booking stays).
+   */
+  async redeem(booking) {
+    this.#open();
+    const { Booking } = core();
+    if (Booking.isBooking(booking)) {
+      const local = this.#fallback;
+      if (local === null) throw new RangeError('pacer: this booking is not from this pacer');
+      const r = local.redeem(booking, monotonicNow());
+      return r.kind === 'admitted' ? this.#count({ ...r, fallback: 'local' }) : { ...r, fallback: 'local' };
+    }
+    if (!RedisBooking.isRedisBooking(booking)) {
+      throw new TypeError(`pacer: booking must be a booking from reserveOrBook(), got ${describe(booking)}`);
+    }
+    const { ticket } = booking;
+    if (ticket.spent || RedisBooking.redeemed(booking)) {
+      throw new RangeError('pacer: this booking was redeemed or released already');
+    }
+    const reply = await this.#redis('redeem', [ticket.text]);
+    if (reply === FAILED) {
+      const d = this.#byPolicy();
+      if (d.kind === 'admitted') return this.#count(d);
+      return { kind: 'booked', booking, retryAfterSeconds: d.retryAfterSeconds, fallback: d.fallback };
+    }
+    if (!Array.isArray(reply)) throw unexpected(reply);
+    if (text(reply[0]) === 'admitted') {
+      RedisBooking.markRedeemed(booking);
+      const d = admittedFrom(ticket.key, reply);
+      return this.#count({ ...d, ticket });
+    }
+    if (text(reply[0]) === 'notyet') {
+      return { kind: 'booked', booking, retryAfterSeconds: Number(reply[1]) };
+    }
+    throw unexpected(reply);
+  }
+
+  /**
+   * Gives back an admission's debit (a ticket, or a booking's ticket) when
+   * no connection will open: to the server for a RedisTicket, on the key it
+   * belongs to; to the local fallback for a ticket the fallback issued.
+   * True when refunded; false when the release policy refused it, when
+   * this object released the ticket already, or when Redis cannot answer
+   * (the debit then passes with time). A ticket the server refuses (spent
+   * through another object, from another bucket) rejects with its error.
+   */
+  async release(ticket) {
+    this.#open();
+    return this.#releaseTicket(ticket);
+  }
+
+  async #releaseTicket(ticket) {
+    const { Ticket } = core();
+    if (Ticket.isTicket(ticket)) {
+      if (this.#fallback === null) return false;
+      const refunded = this.#fallback.release(ticket, monotonicNow());
+      this.#counters.released += 1;
+      if (refunded) this.#counters.refunded += 1;
+      return refunded;
+    }
+    if (!RedisTicket.isRedisTicket(ticket)) {
+      throw new TypeError(`pacer: ticket must be a ticket from reserve(), got ${describe(ticket)}`);
+    }
+    if (ticket.spent) return false;
+    // On the key the ticket belongs to.
+    const reply = await this.#redis('release', [ticket.text], ticket.key);
+    if (reply === FAILED) return false;
+    RedisTicket.spend(ticket);
+    this.#counters.released += 1;
+    if (Number(reply) === 1) this.#counters.refunded += 1;
+    return Number(reply) === 1;
+  }
+
+  /**
+   * Waits for permission to open one new connection, as `Pacer.admit`:
+   * `{kind: 'admitted', waitedMs, queued, release()}` (release() resolves
+   * to whether it refunded) or `{kind: 'refused', requiredWaitMs,
+   * retryAfterSeconds}`, each with `fallback` when the policy decided. An
+   * abort of `signal` before admission releases the ticket and rejects with
+   * the signal's reason. With `key`, a refusal books a place in the fleet's
+   * line that the key's retry redeems (SPEC §11).
+   */
+  async admit(options = undefined) {
+    if (options === undefined) options = {};
+    if (typeof options !== 'object' || options === null) {
+      throw new TypeError(`pacer: options must be an object, got ${describe(options)}`);
+    }
+    const { signal, key } = options;
+    if (signal !== undefined && (typeof signal !== 'object' || signal === null
+      || typeof signal.aborted !== 'boolean' || typeof signal.addEventListener !== 'function')) {
+      throw new TypeError(`pacer: signal must be an AbortSignal, got ${describe(signal)}`);
+    }
+    if (key !== undefined) checkKey(key);
+    this.#open();
+    if (signal?.aborted) throw abortReason(signal);
+    // close() waits for this entry: while Redis answers, and while it sleeps
+    // (then it ends the sleep), so a debit made here is released first.
+    const waiter = { outcome: undefined, interrupt: undefined };
+    let finish;
+    const finished = new Promise((resolve) => { finish = resolve; });
+    waiter.finished = finished;
+    this.#waiting.add(waiter);
+    let ticket = null;
+    try {
+      const d = key === undefined ? await this.reserve() : await this.#attemptKeyed(key);
+      const mark = d.fallback === undefined ? {} : { fallback: d.fallback };
+      if (d.kind !== 'admitted') {
+        return { kind: 'refused', requiredWaitMs: d.requiredWaitMs, retryAfterSeconds: d.retryAfterSeconds, ...mark };
+      }
+      ticket = d.ticket;
+      const admitted = ticket;
+      const release = () => (admitted === null ? Promise.resolve(false) : this.release(admitted));
+      // The signal may have aborted, or close() been called, while Redis answered.
+      if (signal?.aborted) throw abortReason(signal);
+      if (this.#closed) throw closedError();
+      if (!d.queued) return { kind: 'admitted', waitedMs: 0, queued: false, release, ...mark };
+      const startedAt = monotonicNow();
+      await sleep(defaultSchedule, d.waitMs, signal, abortReason, waiter);
+      return { kind: 'admitted', waitedMs: Math.max(0, monotonicNow() - startedAt), queued: true, release, ...mark };
+    } catch (error) {
+      // A cancelled request opens no connection: give the debit back.
+      if (ticket !== null) {
+        try {
+          await this.#releaseTicket(ticket);
+        } catch {
+          // The abort is the answer; a failed refund passes with time.
+        }
+      }
+      throw error;
+    } finally {
+      this.#waiting.delete(waiter);
+      finish();
+    }
+  }
+
+  /** One attempt of the keyed request `key`: redeems its booking, else
+   * reserves or books with the retries it has left. */
+  async #attemptKeyed(key) {
+    const entry = this.#keyed.get(key) ?? { attempts: 0, booking: null };
+    let d;
+    if (entry.booking !== null) {
+      const r = await this.redeem(entry.booking);
+      if (r.kind === 'admitted') {
+        d = r;
+      } else {
+        entry.booking = r.booking;
+        d = { kind: 'refused', requiredWaitMs: r.retryAfterSeconds * 1000, retryAfterSeconds: r.retryAfterSeconds,
+          clockRegressed: false, fallback: r.fallback };
+      }
+    } else {
+      const r = await this.reserveOrBook(Math.max(0, this.config.maxRetries - entry.attempts));
+      if (r.kind === 'booked') {
+        entry.booking = r.booking;
+        d = { kind: 'refused', requiredWaitMs: r.requiredWaitMs ?? r.retryAfterSeconds * 1000,
+          retryAfterSeconds: r.retryAfterSeconds, clockRegressed: r.clockRegressed, fallback: r.fallback };
+      } else {
+        d = r;
+      }
+    }
+    if (d.fallback === undefined) delete d.fallback;
+    if (d.kind === 'admitted') {
+      this.#keyed.delete(key);
+    } else {
+      entry.attempts += 1;
+      this.#keyed.set(key, entry);
+    }
+    return d;
+  }
+
+  /**
+   * Gives back what the keyed request `key` holds (its booking) when it
+   * ends without opening; resolves to whether a booking was refunded.
+   */
+  async forget(key) {
+    this.#open();
+    checkKey(key);
+    const entry = this.#keyed.get(key);
+    this.#keyed.delete(key);
+    if (entry === undefined || entry.booking === null) return false;
+    return this.#releaseTicket(entry.booking.ticket);
+  }
+
+  /**
+   * The bucket as the server reports it (PACER.INFO: configuration, mode,
+   * level, counters, the server's clock), names in camelCase, plus
+   * `engine`. Null when the mode is `disabled` (no bucket is kept). Rejects
+   * when Redis cannot answer.
+   */
+  async info() {
+    this.#open();
+    if (!this.enabled) return null;
+    const reply = await this.#redis('info', []);
+    if (reply === FAILED) {
+      const error = new Error(`pacer: Redis is unavailable for the bucket '${this.#key}'`);
+      error.code = 'ERR_PACER_REDIS_UNAVAILABLE';
+      throw error;
+    }
+    return { ...infoFrom(reply), engine: this.#engine };
+  }
+
+  /** The calls made through this object, and how many the policy decided. */
+  counters() {
+    return { ...this.#counters };
+  }
+
+  /**
+   * Ends the pacer: admits still waiting release their tickets and reject
+   * with an Error whose `code` is 'ERR_PACER_CLOSED', then a client the
+   * pacer made is closed (one passed in stays open). Later calls reject
+   * with that error. Idempotent.
+   */
+  async close() {
+    if (this.#closed) return;
+    this.#closed = true;
+    const pending = [];
+    for (const waiter of this.#waiting) {
+      waiter.interrupt?.(closedError());
+      pending.push(waiter.finished);
+    }
+    await Promise.all(pending);
+    if (typeof this.#client.off === 'function') this.#client.off('ready', this.#onReady);
+    if (this.#ownClient) {
+      try {
+        this.#client.destroy();
+      } catch {
+        // Closed already.
+      }
+    }
+  }
+}
+
+/** Marks "Redis did not answer" in #redis. */
+const FAILED = Symbol('pacer.redisFailed');
+
+/** A pacer error (`ERR pacer: …`), WRONGTYPE or another error reply, as the
+ * caller sees it: an Error with the server's text and `code`
+ * 'ERR_PACER_REDIS'. */
+function pacerError(reply) {
+  const error = new Error(String(reply.message), { cause: reply });
+  error.code = 'ERR_PACER_REDIS';
+  return error;
+}
+
+module.exports = { RedisPacer, RedisTicket, RedisBooking };

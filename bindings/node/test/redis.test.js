@@ -1,0 +1,574 @@
+'use strict';
+// RedisPacer against real redis-servers (test/redis-server.js): the module,
+// the function and the script engines, the failure policies when a server
+// is paused, killed or unreachable, pacer errors, cancellation. No
+// assertion depends on how fast the machine runs: the answers, fallbacks
+// and counters are checked, never how long something took.
+const { test, before, after, describe } = require('node:test');
+const assert = require('node:assert/strict');
+const { execFile } = require('node:child_process');
+const fs = require('node:fs');
+const path = require('node:path');
+const { createClient } = require('redis');
+const { RedisPacer, RedisTicket, RedisBooking, Ticket } = require('..');
+const { RedisServer, freePort } = require('./redis-server.js');
+
+const SCRIPT = fs.readFileSync(path.join(__dirname, '..', 'pacer.lua'));
+const REPOSITORY_SCRIPT = path.join(__dirname, '..', '..', '..', 'redis', 'pacer.lua');
+
+// Rate 60, burst 2, idle 30000, retries 3: refusing, wait bound 2000 ms,
+// refusal hint at most 2 s.
+const CONFIG = { ratePerMinute: 60, burst: 2, idleTimeoutMs: 30000, maxRetries: 3 };
+const HINT_CAP = 2;
+
+// The module's path comes from scripts/test-node.sh; without it the tests
+// that need the module are skipped, the others run.
+const HAVE_MODULE = Boolean(process.env.PACER_REDIS_MODULE);
+const moduleSkip = !HAVE_MODULE && 'PACER_REDIS_MODULE is unset (scripts/test-node.sh sets it)';
+
+let keys = 0;
+/** A key no other test uses. */
+function freshKey() {
+  keys += 1;
+  return `test:pacer:${keys}`;
+}
+
+function delay(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+async function adminOf(server) {
+  const client = createClient({ url: server.url, socket: { reconnectStrategy: false } });
+  client.on('error', () => {});
+  await client.connect();
+  return client;
+}
+
+/** The server's INFO pairs for `key` (through a plain connection). */
+async function serverInfo(server, key) {
+  const admin = await adminOf(server);
+  try {
+    const engine = (await admin.sendCommand(['MODULE', 'LIST'])).length > 0 ? 'module' : 'script';
+    const reply = engine === 'module'
+      ? await admin.sendCommand(['PACER.INFO', key])
+      : await admin.sendCommand(['EVAL', SCRIPT, '1', key, 'info']);
+    const info = {};
+    for (let i = 0; i < reply.length; i += 2) info[reply[i]] = reply[i + 1];
+    return info;
+  } finally {
+    await admin.close();
+  }
+}
+
+/** Notices a sink received, by kind. */
+function noticeLog() {
+  const log = [];
+  const sink = (notice) => log.push(notice);
+  const kinds = () => log.map((n) => n.kind);
+  return { log, sink, kinds };
+}
+
+let moduleServer;
+let functionServer;
+let plainServer;
+
+before(async () => {
+  [moduleServer, functionServer, plainServer] = await Promise.all([
+    HAVE_MODULE ? RedisServer.start({ module: true }) : null,
+    RedisServer.start(),
+    RedisServer.start(),
+  ]);
+  // What docs/redis.md tells operators: the library's name line, then the file.
+  const admin = await adminOf(functionServer);
+  await admin.sendCommand(['FUNCTION', 'LOAD', Buffer.concat([Buffer.from('#!lua name=pacer\n'), SCRIPT])]);
+  await admin.close();
+});
+
+after(async () => {
+  await Promise.all([moduleServer, functionServer, plainServer].map((s) => s?.stop()));
+});
+
+test('the package carries redis/pacer.lua byte for byte', () => {
+  assert.ok(SCRIPT.equals(fs.readFileSync(REPOSITORY_SCRIPT)), 'bindings/node/pacer.lua differs from redis/pacer.lua');
+  const { files } = require('../package.json');
+  assert.ok(files.includes('pacer.lua') && files.includes('redis.js'), 'npm pack must ship pacer.lua and redis.js');
+});
+
+describe('engine auto-selection and the answers', () => {
+  for (const [name, server, engine] of [
+    ['a server with the module', () => moduleServer, 'module'],
+    ['a server with the function library', () => functionServer, 'function'],
+    ['a plain server', () => plainServer, 'script'],
+  ]) {
+    const skip = engine === 'module' && moduleSkip;
+    test(`${name}: ${engine}; a burst admits at once, the next calls wait or are refused`, { skip }, async () => {
+      const key = freshKey();
+      const pacer = await RedisPacer.connect({ url: server().url, key, ...CONFIG });
+      try {
+        assert.equal(pacer.engine, null);
+        const first = await pacer.reserve();
+        assert.equal(pacer.engine, engine);
+        const second = await pacer.reserve();
+        for (const d of [first, second]) {
+          assert.equal(d.kind, 'admitted');
+          assert.equal(d.waitMs, 0);
+          assert.equal(d.queued, false);
+          assert.equal(d.path, 'paced');
+          assert.equal(d.fallback, undefined);
+          assert.ok(RedisTicket.isRedisTicket(d.ticket));
+          assert.equal(d.ticket.key, key);
+          assert.match(d.ticket.text, /^\d+\.\d+\.60000\.0\.[0-9a-f]{16}$/);
+        }
+        const third = await pacer.reserve();
+        assert.equal(third.kind, 'admitted');
+        assert.ok(third.waitMs > 0 && third.waitMs <= 1000, `third waits ${third.waitMs}`);
+        assert.equal(third.queued, true);
+        // The server's clock moves between calls: within a few more calls one
+        // is refused, its hint within the cap and its need past the bound.
+        let refusal = null;
+        for (let i = 0; i < 4 && refusal === null; i += 1) {
+          const d = await pacer.reserve();
+          if (d.kind === 'refused') refusal = d;
+          else assert.ok(d.waitMs > 0 && d.waitMs <= pacer.waitBoundMs);
+        }
+        assert.ok(refusal !== null, 'no refusal after the burst and the bound were spent');
+        assert.ok(refusal.retryAfterSeconds >= 1 && refusal.retryAfterSeconds <= HINT_CAP);
+        assert.ok(refusal.requiredWaitMs > pacer.waitBoundMs);
+        assert.equal(await pacer.release(third.ticket), true);
+        assert.equal(await pacer.release(third.ticket), false, 'a spent ticket is not released twice');
+        const info = await pacer.info();
+        assert.equal(info.engine, engine);
+        assert.equal(info.ratePerMin, 60);
+        assert.equal(info.waitBoundMs, 2000);
+        assert.equal(info.mode, 'refusing');
+        assert.equal(info.released, 1);
+        assert.ok(info.admitted >= 3);
+        assert.ok(info.refused >= 1);
+        const counters = pacer.counters();
+        assert.equal(counters.released, 1);
+        assert.equal(counters.refunded, 1);
+        assert.equal(counters.fallbacks, 0);
+      } finally {
+        await pacer.close();
+      }
+    });
+
+    test(`${name}: a booking is redeemed or released on the server`, { skip }, async () => {
+      const key = freshKey();
+      const pacer = await RedisPacer.connect({ url: server().url, key, ...CONFIG });
+      try {
+        let booked = null;
+        for (let i = 0; i < 8 && booked === null; i += 1) {
+          const d = await pacer.reserveOrBook(3);
+          if (d.kind === 'booked') booked = d;
+        }
+        assert.ok(booked !== null, 'no booking once the bound was spent');
+        assert.ok(RedisBooking.isRedisBooking(booked.booking));
+        assert.ok(booked.retryAfterSeconds >= 1);
+        // Its slot is past the bound: not yet.
+        const early = await pacer.redeem(booked.booking);
+        assert.equal(early.kind, 'booked');
+        assert.equal(early.booking, booked.booking);
+        assert.equal(await pacer.release(booked.booking.ticket), true);
+        await assert.rejects(pacer.redeem(booked.booking), RangeError);
+        assert.equal((await pacer.info()).released, 1);
+      } finally {
+        await pacer.close();
+      }
+    });
+  }
+
+  test('a node-redis client of the caller, RESP3, finds the function; close() leaves it open', async () => {
+    const client = createClient({ url: functionServer.url, RESP: 3 });
+    client.on('error', () => {});
+    await client.connect();
+    const pacer = await RedisPacer.connect({ client, key: freshKey(), ...CONFIG });
+    assert.equal((await pacer.reserve()).kind, 'admitted');
+    assert.equal(pacer.engine, 'function');
+    await pacer.close();
+    assert.equal(client.isOpen, true);
+    await assert.rejects(pacer.reserve(), { code: 'ERR_PACER_CLOSED' });
+    await client.close();
+  });
+
+  test('engine can be forced: the script on a server with the module', { skip: moduleSkip }, async () => {
+    const key = freshKey();
+    const pacer = await RedisPacer.connect({ url: moduleServer.url, key, ...CONFIG, engine: 'script' });
+    assert.equal((await pacer.reserve()).kind, 'admitted');
+    assert.equal(pacer.engine, 'script');
+    // The same key format: the module reads the bucket the script wrote.
+    assert.equal((await serverInfo(moduleServer, key)).admitted, 1);
+    await pacer.close();
+  });
+
+  test('NOSCRIPT after SCRIPT FLUSH: loaded again, the call retried', async () => {
+    const key = freshKey();
+    const pacer = await RedisPacer.connect({ url: plainServer.url, key, ...CONFIG });
+    try {
+      assert.equal((await pacer.reserve()).kind, 'admitted');
+      assert.equal(pacer.engine, 'script');
+      const admin = await adminOf(plainServer);
+      await admin.sendCommand(['SCRIPT', 'FLUSH']);
+      const d = await pacer.reserve();
+      assert.equal(d.kind, 'admitted');
+      assert.equal(d.fallback, undefined);
+      assert.equal(pacer.outage, false);
+      const sha = require('node:crypto').createHash('sha1').update(SCRIPT).digest('hex');
+      assert.deepEqual(await admin.sendCommand(['SCRIPT', 'EXISTS', sha]), [1]);
+      await admin.close();
+      assert.equal((await pacer.info()).admitted, 2);
+    } finally {
+      await pacer.close();
+    }
+  });
+});
+
+describe('errors of the pacer are errors, whatever the policy', () => {
+  for (const [name, server] of [['module', () => moduleServer], ['function', () => functionServer],
+    ['script', () => plainServer]]) {
+    test(`${name}: another configuration names both`, { skip: name === 'module' && moduleSkip }, async () => {
+      const key = freshKey();
+      const first = await RedisPacer.connect({ url: server().url, key, ...CONFIG });
+      const other = await RedisPacer.connect({ url: server().url, key, ...CONFIG, ratePerMinute: 30,
+        onFailure: 'open' });
+      try {
+        assert.equal((await first.reserve()).kind, 'admitted');
+        await assert.rejects(other.reserve(), (error) => {
+          assert.equal(error.code, 'ERR_PACER_REDIS');
+          assert.match(error.message, /^ERR pacer: bucket .* rate_per_min=60 .*this call has rate_per_min=30/);
+          return true;
+        });
+        assert.equal(other.outage, false);
+        assert.equal(other.counters().fallbacks, 0);
+      } finally {
+        await first.close();
+        await other.close();
+      }
+    });
+  }
+
+  test('WRONGTYPE is an error, not an outage', async () => {
+    const key = freshKey();
+    const admin = await adminOf(plainServer);
+    await admin.sendCommand(['LPUSH', key, 'x']);
+    await admin.close();
+    const pacer = await RedisPacer.connect({ url: plainServer.url, key, ...CONFIG, onFailure: 'open' });
+    await assert.rejects(pacer.reserve(), /WRONGTYPE/);
+    assert.equal(pacer.outage, false);
+    await pacer.close();
+  });
+
+  test('a ticket the server did not issue is an error', async () => {
+    const key = freshKey();
+    const pacer = await RedisPacer.connect({ url: functionServer.url, key, ...CONFIG });
+    assert.equal((await pacer.reserve()).kind, 'admitted');
+    const forged = new RedisTicket(key, '0.1.60000.0.0000000000000000');
+    await assert.rejects(pacer.release(forged), /ERR pacer: ticket not issued by this bucket/);
+    await pacer.close();
+  });
+});
+
+describe('cancellation releases', () => {
+  test('an admit aborted during its wait releases its ticket on the server', async () => {
+    const key = freshKey();
+    const server = moduleServer ?? plainServer;
+    const pacer = await RedisPacer.connect({ url: server.url, key, ...CONFIG });
+    try {
+      assert.equal((await pacer.reserve()).waitMs, 0);
+      assert.equal((await pacer.reserve()).waitMs, 0);
+      const controller = new AbortController();
+      const waiting = pacer.admit({ signal: controller.signal });
+      setTimeout(() => controller.abort(), 50);
+      await assert.rejects(waiting, { name: 'AbortError' });
+      assert.equal((await serverInfo(server, key)).released, 1);
+    } finally {
+      await pacer.close();
+    }
+  });
+
+  test('close() ends a waiting admit and releases its ticket', async () => {
+    const key = freshKey();
+    const pacer = await RedisPacer.connect({ url: plainServer.url, key, ...CONFIG });
+    await pacer.reserve();
+    await pacer.reserve();
+    const waiting = pacer.admit();
+    setTimeout(() => pacer.close(), 50);
+    await assert.rejects(waiting, { code: 'ERR_PACER_CLOSED' });
+    assert.equal((await serverInfo(plainServer, key)).released, 1);
+  });
+
+  test('forget() of a keyed request releases its booking', async () => {
+    const key = freshKey();
+    const server = moduleServer ?? plainServer;
+    const pacer = await RedisPacer.connect({ url: server.url, key, ...CONFIG });
+    try {
+      // Spend the burst and the bound without waiting, then a keyed request
+      // is refused and books.
+      for (let i = 0; i < 8 && (await pacer.reserve()).kind === 'admitted'; i += 1);
+      const refused = await pacer.admit({ key: 'request-1' });
+      assert.equal(refused.kind, 'refused');
+      assert.ok(refused !== null);
+      assert.equal(refused.fallback, undefined);
+      assert.equal(pacer.pendingKeys, 1);
+      const before = await serverInfo(server, key);
+      assert.equal(before.booked, 1);
+      assert.equal(await pacer.forget('request-1'), true);
+      assert.equal(pacer.pendingKeys, 0);
+      assert.equal((await serverInfo(server, key)).released, before.released + 1);
+      assert.equal(await pacer.forget('request-1'), false);
+    } finally {
+      await pacer.close();
+    }
+  });
+});
+
+describe('failure policies', () => {
+  const RETRY_AFTER_MS = 300;
+
+  /** The answer each policy gives while Redis fails. */
+  function assertPolicyAnswer(policy, d) {
+    assert.equal(d.fallback, policy);
+    if (policy === 'open') {
+      assert.equal(d.kind, 'admitted');
+      assert.equal(d.path, 'disabled');
+      assert.equal(d.waitMs, 0);
+      assert.equal(d.ticket, null);
+    } else if (policy === 'closed') {
+      assert.equal(d.kind, 'refused');
+      assert.equal(d.retryAfterSeconds, HINT_CAP);
+    } else {
+      assert.equal(d.kind, 'admitted');
+      assert.equal(d.path, 'paced');
+      assert.ok(Ticket.isTicket(d.ticket), 'the local fallback issues its own ticket');
+    }
+  }
+
+  /** Calls until one is answered by Redis again (bounded tries, each after
+   * retryAfterMs has passed); returns that answer. */
+  async function untilRedisAnswers(pacer) {
+    for (let i = 0; i < 40; i += 1) {
+      await delay(RETRY_AFTER_MS + 20);
+      const d = await pacer.reserve();
+      if (d.fallback === undefined) return d;
+    }
+    throw new Error('Redis was not used again');
+  }
+
+  for (const policy of ['local', 'open', 'closed']) {
+    test(`${policy}: a paused server times out, the policy answers; Redis is used again after`, async () => {
+      const server = functionServer;
+      const key = freshKey();
+      const notices = noticeLog();
+      const pacer = await RedisPacer.connect({ url: server.url, key, ...CONFIG, onFailure: policy,
+        timeoutMs: 200, retryAfterMs: RETRY_AFTER_MS, onNotice: notices.sink });
+      try {
+        assert.equal((await pacer.reserve()).fallback, undefined);
+        const admin = await adminOf(server);
+        await admin.sendCommand(['CLIENT', 'PAUSE', '800', 'ALL']);
+        const during = await pacer.reserve();
+        assertPolicyAnswer(policy, during);
+        assert.equal(pacer.outage, true);
+        // Within retryAfterMs Redis is not asked: the policy answers again.
+        assertPolicyAnswer(policy, await pacer.reserve());
+        assert.deepEqual(notices.kinds(), ['redis_unavailable']);
+        if (policy === 'local') assert.equal(await pacer.release(during.ticket), true);
+        await admin.close();
+        const back = await untilRedisAnswers(pacer);
+        assert.ok(RedisTicket.isRedisTicket(back.ticket) || back.kind === 'refused');
+        assert.equal(pacer.outage, false);
+        assert.deepEqual(notices.kinds(), ['redis_unavailable', 'redis_recovered']);
+        assert.ok(pacer.counters().fallbacks >= 2);
+      } finally {
+        await pacer.close();
+      }
+    });
+
+    test(`${policy}: a killed server, then restarted on its port`, async () => {
+      const server = await RedisServer.start({ module: HAVE_MODULE });
+      const key = freshKey();
+      const notices = noticeLog();
+      const pacer = await RedisPacer.connect({ url: server.url, key, ...CONFIG, onFailure: policy,
+        retryAfterMs: RETRY_AFTER_MS, onNotice: notices.sink });
+      try {
+        const first = await pacer.reserve();
+        assert.equal(first.fallback, undefined);
+        await server.kill();
+        assertPolicyAnswer(policy, await pacer.reserve());
+        assertPolicyAnswer(policy, await pacer.reserve());
+        // A ticket Redis issued cannot be released while it is down.
+        assert.equal(await pacer.release(first.ticket), false);
+        assert.deepEqual(notices.kinds(), ['redis_unavailable']);
+        await server.restart();
+        const back = await untilRedisAnswers(pacer);
+        assert.equal(back.kind, 'admitted');
+        assert.equal(pacer.engine, HAVE_MODULE ? 'module' : 'script');
+        assert.deepEqual(notices.kinds(), ['redis_unavailable', 'redis_recovered']);
+        assert.equal((await pacer.info()).admitted, 1, 'the restarted server (no persistence) began afresh');
+      } finally {
+        await pacer.close();
+        await server.stop();
+      }
+    });
+
+    test(`${policy}: an unreachable server`, async () => {
+      const notices = noticeLog();
+      const pacer = await RedisPacer.connect({ url: `redis://127.0.0.1:${await freePort()}`, key: freshKey(),
+        ...CONFIG, onFailure: policy, retryAfterMs: RETRY_AFTER_MS, onNotice: notices.sink });
+      try {
+        assertPolicyAnswer(policy, await pacer.reserve());
+        const booked = await pacer.reserveOrBook(3);
+        assert.equal(booked.fallback, policy);
+        const outcome = await pacer.admit();
+        assert.equal(outcome.fallback, policy);
+        assert.deepEqual(notices.kinds(), ['redis_unavailable']);
+        await assert.rejects(pacer.info(), { code: 'ERR_PACER_REDIS_UNAVAILABLE' });
+      } finally {
+        await pacer.close();
+      }
+    });
+  }
+
+  test('local: the fallback paces at floor(rate/N), floor(burst/N) and takes back its tickets', async () => {
+    const pacer = await RedisPacer.connect({ url: `redis://127.0.0.1:${await freePort()}`, key: freshKey(),
+      ...CONFIG, burst: 4, fleetSize: 2, onNotice: () => {} });
+    try {
+      const a = await pacer.reserve();
+      const b = await pacer.reserve();
+      const c = await pacer.reserve();
+      for (const d of [a, b]) {
+        assert.equal(d.fallback, 'local');
+        assert.equal(d.waitMs, 0);
+      }
+      assert.equal(c.fallback, 'local');
+      assert.equal(c.kind, 'admitted');
+      assert.ok(c.waitMs > 0, 'burst 4 over 2 machines: the third waits');
+      assert.equal(await pacer.release(c.ticket), true);
+      assert.equal(await pacer.release(c.ticket), false);
+      assert.equal(pacer.counters().refunded, 1);
+    } finally {
+      await pacer.close();
+    }
+  });
+});
+
+describe('configuration', () => {
+  test('mode disabled is answered without Redis', async () => {
+    const notices = noticeLog();
+    const pacer = await RedisPacer.connect({ url: `redis://127.0.0.1:${await freePort()}`, key: freshKey(),
+      ratePerMinute: 0, onNotice: notices.sink });
+    try {
+      assert.equal(pacer.mode, 'disabled');
+      const d = await pacer.reserve();
+      assert.equal(d.kind, 'admitted');
+      assert.equal(d.path, 'disabled');
+      assert.equal(d.fallback, undefined);
+      assert.equal((await pacer.admit()).kind, 'admitted');
+      assert.equal(await pacer.info(), null);
+      assert.equal(pacer.outage, false);
+      assert.ok(!notices.kinds().includes('redis_unavailable'));
+    } finally {
+      await pacer.close();
+    }
+  });
+
+  test('the timeout: min(wait bound, 1000) by default, a larger one cut to the bound', async () => {
+    const url = `redis://127.0.0.1:${await freePort()}`;
+    const made = [];
+    const make = async (options) => {
+      const pacer = await RedisPacer.connect({ url, key: freshKey(), onNotice: () => {}, ...options });
+      made.push(pacer);
+      return pacer;
+    };
+    assert.equal((await make(CONFIG)).timeoutMs, 1000);
+    assert.equal((await make({ ...CONFIG, timeoutMs: 5000 })).timeoutMs, 2000);
+    assert.equal((await make({ ...CONFIG, timeoutMs: 250 })).timeoutMs, 250);
+    // Idle 20000, retries 3: bound (20000 − 14000) / 8 = 750 ms.
+    const short = await make({ ratePerMinute: 60, idleTimeoutMs: 20000, maxRetries: 3 });
+    assert.ok(short.waitBoundMs < 1000 && short.waitBoundMs > 0);
+    assert.equal(short.timeoutMs, short.waitBoundMs);
+    await Promise.all(made.map((p) => p.close()));
+  });
+
+  test('bad options throw, naming the option', async () => {
+    const url = 'redis://127.0.0.1:1';
+    await assert.rejects(RedisPacer.connect({ url, key: 'k', engine: 'lua' }), /engine/);
+    await assert.rejects(RedisPacer.connect({ url, key: 'k', onFailure: 'maybe' }), /onFailure/);
+    await assert.rejects(RedisPacer.connect({ url, key: 'k', fleetSize: 0 }), /fleetSize/);
+    await assert.rejects(RedisPacer.connect({ url, key: '' }), /key/);
+    await assert.rejects(RedisPacer.connect({ key: 'k' }), /url/);
+    await assert.rejects(RedisPacer.connect({ url, key: 'k', ratePerMinute: 601 }), /ratePerMinute/);
+    assert.throws(() => new RedisPacer({ url, key: 'k' }), TypeError);
+  });
+});
+
+test('the README example runs against a server with the module', { skip: moduleSkip }, async () => {
+  const example = path.join(__dirname, '..', 'examples', 'fleet.mjs');
+  // The README shows the example file as it is, after its header comment.
+  const readme = fs.readFileSync(path.join(__dirname, '..', 'README.md'), 'utf8');
+  const section = readme.slice(readme.indexOf('## Fleet pacing (Redis)'));
+  const block = /```js\n([\s\S]*?)```/.exec(section)[1];
+  const file = fs.readFileSync(example, 'utf8');
+  assert.equal(block, file.slice(file.indexOf('import ')));
+  const output = await new Promise((resolve, reject) => {
+    execFile(process.execPath, [example], { env: { ...process.env, REDIS_URL: moduleServer.url },
+      timeout: 20000 }, (error, stdout, stderr) => (error ? reject(new Error(`${error.message}\n${stderr}`))
+      : resolve(stdout)));
+  });
+  assert.match(output, /^#0 admitted after 0 ms \(engine module\)$/m);
+  assert.match(output, /^#1 admitted after \d+ ms \(engine module\)$/m);
+  assert.match(output, /^#3 refused: 200, retry-after 2$/m);
+});
+
+describe('the drop-in module on a fleet bucket (PACER_REDIS_URL)', () => {
+  const compat = require('../compat.js');
+  const NAMES = ['PACER_REDIS_URL', 'PACER_REDIS_KEY', 'PACER_REDIS_ON_FAILURE', 'PACER_REDIS_FLEET_SIZE'];
+  let saved;
+  let lines;
+
+  before(() => {
+    saved = Object.fromEntries(NAMES.map((name) => [name, process.env[name]]));
+    compat.setParentNoticeSink((line) => lines.push(line));
+  });
+
+  after(() => {
+    compat.resetWsUpgradePacerForTests();
+    for (const name of NAMES) {
+      if (saved[name] === undefined) delete process.env[name];
+      else process.env[name] = saved[name];
+    }
+  });
+
+  function configure(settings) {
+    compat.resetWsUpgradePacerForTests();
+    lines = [];
+    for (const name of NAMES) delete process.env[name];
+    Object.assign(process.env, settings);
+  }
+
+  test('sharedWsUpgradePacer() paces against the bucket in Redis, with the original shapes', async () => {
+    const key = freshKey();
+    configure({ PACER_REDIS_URL: functionServer.url, PACER_REDIS_KEY: key });
+    const pacer = compat.sharedWsUpgradePacer();
+    assert.equal(compat.sharedWsUpgradePacer(), pacer);
+    assert.deepEqual(await pacer.admit(), { kind: 'admitted', waitedMs: 0 });
+    assert.deepEqual(await pacer.admit(), { kind: 'admitted', waitedMs: 0 });
+    const info = await serverInfo(functionServer, key);
+    assert.equal(info.admitted, 2);
+    assert.equal(info.burst, 10);
+    assert.equal(info.rate_per_min, 60);
+    assert.deepEqual(lines, []);
+  });
+
+  test('its failure policy and notices come from the settings; a bad setting keeps its default', async () => {
+    configure({ PACER_REDIS_URL: `redis://127.0.0.1:${await freePort()}`, PACER_REDIS_KEY: freshKey(),
+      PACER_REDIS_ON_FAILURE: 'closed', PACER_REDIS_FLEET_SIZE: 'three' });
+    const pacer = compat.sharedWsUpgradePacer();
+    const outcome = await pacer.admit();
+    assert.equal(outcome.kind, 'refused');
+    assert.deepEqual(Object.keys(outcome).sort(), ['kind', 'requiredWaitMs', 'retryAfterSeconds']);
+    assert.ok(outcome.retryAfterSeconds >= 1);
+    assert.equal(lines.length, 2, lines.join('\n'));
+    assert.match(lines[0], /^clodex: ignoring PACER_REDIS_FLEET_SIZE=three/);
+    assert.match(lines[1], /^clodex: Redis is unavailable for the bucket .*'closed'/);
+  });
+});
