@@ -21,6 +21,12 @@ the machine that opens the same name paces against one bucket:
 
     with SharedPacer.open("myproxy-openai") as shared:   # /dev/shm/myproxy-openai
         outcome = await shared.admit()                   # no clock anywhere: shared_clock_ms()
+
+A fleet pacer keeps its bucket in Redis, so every proxy of a fleet, on any
+machine, paces against one bucket on the server's clock (``pacer[redis]``):
+
+    pacer = AsyncRedisPacer(url="redis://redis:6379/0", key="pacer:openai", fleet_size=4)
+    outcome = await pacer.admit()               # outcome.fallback: None, or the failure policy
 """
 
 from __future__ import annotations
@@ -53,6 +59,18 @@ from ._pacer import (
     Ticket,
     refusal_response,
 )
+from ._redis import (
+    AsyncRedisAdmitted,
+    AsyncRedisPacer,
+    OutageNotice,
+    RedisAdmitted,
+    RedisBooked,
+    RedisBooking,
+    RedisPacer,
+    RedisPacerError,
+    RedisRefused,
+    RedisTicket,
+)
 from ._shared import SharedPacer, SharedPacerError, shared_clock_ms, status_name
 from ._settings import (
     ENV_NAMES,
@@ -82,6 +100,16 @@ def library_version() -> str:
 
 __all__ = [
     "ABI_VERSION",
+    "AsyncRedisAdmitted",
+    "AsyncRedisPacer",
+    "OutageNotice",
+    "RedisAdmitted",
+    "RedisBooked",
+    "RedisBooking",
+    "RedisPacer",
+    "RedisPacerError",
+    "RedisRefused",
+    "RedisTicket",
     "DEFAULT_BURST",
     "DEFAULT_IDLE_TIMEOUT_MS",
     "DEFAULT_MAX_RETRIES",

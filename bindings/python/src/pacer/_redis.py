@@ -1,0 +1,1260 @@
+"""Fleet pacers: the ``Pacer`` interface over a bucket in Redis
+(docs/fleet-clients.md, docs/redis.md).
+
+The rule runs inside the server (the module, the function library or the
+script ``pacer.lua`` this package carries), on the server's clock. This
+module builds the commands, reads the replies and applies the failure
+policy; ``RedisPacer`` (over ``redis.Redis``) and ``AsyncRedisPacer`` (over
+``redis.asyncio.Redis``) add only the I/O and the waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Literal
+
+from . import _check
+from ._pacer import (
+    DEFAULT_BURST,
+    DEFAULT_IDLE_TIMEOUT_MS,
+    DEFAULT_RATE_PER_MINUTE,
+    AdmitPath,
+    Admitted,
+    Booked,
+    Booking,
+    Mode,
+    Pacer,
+    PacerConfig,
+    Refused,
+    ReleasePolicy,
+    Ticket,
+)
+from ._settings import NoticeRegistry, _check_registry, hint_cap_s, logger
+
+if TYPE_CHECKING:
+    import redis
+    import redis.asyncio
+
+Engine = Literal["auto", "module", "function", "script"]
+FailurePolicy = Literal["local", "open", "closed"]
+#: Which failure policy decided an answer (None: the server did).
+Fallback = Literal["local", "open", "closed"]
+BucketKey = str | bytes
+
+_ENGINES = ("auto", "module", "function", "script")
+_POLICIES = ("local", "open", "closed")
+DEFAULT_RETRY_AFTER_MS = 1000
+#: The timeout's default when the wait bound is longer.
+DEFAULT_TIMEOUT_MS = 1000
+
+#: What the synchronous ``admit`` sleeps with (looked up at each call, so
+#: tests can inject one).
+_blocking_sleep = time.sleep
+#: The clock the outage timer reads (never a decision's clock).
+_monotonic = time.monotonic
+
+#: Replies that say the server cannot serve now: a failure, not an error.
+_UNAVAILABLE_PREFIXES = ("LOADING ", "BUSY ", "MASTERDOWN ", "READONLY ", "CLUSTERDOWN ", "TRYAGAIN ",
+                         "NOSCRIPT ")
+#: redis-py's classes for those replies (it strips the code from the message).
+_UNAVAILABLE_CLASSES = ("BusyLoadingError", "NoScriptError", "ReadOnlyError", "ClusterDownError",
+                        "MasterDownError", "TryAgainError")
+
+
+def script_text() -> bytes:
+    """The text of ``pacer.lua`` this package carries (a copy of the
+    repository's ``redis/pacer.lua``, byte for byte)."""
+    return resources.files(__package__).joinpath("pacer.lua").read_bytes()
+
+
+class RedisPacerError(RuntimeError):
+    """The server answered with an error of the pacer (``ERR pacer: ...``:
+    a configuration other than the bucket's, a spent or foreign ticket, a
+    key that is not a bucket) or ``WRONGTYPE``. A bug or a
+    misconfiguration, never hidden by the failure policy. ``reply`` is the
+    server's message."""
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+        super().__init__(reply if reply.startswith("pacer:") else f"pacer: {reply}")
+
+
+@dataclass(frozen=True, slots=True)
+class OutageNotice:
+    """Logged (WARNING on the ``pacer`` logger, as ``record.pacer_outage``)
+    once when Redis stops answering a fleet pacer and once when it answers
+    again. ``error`` is the failure that started the outage ("" at its
+    end)."""
+
+    started: bool
+    address: str
+    key: BucketKey
+    policy: FailurePolicy
+    error: str
+    text: str
+
+
+class RedisTicket:
+    """The right to refund one admission of a fleet pacer: the server's
+    ticket string and the key it belongs to, or, for an answer of the
+    ``local`` failure policy, the in-process pacer's ``Ticket`` (released
+    there, never to Redis). Made by the fleet pacer, not by hand."""
+
+    __slots__ = ("_pacer", "_key", "_text", "_local", "_spent")
+
+    def __init__(self, pacer: Any, key: BucketKey, text: str | None, local: Ticket | None = None) -> None:
+        self._pacer = pacer
+        self._key = key
+        self._text = text
+        self._local = local
+        self._spent = False
+
+    @property
+    def key(self) -> BucketKey:
+        """The bucket's key."""
+        return self._key
+
+    @property
+    def text(self) -> str | None:
+        """The server's ticket string (None for a local fallback's ticket)."""
+        return self._text
+
+    @property
+    def fallback(self) -> Fallback | None:
+        """``"local"`` when the local failure policy issued it, else None."""
+        return "local" if self._local is not None else None
+
+    @property
+    def debit_units(self) -> int:
+        """The debit it refunds, in 1/60000 of a connection."""
+        if self._local is not None:
+            return int(self._local.debit_units)
+        return int(str(self._text).split(".")[2])
+
+    @property
+    def spent(self) -> bool:
+        """Whether it was released (or redeemed, for a booking) through this pacer."""
+        if self._local is not None:
+            return bool(self._local.spent)
+        return self._spent
+
+    def __repr__(self) -> str:
+        where = "local" if self._local is not None else repr(self._text)
+        return f"<pacer.RedisTicket key={self._key!r} {where} spent={self.spent}>"
+
+
+class RedisBooking(Booking):
+    """A place in line in the fleet's bucket (SPEC §11): ``slot_ms`` is on
+    the server's clock (on the local pacer's for a booking the ``local``
+    failure policy made). Present it with ``redeem`` on the request's retry
+    or release it; ``release()`` returns what the pacer's ``release`` does
+    (an awaitable for ``AsyncRedisPacer``)."""
+
+    __slots__ = ("_local_booking",)
+
+    def __init__(self, ticket: RedisTicket, slot_ms: int, local: Booking | None = None) -> None:
+        super().__init__(ticket, slot_ms)  # type: ignore[arg-type]
+        self._local_booking = local
+
+    @property
+    def spent(self) -> bool:
+        """Whether it was redeemed (admitted) or released already."""
+        ticket: RedisTicket = self._ticket  # type: ignore[assignment]
+        return ticket.spent
+
+    def release(self, now_ms: int | None = None) -> Any:  # type: ignore[override]
+        """Gives the booked token back: ``pacer.release(booking.ticket)``."""
+        if now_ms is not None:
+            raise TypeError(_NO_CLOCK)
+        ticket: RedisTicket = self._ticket  # type: ignore[assignment]
+        return ticket._pacer.release(ticket)
+
+    def __repr__(self) -> str:
+        return f"<pacer.RedisBooking slot_ms={self._slot_ms} ticket={self._ticket!r}>"
+
+
+_NO_CLOCK = "pacer: a fleet pacer takes no clock: the Redis server's clock decides"
+
+
+@dataclass(frozen=True, slots=True)
+class RedisAdmitted(Admitted):
+    """``Admitted`` from a fleet pacer. ``ticket`` is a ``RedisTicket`` (or
+    None when nothing was debited); ``fallback`` names the failure policy
+    that decided it, None when the server did. ``release()`` gives the slot
+    back through the pacer (``RedisPacer.release``)."""
+
+    fallback: Fallback | None = None
+
+    def release(self, now_ms: int | None = None) -> bool:
+        if now_ms is not None:
+            raise TypeError(_NO_CLOCK)
+        ticket: Any = self.ticket
+        if ticket is None:
+            return False
+        return bool(ticket._pacer.release(ticket))
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncRedisAdmitted(RedisAdmitted):
+    """``RedisAdmitted`` from an ``AsyncRedisPacer``: ``await
+    outcome.release()``."""
+
+    async def release(self, now_ms: int | None = None) -> bool:  # type: ignore[override]
+        if now_ms is not None:
+            raise TypeError(_NO_CLOCK)
+        ticket: Any = self.ticket
+        if ticket is None:
+            return False
+        return bool(await ticket._pacer.release(ticket))
+
+
+@dataclass(frozen=True, slots=True)
+class RedisRefused(Refused):
+    """``Refused`` from a fleet pacer; ``fallback`` names the failure policy
+    that decided it, None when the server did. ``required_wait_ms`` is 0
+    when it is not known (a booking answered as a refusal, the ``closed``
+    policy)."""
+
+    fallback: Fallback | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RedisBooked(Booked):
+    """``Booked`` from a fleet pacer: ``booking`` is a ``RedisBooking``.
+    ``required_wait_ms`` is 0 when the server's reply does not say it (a
+    booking or a not-yet redemption by Redis); ``fallback`` as for
+    ``RedisAdmitted``."""
+
+    fallback: Fallback | None = None
+
+    def release(self, now_ms: int | None = None) -> Any:
+        return self.booking.release(now_ms)
+
+
+class _Pending:
+    """One keyed request refused so far: its refused attempts and its booking."""
+
+    __slots__ = ("attempts", "booking")
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        self.booking: RedisBooking | None = None
+
+
+class _Down(Exception):
+    """A failure (docs/fleet-clients.md, "When Redis fails"): the call is
+    answered by the policy."""
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _fields(entry: Any) -> dict[str, Any]:
+    """A RESP2 flat list of name/value pairs or a RESP3 map, as a dict."""
+    if isinstance(entry, dict):
+        return {_text(name): value for name, value in entry.items()}
+    if isinstance(entry, (list, tuple)):
+        return {_text(entry[i]): entry[i + 1] for i in range(0, len(entry) - 1, 2)}
+    return {}
+
+
+def _error_class(error: BaseException, names: tuple[str, ...]) -> bool:
+    return any(type_.__name__ in names for type_ in type(error).__mro__)
+
+
+def _module_listed(reply: Any) -> bool:
+    return any(_text(_fields(entry).get("name", "")) == "pacer" for entry in reply or [])
+
+
+def _function_listed(reply: Any) -> bool:
+    return any(_text(_fields(entry).get("library_name", "")) == "pacer" for entry in reply or [])
+
+
+def _stale_engine(error: BaseException) -> bool:
+    """An error that says the engine found before is gone (the server was
+    restarted or replaced without the module or the function)."""
+    message = str(error)
+    if message.startswith(("pacer:", "ERR pacer:")):
+        return False
+    lowered = message.lower()
+    return "unknown command" in lowered or "function not found" in lowered
+
+
+def _address(client: Any) -> str:
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+    except AttributeError:
+        return "redis"
+    if "path" in kwargs:
+        return f"unix:{kwargs['path']}"
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+class _FleetCore:
+    """What ``RedisPacer`` and ``AsyncRedisPacer`` share: the settings, the
+    commands, the reply parser, the failure policy and its state."""
+
+    _local_pacer: Pacer
+    _fallback_pacer: Pacer | None
+
+    def _setup(
+        self,
+        *,
+        key: Any,
+        rate_per_minute: int,
+        burst: int,
+        idle_timeout_ms: int,
+        max_retries: int | None,
+        release_policy: ReleasePolicy,
+        engine: Any,
+        on_failure: Any,
+        fleet_size: Any,
+        timeout_ms: Any,
+        retry_after_ms: Any,
+        notice_registry: NoticeRegistry | None,
+    ) -> None:
+        if isinstance(key, str):
+            key_bytes = key.encode("utf-8")
+        elif isinstance(key, bytes):
+            key_bytes = key
+        else:
+            raise TypeError(f"pacer: key must be a str or bytes, got {_check.describe(key)}")
+        if not key_bytes:
+            raise ValueError("pacer: key must not be empty")
+        if not isinstance(engine, str) or engine not in _ENGINES:
+            raise ValueError(f"pacer: engine must be one of {', '.join(_ENGINES)}, got {engine!r}")
+        if not isinstance(on_failure, str) or on_failure not in _POLICIES:
+            raise ValueError(f"pacer: on_failure must be one of {', '.join(_POLICIES)}, got {on_failure!r}")
+        self._fleet_size = _check.whole("fleet_size", fleet_size, 1, _check.U32_MAX)
+        self._retry_after_ms = _check.whole("retry_after_ms", retry_after_ms, 0, _check.U32_MAX)
+        self._registry = _check_registry(notice_registry)
+        # The configuration, checked and completed as a Pacer's (its mode
+        # notice too). It answers locally when pacing is off.
+        self._local_pacer = Pacer(
+            rate_per_minute=rate_per_minute,
+            burst=burst,
+            idle_timeout_ms=idle_timeout_ms,
+            max_retries=max_retries,
+            release_policy=release_policy,
+            notice_registry=self._registry,
+        )
+        bound = self._local_pacer.wait_bound_ms
+        if timeout_ms is None:
+            timeout = min(bound, DEFAULT_TIMEOUT_MS) if bound > 0 else DEFAULT_TIMEOUT_MS
+        else:
+            timeout = _check.whole("timeout_ms", timeout_ms, 1, _check.U32_MAX)
+            if bound > 0:
+                timeout = min(timeout, bound)
+        self._timeout_ms = timeout
+        self._key: BucketKey = key
+        self._engine_option: Engine = engine  # type: ignore[assignment]
+        self._policy: FailurePolicy = on_failure  # type: ignore[assignment]
+        config = self._local_pacer.config
+        self._config_args = (
+            str(config.rate_per_minute),
+            str(config.burst),
+            str(config.idle_timeout_ms),
+            str(config.max_retries),
+            config.release_policy,
+        )
+        self._engine: str | None = None
+        self._script = script_text()
+        self._sha: str | None = None
+        self._fallback_pacer = None
+        self._state_lock = threading.Lock()
+        self._keyed_lock = threading.Lock()
+        self._pending: dict[Any, _Pending] = {}
+        self._down_until: float | None = None
+        self._outage = False
+        self._closed = False
+        self._address = "redis"
+
+    # ------------------------------------------------------------ properties
+
+    @property
+    def key(self) -> BucketKey:
+        """The bucket's key."""
+        return self._key
+
+    @property
+    def config(self) -> PacerConfig:
+        return self._local_pacer.config
+
+    @property
+    def mode(self) -> Mode:
+        return self._local_pacer.mode
+
+    @property
+    def wait_bound_ms(self) -> int:
+        """The longest wait an admission is given, ms."""
+        return self._local_pacer.wait_bound_ms
+
+    @property
+    def can_refuse(self) -> bool:
+        return self._local_pacer.can_refuse
+
+    @property
+    def enabled(self) -> bool:
+        return self._local_pacer.enabled
+
+    @property
+    def engine(self) -> str | None:
+        """The engine in use (``module``, ``function``, ``script``), None
+        until the server was asked (and again after a failure, with
+        ``engine="auto"``)."""
+        return self._engine
+
+    @property
+    def on_failure(self) -> FailurePolicy:
+        return self._policy
+
+    @property
+    def fleet_size(self) -> int:
+        return self._fleet_size
+
+    @property
+    def timeout_ms(self) -> int:
+        """How long a call waits for Redis, ms."""
+        return self._timeout_ms
+
+    @property
+    def retry_after_ms(self) -> int:
+        return self._retry_after_ms
+
+    @property
+    def in_outage(self) -> bool:
+        """Whether the last call to Redis failed (answers come from the policy)."""
+        return self._outage
+
+    @property
+    def pending_keys(self) -> int:
+        """How many keyed requests were refused and are not yet admitted or forgotten."""
+        with self._keyed_lock:
+            return len(self._pending)
+
+    @property
+    def fallback_pacer(self) -> Pacer | None:
+        """The in-process pacer of the ``local`` policy, once an outage made it."""
+        return self._fallback_pacer
+
+    # ------------------------------------------------------------ commands
+
+    def _command(self, engine: str, op: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        if engine == "module":
+            return (f"PACER.{op.upper()}", self._key, *args)
+        if engine == "function":
+            return ("FCALL", "pacer", 1, self._key, op, *args)
+        return ("EVALSHA", self._sha, 1, self._key, op, *args)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("pacer: this fleet pacer is closed")
+
+    def _auto(self) -> bool:
+        return self._engine_option == "auto"
+
+    def _forced_engine(self) -> str | None:
+        return None if self._auto() else self._engine_option
+
+    # ------------------------------------------------------------ errors and outages
+
+    def _classify(self, error: BaseException) -> BaseException:
+        """What a call that raised ``error`` raises: ``_Down`` for a failure
+        (answered by the policy), ``RedisPacerError`` for a pacer error or
+        WRONGTYPE, else the error itself."""
+        import redis.exceptions as rex
+
+        if isinstance(error, (rex.ConnectionError, rex.TimeoutError, TimeoutError, asyncio.TimeoutError,
+                              OSError)):
+            return _Down(error)
+        if _error_class(error, _UNAVAILABLE_CLASSES):
+            return _Down(error)
+        if isinstance(error, rex.ResponseError):
+            message = str(error)
+            if message.startswith(_UNAVAILABLE_PREFIXES):
+                return _Down(error)
+            if message.startswith(("pacer:", "ERR pacer:", "WRONGTYPE")):
+                return RedisPacerError(message)
+        return error
+
+    def _asking(self) -> bool:
+        """Whether to ask Redis now: not within ``retry_after_ms`` of a failure."""
+        down_until = self._down_until
+        return down_until is None or _monotonic() >= down_until
+
+    def _failed(self, failure: _Down) -> None:
+        error = failure.args[0] if failure.args else failure
+        with self._state_lock:
+            self._down_until = _monotonic() + self._retry_after_ms / 1000
+            if self._auto():
+                self._engine = None  # asked again on the next reply
+            if self._outage:
+                return
+            self._outage = True
+        detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        text = (f"pacer: Redis at {self._address} failed for the bucket {self._key!r} ({detail}); "
+                f"answering by the {self._policy!r} failure policy, asking again every "
+                f"{self._retry_after_ms} ms")
+        self._notice(OutageNotice(True, self._address, self._key, self._policy, detail, text))
+
+    def _answered(self) -> None:
+        if not self._outage:
+            return
+        with self._state_lock:
+            if not self._outage:
+                return
+            self._outage = False
+            self._down_until = None
+        text = f"pacer: Redis at {self._address} answers again for the bucket {self._key!r}"
+        self._notice(OutageNotice(False, self._address, self._key, self._policy, "", text))
+
+    @staticmethod
+    def _notice(notice: OutageNotice) -> None:
+        try:
+            logger.warning("%s", notice.text, extra={"pacer_outage": notice})
+        except Exception:  # noqa: BLE001 - a diagnostic must never fail a request
+            pass
+
+    # ------------------------------------------------------------ replies
+
+    def _ticket(self, text: Any) -> RedisTicket | None:
+        if text is None:
+            return None
+        return RedisTicket(self, self._key, _text(text))
+
+    def _admitted(self, wait_ms: int, path: AdmitPath, regressed: bool, ticket: RedisTicket | None,
+                  fallback: Fallback | None) -> RedisAdmitted:
+        return RedisAdmitted(wait_ms, path, regressed, ticket, fallback)  # type: ignore[arg-type]
+
+    def _decision(self, reply: Any) -> RedisAdmitted | RedisRefused | RedisBooked:
+        """An answer of create/reserve/book: admitted, refused or booked."""
+        kind = _text(reply[0])
+        if kind == "admitted":
+            return self._admitted(int(reply[1]), AdmitPath(_text(reply[3])), bool(int(reply[4])),
+                                  self._ticket(reply[2]), None)
+        if kind == "refused":
+            return RedisRefused(int(reply[2]), int(reply[1]), bool(int(reply[3])))
+        if kind == "booked":
+            ticket = self._ticket(reply[2])
+            assert ticket is not None
+            booking = RedisBooking(ticket, int(reply[3]))
+            return RedisBooked(booking, 0, int(reply[1]), bool(int(reply[4])))
+        raise RedisPacerError(f"pacer: unexpected reply {reply!r}")
+
+    def _redemption(self, booking: RedisBooking, reply: Any) -> RedisAdmitted | RedisBooked:
+        kind = _text(reply[0])
+        if kind == "admitted":
+            ticket: RedisTicket = booking._ticket  # type: ignore[assignment]
+            ticket._spent = True
+            admitted_ticket = RedisTicket(self, self._key, _text(reply[2]))
+            return self._admitted(int(reply[1]), AdmitPath(_text(reply[3])), bool(int(reply[4])),
+                                  admitted_ticket, None)
+        if kind == "notyet":
+            return RedisBooked(booking, 0, int(reply[1]), False)
+        raise RedisPacerError(f"pacer: unexpected reply {reply!r}")
+
+    @staticmethod
+    def _info(reply: Any) -> dict[str, int | str]:
+        info: dict[str, int | str] = {}
+        for name, value in _fields(reply).items():
+            info[name] = value if isinstance(value, int) else _text(value)
+        return info
+
+    # ------------------------------------------------------------ local answers
+
+    def _disabled(self) -> RedisAdmitted:
+        """Pacing is off: admitted at once, as the local pacer does, without Redis."""
+        return self._admitted(0, AdmitPath.DISABLED, False, None, None)
+
+    def _fallback(self) -> Pacer:
+        """The ``local`` policy's in-process pacer, at ⌊rate/N⌋ and ⌊burst/N⌋
+        (each at least 1), made on first use."""
+        with self._state_lock:
+            if self._fallback_pacer is None:
+                config, n = self.config, self._fleet_size
+                rate = config.rate_per_minute
+                self._fallback_pacer = Pacer(
+                    rate_per_minute=max(1, rate // n) if rate > 0 else 0,
+                    burst=max(1, config.burst // n),
+                    idle_timeout_ms=config.idle_timeout_ms,
+                    max_retries=config.max_retries,
+                    release_policy=config.release_policy,
+                    notice_registry=self._registry,
+                )
+            return self._fallback_pacer
+
+    def _from_local(self, answer: Any, booking: RedisBooking | None = None) -> Any:
+        """The local policy's answer as a fleet pacer's (fallback ``local``)."""
+        if isinstance(answer, Admitted):
+            ticket = None if answer.ticket is None else RedisTicket(self, self._key, None, answer.ticket)
+            return self._admitted(answer.wait_ms, answer.path, answer.clock_regressed, ticket, "local")
+        if isinstance(answer, Booked):
+            local = answer.booking
+            if booking is None:
+                ticket = RedisTicket(self, self._key, None, local.ticket)
+                booking = RedisBooking(ticket, local.slot_ms, local)
+            return RedisBooked(booking, answer.required_wait_ms, answer.retry_after_s, answer.clock_regressed,
+                               "local")
+        return RedisRefused(answer.required_wait_ms, answer.retry_after_s, answer.clock_regressed, "local")
+
+    def _closed_refusal(self) -> RedisRefused:
+        return RedisRefused(0, hint_cap_s(self.wait_bound_ms), False, "closed")
+
+    def _by_policy(self, retries_left: int | None) -> Any:
+        """A reserve (``retries_left`` None) or reserve-or-book by the policy."""
+        if self._policy == "open":
+            return self._admitted(0, AdmitPath.DISABLED, False, None, "open")
+        if self._policy == "closed":
+            return self._closed_refusal()
+        local = self._fallback()
+        now = local.now_ms()
+        answer = local.reserve(now) if retries_left is None else local.reserve_or_book(now, retries_left)
+        return self._from_local(answer)
+
+    def _redeem_by_policy(self, booking: RedisBooking) -> Any:
+        """A booking in Redis presented while Redis fails: the policy decides
+        as for a new request (the booked debit passes with time)."""
+        if self._policy == "open":
+            return self._admitted(0, AdmitPath.DISABLED, False, None, "open")
+        if self._policy == "closed":
+            refusal = self._closed_refusal()
+            return RedisBooked(booking, 0, refusal.retry_after_s, False, "closed")
+        local = self._fallback()
+        answer = local.reserve(local.now_ms())
+        if isinstance(answer, Admitted):
+            return self._from_local(answer)
+        return RedisBooked(booking, answer.required_wait_ms, answer.retry_after_s, answer.clock_regressed, "local")
+
+    def _redeem_local(self, booking: RedisBooking) -> Any:
+        local_booking = booking._local_booking
+        assert local_booking is not None
+        local = local_booking.ticket._pacer
+        answer = local.redeem(local_booking, local.now_ms())
+        return self._from_local(answer, booking)
+
+    # ------------------------------------------------------------ checks
+
+    def _own_ticket(self, ticket: Any) -> bool:
+        if not isinstance(ticket, RedisTicket):
+            raise TypeError(f"pacer: ticket must be a RedisTicket from this pacer, got {_check.describe(ticket)}")
+        return ticket._pacer is self
+
+    def _own_booking(self, booking: Any) -> RedisBooking:
+        if not isinstance(booking, RedisBooking):
+            raise TypeError(
+                f"pacer: booking must be a RedisBooking from reserve_or_book(), got {_check.describe(booking)}"
+            )
+        if booking._ticket._pacer is not self:
+            raise ValueError("pacer: this booking was made by another pacer")
+        if booking.spent:
+            raise ValueError("pacer: this booking was redeemed or released already")
+        return booking
+
+    def _retries_left(self, entry: _Pending) -> int:
+        return max(0, self.config.max_retries - entry.attempts)
+
+    def _settle(self, key: Any, entry: _Pending, outcome: Any) -> Any:
+        """Files the outcome of one keyed attempt; a booking or a not-yet
+        redemption is answered as a refusal."""
+        with self._keyed_lock:
+            if isinstance(outcome, Admitted):
+                self._pending.pop(key, None)
+                return outcome
+            if isinstance(outcome, Booked):
+                entry.booking = outcome.booking  # type: ignore[assignment]
+            entry.attempts += 1
+            self._pending[key] = entry
+        if isinstance(outcome, Booked):
+            fallback = getattr(outcome, "fallback", None)
+            return RedisRefused(outcome.required_wait_ms, outcome.retry_after_s, outcome.clock_regressed, fallback)
+        return outcome
+
+    def _entry(self, key: Any) -> _Pending:
+        _check.key("key", key)
+        with self._keyed_lock:
+            return self._pending.get(key) or _Pending()
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"<pacer.{type(self).__name__} key={self._key!r} rate_per_minute={c.rate_per_minute} "
+                f"burst={c.burst} idle_timeout_ms={c.idle_timeout_ms} max_retries={c.max_retries} "
+                f"release_policy={c.release_policy!r} engine={self._engine or self._engine_option} "
+                f"on_failure={self._policy}>")
+
+
+def _redis_py() -> Any:
+    """redis-py, or an ImportError that says how to install it."""
+    try:
+        import redis
+        import redis.asyncio
+    except ImportError as error:
+        raise ImportError(
+            "pacer: a fleet pacer needs redis-py: pip install 'pacer[redis]' (or redis>=5)"
+        ) from error
+    return redis
+
+
+def _client_kwargs(timeout_s: float) -> dict[str, Any]:
+    """What the pacer's own connections use: its timeout for connecting and
+    for each reply, and no retries (a failure is answered by the policy)."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    return {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, "retry": Retry(NoBackoff(), 0)}
+
+
+def _check_source(url: Any, client: Any) -> None:
+    if (url is None) == (client is None):
+        raise TypeError("pacer: pass exactly one of url= and client=")
+    if url is not None and not isinstance(url, str):
+        raise TypeError(f"pacer: url must be a str, got {_check.describe(url)}")
+
+
+class RedisPacer(_FleetCore):
+    """A fleet pacer over ``redis.Redis`` (docs/fleet-clients.md): the
+    ``Pacer`` interface on one bucket in Redis, shared by every process of
+    the fleet that uses the same key and configuration.
+
+    ``url=`` makes the pacer's own client; ``client=`` takes the settings
+    of an existing ``redis.Redis`` (address, credentials, TLS, protocol) for
+    a connection pool of the pacer's own, with the pacer's timeout and no
+    retries. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        *,
+        key: BucketKey,
+        url: str | None = None,
+        client: redis.Redis | None = None,
+        rate_per_minute: int = DEFAULT_RATE_PER_MINUTE,
+        burst: int = DEFAULT_BURST,
+        idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
+        max_retries: int | None = None,
+        release_policy: ReleasePolicy = "refund",
+        engine: Engine = "auto",
+        on_failure: FailurePolicy = "local",
+        fleet_size: int = 1,
+        timeout_ms: int | None = None,
+        retry_after_ms: int = DEFAULT_RETRY_AFTER_MS,
+        notice_registry: NoticeRegistry | None = None,
+    ) -> None:
+        redis_py = _redis_py()
+        _check_source(url, client)
+        self._setup(key=key, rate_per_minute=rate_per_minute, burst=burst, idle_timeout_ms=idle_timeout_ms,
+                    max_retries=max_retries, release_policy=release_policy, engine=engine,
+                    on_failure=on_failure, fleet_size=fleet_size, timeout_ms=timeout_ms,
+                    retry_after_ms=retry_after_ms, notice_registry=notice_registry)
+        kwargs = _client_kwargs(self._timeout_ms / 1000)
+        if url is not None:
+            self._client = redis_py.Redis.from_url(url, **kwargs)
+        else:
+            if not isinstance(client, redis_py.Redis):
+                raise TypeError(f"pacer: client must be a redis.Redis, got {_check.describe(client)}")
+            pool = client.connection_pool
+            self._client = redis_py.Redis(connection_pool=redis_py.ConnectionPool(
+                connection_class=pool.connection_class, **{**pool.connection_kwargs, **kwargs}))
+        self._address = _address(self._client)
+
+    # ------------------------------------------------------------ I/O
+
+    def _detect(self) -> str:
+        forced = self._forced_engine()
+        if forced is not None:
+            return forced
+        if _module_listed(self._listing("MODULE", "LIST")):
+            return "module"
+        if _function_listed(self._listing("FUNCTION", "LIST", "LIBRARYNAME", "pacer")):
+            return "function"
+        return "script"
+
+    def _listing(self, *command: Any) -> Any:
+        """A listing command's reply; refused (managed services), nothing."""
+        import redis.exceptions as rex
+
+        try:
+            return self._client.execute_command(*command)
+        except rex.ResponseError as error:
+            if isinstance(self._classify(error), _Down):
+                raise
+            return []
+
+    def _load_script(self) -> None:
+        self._sha = _text(self._client.execute_command("SCRIPT", "LOAD", self._script))
+
+    def _run(self, op: str, args: tuple[Any, ...]) -> Any:
+        import redis.exceptions as rex
+
+        if self._engine is None:
+            self._engine = self._detect()
+        engine = self._engine
+        if engine == "script":
+            if self._sha is None:
+                self._load_script()
+            try:
+                return self._client.execute_command(*self._command(engine, op, args))
+            except rex.NoScriptError:
+                self._load_script()  # the script cache was emptied: load again, retry once
+        return self._client.execute_command(*self._command(engine, op, args))
+
+    def _ask(self, op: str, *args: Any) -> Any:
+        """The server's reply to ``op``; raises ``_Down`` on a failure (after
+        starting the outage), ``RedisPacerError`` for a pacer error."""
+        self._check_open()
+        if not self._asking():
+            raise _Down()
+        for attempt in (0, 1):
+            try:
+                reply = self._run(op, args)
+            except Exception as error:  # noqa: BLE001 - classified below
+                if attempt == 0 and self._auto() and _stale_engine(error):
+                    self._answered()
+                    self._engine = None  # the engine found before is gone: ask again
+                    continue
+                surfaced = self._classify(error)
+                if isinstance(surfaced, _Down):
+                    self._failed(surfaced)
+                    raise surfaced from error
+                self._answered()
+                if surfaced is error:
+                    raise
+                raise surfaced from error
+            self._answered()
+            return reply
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # ------------------------------------------------------------ decisions
+
+    def create(self) -> bool:
+        """Creates the bucket if the key is missing (checks the configuration
+        at start-up): True when it created it, False when the same bucket
+        was there. A failure raises ``redis.exceptions.RedisError``."""
+        try:
+            return bool(self._ask("create", *self._config_args))
+        except _Down as down:
+            raise _cause(down) from None
+
+    def reserve(self) -> RedisAdmitted | RedisRefused:
+        """Decides on the server's clock without waiting (``Pacer.reserve``)."""
+        self._check_open()
+        if not self.enabled:
+            return self._disabled()
+        try:
+            reply = self._ask("reserve", *self._config_args)
+        except _Down:
+            return self._by_policy(None)  # type: ignore[no-any-return]
+        return self._decision(reply)  # type: ignore[return-value]
+
+    def reserve_or_book(self, retries_left: int) -> RedisAdmitted | RedisBooked | RedisRefused:
+        """``reserve``, except that a refusal within the horizon of
+        ``retries_left`` retries books a place in line (``Pacer.reserve_or_book``)."""
+        retries_left = _check.u32("retries_left", retries_left)
+        self._check_open()
+        if not self.enabled:
+            return self._disabled()
+        try:
+            reply = self._ask("book", *self._config_args, str(retries_left))
+        except _Down:
+            return self._by_policy(retries_left)  # type: ignore[no-any-return]
+        return self._decision(reply)
+
+    def redeem(self, booking: RedisBooking) -> RedisAdmitted | RedisBooked:
+        """Presents a booking on the request's retry (``Pacer.redeem``): admitted
+        when its slot is within the wait bound, else booked again with the
+        next hint. A booking the local policy made is redeemed there."""
+        booking = self._own_booking(booking)
+        self._check_open()
+        if booking._local_booking is not None:
+            return self._redeem_local(booking)  # type: ignore[no-any-return]
+        ticket: RedisTicket = booking._ticket  # type: ignore[assignment]
+        try:
+            reply = self._ask("redeem", ticket._text)
+        except _Down:
+            return self._redeem_by_policy(booking)  # type: ignore[no-any-return]
+        return self._redemption(booking, reply)
+
+    def release(self, ticket: RedisTicket) -> bool:
+        """Gives an admission's (or a booking's) debit back: to the server,
+        or to the local pacer that issued it. True when refunded; False when
+        released already through this pacer, from another pacer, refused
+        by the ``strict`` policy, or when Redis fails (the debit then
+        passes with time). A ticket the server says is spent raises
+        ``RedisPacerError``."""
+        if not self._own_ticket(ticket):
+            return False
+        if ticket._local is not None:
+            return bool(ticket._local._pacer.release(ticket._local))
+        with self._state_lock:
+            if ticket._spent:
+                return False
+            ticket._spent = True
+        try:
+            refunded = self._ask("release", ticket._text)
+        except BaseException as error:
+            ticket._spent = False  # not released: the ticket keeps its refund right
+            if isinstance(error, _Down):
+                return False
+            raise
+        return bool(refunded)
+
+    def info(self) -> dict[str, int | str]:
+        """The bucket as the server reports it (``PACER.INFO``: the
+        configuration, mode, level, counters such as ``admitted``,
+        ``released``, and ``now_ms``). A failure raises
+        ``redis.exceptions.RedisError``; a missing bucket ``RedisPacerError``."""
+        try:
+            return self._info(self._ask("info"))
+        except _Down as down:
+            raise _cause(down) from None
+
+    # ------------------------------------------------------------ keyed bookings
+
+    def _attempt(self, key: Any) -> RedisAdmitted | RedisRefused:
+        entry = self._entry(key)
+        outcome: Any
+        if entry.booking is not None:
+            outcome = self.redeem(entry.booking)
+        else:
+            outcome = self.reserve_or_book(self._retries_left(entry))
+        return self._settle(key, entry, outcome)  # type: ignore[no-any-return]
+
+    def forget(self, key: Any) -> bool:
+        """The keyed request ended without being admitted: releases its
+        booking (to Redis, or to the local pacer that made it) and forgets
+        the key. True when a booking was refunded."""
+        _check.key("key", key)
+        with self._keyed_lock:
+            entry = self._pending.pop(key, None)
+        if entry is None or entry.booking is None:
+            return False
+        return self.release(entry.booking._ticket)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------ waiting
+
+    def admit(self, timeout: float | None = None, *, key: Any = None) -> RedisAdmitted | RedisRefused:
+        """Reserves (with ``key``: redeems or books, as ``Pacer.admit``) and
+        sleeps the granted wait in this thread. A wait longer than
+        ``timeout`` seconds is released at once and raises TimeoutError;
+        interrupted while sleeping, the admission is released and the
+        exception re-raised."""
+        limit = None if timeout is None else _check.seconds("timeout", timeout)
+        decision = self.reserve() if key is None else self._attempt(key)
+        if isinstance(decision, Refused) or decision.wait_ms == 0:
+            return decision
+        if limit is not None and decision.wait_ms > limit * 1000:
+            decision.release()
+            raise TimeoutError(
+                f"pacer: the granted wait of {decision.wait_ms}ms is longer than the timeout of {limit}s"
+            )
+        try:
+            _blocking_sleep(decision.wait_ms / 1000)
+        except BaseException as error:
+            _give_back(decision.release, error)
+            raise
+        return decision
+
+    #: ``admit``, under the name the local ``Pacer`` gives its blocking call.
+    admit_blocking = admit
+
+    # ------------------------------------------------------------ closing
+
+    def close(self) -> None:
+        """Closes the pacer's connections. Keys still pending keep their
+        bookings in Redis until their slots pass: forget them first."""
+        if self._closed:
+            return
+        self._closed = True
+        self._client.close()
+        self._client.connection_pool.disconnect()  # the pool is the pacer's own
+
+    def __enter__(self) -> RedisPacer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncRedisPacer(_FleetCore):
+    """A fleet pacer over ``redis.asyncio.Redis``: ``RedisPacer``'s
+    interface with coroutines. Each call to Redis is bounded by the timeout
+    as a whole (``asyncio.wait_for``). Answers that hold a ticket are
+    ``AsyncRedisAdmitted`` (``await outcome.release()``)."""
+
+    def __init__(
+        self,
+        *,
+        key: BucketKey,
+        url: str | None = None,
+        client: redis.asyncio.Redis | None = None,
+        rate_per_minute: int = DEFAULT_RATE_PER_MINUTE,
+        burst: int = DEFAULT_BURST,
+        idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
+        max_retries: int | None = None,
+        release_policy: ReleasePolicy = "refund",
+        engine: Engine = "auto",
+        on_failure: FailurePolicy = "local",
+        fleet_size: int = 1,
+        timeout_ms: int | None = None,
+        retry_after_ms: int = DEFAULT_RETRY_AFTER_MS,
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
+        notice_registry: NoticeRegistry | None = None,
+    ) -> None:
+        aioredis = _redis_py().asyncio
+        _check_source(url, client)
+        self._setup(key=key, rate_per_minute=rate_per_minute, burst=burst, idle_timeout_ms=idle_timeout_ms,
+                    max_retries=max_retries, release_policy=release_policy, engine=engine,
+                    on_failure=on_failure, fleet_size=fleet_size, timeout_ms=timeout_ms,
+                    retry_after_ms=retry_after_ms, notice_registry=notice_registry)
+        self._sleep = _check.callable_or("sleep", sleep, asyncio.sleep)
+        kwargs = _client_kwargs(self._timeout_ms / 1000)
+        if url is not None:
+            self._client = aioredis.Redis.from_url(url, **kwargs)
+        else:
+            if not isinstance(client, aioredis.Redis):
+                raise TypeError(f"pacer: client must be a redis.asyncio.Redis, got {_check.describe(client)}")
+            pool = client.connection_pool
+            self._client = aioredis.Redis(connection_pool=aioredis.ConnectionPool(
+                connection_class=pool.connection_class, **{**pool.connection_kwargs, **kwargs}))
+        self._address = _address(self._client)
+
+    def _admitted(self, wait_ms: int, path: AdmitPath, regressed: bool, ticket: RedisTicket | None,
+                  fallback: Fallback | None) -> RedisAdmitted:
+        return AsyncRedisAdmitted(wait_ms, path, regressed, ticket, fallback)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------ I/O
+
+    async def _detect(self) -> str:
+        forced = self._forced_engine()
+        if forced is not None:
+            return forced
+        if _module_listed(await self._listing("MODULE", "LIST")):
+            return "module"
+        if _function_listed(await self._listing("FUNCTION", "LIST", "LIBRARYNAME", "pacer")):
+            return "function"
+        return "script"
+
+    async def _listing(self, *command: Any) -> Any:
+        import redis.exceptions as rex
+
+        try:
+            return await self._client.execute_command(*command)
+        except rex.ResponseError as error:
+            if isinstance(self._classify(error), _Down):
+                raise
+            return []
+
+    async def _load_script(self) -> None:
+        self._sha = _text(await self._client.execute_command("SCRIPT", "LOAD", self._script))
+
+    async def _run(self, op: str, args: tuple[Any, ...]) -> Any:
+        import redis.exceptions as rex
+
+        if self._engine is None:
+            self._engine = await self._detect()
+        engine = self._engine
+        if engine == "script":
+            if self._sha is None:
+                await self._load_script()
+            try:
+                return await self._client.execute_command(*self._command(engine, op, args))
+            except rex.NoScriptError:
+                await self._load_script()  # the script cache was emptied: load again, retry once
+        return await self._client.execute_command(*self._command(engine, op, args))
+
+    async def _ask(self, op: str, *args: Any) -> Any:
+        self._check_open()
+        if not self._asking():
+            raise _Down()
+        for attempt in (0, 1):
+            try:
+                reply = await asyncio.wait_for(self._run(op, args), self._timeout_ms / 1000)
+            except Exception as error:  # noqa: BLE001 - classified below
+                if attempt == 0 and self._auto() and _stale_engine(error):
+                    self._answered()
+                    self._engine = None
+                    continue
+                surfaced = self._classify(error)
+                if isinstance(surfaced, _Down):
+                    self._failed(surfaced)
+                    raise surfaced from error
+                self._answered()
+                if surfaced is error:
+                    raise
+                raise surfaced from error
+            self._answered()
+            return reply
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # ------------------------------------------------------------ decisions
+
+    async def create(self) -> bool:
+        """As ``RedisPacer.create``."""
+        try:
+            return bool(await self._ask("create", *self._config_args))
+        except _Down as down:
+            raise _cause(down) from None
+
+    async def reserve(self) -> RedisAdmitted | RedisRefused:
+        """As ``RedisPacer.reserve``."""
+        self._check_open()
+        if not self.enabled:
+            return self._disabled()
+        try:
+            reply = await self._ask("reserve", *self._config_args)
+        except _Down:
+            return self._by_policy(None)  # type: ignore[no-any-return]
+        return self._decision(reply)  # type: ignore[return-value]
+
+    async def reserve_or_book(self, retries_left: int) -> RedisAdmitted | RedisBooked | RedisRefused:
+        """As ``RedisPacer.reserve_or_book``."""
+        retries_left = _check.u32("retries_left", retries_left)
+        self._check_open()
+        if not self.enabled:
+            return self._disabled()
+        try:
+            reply = await self._ask("book", *self._config_args, str(retries_left))
+        except _Down:
+            return self._by_policy(retries_left)  # type: ignore[no-any-return]
+        return self._decision(reply)
+
+    async def redeem(self, booking: RedisBooking) -> RedisAdmitted | RedisBooked:
+        """As ``RedisPacer.redeem``."""
+        booking = self._own_booking(booking)
+        self._check_open()
+        if booking._local_booking is not None:
+            return self._redeem_local(booking)  # type: ignore[no-any-return]
+        ticket: RedisTicket = booking._ticket  # type: ignore[assignment]
+        try:
+            reply = await self._ask("redeem", ticket._text)
+        except _Down:
+            return self._redeem_by_policy(booking)  # type: ignore[no-any-return]
+        return self._redemption(booking, reply)
+
+    async def release(self, ticket: RedisTicket) -> bool:
+        """As ``RedisPacer.release``."""
+        if not self._own_ticket(ticket):
+            return False
+        if ticket._local is not None:
+            return bool(ticket._local._pacer.release(ticket._local))
+        if ticket._spent:
+            return False
+        ticket._spent = True
+        try:
+            refunded = await self._ask("release", ticket._text)
+        except BaseException as error:
+            ticket._spent = False
+            if isinstance(error, _Down):
+                return False
+            raise
+        return bool(refunded)
+
+    async def info(self) -> dict[str, int | str]:
+        """As ``RedisPacer.info``."""
+        try:
+            return self._info(await self._ask("info"))
+        except _Down as down:
+            raise _cause(down) from None
+
+    # ------------------------------------------------------------ keyed bookings
+
+    async def _attempt(self, key: Any) -> RedisAdmitted | RedisRefused:
+        entry = self._entry(key)
+        outcome: Any
+        if entry.booking is not None:
+            outcome = await self.redeem(entry.booking)
+        else:
+            outcome = await self.reserve_or_book(self._retries_left(entry))
+        return self._settle(key, entry, outcome)  # type: ignore[no-any-return]
+
+    async def forget(self, key: Any) -> bool:
+        """As ``RedisPacer.forget``."""
+        _check.key("key", key)
+        with self._keyed_lock:
+            entry = self._pending.pop(key, None)
+        if entry is None or entry.booking is None:
+            return False
+        return await self.release(entry.booking._ticket)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------ waiting
+
+    async def admit(self, *, key: Any = None) -> RedisAdmitted | RedisRefused:
+        """Reserves (with ``key``: redeems or books, as ``Pacer.admit``) and
+        sleeps the granted wait. Cancelled while waiting (``task.cancel()``,
+        ``asyncio.wait_for``), it releases the ticket and re-raises."""
+        decision = await self.reserve() if key is None else await self._attempt(key)
+        if isinstance(decision, Refused) or decision.wait_ms == 0:
+            return decision
+        try:
+            await self._sleep(decision.wait_ms / 1000)
+        except BaseException as error:
+            try:
+                await decision.release()  # type: ignore[misc]
+            except Exception as failure:  # noqa: BLE001 - reported on the caller's exception
+                _note(error, failure)
+            raise
+        return decision
+
+    # ------------------------------------------------------------ closing
+
+    async def close(self) -> None:
+        """Closes the pacer's connections (see ``RedisPacer.close``)."""
+        if self._closed:
+            return
+        self._closed = True
+        closer = getattr(self._client, "aclose", None) or self._client.close
+        await closer()
+        await self._client.connection_pool.disconnect()  # the pool is the pacer's own
+
+    async def __aenter__(self) -> AsyncRedisPacer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _cause(down: _Down) -> BaseException:
+    """The failure under ``down``, for calls no policy answers (create,
+    info); within ``retry_after_ms`` of a failure, a ConnectionError."""
+    import redis.exceptions as rex
+
+    if down.args and isinstance(down.args[0], BaseException):
+        return down.args[0]
+    return rex.ConnectionError("pacer: Redis failed less than retry_after_ms ago; not asking yet")
+
+
+def _note(error: BaseException, failure: BaseException) -> None:
+    add_note = getattr(error, "add_note", None)  # Python 3.11+
+    if add_note is not None:
+        add_note(f"pacer: giving the admission back failed: {failure}")
+
+
+def _give_back(release: Callable[[], Any], error: BaseException) -> None:
+    """Releases an admission whose wait ended in ``error``; the caller sees
+    its own exception (a failed release is added to it as a note)."""
+    try:
+        release()
+    except Exception as failure:  # noqa: BLE001 - reported on the caller's exception
+        _note(error, failure)
+
+
+__all__ = [
+    "AsyncRedisAdmitted",
+    "AsyncRedisPacer",
+    "OutageNotice",
+    "RedisAdmitted",
+    "RedisBooked",
+    "RedisBooking",
+    "RedisPacer",
+    "RedisPacerError",
+    "RedisRefused",
+    "RedisTicket",
+    "script_text",
+]

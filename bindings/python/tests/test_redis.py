@@ -1,0 +1,700 @@
+"""RedisPacer and AsyncRedisPacer against real redis-servers
+(docs/fleet-clients.md): the engine auto chooses, the answers, NOSCRIPT,
+pacer errors, the failure policies when the server is paused, killed or
+unreachable, cancellation and forget releasing in the server.
+
+The server's clock moves between calls, so no test expects an exact wait
+past the burst or times anything: the assertions are answers, fallbacks
+and the server's counters. With rate 60, burst 2, idle 30000 and 3 retries
+(SPEC §3: wait bound 2000 ms, hint cap 2 s), a fresh bucket admits two
+calls at once, the third after 0 < w <= 1000 ms (one token at 1/s, less
+the time since the first call), and a call whose required wait exceeds the
+bound is refused with the hint capped at 2 s."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pacer
+from pacer import (
+    AdmitPath,
+    AsyncRedisPacer,
+    RedisAdmitted,
+    RedisBooked,
+    RedisPacer,
+    RedisPacerError,
+    RedisRefused,
+)
+from pacer import _redis
+
+from conftest import REPO_ROOT
+from redis_server import REDIS_SERVER, RedisServer, free_port, module_path
+
+pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server not installed (scripts/redis-deps.sh)")
+
+CONFIG: dict[str, Any] = {"rate_per_minute": 60, "burst": 2, "idle_timeout_ms": 30000, "max_retries": 3}
+BOUND_MS = 2000  # SPEC §3: min(15000, floor((30000 - 14000) / 8))
+HINT_CAP_S = 2  # max(1, floor(2000 / 1000))
+SCRIPT = (REPO_ROOT / "redis" / "pacer.lua").read_bytes()
+
+
+def needs_module() -> str:
+    path = module_path()
+    if path is None:
+        pytest.skip("PACER_REDIS_MODULE is not set (scripts/test-python.sh builds and sets it)")
+    return path
+
+
+# ------------------------------------------------------------ servers
+
+
+@pytest.fixture(scope="module")
+def module_server() -> Iterator[RedisServer]:
+    with RedisServer(module=needs_module()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def function_server() -> Iterator[RedisServer]:
+    """A server without the module, with the library loaded as docs/redis.md tells operators."""
+    with RedisServer() as server:
+        with server.client() as admin:
+            admin.execute_command("FUNCTION", "LOAD", b"#!lua name=pacer\n" + SCRIPT)
+        yield server
+
+
+@pytest.fixture(scope="module")
+def plain_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    """A server of the test's own, to pause, kill and restart (with the
+    module when it is built, else plain: the script)."""
+    with RedisServer(module=module_path()) as server:
+        yield server
+
+
+# ------------------------------------------------------------ sync and async alike
+
+
+class Driver:
+    """Runs a test body against RedisPacer or AsyncRedisPacer: ``d(x)``
+    is ``x`` for the synchronous class and the awaited ``x`` for asyncio
+    (one event loop for the test)."""
+
+    def __init__(self, flavor: str) -> None:
+        self.flavor = flavor
+        self.loop = asyncio.new_event_loop() if flavor == "async" else None
+        self.pacers: list[Any] = []
+
+    def pacer(self, **kwargs: Any) -> Any:
+        cls = AsyncRedisPacer if self.flavor == "async" else RedisPacer
+        made = cls(**kwargs)
+        self.pacers.append(made)
+        return made
+
+    def __call__(self, value: Any) -> Any:
+        if self.loop is not None:
+            return self.loop.run_until_complete(value)
+        return value
+
+    def close(self) -> None:
+        for made in self.pacers:
+            self(made.close())
+        if self.loop is not None:
+            self.loop.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+def d(request: pytest.FixtureRequest) -> Iterator[Driver]:
+    driver = Driver(request.param)
+    try:
+        yield driver
+    finally:
+        driver.close()
+
+
+_keys = iter(range(1_000_000))
+
+
+def fresh_key(tag: str) -> str:
+    return f"pacer-test:{tag}:{os.getpid()}:{next(_keys)}"
+
+
+def outage_records(caplog: pytest.LogCaptureFixture, started: bool) -> list[Any]:
+    return [r.pacer_outage for r in caplog.records
+            if hasattr(r, "pacer_outage") and r.pacer_outage.started is started]
+
+
+def assert_burst_then_paced(d: Driver, fleet: Any) -> None:
+    """Two admissions at once, a third after a wait, then, past the bound, a
+    refusal with the capped hint (docs/redis.md replies, SPEC §3)."""
+    first, second = d(fleet.reserve()), d(fleet.reserve())
+    for outcome in (first, second):
+        assert isinstance(outcome, RedisAdmitted)
+        assert (outcome.wait_ms, outcome.path, outcome.fallback) == (0, AdmitPath.PACED, None)
+        assert outcome.ticket is not None and outcome.ticket.debit_units == 60000
+        assert outcome.ticket.key == fleet.key and outcome.ticket.fallback is None
+    third = d(fleet.reserve())
+    assert isinstance(third, RedisAdmitted) and third.path is AdmitPath.PACED and third.fallback is None
+    assert 0 < third.wait_ms <= 1000
+    fourth = d(fleet.reserve())
+    assert isinstance(fourth, RedisAdmitted) and 0 < fourth.wait_ms <= BOUND_MS
+    fifth = d(fleet.reserve())
+    assert isinstance(fifth, RedisRefused) and isinstance(fifth, pacer.Refused)
+    assert fifth.retry_after_s == HINT_CAP_S and fifth.required_wait_ms > BOUND_MS
+    assert fifth.fallback is None
+    assert fifth.response().headers["retry-after"] == str(HINT_CAP_S)  # the local pacer's SPEC §9 answer
+    # Giving the third back refunds its token in the server.
+    assert d(fleet.release(third.ticket)) is True
+    assert d(fleet.release(third.ticket)) is False  # released already
+    info = d(fleet.info())
+    assert (info["admitted"], info["refused"], info["released"]) == (4, 1, 1)
+    assert (info["rate_per_min"], info["burst"], info["wait_bound_ms"], info["mode"]) == (60, 2, BOUND_MS, "refusing")
+
+
+# ------------------------------------------------------------ the script copy
+
+
+def test_script_copy_is_the_repository_file() -> None:
+    """The package's pacer.lua (package data, read from the installed
+    package) is redis/pacer.lua byte for byte."""
+    assert _redis.script_text() == SCRIPT
+    installed = Path(pacer.__file__).parent / "pacer.lua"
+    assert installed.read_bytes() == SCRIPT
+
+
+# ------------------------------------------------------------ engines
+
+
+def test_auto_chooses_the_module(d: Driver, module_server: RedisServer) -> None:
+    fleet = d.pacer(url=module_server.url, key=fresh_key("module"), **CONFIG)
+    assert fleet.engine is None
+    assert_burst_then_paced(d, fleet)
+    assert fleet.engine == "module"
+
+
+def test_auto_chooses_the_function(d: Driver, function_server: RedisServer) -> None:
+    fleet = d.pacer(url=function_server.url, key=fresh_key("function"), **CONFIG)
+    assert_burst_then_paced(d, fleet)
+    assert fleet.engine == "function"
+    with function_server.client() as admin:
+        assert admin.execute_command("SCRIPT", "EXISTS", _sha()) == [0]  # nothing loaded as a script
+
+
+def test_auto_chooses_the_script(d: Driver, plain_server: RedisServer) -> None:
+    fleet = d.pacer(url=plain_server.url, key=fresh_key("script"), **CONFIG)
+    assert_burst_then_paced(d, fleet)
+    assert fleet.engine == "script"
+    with plain_server.client() as admin:
+        assert admin.execute_command("SCRIPT", "EXISTS", _sha()) == [1]
+        assert admin.execute_command("FUNCTION", "LIST") == []  # the client never loads a function
+
+
+def test_a_server_that_refuses_the_listings_gets_the_script(d: Driver) -> None:
+    """MODULE and FUNCTION refused (as managed services do): neither is taken as there."""
+    extra = ("--rename-command", "MODULE", "", "--rename-command", "FUNCTION", "")
+    with RedisServer(extra=extra) as server:
+        fleet = d.pacer(url=server.url, key=fresh_key("refusing"), **CONFIG)
+        first = d(fleet.reserve())
+        assert isinstance(first, RedisAdmitted) and first.fallback is None
+        assert fleet.engine == "script"
+        d(fleet.close())
+
+
+@pytest.mark.parametrize("engine", ["module", "function", "script"])
+def test_a_forced_engine_is_used(d: Driver, module_server: RedisServer, engine: str) -> None:
+    """On a server with the module and the library, each engine can be forced;
+    all three read and write the same key."""
+    with module_server.client() as admin:
+        admin.execute_command("FUNCTION", "LOAD", "REPLACE", b"#!lua name=pacer\n" + SCRIPT)
+    fleet = d.pacer(url=module_server.url, key=fresh_key(f"forced-{engine}"), engine=engine, **CONFIG)
+    first = d(fleet.reserve())
+    assert isinstance(first, RedisAdmitted) and first.wait_ms == 0 and first.fallback is None
+    assert fleet.engine == engine
+    other = d.pacer(url=module_server.url, key=fleet.key, engine="module", **CONFIG)
+    assert d(other.info())["admitted"] == 1
+
+
+def test_noscript_after_script_flush_loads_again(d: Driver, plain_server: RedisServer) -> None:
+    fleet = d.pacer(url=plain_server.url, key=fresh_key("noscript"), **CONFIG)
+    assert d(fleet.reserve()).fallback is None
+    with plain_server.client() as admin:
+        admin.execute_command("SCRIPT", "FLUSH")
+        assert admin.execute_command("SCRIPT", "EXISTS", _sha()) == [0]
+    second = d(fleet.reserve())
+    assert isinstance(second, RedisAdmitted) and second.wait_ms == 0 and second.fallback is None
+    assert not fleet.in_outage
+    assert d(fleet.info())["admitted"] == 2
+    with plain_server.client() as admin:
+        assert admin.execute_command("SCRIPT", "EXISTS", _sha()) == [1]
+
+
+def _sha() -> str:
+    import hashlib
+
+    return hashlib.sha1(SCRIPT).hexdigest()
+
+
+# ------------------------------------------------------------ the client
+
+def test_an_existing_client_is_accepted(module_server: RedisServer) -> None:
+    import redis
+    import redis.asyncio
+
+    with redis.Redis(port=module_server.port, decode_responses=True) as client:
+        with RedisPacer(client=client, key=fresh_key("client"), **CONFIG) as fleet:
+            outcome = fleet.reserve()
+            assert isinstance(outcome, RedisAdmitted) and outcome.ticket is not None
+            assert fleet.release(outcome.ticket) is True
+            assert fleet.info()["released"] == 1
+        assert client.ping()  # the caller's client stays open
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(port=module_server.port, protocol=3)
+        async with AsyncRedisPacer(client=client, key=fresh_key("aclient"), **CONFIG) as fleet:
+            outcome = await fleet.reserve()
+            assert isinstance(outcome, RedisAdmitted) and outcome.ticket is not None
+            assert await outcome.release() is True
+            assert (await fleet.info())["released"] == 1
+        await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(TypeError, match="exactly one of url= and client="):
+        RedisPacer(key="k")
+    with pytest.raises(ValueError, match="engine"):
+        RedisPacer(url="redis://127.0.0.1:1", key="k", engine="lua")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="on_failure"):
+        RedisPacer(url="redis://127.0.0.1:1", key="k", on_failure="retry")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="fleet_size"):
+        RedisPacer(url="redis://127.0.0.1:1", key="k", fleet_size=0)
+    with pytest.raises(TypeError, match="key"):
+        RedisPacer(url="redis://127.0.0.1:1", key=5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="rate_per_minute"):
+        RedisPacer(url="redis://127.0.0.1:1", key="k", rate_per_minute=601)
+
+
+def test_the_timeout_is_at_most_the_wait_bound() -> None:
+    url = f"redis://127.0.0.1:{free_port()}"
+    assert RedisPacer(url=url, key="k", **CONFIG).timeout_ms == 1000  # min(2000, 1000)
+    # idle 10000, 2 retries: bound floor((10000 - 6000) / 6) = 666
+    assert RedisPacer(url=url, key="k", idle_timeout_ms=10000, max_retries=2).timeout_ms == 666
+    assert RedisPacer(url=url, key="k", timeout_ms=5000, **CONFIG).timeout_ms == BOUND_MS
+    assert RedisPacer(url=url, key="k", timeout_ms=300, **CONFIG).timeout_ms == 300
+    assert RedisPacer(url=url, key="k").retry_after_ms == 1000
+
+
+def test_disabled_mode_never_asks_redis(d: Driver, caplog: pytest.LogCaptureFixture) -> None:
+    """Rate 0: admitted at once, locally, even with nothing listening."""
+    fleet = d.pacer(url=f"redis://127.0.0.1:{free_port()}", key="k", rate_per_minute=0, on_failure="closed")
+    for _ in range(3):
+        outcome = d(fleet.reserve())
+        assert isinstance(outcome, RedisAdmitted)
+        assert (outcome.wait_ms, outcome.path, outcome.ticket, outcome.fallback) == (0, AdmitPath.DISABLED, None, None)
+    assert d(fleet.reserve_or_book(3)).path is AdmitPath.DISABLED
+    assert d(fleet.admit(key="r")).fallback is None
+    assert fleet.engine is None and not fleet.in_outage
+    assert outage_records(caplog, True) == []
+
+
+# ------------------------------------------------------------ errors of the pacer
+
+
+@pytest.mark.parametrize("server_name", ["module_server", "function_server", "plain_server"])
+def test_a_configuration_mismatch_is_an_error_naming_both(d: Driver, server_name: str,
+                                                          request: pytest.FixtureRequest) -> None:
+    server: RedisServer = request.getfixturevalue(server_name)
+    key = fresh_key("mismatch")
+    first = d.pacer(url=server.url, key=key, **CONFIG)
+    assert d(first.create()) is True
+    assert d(first.create()) is False
+    # No failure policy hides it.
+    other = d.pacer(url=server.url, key=key, on_failure="open", **{**CONFIG, "rate_per_minute": 30})
+    with pytest.raises(RedisPacerError) as caught:
+        d(other.reserve())
+    message = str(caught.value)
+    assert "was created with rate_per_min=60 burst=2 idle_timeout_ms=30000 max_retries=3" in message
+    assert "this call has rate_per_min=30 burst=2" in message
+    assert not other.in_outage
+
+
+def test_wrongtype_is_an_error(d: Driver, plain_server: RedisServer) -> None:
+    key = fresh_key("wrongtype")
+    with plain_server.client() as admin:
+        admin.lpush(key, "x")
+    fleet = d.pacer(url=plain_server.url, key=key, on_failure="open", **CONFIG)
+    with pytest.raises(RedisPacerError, match="WRONGTYPE"):
+        d(fleet.reserve())
+
+
+def test_a_ticket_spent_elsewhere_is_an_error(d: Driver, module_server: RedisServer) -> None:
+    key = fresh_key("spent")
+    one = d.pacer(url=module_server.url, key=key, **CONFIG)
+    two = d.pacer(url=module_server.url, key=key, **CONFIG)
+    outcome = d(one.reserve())
+    # The same ticket through another process's pacer: its own ticket object.
+    twin = _redis.RedisTicket(two, key, outcome.ticket.text)
+    assert d(two.release(twin)) is True
+    with pytest.raises(RedisPacerError, match="ticket already released"):
+        d(one.release(outcome.ticket))
+    # Another pacer's ticket object is not this pacer's to release.
+    assert d(two.release(outcome.ticket)) is False
+
+
+# ------------------------------------------------------------ failure policies
+
+POLICIES = ("local", "open", "closed")
+
+
+def policy_pacers(d: Driver, url: str, **kwargs: Any) -> dict[str, Any]:
+    return {policy: d.pacer(url=url, key=fresh_key(f"policy-{policy}"), on_failure=policy, **CONFIG, **kwargs)
+            for policy in POLICIES}
+
+
+def assert_policy_answer(d: Driver, fleet: Any) -> Any:
+    """Two calls answered by the policy (docs/fleet-clients.md, "When Redis fails")."""
+    first, second = d(fleet.reserve()), d(fleet.reserve())
+    policy = fleet.on_failure
+    for outcome in (first, second):
+        assert outcome.fallback == policy
+    if policy == "open":
+        for outcome in (first, second):
+            assert isinstance(outcome, RedisAdmitted)
+            assert (outcome.wait_ms, outcome.path, outcome.ticket) == (0, AdmitPath.DISABLED, None)
+    elif policy == "closed":
+        for outcome in (first, second):
+            assert isinstance(outcome, RedisRefused) and outcome.retry_after_s == HINT_CAP_S
+    else:
+        # fleet_size 2: the local pacer runs at rate 30, burst 1.
+        local = fleet.fallback_pacer
+        assert local is not None
+        assert (local.config.rate_per_minute, local.config.burst, local.config.idle_timeout_ms) == (30, 1, 30000)
+        assert isinstance(first, RedisAdmitted) and first.wait_ms == 0 and first.path is AdmitPath.PACED
+        assert first.ticket is not None and first.ticket.fallback == "local" and first.ticket.text is None
+        # The burst of 1 is spent: the next waits or is refused.
+        assert isinstance(second, RedisRefused) or second.wait_ms > 0
+        assert local.counters().admitted + local.counters().refused == 2
+    return first
+
+
+def test_policies_when_nothing_listens(d: Driver, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="pacer")
+    fleets = policy_pacers(d, f"redis://127.0.0.1:{free_port()}", fleet_size=2, retry_after_ms=0)
+    for fleet in fleets.values():
+        assert_policy_answer(d, fleet)
+        assert fleet.in_outage
+    # One notice per pacer for the outage, however many calls failed.
+    started = outage_records(caplog, True)
+    assert sorted(n.policy for n in started) == sorted(POLICIES)
+    assert all("Connection" in n.error or "connect" in n.error.lower() for n in started)
+    assert outage_records(caplog, False) == []
+    # create and info have no policy: the failure is raised.
+    import redis
+
+    with pytest.raises(redis.exceptions.ConnectionError):
+        d(fleets["open"].info())
+
+
+def test_policies_while_the_server_is_paused(d: Driver, own_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    """No reply within the timeout. The outage timer reads a clock the test
+    moves, so each pacer asks the paused server once (one timeout each, well
+    inside the pause) and asks again only when the test says retry_after_ms
+    has passed."""
+    caplog.set_level(logging.WARNING, logger="pacer")
+    now = [1000.0]
+    monkeypatch.setattr(_redis, "_monotonic", lambda: now[0])
+    fleets = policy_pacers(d, own_server.url, fleet_size=2, timeout_ms=500, retry_after_ms=1000)
+    for fleet in fleets.values():
+        assert d(fleet.reserve()).fallback is None  # the engine is known, the bucket made
+    with own_server.client() as admin:
+        admin.execute_command("CLIENT", "PAUSE", 3000, "ALL")
+        for fleet in fleets.values():
+            assert_policy_answer(d, fleet)
+            assert fleet.in_outage
+        assert len(outage_records(caplog, True)) == 3
+        admin.ping()  # answered when the pause is over
+    now[0] += 1.0  # retry_after_ms has passed
+    for fleet in fleets.values():
+        outcome = d(fleet.reserve())
+        assert outcome.fallback is None
+        assert not fleet.in_outage
+        # Each reply is the one asked for (a late reply was never read as the next one's).
+        assert d(fleet.info())["rate_per_min"] == 60
+    assert len(outage_records(caplog, False)) == 3
+
+
+def test_policies_when_the_server_is_killed_and_restarted(d: Driver, own_server: RedisServer,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="pacer")
+    fleets = policy_pacers(d, own_server.url, fleet_size=2, retry_after_ms=50)
+    engine = "module" if own_server.module else "script"
+    for fleet in fleets.values():
+        assert d(fleet.reserve()).fallback is None
+        assert fleet.engine == engine
+    own_server.kill()
+    issued = {policy: assert_policy_answer(d, fleet) for policy, fleet in fleets.items()}
+    own_server.start()  # the same port, an empty server (and script cache)
+    time.sleep(0.1)  # past retry_after_ms
+    for fleet in fleets.values():
+        outcome = d(fleet.reserve())
+        assert isinstance(outcome, RedisAdmitted) and outcome.fallback is None
+        assert outcome.wait_ms == 0 and outcome.ticket is not None and outcome.ticket.text is not None
+        assert fleet.engine == engine
+        assert d(fleet.info())["admitted"] == 1  # a new bucket: the old one died with the server
+    assert len(outage_records(caplog, True)) == 3
+    assert len(outage_records(caplog, False)) == 3
+    # A ticket the local policy issued goes back to the local pacer, never to Redis.
+    fleet = fleets["local"]
+    ticket = issued["local"].ticket
+    assert d(fleet.release(ticket)) is True
+    assert fleet.fallback_pacer.counters().released == 1
+    assert d(fleet.info())["released"] == 0
+    assert d(fleet.release(ticket)) is False
+
+
+def test_a_script_server_restart_reloads_the_script(d: Driver, caplog: pytest.LogCaptureFixture) -> None:
+    with RedisServer() as server:
+        fleet = d.pacer(url=server.url, key=fresh_key("restart-script"), retry_after_ms=0, **CONFIG)
+        assert d(fleet.reserve()).fallback is None and fleet.engine == "script"
+        server.kill()
+        assert d(fleet.reserve()).fallback == "local"
+        server.start()
+        outcome = d(fleet.reserve())
+        assert outcome.fallback is None and fleet.engine == "script"
+        d(fleet.close())
+
+
+def test_redis_is_asked_again_only_after_retry_after_ms(d: Driver, monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """The outage timer, on a clock the test moves: within retry_after_ms
+    the policy answers even though the server is back; after it, Redis."""
+    caplog.set_level(logging.WARNING, logger="pacer")
+    now = [1000.0]
+    monkeypatch.setattr(_redis, "_monotonic", lambda: now[0])
+    with RedisServer(module=module_path()) as server:
+        fleet = d.pacer(url=server.url, key=fresh_key("retry-after"), retry_after_ms=5000, **CONFIG)
+        first = d(fleet.reserve())
+        assert first.fallback is None
+        server.kill()
+        assert d(fleet.reserve()).fallback == "local"
+        # A ticket of the server cannot be released during the outage: not
+        # refunded, and still releasable later.
+        assert d(fleet.release(first.ticket)) is False and not first.ticket.spent
+        server.start()
+        now[0] += 4.999
+        assert d(fleet.reserve()).fallback == "local"  # not asked yet
+        assert fleet.in_outage
+        now[0] += 0.001
+        back = d(fleet.reserve())
+        assert back.fallback is None and not fleet.in_outage
+        assert d(fleet.info())["admitted"] == 1  # a new bucket: the restarted server kept nothing
+        started, ended = outage_records(caplog, True), outage_records(caplog, False)
+        assert len(started) == 1 and len(ended) == 1
+        assert started[0].key == fleet.key and started[0].policy == "local"
+
+
+def test_a_busy_server_is_a_failure(d: Driver) -> None:
+    """BUSY (a script running past busy-reply-threshold) is answered by the policy."""
+    import threading
+
+    import redis
+
+    with RedisServer(extra=("--busy-reply-threshold", "10")) as server:
+        fleet = d.pacer(url=server.url, key=fresh_key("busy"), on_failure="closed", retry_after_ms=0, **CONFIG)
+        assert d(fleet.reserve()).fallback is None
+        looping = server.client()
+        errors: list[BaseException] = []
+
+        def spin() -> None:
+            try:
+                looping.eval("while true do end", 0)
+            except redis.exceptions.RedisError as error:
+                errors.append(error)
+
+        thread = threading.Thread(target=spin)
+        thread.start()
+        try:
+            with server.client() as admin:
+                while True:  # until the server says BUSY (the loop has started)
+                    try:
+                        admin.ping()
+                    except redis.exceptions.ResponseError as error:
+                        assert str(error).startswith("BUSY")
+                        break
+                outcome = d(fleet.reserve())
+                assert isinstance(outcome, RedisRefused) and outcome.fallback == "closed"
+                admin.execute_command("SCRIPT", "KILL")
+        finally:
+            thread.join(timeout=30)
+            looping.close()
+        assert errors  # the loop was killed
+        assert d(fleet.reserve()).fallback is None
+
+
+def test_replies_are_classified() -> None:
+    import redis.exceptions as rex
+
+    fleet = RedisPacer(url=f"redis://127.0.0.1:{free_port()}", key="k", **CONFIG)
+    for failure in (rex.ConnectionError("lost"), rex.TimeoutError("late"), rex.BusyLoadingError("loading"),
+                    rex.ResponseError("BUSY Redis is busy running a script"), rex.ReadOnlyError("replica"),
+                    rex.NoScriptError("no script"), rex.ResponseError("MASTERDOWN Link down"),
+                    rex.ResponseError("CLUSTERDOWN The cluster is down"), rex.ResponseError("TRYAGAIN later"),
+                    ConnectionRefusedError(), asyncio.TimeoutError()):
+        assert isinstance(fleet._classify(failure), _redis._Down), failure
+    for pacer_error in (rex.ResponseError("pacer: ticket already released"),
+                        rex.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")):
+        surfaced = fleet._classify(pacer_error)
+        assert isinstance(surfaced, RedisPacerError) and surfaced.reply == str(pacer_error)
+    other = rex.ResponseError("NOPERM this user has no permissions")
+    assert fleet._classify(other) is other
+    fleet.close()
+
+
+def test_keyed_bookings_of_the_local_policy_stay_local(d: Driver) -> None:
+    fleet = d.pacer(url=f"redis://127.0.0.1:{free_port()}", key="k", retry_after_ms=0, **CONFIG)
+    # The local pacer (rate 60, burst 2): spend the burst and the bound, then book.
+    outcomes = [d(fleet.reserve()) for _ in range(4)]
+    assert all(o.fallback == "local" for o in outcomes)
+    refused = d(fleet.admit(key="request"))
+    assert isinstance(refused, RedisRefused) and refused.fallback == "local"
+    local = fleet.fallback_pacer
+    assert fleet.pending_keys == 1 and local.counters().refused >= 1
+    released = local.counters().released
+    assert d(fleet.forget("request")) is True
+    assert local.counters().released == released + 1
+
+
+# ------------------------------------------------------------ cancellation and forget
+
+
+def test_a_cancelled_async_admit_releases_in_the_server(module_server: RedisServer) -> None:
+    started = asyncio.Event()
+    gate = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:
+        started.set()
+        await gate.wait()
+
+    async def main() -> None:
+        async with AsyncRedisPacer(url=module_server.url, key=fresh_key("cancel"), sleep=sleep,
+                                   **CONFIG) as fleet:
+            for _ in range(2):
+                assert (await fleet.admit()).wait_ms == 0  # the burst: no sleep
+            task = asyncio.create_task(fleet.admit())
+            await started.wait()  # the third waits
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            info = await fleet.info()
+            assert (info["admitted"], info["released"]) == (3, 1)
+
+    asyncio.run(main())
+
+
+def test_an_interrupted_blocking_admit_releases_in_the_server(module_server: RedisServer,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(seconds: float) -> None:
+        assert 0 < seconds <= 1
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_redis, "_blocking_sleep", interrupted)
+    with RedisPacer(url=module_server.url, key=fresh_key("interrupt"), **CONFIG) as fleet:
+        for _ in range(2):
+            assert fleet.admit().wait_ms == 0
+        with pytest.raises(KeyboardInterrupt):
+            fleet.admit()
+        # A granted wait longer than the caller's timeout is given back at once.
+        with pytest.raises(TimeoutError):
+            fleet.admit(timeout=0)
+        info = fleet.info()
+        assert (info["admitted"], info["released"]) == (4, 2)
+
+
+def test_keyed_admit_books_and_forget_releases(d: Driver, module_server: RedisServer) -> None:
+    fleet = d.pacer(url=module_server.url, key=fresh_key("keyed"), **CONFIG)
+    for _ in range(4):
+        assert isinstance(d(fleet.reserve()), RedisAdmitted)  # the bucket is 2 s in debt
+    refused = d(fleet.admit(key="request-1"))
+    # Booked (its slot about 3 s away, within the horizon 2000 + 3 * 2000), answered as a refusal.
+    assert isinstance(refused, RedisRefused) and refused.fallback is None
+    assert fleet.pending_keys == 1
+    info = d(fleet.info())
+    assert (info["booked"], info["released"]) == (1, 0)
+    assert d(fleet.forget("request-1")) is True
+    assert fleet.pending_keys == 0
+    assert d(fleet.forget("request-1")) is False
+    assert d(fleet.info())["released"] == 1
+
+
+def test_bookings_unkeyed(d: Driver, module_server: RedisServer) -> None:
+    fleet = d.pacer(url=module_server.url, key=fresh_key("book"), **CONFIG)
+    for _ in range(4):
+        d(fleet.reserve())
+    booked = d(fleet.reserve_or_book(3))
+    assert isinstance(booked, RedisBooked) and isinstance(booked, pacer.Booked)
+    assert 1 <= booked.retry_after_s <= HINT_CAP_S and booked.fallback is None
+    booking = booked.booking
+    assert booking.slot_ms > 0 and not booking.spent
+    again = d(fleet.redeem(booking))  # about 3 s early: past the bound, not yet
+    assert isinstance(again, RedisBooked) and again.booking is booking
+    assert d(booking.release()) is True and booking.spent
+    with pytest.raises(ValueError, match="redeemed or released already"):
+        d(fleet.redeem(booking))
+    # Beyond the horizon of 0 retries left (the bound), a plain refusal.
+    assert isinstance(d(fleet.reserve_or_book(0)), RedisRefused)
+    info = d(fleet.info())
+    assert (info["booked"], info["released"]) == (1, 1)
+
+
+def test_a_due_booking_is_admitted(d: Driver, module_server: RedisServer) -> None:
+    """Burst 1 at rate 600: a booking made just after the burst is within
+    the bound of its slot at once, so redeeming it admits on the booked path."""
+    config = {"rate_per_minute": 600, "burst": 1, "idle_timeout_ms": 30000, "max_retries": 3}
+    fleet = d.pacer(url=module_server.url, key=fresh_key("due"), **config)
+    while True:  # spend until a booking comes back (each wait is at most the bound)
+        outcome = d(fleet.reserve_or_book(3))
+        if isinstance(outcome, RedisBooked):
+            break
+    admitted = None
+    for _ in range(100):
+        admitted = d(fleet.redeem(outcome.booking))
+        if isinstance(admitted, RedisAdmitted):
+            break
+        time.sleep(0.05)
+    assert isinstance(admitted, RedisAdmitted) and admitted.path is AdmitPath.BOOKED
+    assert admitted.ticket.text == outcome.booking.ticket.text and outcome.booking.spent
+    assert d(fleet.release(admitted.ticket)) is True
+
+
+# ------------------------------------------------------------ README
+
+
+def test_the_readme_example_runs(module_server: RedisServer) -> None:
+    """The "Fleet pacing (Redis)" example of README.md, run as it is written."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Fleet pacing (Redis)", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    env = {**os.environ, "REDIS_URL": module_server.url}
+    done = subprocess.run([sys.executable, "-c", code.group(1)], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["admitted after 0 ms (engine: module)"]
