@@ -1,33 +1,42 @@
 #!/usr/bin/env bash
-# The Go binding (bindings/go): builds libpacer.a with cargo, then runs
-# gofmt, go vet, go test -race and one short benchmark run against it.
-# Needs go (1.24 or later, cgo with gcc) and cargo; downloads nothing for Go.
+# The Go binding (bindings/go): builds libpacer.a and the Redis module with
+# cargo, then runs gofmt, go vet, go test -race (RedisPacer's tests start
+# their own redis-servers) and one short benchmark run against it.
+# Needs go (1.26 or later, cgo with gcc), cargo and redis-server (installed
+# by scripts/redis-deps.sh when absent).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
 
 command -v go >/dev/null || { echo "test-go: go is required" >&2; exit 1; }
 command -v cargo >/dev/null || { echo "test-go: cargo is required" >&2; exit 1; }
 
+bash scripts/redis-deps.sh
 cargo build --release --locked -p pacer-ffi
+cargo build --locked -p pacer-redis
 
-# The library is where cargo put it: $CARGO_TARGET_DIR (relative to the
-# repository root when relative) or target/.
-target="${CARGO_TARGET_DIR:-$root/target}"
-case "$target" in /*) ;; *) target="$root/$target" ;; esac
+# Both are where cargo put them (honouring CARGO_TARGET_DIR and cargo's
+# configuration): cargo metadata's target_directory.
+target=$(cargo metadata --format-version 1 --no-deps --locked |
+  sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+[ -n "$target" ] || { echo "test-go: cargo metadata named no target directory" >&2; exit 1; }
 lib="$target/release/libpacer.a"
 [ -f "$lib" ] || { echo "test-go: $lib was not built" >&2; exit 1; }
+export PACER_REDIS_MODULE="$target/debug/libpacer_redis.so"
+[ -f "$PACER_REDIS_MODULE" ] || { echo "test-go: $PACER_REDIS_MODULE was not built" >&2; exit 1; }
 
-# Use the installed toolchain only, and no module downloads (the binding
-# has no dependencies outside the standard library).
-export GOTOOLCHAIN=local GOPROXY=off CGO_ENABLED=1
+# Use the installed toolchain only. The one dependency, go-redis (with what
+# it needs), comes from the module proxy into the module cache on the first
+# run (go mod download below), checked against go.sum; go changes neither
+# go.mod nor go.sum here (-mod=readonly, its default).
+export GOTOOLCHAIN=local CGO_ENABLED=1
 # The package links -l:libpacer.a with -L<repo>/target/release; this -L comes
 # first on the link line, so the library just built is the one linked (the
 # final link of the test binary reads it every time).
 export CGO_LDFLAGS="-L$target/release ${CGO_LDFLAGS:-}"
 
 cd bindings/go
-echo "test-go: $(go version), library $lib"
+go mod download
+echo "test-go: $(go version), library $lib, module $PACER_REDIS_MODULE"
 
 unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then

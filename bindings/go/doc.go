@@ -9,6 +9,11 @@
 // releases what a key holds); ReserveOrBook and Redeem are the raw calls.
 // A SharedPacer books on its bucket's machine-wide line the same way.
 //
+// A RedisPacer (OpenRedis) keeps a fleet's bucket in Redis, decided by the
+// same rule inside the server at the server's clock (docs/redis.md), with
+// a failure policy for when Redis fails (docs/fleet-clients.md). It uses
+// go-redis v9.
+//
 // Clocks are monotonic milliseconds as uint64: Reserve and Release take
 // them from the caller (any value, including math.MaxUint64), Admit reads
 // the pacer's Config.Clock (MonotonicMs by default).

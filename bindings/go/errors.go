@@ -81,6 +81,9 @@ type RefusedError struct {
 	// Booked: the request holds a place in line (AdmitKey, SPEC §11); its
 	// retry with the same key redeems it. Answer the client the same way.
 	Booked bool
+	// Fallback is the failure policy that refused while Redis failed
+	// (RedisPacer); "" when the bucket refused.
+	Fallback FailurePolicy
 }
 
 func (e *RefusedError) Error() string {

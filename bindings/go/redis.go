@@ -1,0 +1,799 @@
+package pacer
+
+// RedisPacer: the Pacer's calls over a bucket in Redis (docs/redis.md,
+// docs/fleet-clients.md), so every proxy of a fleet paces against one
+// bucket. The rule runs in the server (the module, the function library or
+// the script); this file picks the engine, sends the calls, reads the
+// replies and applies the failure policy.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisEngine is how a RedisPacer runs the rule in the server.
+type RedisEngine string
+
+const (
+	// EngineAuto asks the server which engine it has: the module, else
+	// the function library, else the script.
+	EngineAuto RedisEngine = "auto"
+	// EngineModule sends PACER.* commands (the module is loaded).
+	EngineModule RedisEngine = "module"
+	// EngineFunction calls FCALL pacer (the library is loaded with
+	// FUNCTION LOAD by the operator).
+	EngineFunction RedisEngine = "function"
+	// EngineScript sends EVALSHA of the package's copy of redis/pacer.lua,
+	// loading it with SCRIPT LOAD when the server does not have it.
+	EngineScript RedisEngine = "script"
+)
+
+// FailurePolicy is what a RedisPacer answers while Redis fails
+// (docs/fleet-clients.md, "When Redis fails"). An answer decided by the
+// policy carries it in its Fallback field; "" means Redis decided.
+type FailurePolicy string
+
+const (
+	// FailLocal decides with an in-process Pacer at rate ⌊rate/N⌋ and
+	// burst ⌊burst/N⌋ (at least 1), N = RedisOptions.FleetSize.
+	FailLocal FailurePolicy = "local"
+	// FailOpen admits at once, nothing debited (PathDisabled).
+	FailOpen FailurePolicy = "open"
+	// FailClosed refuses with the pacer's largest retry-after hint.
+	FailClosed FailurePolicy = "closed"
+)
+
+// Defaults of RedisOptions.
+const (
+	DefaultRedisTimeout    = time.Second // cut to the wait bound when that is less
+	DefaultRedisRetryAfter = time.Second
+)
+
+// RedisOptions configures OpenRedis.
+type RedisOptions struct {
+	// Addr is the server: "host:port", or a URL (redis://, rediss://,
+	// unix://) as go-redis's ParseURL reads it. Ignored when Client is set.
+	Addr string
+	// Client is a go-redis client to use instead of Addr (a *redis.Client,
+	// *redis.ClusterClient, …). Close leaves it open. Its own timeouts
+	// and retries stay as configured; a call still ends after Timeout.
+	Client redis.UniversalClient
+	// Key is the bucket's key (docs/redis.md, "The key").
+	Key string
+	// Config is the pacer's configuration, as New takes it. Every client
+	// of the key must give the same RatePerMinute, Burst, IdleTimeout,
+	// MaxRetries and ReleasePolicy. Clock is read only by the local
+	// fallback pacer and for Admission.Waited (nil: MonotonicMs); the
+	// server's clock decides everything else. Sleep and Notifier are used
+	// as by New.
+	Config Config
+	// Engine is EngineAuto ("" means auto), EngineModule, EngineFunction
+	// or EngineScript.
+	Engine RedisEngine
+	// OnFailure is FailLocal ("" means local), FailOpen or FailClosed.
+	OnFailure FailurePolicy
+	// FleetSize is N, the number of proxies sharing the key, for the local
+	// fallback's rate and burst; 0 means 1.
+	FleetSize int
+	// Timeout bounds each call to Redis; 0 means the wait bound or 1 s,
+	// whichever is less, and a larger one is cut to the wait bound.
+	Timeout time.Duration
+	// RetryAfter is how long the policy answers alone after a failure
+	// before Redis is asked again; 0 means 1 s.
+	RetryAfter time.Duration
+}
+
+// RedisPacer is a Pacer whose bucket lives in Redis: its calls ask the
+// server, whose clock and rule decide, so every process using the key
+// paces against one bucket. It is safe for concurrent use.
+type RedisPacer struct {
+	client      redis.UniversalClient
+	ownClient   bool
+	key         string
+	cfg         Config
+	args        []any // the five configuration arguments, as sent
+	mode        Mode
+	boundMs     uint64
+	hintCap     uint64
+	engineWant  RedisEngine
+	onFailure   FailurePolicy
+	timeout     time.Duration
+	retryAfter  time.Duration
+	clock       func() uint64
+	sleep       func(ctx context.Context, d time.Duration) error
+	notifier    *Notifier
+	fallbackCfg Config // FailLocal's pacer's configuration
+	fallbackMu  sync.Mutex
+	fallback    *Pacer // FailLocal's in-process pacer, made on the first failure
+	scriptSHA   string
+	life        context.Context
+	endLife     context.CancelFunc
+	closeMu     sync.RWMutex
+	closed      bool
+	running     sync.WaitGroup
+	keyedMu     sync.Mutex             // guards keyed (each entry has its own lock)
+	keyed       map[string]*redisKeyed // AdmitKey's requests refused so far
+
+	mu          sync.Mutex  // guards the fields below
+	engine      RedisEngine // the engine found ("" until asked)
+	scriptReady bool        // the script was loaded since the engine was found
+	down        bool        // an outage is under way
+	retryAt     time.Time   // while down, Redis is not asked before this
+}
+
+// OpenRedis validates opts and returns a RedisPacer. It does not contact
+// the server: the first call picks the engine, and an outage at start-up
+// is answered by the failure policy like any other. A bad Config returns
+// an error wrapping ErrInvalidConfig, a bad option one wrapping
+// ErrInvalidInput.
+func OpenRedis(opts RedisOptions) (*RedisPacer, error) {
+	if err := checkABI(); err != nil {
+		return nil, err
+	}
+	cc, err := opts.Config.validate()
+	if err != nil {
+		return nil, err
+	}
+	if opts.Key == "" {
+		return nil, inputError("Key", opts.Key, "must not be empty")
+	}
+	engine := opts.Engine
+	if engine == "" {
+		engine = EngineAuto
+	}
+	switch engine {
+	case EngineAuto, EngineModule, EngineFunction, EngineScript:
+	default:
+		return nil, inputError("Engine", string(engine), "must be auto, module, function or script")
+	}
+	policy := opts.OnFailure
+	if policy == "" {
+		policy = FailLocal
+	}
+	switch policy {
+	case FailLocal, FailOpen, FailClosed:
+	default:
+		return nil, inputError("OnFailure", string(policy), "must be local, open or closed")
+	}
+	fleet := opts.FleetSize
+	if fleet == 0 {
+		fleet = 1
+	}
+	if fleet < 0 {
+		return nil, inputError("FleetSize", opts.FleetSize, "must not be negative")
+	}
+	if opts.Timeout < 0 {
+		return nil, inputError("Timeout", opts.Timeout, "must not be negative")
+	}
+	if opts.RetryAfter < 0 {
+		return nil, inputError("RetryAfter", opts.RetryAfter, "must not be negative")
+	}
+	if opts.Client == nil && opts.Addr == "" {
+		return nil, inputError("Addr", opts.Addr, "must name a server when no Client is given")
+	}
+
+	// A local pacer of the full configuration gives the mode and the
+	// bound (and logs the configuration's notice, as New does).
+	cfg := opts.Config
+	if cfg.Notifier == nil {
+		cfg.Notifier = DefaultNotifier
+	}
+	probe, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mode, bound := probe.Mode(), probe.WaitBoundMs()
+	_ = probe.Close()
+
+	r := &RedisPacer{
+		key:        opts.Key,
+		cfg:        cfg,
+		mode:       mode,
+		boundMs:    bound,
+		hintCap:    HintCapSeconds(bound),
+		engineWant: engine,
+		onFailure:  policy,
+		timeout:    redisTimeout(opts.Timeout, bound),
+		retryAfter: opts.RetryAfter,
+		clock:      cfg.Clock,
+		sleep:      cfg.Sleep,
+		notifier:   cfg.Notifier,
+		scriptSHA:  pacerScriptSHA,
+		keyed:      make(map[string]*redisKeyed),
+	}
+	if r.retryAfter == 0 {
+		r.retryAfter = DefaultRedisRetryAfter
+	}
+	if r.clock == nil {
+		r.clock = MonotonicMs
+	}
+	if r.sleep == nil {
+		r.sleep = timerSleep
+	}
+	policyName := "refund"
+	if cc.policy == uint32(ReleaseStrict) {
+		policyName = "strict"
+	}
+	r.args = []any{
+		strconv.FormatUint(uint64(cc.rate), 10),
+		strconv.FormatUint(uint64(cc.burst), 10),
+		strconv.FormatUint(cc.idle, 10),
+		strconv.FormatUint(uint64(cc.retries), 10),
+		policyName,
+	}
+	if policy == FailLocal {
+		r.fallbackCfg = cfg
+		r.fallbackCfg.RatePerMinute = max(cfg.RatePerMinute/fleet, 1)
+		r.fallbackCfg.Burst = max(cfg.Burst/fleet, 1)
+	}
+	if opts.Client != nil {
+		r.client = opts.Client
+	} else {
+		client, err := newRedisClient(opts.Addr, r.timeout, r.reconnected)
+		if err != nil {
+			return nil, err
+		}
+		r.client, r.ownClient = client, true
+	}
+	r.life, r.endLife = context.WithCancel(context.Background())
+	return r, nil
+}
+
+// localPacer is FailLocal's in-process pacer, made (full) when the policy
+// first answers: its own notice, if its configuration has one, is logged
+// then.
+func (r *RedisPacer) localPacer() (*Pacer, error) {
+	r.fallbackMu.Lock()
+	defer r.fallbackMu.Unlock()
+	if r.fallback == nil {
+		p, err := New(r.fallbackCfg)
+		if err != nil {
+			return nil, err
+		}
+		if r.isClosed() {
+			_ = p.Close()
+		}
+		r.fallback = p
+	}
+	return r.fallback, nil
+}
+
+// issuedLocally is the local pacer if it was made, else nil.
+func (r *RedisPacer) issuedLocally() *Pacer {
+	r.fallbackMu.Lock()
+	defer r.fallbackMu.Unlock()
+	return r.fallback
+}
+
+// redisTimeout is the rule of docs/fleet-clients.md: given, or the wait
+// bound or 1 s whichever is less, and never more than the wait bound (a
+// bound of 0, pacing disabled, asks nothing of Redis).
+func redisTimeout(given time.Duration, boundMs uint64) time.Duration {
+	bound := msDuration(boundMs)
+	if given == 0 {
+		given = DefaultRedisTimeout
+	}
+	if bound > 0 && given > bound {
+		return bound
+	}
+	return given
+}
+
+// newRedisClient is the client OpenRedis makes for addr: no retries (a
+// retried reservation could be decided twice), the context's deadline on
+// every socket operation, and onConnect told of each new connection.
+func newRedisClient(addr string, timeout time.Duration, onConnect func()) (*redis.Client, error) {
+	var opt *redis.Options
+	if hasURLScheme(addr) {
+		parsed, err := redis.ParseURL(addr)
+		if err != nil {
+			return nil, inputError("Addr", addr, "must be host:port or a redis URL: "+err.Error())
+		}
+		opt = parsed
+	} else {
+		opt = &redis.Options{Addr: addr}
+	}
+	opt.MaxRetries = -1
+	opt.DialerRetries = 1
+	opt.ContextTimeoutEnabled = true
+	opt.DialTimeout = timeout
+	opt.ReadTimeout = timeout
+	opt.WriteTimeout = timeout
+	opt.PoolTimeout = timeout
+	opt.OnConnect = func(context.Context, *redis.Conn) error {
+		onConnect()
+		return nil
+	}
+	return redis.NewClient(opt), nil
+}
+
+// reconnected is told of each new connection of a client OpenRedis made:
+// auto asks the server for its engine again on the next call (a server
+// that came back may have another).
+func (r *RedisPacer) reconnected() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.engine = ""
+}
+
+func hasURLScheme(addr string) bool {
+	for _, scheme := range []string{"redis://", "rediss://", "unix://"} {
+		if len(addr) >= len(scheme) && addr[:len(scheme)] == scheme {
+			return true
+		}
+	}
+	return false
+}
+
+// Key is the bucket's key.
+func (r *RedisPacer) Key() string { return r.key }
+
+// Config is the configuration the pacer was opened with.
+func (r *RedisPacer) Config() Config { return r.cfg }
+
+// Mode is how the bucket treats overflow.
+func (r *RedisPacer) Mode() Mode { return r.mode }
+
+// WaitBoundMs is the longest wait an admission is given, ms.
+func (r *RedisPacer) WaitBoundMs() uint64 { return r.boundMs }
+
+// Timeout is how long a call waits for Redis.
+func (r *RedisPacer) Timeout() time.Duration { return r.timeout }
+
+// Engine is the engine in use: the one forced, or the one auto found ("",
+// before the first call and after a failure or a new connection until the
+// next call asks again).
+func (r *RedisPacer) Engine() RedisEngine {
+	if r.engineWant != EngineAuto {
+		return r.engineWant
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.engine
+}
+
+// Client is the go-redis client the pacer uses.
+func (r *RedisPacer) Client() redis.UniversalClient { return r.client }
+
+// Close closes the pacer: calls that start after it and would admit or
+// read return ErrClosed, and every Admit or AdmitKey waiting for its slot
+// wakes, releases its ticket and returns ErrClosed (or ctx.Err()). Close
+// waits for calls under way (each bounded by Timeout), then closes the
+// client if OpenRedis made it. Releases after Close still go to the local
+// fallback pacer for its tickets; a Redis ticket can be released after
+// Close only on a Client given in RedisOptions. Idempotent.
+func (r *RedisPacer) Close() error {
+	if r == nil {
+		return nil
+	}
+	r.closeMu.Lock()
+	if r.closed {
+		r.closeMu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.closeMu.Unlock()
+	r.endLife()
+	r.running.Wait()
+	if local := r.issuedLocally(); local != nil {
+		_ = local.Close()
+	}
+	if r.ownClient {
+		return r.client.Close()
+	}
+	return nil
+}
+
+// enter registers a call that admits or reads; false once closed. The
+// caller calls r.running.Done() when it ends.
+func (r *RedisPacer) enter() bool {
+	if r == nil || r.client == nil {
+		return false
+	}
+	r.closeMu.RLock()
+	defer r.closeMu.RUnlock()
+	if r.closed {
+		return false
+	}
+	r.running.Add(1)
+	return true
+}
+
+// enterRelease registers a release: it works after Close too (false only
+// for a pacer not made by OpenRedis). A release that starts after Close
+// is not waited for.
+func (r *RedisPacer) enterRelease() (tracked, ok bool) {
+	if r == nil || r.client == nil {
+		return false, false
+	}
+	r.closeMu.RLock()
+	defer r.closeMu.RUnlock()
+	if r.closed {
+		return false, true
+	}
+	r.running.Add(1)
+	return true, true
+}
+
+// isClosed reports whether Close has run.
+func (r *RedisPacer) isClosed() bool {
+	r.closeMu.RLock()
+	defer r.closeMu.RUnlock()
+	return r.closed
+}
+
+// outageStarted records a failure: the policy answers alone until
+// RetryAfter has passed, the engine is asked again on the next contact,
+// and the first failure of an outage is logged.
+func (r *RedisPacer) outageStarted(cause error) {
+	r.mu.Lock()
+	started := !r.down
+	r.down = true
+	r.retryAt = time.Now().Add(r.retryAfter)
+	r.engine = ""
+	r.scriptReady = false
+	r.mu.Unlock()
+	if started {
+		r.notifier.event(slog.LevelWarn, "pacer: redis failed; answering by the failure policy",
+			slog.String("key", r.key),
+			slog.String("on_failure", string(r.onFailure)),
+			slog.Duration("retry_after", r.retryAfter),
+			slog.String("error", cause.Error()))
+	}
+}
+
+// contacted records a reply from the server: an outage under way ends.
+func (r *RedisPacer) contacted() {
+	r.mu.Lock()
+	ended := r.down
+	r.down = false
+	r.mu.Unlock()
+	if ended {
+		r.notifier.event(slog.LevelInfo, "pacer: redis answers again; the outage is over",
+			slog.String("key", r.key))
+	}
+}
+
+// waiting reports whether an outage is under way and Redis is not to be
+// asked yet.
+func (r *RedisPacer) waiting() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.down && time.Now().Before(r.retryAt)
+}
+
+// event logs one record, with no dedupe: the outage notices are logged
+// once per outage, each time one starts or ends.
+func (n *Notifier) event(level slog.Level, msg string, attrs ...slog.Attr) {
+	if n == nil {
+		n = DefaultNotifier
+	}
+	defer func() { _ = recover() }()
+	logger := n.logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger.LogAttrs(context.Background(), level, msg, attrs...)
+}
+
+// redisFailure is a failure of Redis (the connection, the timeout, a
+// reply that says the server cannot serve now): the policy answers it, or
+// the caller sees a *RedisUnavailableError where no policy applies.
+type redisFailure struct{ err error }
+
+func (f *redisFailure) Error() string { return f.err.Error() }
+
+// run sends one pacer operation (op and its arguments after the key) to
+// the server with the engine in use, picking it first if needed, within
+// Timeout. It returns the reply; a *RedisError for an error reply no
+// policy hides; a *redisFailure when Redis failed (the outage is
+// recorded); ctx.Err() when the caller's ctx ended first; ErrClosed when
+// the client was closed.
+func (r *RedisPacer) run(ctx context.Context, op string, args ...any) (any, error) {
+	if r.waiting() {
+		return nil, &redisFailure{err: errRetryLater}
+	}
+	callCtx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	reply, err := r.runOnce(callCtx, op, args)
+	if err == nil {
+		r.contacted()
+		return reply, nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return nil, ctxErr
+	}
+	if errors.Is(err, redis.ErrClosed) {
+		return nil, ErrClosed
+	}
+	var replyErr *RedisError
+	if errors.As(err, &replyErr) {
+		r.contacted()
+		return nil, err
+	}
+	r.outageStarted(err)
+	return nil, &redisFailure{err: err}
+}
+
+var errRetryLater = errors.New("pacer: redis failed recently; not asked again before RetryAfter")
+
+// runOnce picks the engine (when not known) and sends the operation. An
+// error reply that says the server cannot serve now, or a NOSCRIPT after
+// the script was loaded again, is returned as it came (a failure); any
+// other error reply as a *RedisError.
+func (r *RedisPacer) runOnce(ctx context.Context, op string, args []any) (any, error) {
+	engine, err := r.pickEngine(ctx)
+	if err != nil {
+		return nil, err
+	}
+	reply, err := r.send(ctx, engine, op, args)
+	if engine == EngineScript && isNoScript(err) {
+		// The script cache was emptied (a restart, a failover, SCRIPT
+		// FLUSH): load the script again and retry once.
+		if err := r.loadScript(ctx); err != nil {
+			return nil, err
+		}
+		reply, err = r.send(ctx, engine, op, args)
+	}
+	if err != nil {
+		return nil, classify(op, err)
+	}
+	return reply, nil
+}
+
+// send is one command of engine.
+func (r *RedisPacer) send(ctx context.Context, engine RedisEngine, op string, args []any) (any, error) {
+	var cmd []any
+	switch engine {
+	case EngineModule:
+		cmd = make([]any, 0, 2+len(args))
+		cmd = append(cmd, "PACER."+strings.ToUpper(op), r.key)
+	case EngineFunction:
+		cmd = make([]any, 0, 5+len(args))
+		cmd = append(cmd, "FCALL", "pacer", 1, r.key, op)
+	default:
+		cmd = make([]any, 0, 5+len(args))
+		cmd = append(cmd, "EVALSHA", r.scriptSHA, 1, r.key, op)
+	}
+	cmd = append(cmd, args...)
+	return r.do(ctx, cmd...)
+}
+
+// do runs one command on the client, and returns when it answers or ctx
+// ends, whichever comes first: a client given in RedisOptions may not
+// follow the context's deadline on its socket, and a call never waits on
+// Redis longer than Timeout. A late reply is dropped (its command may
+// still run in the server).
+func (r *RedisPacer) do(ctx context.Context, args ...any) (any, error) {
+	return r.bounded(ctx, func() (any, error) { return r.client.Do(ctx, args...).Result() })
+}
+
+// bounded runs call (one command on the client) as do describes.
+func (r *RedisPacer) bounded(ctx context.Context, call func() (any, error)) (any, error) {
+	if r.ownClient {
+		return call()
+	}
+	type result struct {
+		v   any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := call()
+		done <- result{v, err}
+	}()
+	select {
+	case res := <-done:
+		return res.v, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// pickEngine is the engine to send to: the forced one, or the one auto
+// found (asking the server on the first call and after a failure). A
+// server that refuses MODULE LIST or FUNCTION LIST is taken to have
+// neither. The script is loaded before its first use.
+func (r *RedisPacer) pickEngine(ctx context.Context) (RedisEngine, error) {
+	r.mu.Lock()
+	engine, ready := r.engine, r.scriptReady
+	r.mu.Unlock()
+	if engine == "" {
+		engine = r.engineWant
+		if engine == EngineAuto {
+			var err error
+			if engine, err = r.detect(ctx); err != nil {
+				return "", err
+			}
+		}
+		ready = false
+		r.mu.Lock()
+		r.engine = engine
+		r.mu.Unlock()
+	}
+	if engine == EngineScript && !ready {
+		if err := r.loadScript(ctx); err != nil {
+			return "", err
+		}
+	}
+	return engine, nil
+}
+
+// detect asks the server which engine it has.
+func (r *RedisPacer) detect(ctx context.Context) (RedisEngine, error) {
+	modules, err := r.do(ctx, "MODULE", "LIST")
+	if err != nil && (!isReplyError(err) || unavailableReply(err)) {
+		return "", err
+	}
+	if err == nil && listNames(modules, "name", "pacer") {
+		return EngineModule, nil
+	}
+	libraries, err := r.do(ctx, "FUNCTION", "LIST", "LIBRARYNAME", "pacer")
+	if err != nil && (!isReplyError(err) || unavailableReply(err)) {
+		return "", err
+	}
+	if err == nil && listNames(libraries, "library_name", "pacer") {
+		return EngineFunction, nil
+	}
+	return EngineScript, nil
+}
+
+// loadScript sends SCRIPT LOAD of the package's copy of pacer.lua (to
+// every primary, on a cluster client).
+func (r *RedisPacer) loadScript(ctx context.Context) error {
+	sha, err := r.bounded(ctx, func() (any, error) { return r.client.ScriptLoad(ctx, pacerScript).Result() })
+	if err != nil {
+		return classify("script load", err)
+	}
+	if s, ok := sha.(string); !ok || s != r.scriptSHA {
+		return &RedisError{Op: "script load", Reply: "SCRIPT LOAD answered " + describe(sha) + ", not the script's SHA1 " + r.scriptSHA}
+	}
+	r.mu.Lock()
+	r.scriptReady = true
+	r.mu.Unlock()
+	return nil
+}
+
+// listNames reports whether reply, a MODULE LIST or FUNCTION LIST reply
+// (an array of entries, each a RESP3 map or a RESP2 flat array of
+// name/value pairs), has an entry whose field is value.
+func listNames(reply any, field, value string) bool {
+	entries, ok := reply.([]any)
+	if !ok {
+		return false
+	}
+	for _, entry := range entries {
+		switch e := entry.(type) {
+		case map[any]any:
+			if s, ok := e[field].(string); ok && s == value {
+				return true
+			}
+		case map[string]any:
+			if s, ok := e[field].(string); ok && s == value {
+				return true
+			}
+		case []any:
+			for i := 0; i+1 < len(e); i += 2 {
+				if name, ok := e[i].(string); ok && name == field {
+					if s, ok := e[i+1].(string); ok && s == value {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
+func isReplyError(err error) bool {
+	var e redis.Error
+	return errors.As(err, &e) && !errors.Is(err, redis.Nil)
+}
+
+func isNoScript(err error) bool {
+	return err != nil && isReplyError(err) && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// Error replies that say the server cannot serve now: failures, as a lost
+// connection is (NOSCRIPT only reaches here after the reload).
+var unavailablePrefixes = []string{"LOADING", "BUSY", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "NOSCRIPT"}
+
+// classify turns an error reply into a *RedisError unless it says the
+// server cannot serve now; other errors (the connection, the timeout) are
+// returned as they are.
+func classify(op string, err error) error {
+	if !isReplyError(err) || unavailableReply(err) {
+		return err
+	}
+	return &RedisError{Op: op, Reply: err.Error()}
+}
+
+// unavailableReply reports whether err is an error reply that says the
+// server cannot serve now.
+func unavailableReply(err error) bool {
+	msg := err.Error()
+	for _, prefix := range unavailablePrefixes {
+		if len(msg) >= len(prefix) && msg[:len(prefix)] == prefix {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrRedisPacer matches a *RedisError whose reply is the pacer's own
+// error (ERR pacer: …): a configuration other than the bucket's, a spent,
+// foreign or malformed ticket, a key that is not a pacer bucket.
+var ErrRedisPacer = errors.New("pacer: redis: the pacer's error")
+
+// ErrRedisWrongType matches a *RedisError whose reply is WRONGTYPE: the
+// key holds another type.
+var ErrRedisWrongType = errors.New("pacer: redis: the key holds another type")
+
+// ErrRedisUnavailable matches a *RedisUnavailableError.
+var ErrRedisUnavailable = errors.New("pacer: redis unavailable")
+
+// RedisError is an error reply of the server that no failure policy
+// hides: a bug or a misconfiguration, not an outage. errors.Is matches
+// ErrRedisPacer for the pacer's errors and ErrRedisWrongType for
+// WRONGTYPE; Reply is the server's text (for a configuration mismatch it
+// names both configurations).
+type RedisError struct {
+	Op    string // the pacer operation: reserve, book, release, …
+	Reply string // the error reply, e.g. "ERR pacer: ticket already released"
+}
+
+func (e *RedisError) Error() string { return "pacer: redis " + e.Op + ": " + e.Reply }
+
+// Unwrap makes errors.Is(err, ErrRedisPacer) or ErrRedisWrongType true.
+func (e *RedisError) Unwrap() error {
+	switch {
+	case len(e.Reply) >= 10 && e.Reply[:10] == "ERR pacer:":
+		return ErrRedisPacer
+	case len(e.Reply) >= 9 && e.Reply[:9] == "WRONGTYPE":
+		return ErrRedisWrongType
+	}
+	return nil
+}
+
+// RedisUnavailableError is a call that needed Redis while it failed and
+// that no policy answers (Release and Forget of a Redis ticket, Redeem's
+// release, Info, Create). errors.Is(err, ErrRedisUnavailable) is true.
+type RedisUnavailableError struct {
+	Op  string
+	Err error // the failure: a network error, a timeout, an error reply
+}
+
+func (e *RedisUnavailableError) Error() string {
+	return "pacer: redis " + e.Op + ": unavailable: " + e.Err.Error()
+}
+
+// Unwrap gives ErrRedisUnavailable and the failure.
+func (e *RedisUnavailableError) Unwrap() []error { return []error{ErrRedisUnavailable, e.Err} }
+
+// unavailable turns a *redisFailure into the caller's error.
+func unavailable(op string, err error) error {
+	var f *redisFailure
+	if errors.As(err, &f) {
+		return &RedisUnavailableError{Op: op, Err: f.err}
+	}
+	return err
+}
+
+func describe(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "nil"
+	case string:
+		return strconv.Quote(x)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	}
+	return "a reply of another shape"
+}

@@ -1,0 +1,817 @@
+package pacer
+
+// RedisPacer's calls: the Pacer's methods and answers, each decided by the
+// server (or, while Redis fails, by the failure policy).
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// RedisTicket is the right to refund one admission's debit: the server's
+// ticket string and the key it belongs to, or, for an admission the local
+// fallback pacer issued, that pacer's ticket (released to it, never to
+// Redis). It is released at most once.
+type RedisTicket struct {
+	// Key is the bucket's key ("" for a fallback ticket).
+	Key string
+	// Value is the server's ticket (docs/redis.md, "Tickets"); "" for a
+	// fallback ticket.
+	Value string
+
+	local *Ticket
+	spent atomic.Bool
+}
+
+// Fallback reports whether the local fallback pacer issued the ticket.
+func (t *RedisTicket) Fallback() bool { return t != nil && t.local != nil }
+
+// Spent reports whether the ticket was released (or, for a booking's
+// ticket, redeemed or released).
+func (t *RedisTicket) Spent() bool { return t != nil && t.spent.Load() }
+
+// RedisDecision is RedisPacer.Reserve's answer, Decision's fields with a
+// RedisTicket, plus who decided.
+type RedisDecision struct {
+	// Admitted: open the connection after WaitMs. Otherwise refused:
+	// answer with a retryable rate limit carrying RetryAfterSeconds.
+	Admitted bool
+	// Path is the rule that admitted (PathNone for a refusal).
+	Path Path
+	// WaitMs is how long to wait before opening, ms (admitted).
+	WaitMs uint64
+	// Queued is WaitMs > 0.
+	Queued bool
+	// Ticket refunds the admission if the connection will not be opened;
+	// nil when nothing was debited.
+	Ticket *RedisTicket
+	// RequiredWaitMs is the wait the rate would need, ms (a refusal by
+	// the bucket; 0 for a booking or a redeem the server answered
+	// "not yet", whose replies do not carry it).
+	RequiredWaitMs uint64
+	// RetryAfterSeconds is the hint for the client (refused).
+	RetryAfterSeconds uint64
+	// ClockRegressed: the server's clock read behind the bucket's
+	// high-water mark and was treated as it (SPEC §5).
+	ClockRegressed bool
+	// Fallback is the failure policy that decided while Redis failed
+	// (FailLocal, FailOpen, FailClosed); "" when Redis decided (or pacing
+	// is disabled and nothing was asked).
+	Fallback FailurePolicy
+}
+
+// Wait is WaitMs as a time.Duration (saturating).
+func (d RedisDecision) Wait() time.Duration { return msDuration(d.WaitMs) }
+
+// RedisBooking is a place in the bucket's line (SPEC §11): one token
+// debited when it was booked, for a connection that may open at SlotMs.
+// Redeem it on the request's retry, or release Ticket if the request ends
+// without redeeming it.
+type RedisBooking struct {
+	// Key is the bucket's key ("" for a fallback booking).
+	Key string
+	// Value is the server's booking string; "" for a fallback booking.
+	Value string
+	// SlotMs is when the connection may open: ms on the server's clock (on
+	// the fallback pacer's clock for a fallback booking).
+	SlotMs uint64
+	// Ticket is the booked token's refund right; Redeem moves it into the
+	// admission.
+	Ticket *RedisTicket
+
+	local    *Booking
+	redeemed atomic.Bool
+}
+
+// Fallback reports whether the local fallback pacer made the booking.
+func (b *RedisBooking) Fallback() bool { return b != nil && b.local != nil }
+
+// RedisBookingDecision is ReserveOrBook's answer: the embedded decision,
+// and for a refusal that booked a place in line, the booking.
+type RedisBookingDecision struct {
+	RedisDecision
+	// Booking is set when the refusal holds a place in line.
+	Booking *RedisBooking
+}
+
+// Booked reports whether the refusal holds a place in line.
+func (d RedisBookingDecision) Booked() bool { return d.Booking != nil }
+
+// RedisAdmission is a granted request: open the connection now. If it
+// will not be opened after all, call Release.
+type RedisAdmission struct {
+	// Wait is the wait the bucket granted.
+	Wait time.Duration
+	// Waited is how long Admit waited.
+	Waited time.Duration
+	// Queued is Wait > 0.
+	Queued bool
+	// Path is the rule that admitted.
+	Path Path
+	// Ticket is the refund right (nil when nothing was debited).
+	Ticket *RedisTicket
+	// Fallback is the failure policy that admitted; "" when Redis did.
+	Fallback FailurePolicy
+
+	pacer *RedisPacer
+}
+
+// Release gives the admission's slot back (the connection will not be
+// opened): see RedisPacer.Release.
+func (a RedisAdmission) Release(ctx context.Context) (bool, error) {
+	if a.pacer == nil || a.Ticket == nil {
+		return false, nil
+	}
+	return a.pacer.Release(ctx, a.Ticket)
+}
+
+// configArgs is the command's configuration arguments, then extra.
+func (r *RedisPacer) configArgs(extra ...any) []any {
+	return append(append(make([]any, 0, len(r.args)+len(extra)), r.args...), extra...)
+}
+
+// Reserve asks the bucket for one new connection, without waiting: the
+// caller waits Decision.WaitMs itself and releases Decision.Ticket if it
+// will not open the connection. The server's clock decides. While Redis
+// fails, the failure policy answers (Decision.Fallback says which). A
+// pacer error (a configuration other than the bucket's) or WRONGTYPE is a
+// *RedisError; a ctx that ends first returns ctx.Err().
+func (r *RedisPacer) Reserve(ctx context.Context) (RedisDecision, error) {
+	if ctx == nil {
+		return RedisDecision{}, inputError("ctx", nil, "must not be nil")
+	}
+	if !r.enter() {
+		return RedisDecision{}, ErrClosed
+	}
+	defer r.running.Done()
+	return r.reserve(ctx)
+}
+
+func (r *RedisPacer) reserve(ctx context.Context) (RedisDecision, error) {
+	if r.mode == ModeDisabled {
+		return RedisDecision{Admitted: true, Path: PathDisabled}, nil
+	}
+	reply, err := r.run(ctx, "reserve", r.configArgs()...)
+	if err != nil {
+		if isFailure(err) {
+			d, _, err := r.byPolicy(false, 0)
+			return d, err
+		}
+		return RedisDecision{}, err
+	}
+	d, _, err := r.parseAdmission("reserve", reply)
+	return d, err
+}
+
+// ReserveOrBook is Reserve, except that a refusal within the horizon of
+// the request's retriesLeft retries books a place in the bucket's line
+// (SPEC §11): refused with RetryAfterSeconds, and Booking set. Redeem the
+// booking on the retry, or release Booking.Ticket if the request ends
+// without redeeming it. Beyond the horizon it is a plain refusal.
+func (r *RedisPacer) ReserveOrBook(ctx context.Context, retriesLeft uint32) (RedisBookingDecision, error) {
+	if ctx == nil {
+		return RedisBookingDecision{}, inputError("ctx", nil, "must not be nil")
+	}
+	if !r.enter() {
+		return RedisBookingDecision{}, ErrClosed
+	}
+	defer r.running.Done()
+	return r.reserveOrBook(ctx, retriesLeft)
+}
+
+func (r *RedisPacer) reserveOrBook(ctx context.Context, retriesLeft uint32) (RedisBookingDecision, error) {
+	if r.mode == ModeDisabled {
+		return RedisBookingDecision{RedisDecision: RedisDecision{Admitted: true, Path: PathDisabled}}, nil
+	}
+	reply, err := r.run(ctx, "book", r.configArgs(strconv.FormatUint(uint64(retriesLeft), 10))...)
+	if err != nil {
+		if isFailure(err) {
+			d, b, err := r.byPolicy(true, retriesLeft)
+			return RedisBookingDecision{RedisDecision: d, Booking: b}, err
+		}
+		return RedisBookingDecision{}, err
+	}
+	d, b, err := r.parseAdmission("book", reply)
+	return RedisBookingDecision{RedisDecision: d, Booking: b}, err
+}
+
+// Redeem presents a booking on the request's retry. The server's answer
+// changes nothing in the bucket (only its counters): admitted with Path
+// PathBooked after a wait within the bound, the booking's Ticket moving
+// into the decision; or not yet, with the next hint, the booking kept. A
+// fallback booking is redeemed by the fallback pacer that made it. While
+// Redis fails, a Redis booking is answered by the failure policy as a
+// Reserve would be (its token in Redis is not refunded: it passes with
+// its slot). A booking already redeemed or released returns
+// ErrBookingSpent; the server's errors are *RedisError.
+func (r *RedisPacer) Redeem(ctx context.Context, b *RedisBooking) (RedisDecision, error) {
+	if ctx == nil {
+		return RedisDecision{}, inputError("ctx", nil, "must not be nil")
+	}
+	if !r.enter() {
+		return RedisDecision{}, ErrClosed
+	}
+	defer r.running.Done()
+	return r.redeem(ctx, b)
+}
+
+func (r *RedisPacer) redeem(ctx context.Context, b *RedisBooking) (RedisDecision, error) {
+	switch {
+	case b == nil || b.Ticket == nil:
+		return RedisDecision{}, inputError("booking", nil, "must be a booking from ReserveOrBook")
+	case b.redeemed.Load() || b.Ticket.Spent():
+		return RedisDecision{}, ErrBookingSpent
+	}
+	if b.local != nil {
+		local := r.issuedLocally()
+		if local == nil {
+			return RedisDecision{}, inputError("booking", b, "must come from this pacer's ReserveOrBook")
+		}
+		d, err := local.Redeem(b.local, local.clock())
+		if err != nil {
+			return RedisDecision{}, err
+		}
+		out := fromLocal(d)
+		if d.Admitted {
+			b.redeemed.Store(true)
+			b.Ticket.spent.Store(true)
+		}
+		return out, nil
+	}
+	if b.Key != r.key {
+		return RedisDecision{}, inputError("booking", b.Key, "must belong to this pacer's key "+strconv.Quote(r.key))
+	}
+	reply, err := r.run(ctx, "redeem", b.Value)
+	if err != nil {
+		if isFailure(err) {
+			d, _, err := r.byPolicy(false, 0)
+			return d, err
+		}
+		return RedisDecision{}, err
+	}
+	items, ok := reply.([]any)
+	if !ok || len(items) < 3 {
+		return RedisDecision{}, badReply("redeem", reply)
+	}
+	switch str(items[0]) {
+	case "admitted":
+		if len(items) < 5 {
+			return RedisDecision{}, badReply("redeem", reply)
+		}
+		if !b.redeemed.CompareAndSwap(false, true) {
+			return RedisDecision{}, ErrBookingSpent
+		}
+		wait := num(items[1])
+		return RedisDecision{
+			Admitted: true, Path: PathBooked, WaitMs: wait, Queued: wait > 0,
+			Ticket: b.Ticket, ClockRegressed: num(items[4]) != 0,
+		}, nil
+	case "notyet":
+		return RedisDecision{RetryAfterSeconds: num(items[1])}, nil
+	}
+	return RedisDecision{}, badReply("redeem", reply)
+}
+
+// Release refunds an admission (or a booking's token) that will not open
+// its connection. It reports whether the release policy refunded it; a
+// nil or spent ticket reports false and changes nothing. A fallback
+// ticket goes back to the local pacer that issued it; a Redis ticket to
+// the bucket (PACER.RELEASE). While Redis fails a Redis ticket cannot be
+// released: a *RedisUnavailableError (ErrRedisUnavailable), and the
+// ticket stays unspent so a later Release may succeed. It works after
+// Close too when the client is still open (see Close).
+func (r *RedisPacer) Release(ctx context.Context, t *RedisTicket) (bool, error) {
+	if ctx == nil {
+		return false, inputError("ctx", nil, "must not be nil")
+	}
+	tracked, ok := r.enterRelease()
+	if !ok {
+		return false, ErrClosed
+	}
+	if tracked {
+		defer r.running.Done()
+	}
+	return r.release(ctx, t)
+}
+
+func (r *RedisPacer) release(ctx context.Context, t *RedisTicket) (bool, error) {
+	if t == nil {
+		return false, nil
+	}
+	if t.local != nil {
+		local := r.issuedLocally()
+		if local == nil || !t.spent.CompareAndSwap(false, true) {
+			return false, nil
+		}
+		return local.Release(t.local, local.clock())
+	}
+	if t.Key != r.key {
+		return false, inputError("ticket", t.Key, "must belong to this pacer's key "+strconv.Quote(r.key))
+	}
+	if !t.spent.CompareAndSwap(false, true) {
+		return false, nil
+	}
+	reply, err := r.run(ctx, "release", t.Value)
+	if err != nil {
+		var replyErr *RedisError
+		if !errors.As(err, &replyErr) {
+			t.spent.Store(false) // not sent, or its outcome unknown: may be tried again
+		}
+		return false, unavailable("release", err)
+	}
+	refunded, ok := reply.(int64)
+	if !ok {
+		return false, badReply("release", reply)
+	}
+	return refunded == 1, nil
+}
+
+// Admit waits for permission to open one new connection: Reserve, then,
+// when queued, a sleep until the granted time or until ctx is done or the
+// pacer is closed. A refusal returns a *RefusedError (ErrRefused; its
+// Fallback says when the policy refused). If ctx is done during the wait
+// the ticket is released and ctx.Err() returned; if the pacer is closed
+// during it, the ticket is released and ErrClosed returned.
+func (r *RedisPacer) Admit(ctx context.Context) (RedisAdmission, error) {
+	if ctx == nil {
+		return RedisAdmission{}, inputError("ctx", nil, "must not be nil")
+	}
+	if err := ctx.Err(); err != nil {
+		return RedisAdmission{}, err
+	}
+	if !r.enter() {
+		return RedisAdmission{}, ErrClosed
+	}
+	defer r.running.Done()
+	start := r.clock()
+	d, err := r.reserve(ctx)
+	if err != nil {
+		return RedisAdmission{}, err
+	}
+	if !d.Admitted {
+		return RedisAdmission{}, refusedError(d, false)
+	}
+	return r.await(ctx, start, d)
+}
+
+func refusedError(d RedisDecision, booked bool) error {
+	return &RefusedError{
+		RequiredWaitMs: d.RequiredWaitMs, RetryAfterSeconds: d.RetryAfterSeconds,
+		Booked: booked, Fallback: d.Fallback,
+	}
+}
+
+// await turns an admitted decision into an admission, sleeping when it is
+// queued; a sleep ended early releases the ticket.
+func (r *RedisPacer) await(ctx context.Context, start uint64, d RedisDecision) (RedisAdmission, error) {
+	a := RedisAdmission{
+		Wait: d.Wait(), Queued: d.Queued, Path: d.Path, Ticket: d.Ticket, Fallback: d.Fallback, pacer: r,
+	}
+	if !d.Queued {
+		return a, nil
+	}
+	sleepCtx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(r.life, func() { cancel(ErrClosed) })
+	err := r.sleep(sleepCtx, a.Wait)
+	stop()
+	cancel(nil)
+	if err != nil {
+		// A cancelled request opens no connection: give the ticket back,
+		// on a context of its own (ctx is done).
+		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+		_, _ = r.release(relCtx, d.Ticket)
+		relCancel()
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return RedisAdmission{}, ctxErr
+		}
+		if errors.Is(context.Cause(sleepCtx), ErrClosed) {
+			return RedisAdmission{}, ErrClosed
+		}
+		return RedisAdmission{}, err
+	}
+	if end := r.clock(); end > start {
+		a.Waited = msDuration(end - start)
+	}
+	return a, nil
+}
+
+// redisKeyed is what AdmitKey remembers of one key: its refused attempts
+// and the booking it holds. Its mutex orders the key's own calls.
+type redisKeyed struct {
+	mu       sync.Mutex
+	attempts uint32
+	booking  *RedisBooking
+	gone     bool // removed from the map: look the key up again
+}
+
+// keyEntry is key's entry, locked (created when missing).
+func (r *RedisPacer) keyEntry(key string, create bool) *redisKeyed {
+	for {
+		r.keyedMu.Lock()
+		e := r.keyed[key]
+		if e == nil {
+			if !create {
+				r.keyedMu.Unlock()
+				return nil
+			}
+			e = &redisKeyed{}
+			r.keyed[key] = e
+		}
+		r.keyedMu.Unlock()
+		e.mu.Lock()
+		if !e.gone {
+			return e
+		}
+		e.mu.Unlock()
+	}
+}
+
+// dropKey removes key's entry e (locked by the caller).
+func (r *RedisPacer) dropKey(key string, e *redisKeyed) {
+	e.gone = true
+	r.keyedMu.Lock()
+	if r.keyed[key] == e {
+		delete(r.keyed, key)
+	}
+	r.keyedMu.Unlock()
+}
+
+// AdmitKey is Admit for a request that may come back, keyed by its
+// identity across the client's retries (as Pacer.AdmitKey): a key holding
+// a booking redeems it; otherwise it reserves or books with the retries
+// it has left (Config.MaxRetries minus its refused attempts). Every
+// refusal is a *RefusedError (Booked when a place is held) and counts an
+// attempt; an admitted key is forgotten. Cancellation of ctx during the
+// wait releases the ticket and returns ctx.Err(); Close during it releases
+// it and returns ErrClosed. A key that ends without admission must be
+// given to Forget.
+func (r *RedisPacer) AdmitKey(ctx context.Context, key string) (RedisAdmission, error) {
+	if ctx == nil {
+		return RedisAdmission{}, inputError("ctx", nil, "must not be nil")
+	}
+	if err := ctx.Err(); err != nil {
+		return RedisAdmission{}, err
+	}
+	if !r.enter() {
+		return RedisAdmission{}, ErrClosed
+	}
+	defer r.running.Done()
+	start := r.clock()
+	d, booked, err := r.attempt(ctx, key)
+	if err != nil {
+		return RedisAdmission{}, err
+	}
+	if !d.Admitted {
+		return RedisAdmission{}, refusedError(d, booked)
+	}
+	return r.await(ctx, start, d)
+}
+
+// attempt is one attempt of request key, in order with the key's others.
+func (r *RedisPacer) attempt(ctx context.Context, key string) (RedisDecision, bool, error) {
+	e := r.keyEntry(key, true)
+	defer e.mu.Unlock()
+	var d RedisDecision
+	var err error
+	if e.booking != nil {
+		d, err = r.redeem(ctx, e.booking)
+	} else {
+		retriesLeft := uint32(0)
+		if maxRetries := uint32(r.cfg.MaxRetries); e.attempts < maxRetries {
+			retriesLeft = maxRetries - e.attempts
+		}
+		var bd RedisBookingDecision
+		bd, err = r.reserveOrBook(ctx, retriesLeft)
+		d = bd.RedisDecision
+		if err == nil && bd.Booking != nil {
+			e.booking = bd.Booking
+		}
+	}
+	if err != nil {
+		if e.attempts == 0 && e.booking == nil {
+			r.dropKey(key, e)
+		}
+		return RedisDecision{}, false, err
+	}
+	if d.Admitted {
+		r.dropKey(key, e)
+		return d, false, nil
+	}
+	if e.attempts < ^uint32(0) {
+		e.attempts++
+	}
+	return d, e.booking != nil, nil
+}
+
+// Forget gives back what the keyed request holds when it ends without
+// being admitted: its booking is released (to Redis, or to the fallback
+// pacer that made it) and the key is forgotten. It reports whether a
+// booking was refunded. When Redis fails the key is kept and a
+// *RedisUnavailableError returned, so Forget can be called again.
+func (r *RedisPacer) Forget(ctx context.Context, key string) (bool, error) {
+	if ctx == nil {
+		return false, inputError("ctx", nil, "must not be nil")
+	}
+	tracked, ok := r.enterRelease()
+	if !ok {
+		return false, ErrClosed
+	}
+	if tracked {
+		defer r.running.Done()
+	}
+	e := r.keyEntry(key, false)
+	if e == nil {
+		return false, nil
+	}
+	defer e.mu.Unlock()
+	refunded := false
+	if b := e.booking; b != nil && !b.redeemed.Load() {
+		var err error
+		if refunded, err = r.release(ctx, b.Ticket); err != nil {
+			return false, err
+		}
+	}
+	r.dropKey(key, e)
+	return refunded, nil
+}
+
+// PendingKeys is how many keys AdmitKey refused that were neither
+// admitted since nor forgotten.
+func (r *RedisPacer) PendingKeys() int {
+	if r == nil {
+		return 0
+	}
+	r.keyedMu.Lock()
+	defer r.keyedMu.Unlock()
+	return len(r.keyed)
+}
+
+// Create makes the bucket if the key is missing (PACER.CREATE): true when
+// it did, false when the same bucket was there. A configuration other
+// than the bucket's is a *RedisError naming both, so a proxy can check its
+// configuration at start-up. Optional: the first Reserve creates the
+// bucket. No failure policy applies: an outage is a
+// *RedisUnavailableError.
+func (r *RedisPacer) Create(ctx context.Context) (bool, error) {
+	if ctx == nil {
+		return false, inputError("ctx", nil, "must not be nil")
+	}
+	if !r.enter() {
+		return false, ErrClosed
+	}
+	defer r.running.Done()
+	reply, err := r.run(ctx, "create", r.configArgs()...)
+	if err != nil {
+		return false, unavailable("create", err)
+	}
+	created, ok := reply.(int64)
+	if !ok {
+		return false, badReply("create", reply)
+	}
+	return created == 1, nil
+}
+
+// RedisInfo is PACER.INFO's answer: the bucket's configuration, derived
+// parameters, state and counters (docs/redis.md). One token is
+// UnitsPerToken units.
+type RedisInfo struct {
+	RatePerMinute  uint64
+	Burst          uint64
+	IdleTimeoutMs  uint64
+	MaxRetries     uint64
+	ReleasePolicy  ReleasePolicy
+	Mode           Mode
+	WaitBoundMs    uint64
+	CapacityUnits  int64
+	MaxDebtUnits   int64
+	HighWaterMs    uint64 // the latest server clock reading that changed the state
+	TokensUnits    int64  // the stored level at HighWaterMs
+	LevelUnits     int64  // the level refilled to NowMs, capped at capacity
+	Seq            uint64
+	Serial         uint64 // tickets issued
+	Admitted       uint64
+	Refused        uint64
+	Booked         uint64
+	Released       uint64 // releases refunded
+	ReleaseRefused uint64 // releases the strict policy refused
+	NowMs          uint64 // the server's clock at this call
+}
+
+// Info reads the bucket (PACER.INFO). No failure policy applies: an
+// outage is a *RedisUnavailableError; a missing bucket is a *RedisError.
+func (r *RedisPacer) Info(ctx context.Context) (RedisInfo, error) {
+	if ctx == nil {
+		return RedisInfo{}, inputError("ctx", nil, "must not be nil")
+	}
+	if !r.enter() {
+		return RedisInfo{}, ErrClosed
+	}
+	defer r.running.Done()
+	reply, err := r.run(ctx, "info")
+	if err != nil {
+		return RedisInfo{}, unavailable("info", err)
+	}
+	items, ok := reply.([]any)
+	if !ok || len(items)%2 != 0 {
+		return RedisInfo{}, badReply("info", reply)
+	}
+	var info RedisInfo
+	for i := 0; i < len(items); i += 2 {
+		v := items[i+1]
+		switch str(items[i]) {
+		case "rate_per_min":
+			info.RatePerMinute = num(v)
+		case "burst":
+			info.Burst = num(v)
+		case "idle_timeout_ms":
+			info.IdleTimeoutMs = num(v)
+		case "max_retries":
+			info.MaxRetries = num(v)
+		case "release_policy":
+			if str(v) == "strict" {
+				info.ReleasePolicy = ReleaseStrict
+			}
+		case "mode":
+			info.Mode = modeNamed(str(v))
+		case "wait_bound_ms":
+			info.WaitBoundMs = num(v)
+		case "capacity_units":
+			info.CapacityUnits = signed(v)
+		case "max_debt_units":
+			info.MaxDebtUnits = signed(v)
+		case "high_water_ms":
+			info.HighWaterMs = num(v)
+		case "tokens_units":
+			info.TokensUnits = signed(v)
+		case "level_units":
+			info.LevelUnits = signed(v)
+		case "seq":
+			info.Seq = num(v)
+		case "serial":
+			info.Serial = num(v)
+		case "admitted":
+			info.Admitted = num(v)
+		case "refused":
+			info.Refused = num(v)
+		case "booked":
+			info.Booked = num(v)
+		case "released":
+			info.Released = num(v)
+		case "release_refused":
+			info.ReleaseRefused = num(v)
+		case "now_ms":
+			info.NowMs = num(v)
+		}
+	}
+	return info, nil
+}
+
+// isFailure reports whether err is a failure of Redis that the policy
+// answers.
+func isFailure(err error) bool {
+	var f *redisFailure
+	return errors.As(err, &f)
+}
+
+// byPolicy is the failure policy's answer to a reserve (or, with book, a
+// reserve-or-book).
+func (r *RedisPacer) byPolicy(book bool, retriesLeft uint32) (RedisDecision, *RedisBooking, error) {
+	switch r.onFailure {
+	case FailOpen:
+		return RedisDecision{Admitted: true, Path: PathDisabled, Fallback: FailOpen}, nil, nil
+	case FailClosed:
+		return RedisDecision{RetryAfterSeconds: r.hintCap, Fallback: FailClosed}, nil, nil
+	}
+	local, err := r.localPacer()
+	if err != nil {
+		return RedisDecision{}, nil, err
+	}
+	now := local.clock()
+	if !book {
+		d, err := local.Reserve(now)
+		if err != nil {
+			return RedisDecision{}, nil, err
+		}
+		return fromLocal(d), nil, nil
+	}
+	bd, err := local.ReserveOrBook(now, retriesLeft)
+	if err != nil {
+		return RedisDecision{}, nil, err
+	}
+	out := fromLocal(bd.Decision)
+	if bd.Booking == nil {
+		return out, nil, nil
+	}
+	return out, &RedisBooking{
+		SlotMs: bd.Booking.SlotMs,
+		Ticket: &RedisTicket{local: bd.Booking.Ticket},
+		local:  bd.Booking,
+	}, nil
+}
+
+// fromLocal is the fallback pacer's decision as a RedisDecision.
+func fromLocal(d Decision) RedisDecision {
+	out := RedisDecision{
+		Admitted: d.Admitted, Path: d.Path, WaitMs: d.WaitMs, Queued: d.Queued,
+		RequiredWaitMs: d.RequiredWaitMs, RetryAfterSeconds: d.RetryAfterSeconds,
+		ClockRegressed: d.ClockRegressed, Fallback: FailLocal,
+	}
+	if d.Ticket != nil {
+		out.Ticket = &RedisTicket{local: d.Ticket}
+	}
+	return out
+}
+
+// parseAdmission reads a reserve or book reply.
+func (r *RedisPacer) parseAdmission(op string, reply any) (RedisDecision, *RedisBooking, error) {
+	items, ok := reply.([]any)
+	if !ok || len(items) < 4 {
+		return RedisDecision{}, nil, badReply(op, reply)
+	}
+	switch str(items[0]) {
+	case "admitted":
+		if len(items) < 5 {
+			break
+		}
+		wait := num(items[1])
+		d := RedisDecision{
+			Admitted: true, Path: pathNamed(str(items[3])), WaitMs: wait, Queued: wait > 0,
+			ClockRegressed: num(items[4]) != 0,
+		}
+		if t, ok := items[2].(string); ok {
+			d.Ticket = &RedisTicket{Key: r.key, Value: t}
+		}
+		return d, nil, nil
+	case "refused":
+		return RedisDecision{
+			RetryAfterSeconds: num(items[1]), RequiredWaitMs: num(items[2]),
+			ClockRegressed: num(items[3]) != 0,
+		}, nil, nil
+	case "booked":
+		if len(items) < 5 {
+			break
+		}
+		value := str(items[2])
+		d := RedisDecision{RetryAfterSeconds: num(items[1]), ClockRegressed: num(items[4]) != 0}
+		return d, &RedisBooking{
+			Key: r.key, Value: value, SlotMs: num(items[3]),
+			Ticket: &RedisTicket{Key: r.key, Value: value},
+		}, nil
+	}
+	return RedisDecision{}, nil, badReply(op, reply)
+}
+
+func badReply(op string, reply any) error {
+	return &RedisError{Op: op, Reply: "unexpected reply " + describe(reply)}
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func num(v any) uint64 {
+	switch x := v.(type) {
+	case int64:
+		if x > 0 {
+			return uint64(x)
+		}
+	case string:
+		n, _ := strconv.ParseUint(x, 10, 64)
+		return n
+	}
+	return 0
+}
+
+func signed(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}
+
+func pathNamed(name string) Path {
+	for _, p := range []Path{PathDisabled, PathPaced, PathShaped, PathOverflow, PathBooked} {
+		if p.String() == name {
+			return p
+		}
+	}
+	return PathNone
+}
+
+func modeNamed(name string) Mode {
+	for _, m := range []Mode{ModeDisabled, ModeRefusing, ModeShapingLowRate, ModeShapingNoRetry} {
+		if m.String() == name {
+			return m
+		}
+	}
+	return ModeDisabled
+}

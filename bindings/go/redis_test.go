@@ -1,0 +1,890 @@
+package pacer_test
+
+// RedisPacer against real redis-servers (redis_server_test.go). No test
+// asserts how long anything took: the server's clock moves between calls,
+// so only relations that hold at any machine speed are checked, with
+// answers, fallbacks and the server's counters.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"pacer"
+)
+
+// fleetConfig is rate 60, burst 2, idle 30 s, 3 retries: wait bound
+// 2000 ms, refusal hint at most 2 s.
+func fleetConfig() pacer.Config {
+	return pacer.Config{RatePerMinute: 60, Burst: 2, IdleTimeout: 30 * time.Second, MaxRetries: 3}
+}
+
+// slowConfig is rate 10, burst 2, idle 30 s, 3 retries: a third request
+// at once is refused (its slot is 6 s away, past the 2000 ms bound).
+func slowConfig() pacer.Config {
+	return pacer.Config{RatePerMinute: 10, Burst: 2, IdleTimeout: 30 * time.Second, MaxRetries: 3}
+}
+
+// openRedis opens a RedisPacer whose notices go to the returned capture;
+// it is closed when t ends.
+func openRedis(t *testing.T, opts pacer.RedisOptions) (*pacer.RedisPacer, *logCapture) {
+	t.Helper()
+	capture := &logCapture{}
+	opts.Config.Notifier = pacer.NewNotifier(slog.New(capture))
+	if opts.Key == "" {
+		opts.Key = "pacer:" + t.Name()
+	}
+	r, err := pacer.OpenRedis(opts)
+	if err != nil {
+		t.Fatalf("OpenRedis: %v", err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r, capture
+}
+
+func mustRedisReserve(t *testing.T, r *pacer.RedisPacer) pacer.RedisDecision {
+	t.Helper()
+	d, err := r.Reserve(context.Background())
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	return d
+}
+
+func mustRedisInfo(t *testing.T, r *pacer.RedisPacer) pacer.RedisInfo {
+	t.Helper()
+	info, err := r.Info(context.Background())
+	if err != nil {
+		t.Fatalf("Info: %v", err)
+	}
+	return info
+}
+
+// countMessages is how many notices contain part.
+func countMessages(c *logCapture, part string) int {
+	n := 0
+	for _, m := range c.messages() {
+		if strings.Contains(m, part) {
+			n++
+		}
+	}
+	return n
+}
+
+const (
+	outageStarted = "redis failed"
+	outageEnded   = "redis answers again"
+)
+
+func TestRedisScriptCopyIsTheFile(t *testing.T) {
+	want, err := os.ReadFile(filepath.Join("..", "..", "redis", "pacer.lua"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := os.ReadFile("pacer.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(local, want) {
+		t.Fatal("bindings/go/pacer.lua differs from redis/pacer.lua: copy the file again")
+	}
+	if pacer.PacerScript() != string(want) {
+		t.Fatal("the embedded script differs from redis/pacer.lua")
+	}
+}
+
+// engineServer starts a server on which auto finds engine.
+func engineServer(t *testing.T, engine pacer.RedisEngine) *redisServer {
+	t.Helper()
+	switch engine {
+	case pacer.EngineModule:
+		return startRedis(t, moduleOrSkip(t))
+	case pacer.EngineFunction:
+		s := startRedis(t, "")
+		s.loadFunction(t)
+		return s
+	}
+	return startRedis(t, "")
+}
+
+var engines = []pacer.RedisEngine{pacer.EngineModule, pacer.EngineFunction, pacer.EngineScript}
+
+// Each engine is the one auto picks on its server, and answers as
+// docs/redis.md says.
+func TestRedisEnginesByAuto(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(string(engine), func(t *testing.T) {
+			s := engineServer(t, engine)
+			r, capture := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Config: fleetConfig()})
+			ctx := context.Background()
+			if got := r.Engine(); got != "" {
+				t.Fatalf("Engine before the first call = %q", got)
+			}
+			if r.WaitBoundMs() != 2000 || r.Mode() != pacer.ModeRefusing {
+				t.Fatalf("bound %d, mode %v", r.WaitBoundMs(), r.Mode())
+			}
+			// The burst admits at once.
+			for i := range 2 {
+				d := mustRedisReserve(t, r)
+				if !d.Admitted || d.WaitMs != 0 || d.Queued || d.Path != pacer.PathPaced || d.Fallback != "" {
+					t.Fatalf("burst call %d: %+v", i, d)
+				}
+				if d.Ticket == nil || d.Ticket.Key != r.Key() || d.Ticket.Value == "" || d.Ticket.Fallback() {
+					t.Fatalf("burst call %d: ticket %+v", i, d.Ticket)
+				}
+			}
+			if got := r.Engine(); got != engine {
+				t.Fatalf("Engine = %q, want %q", got, engine)
+			}
+			// The next one waits for the first refill: 0 < w <= 1000.
+			d := mustRedisReserve(t, r)
+			if !d.Admitted || d.WaitMs == 0 || d.WaitMs > 1000 || !d.Queued || d.Path != pacer.PathPaced {
+				t.Fatalf("first call past the burst: %+v", d)
+			}
+			last := d
+			// Later ones wait within the bound until one is refused.
+			refused := false
+			for i := 0; i < 50 && !refused; i++ {
+				d := mustRedisReserve(t, r)
+				switch {
+				case d.Admitted:
+					if d.WaitMs > r.WaitBoundMs() || d.Path != pacer.PathPaced {
+						t.Fatalf("admitted past the burst: %+v", d)
+					}
+					last = d
+				default:
+					refused = true
+					if d.RetryAfterSeconds < 1 || d.RetryAfterSeconds > 2 || d.RequiredWaitMs <= 2000 || d.Fallback != "" {
+						t.Fatalf("refusal: %+v", d)
+					}
+				}
+			}
+			if !refused {
+				t.Fatal("no refusal in 50 calls")
+			}
+			before := mustRedisInfo(t, r)
+			if before.Mode != pacer.ModeRefusing || before.WaitBoundMs != 2000 || before.RatePerMinute != 60 ||
+				before.Burst != 2 || before.IdleTimeoutMs != 30000 || before.MaxRetries != 3 ||
+				before.ReleasePolicy != pacer.ReleaseRefund || before.CapacityUnits != 2*60000 ||
+				before.Refused != 1 || before.Admitted < 3 || before.Serial != before.Admitted || before.NowMs == 0 {
+				t.Fatalf("info: %+v", before)
+			}
+			// A made-up ticket is the server's error, not a failure.
+			_, err := r.Release(ctx, &pacer.RedisTicket{Key: r.Key(), Value: "1.2.3"})
+			var replyErr *pacer.RedisError
+			if !errors.As(err, &replyErr) || !errors.Is(err, pacer.ErrRedisPacer) ||
+				!strings.Contains(replyErr.Reply, "malformed ticket") {
+				t.Fatalf("made-up ticket: %v", err)
+			}
+			// A refusal within the horizon books a place in line.
+			bd, err := r.ReserveOrBook(ctx, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bd.Admitted || !bd.Booked() || bd.Booking.Value == "" || bd.Booking.SlotMs == 0 ||
+				bd.RetryAfterSeconds < 1 || bd.RetryAfterSeconds > 2 || bd.Fallback != "" {
+				t.Fatalf("ReserveOrBook: %+v %+v", bd, bd.Booking)
+			}
+			// A release refunds once; the ticket is spent after.
+			if ok, err := r.Release(ctx, last.Ticket); err != nil || !ok {
+				t.Fatalf("Release = %v, %v", ok, err)
+			}
+			if ok, err := r.Release(ctx, last.Ticket); err != nil || ok {
+				t.Fatalf("second Release = %v, %v", ok, err)
+			}
+			rd, err := r.Redeem(ctx, bd.Booking)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case rd.Admitted:
+				if rd.Path != pacer.PathBooked || rd.Ticket != bd.Booking.Ticket || rd.WaitMs > 2000 {
+					t.Fatalf("redeemed: %+v", rd)
+				}
+			case rd.RetryAfterSeconds < 1:
+				t.Fatalf("not yet: %+v", rd)
+			}
+			if ok, err := r.Release(ctx, bd.Booking.Ticket); err != nil || !ok {
+				t.Fatalf("releasing the booking = %v, %v", ok, err)
+			}
+			if _, err := r.Redeem(ctx, bd.Booking); !errors.Is(err, pacer.ErrBookingSpent) {
+				t.Fatalf("Redeem of a released booking: %v", err)
+			}
+			after := mustRedisInfo(t, r)
+			if after.Released != before.Released+2 || after.Booked != 1 {
+				t.Fatalf("info after: %+v", after)
+			}
+			if created, err := r.Create(ctx); err != nil || created {
+				t.Fatalf("Create on the bucket = %v, %v", created, err)
+			}
+			if n := len(capture.messages()); n != 0 {
+				t.Fatalf("notices: %q", capture.messages())
+			}
+		})
+	}
+}
+
+// A forced engine is used as it is; one the server lacks is an error,
+// not an outage.
+func TestRedisForcedEngine(t *testing.T) {
+	s := startRedis(t, "")
+	r, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Config: slowConfig(), Engine: pacer.EngineScript})
+	if d := mustRedisReserve(t, r); !d.Admitted || d.Fallback != "" || r.Engine() != pacer.EngineScript {
+		t.Fatalf("script: %+v, engine %q", d, r.Engine())
+	}
+	f, capture := openRedis(t, pacer.RedisOptions{
+		Addr: s.Addr(), Config: slowConfig(), Engine: pacer.EngineFunction, OnFailure: pacer.FailOpen,
+	})
+	_, err := f.Reserve(context.Background())
+	var replyErr *pacer.RedisError
+	if !errors.As(err, &replyErr) {
+		t.Fatalf("function on a server without it: %v", err)
+	}
+	if countMessages(capture, outageStarted) != 0 {
+		t.Fatalf("notices: %q", capture.messages())
+	}
+	if _, err := pacer.OpenRedis(pacer.RedisOptions{Addr: s.Addr(), Key: "k", Engine: "lua"}); !errors.Is(err, pacer.ErrInvalidInput) {
+		t.Fatalf("Engine lua: %v", err)
+	}
+}
+
+// SCRIPT FLUSH empties the cache: the next call loads the script again
+// and retries, with no outage.
+func TestRedisNoScriptReloads(t *testing.T) {
+	s := startRedis(t, "")
+	control := s.client(t)
+	r, capture := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Config: fleetConfig()})
+	if d := mustRedisReserve(t, r); !d.Admitted || r.Engine() != pacer.EngineScript {
+		t.Fatalf("first: %+v, engine %q", d, r.Engine())
+	}
+	ctx := context.Background()
+	for range 2 {
+		if err := control.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		d := mustRedisReserve(t, r)
+		if !d.Admitted || d.Fallback != "" || d.Ticket == nil {
+			t.Fatalf("after SCRIPT FLUSH: %+v", d)
+		}
+		if ok, err := r.Release(ctx, d.Ticket); err != nil || !ok {
+			t.Fatalf("Release = %v, %v", ok, err)
+		}
+	}
+	sha := control.ScriptLoad(ctx, pacer.PacerScript()).Val()
+	if exists := control.ScriptExists(ctx, sha).Val(); len(exists) != 1 || !exists[0] {
+		t.Fatal("the script is not loaded")
+	}
+	if len(capture.messages()) != 0 {
+		t.Fatalf("notices: %q", capture.messages())
+	}
+}
+
+// A configuration other than the bucket's, and a key of another type,
+// are errors under every policy and engine.
+func TestRedisPacerErrorsSurface(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(string(engine), func(t *testing.T) {
+			s := engineServer(t, engine)
+			ctx := context.Background()
+			a, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "shared", Config: fleetConfig()})
+			if created, err := a.Create(ctx); err != nil || !created {
+				t.Fatalf("Create = %v, %v", created, err)
+			}
+			for _, policy := range []pacer.FailurePolicy{pacer.FailLocal, pacer.FailOpen, pacer.FailClosed} {
+				other := fleetConfig()
+				other.RatePerMinute = 30
+				b, capture := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "shared", Config: other, OnFailure: policy})
+				_, err := b.Reserve(ctx)
+				var replyErr *pacer.RedisError
+				if !errors.As(err, &replyErr) || !errors.Is(err, pacer.ErrRedisPacer) {
+					t.Fatalf("%s: mismatch: %v", policy, err)
+				}
+				if !strings.Contains(replyErr.Reply, "rate_per_min=60") || !strings.Contains(replyErr.Reply, "rate_per_min=30") {
+					t.Fatalf("%s: the error names one configuration: %q", policy, replyErr.Reply)
+				}
+				if _, err := b.Admit(ctx); !errors.Is(err, pacer.ErrRedisPacer) {
+					t.Fatalf("%s: Admit: %v", policy, err)
+				}
+				if _, err := b.AdmitKey(ctx, "req"); !errors.Is(err, pacer.ErrRedisPacer) || b.PendingKeys() != 0 {
+					t.Fatalf("%s: AdmitKey: %v, %d pending", policy, err, b.PendingKeys())
+				}
+				if _, err := b.Create(ctx); !errors.Is(err, pacer.ErrRedisPacer) {
+					t.Fatalf("%s: Create: %v", policy, err)
+				}
+				if len(capture.messages()) != 0 {
+					t.Fatalf("%s: notices: %q", policy, capture.messages())
+				}
+			}
+			if err := s.client(t).LPush(ctx, "a-list", "x").Err(); err != nil {
+				t.Fatal(err)
+			}
+			w, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "a-list", Config: fleetConfig(), OnFailure: pacer.FailOpen})
+			if _, err := w.Reserve(ctx); !errors.Is(err, pacer.ErrRedisWrongType) {
+				t.Fatalf("WRONGTYPE: %v", err)
+			}
+			if _, err := w.Info(ctx); !errors.Is(err, pacer.ErrRedisWrongType) {
+				t.Fatalf("WRONGTYPE (info): %v", err)
+			}
+		})
+	}
+}
+
+// Admit cancelled during its wait releases its ticket in the bucket, and
+// so does Close during it; Forget releases a keyed booking.
+func TestRedisCancellationReleases(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(string(engine), func(t *testing.T) {
+			s := engineServer(t, engine)
+			ctx := context.Background()
+			cfg := fleetConfig()
+			cfg.Burst = 1
+			gate := newGatedSleep()
+			cfg.Sleep = gate.Sleep
+			r, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "bucket", Config: cfg})
+			watch, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "bucket", Config: cfg})
+
+			if a, err := r.Admit(ctx); err != nil || a.Queued || a.Ticket == nil {
+				t.Fatalf("first Admit: %+v, %v", a, err)
+			}
+			// Cancelled during the wait.
+			cctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				_, err := r.Admit(cctx)
+				done <- err
+			}()
+			<-gate.entered
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled Admit: %v", err)
+			}
+			if info := mustRedisInfo(t, watch); info.Released != 1 {
+				t.Fatalf("released after the cancel = %d", info.Released)
+			}
+			// Close during a wait releases the ticket too.
+			go func() {
+				_, err := r.Admit(ctx)
+				done <- err
+			}()
+			<-gate.entered
+			_ = r.Close()
+			if err := <-done; !errors.Is(err, pacer.ErrClosed) {
+				t.Fatalf("Admit woken by Close: %v", err)
+			}
+			if info := mustRedisInfo(t, watch); info.Released != 2 {
+				t.Fatalf("released after Close = %d, want 2", info.Released)
+			}
+			if _, err := r.Reserve(ctx); !errors.Is(err, pacer.ErrClosed) {
+				t.Fatalf("Reserve after Close: %v", err)
+			}
+
+			// Keyed: admitted keys, then one booked, whose booking Forget
+			// releases.
+			cfg.Sleep = noSleep
+			k, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "bucket", Config: cfg})
+			bookedKey := ""
+			for i := 0; i < 20 && bookedKey == ""; i++ {
+				key := "req-" + strconv.Itoa(i)
+				_, err := k.AdmitKey(ctx, key)
+				var refused *pacer.RefusedError
+				switch {
+				case errors.As(err, &refused):
+					if !refused.Booked || refused.Fallback != "" {
+						t.Fatalf("keyed refusal: %+v", refused)
+					}
+					bookedKey = key
+				case err != nil:
+					t.Fatal(err)
+				}
+			}
+			if bookedKey == "" {
+				t.Fatal("no booking in 20 keys")
+			}
+			if k.PendingKeys() != 1 {
+				t.Fatalf("pending keys = %d", k.PendingKeys())
+			}
+			before := mustRedisInfo(t, watch)
+			if ok, err := k.Forget(ctx, bookedKey); err != nil || !ok {
+				t.Fatalf("Forget = %v, %v", ok, err)
+			}
+			if after := mustRedisInfo(t, watch); after.Released != before.Released+1 || after.Booked != 1 {
+				t.Fatalf("after Forget: %+v (before %+v)", after, before)
+			}
+			if k.PendingKeys() != 0 {
+				t.Fatalf("pending keys after Forget = %d", k.PendingKeys())
+			}
+			if ok, err := k.Forget(ctx, bookedKey); err != nil || ok {
+				t.Fatalf("second Forget = %v, %v", ok, err)
+			}
+		})
+	}
+}
+
+// A key that comes back redeems its booking: admitted on the booked path,
+// or refused again while the slot is still far, keeping it.
+func TestRedisAdmitKeyRedeems(t *testing.T) {
+	s := startRedis(t, "")
+	cfg := fleetConfig()
+	cfg.Burst = 1
+	cfg.Sleep = noSleep
+	r, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Config: cfg})
+	ctx := context.Background()
+	booked := ""
+	for i := 0; i < 20 && booked == ""; i++ {
+		key := "req-" + strconv.Itoa(i)
+		if _, err := r.AdmitKey(ctx, key); errors.Is(err, pacer.ErrRefused) {
+			booked = key
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if booked == "" {
+		t.Fatal("no refusal in 20 keys")
+	}
+	info := mustRedisInfo(t, r)
+	for range 10 {
+		a, err := r.AdmitKey(ctx, booked)
+		var refused *pacer.RefusedError
+		if errors.As(err, &refused) {
+			if !refused.Booked {
+				t.Fatalf("the key lost its booking: %+v", refused)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Path != pacer.PathBooked || a.Ticket == nil || r.PendingKeys() != 0 {
+			t.Fatalf("redeemed: %+v, %d pending", a, r.PendingKeys())
+		}
+		if after := mustRedisInfo(t, r); after.Booked != info.Booked || after.Serial != info.Serial {
+			t.Fatalf("a redeem debited again: %+v then %+v", info, after)
+		}
+		return
+	}
+	// Ten retries at once may all come before the slot: still booked.
+	if r.PendingKeys() != 1 {
+		t.Fatalf("pending keys = %d", r.PendingKeys())
+	}
+}
+
+// Pacing disabled (rate 0) admits without asking Redis.
+func TestRedisDisabledAsksNothing(t *testing.T) {
+	cfg := fleetConfig()
+	cfg.RatePerMinute = 0
+	r, capture := openRedis(t, pacer.RedisOptions{
+		Addr: "127.0.0.1:" + strconv.Itoa(freePort(t)), Config: cfg, OnFailure: pacer.FailClosed,
+	})
+	for range 3 {
+		a, err := r.Admit(context.Background())
+		if err != nil || a.Path != pacer.PathDisabled || a.Fallback != "" || a.Ticket != nil {
+			t.Fatalf("disabled: %+v, %v", a, err)
+		}
+	}
+	if r.Mode() != pacer.ModeDisabled || countMessages(capture, outageStarted) != 0 || r.Engine() != "" {
+		t.Fatalf("mode %v, engine %q, notices %q", r.Mode(), r.Engine(), capture.messages())
+	}
+}
+
+// The timeout is the wait bound or 1 s, whichever is less, and never
+// more than the bound.
+func TestRedisTimeoutRule(t *testing.T) {
+	short := pacer.Config{RatePerMinute: 60, Burst: 2, IdleTimeout: 1500 * time.Millisecond, MaxRetries: 0}
+	shortBound := time.Duration(pacer.WaitBoundMs(1500, 0)) * time.Millisecond
+	if shortBound >= time.Second {
+		t.Fatalf("test config's bound %v is not below 1 s", shortBound)
+	}
+	cases := []struct {
+		cfg   pacer.Config
+		given time.Duration
+		want  time.Duration
+	}{
+		{fleetConfig(), 0, time.Second},
+		{fleetConfig(), 300 * time.Millisecond, 300 * time.Millisecond},
+		{fleetConfig(), 5 * time.Second, 2 * time.Second},
+		{short, 0, shortBound},
+		{short, 5 * time.Second, shortBound},
+	}
+	for _, c := range cases {
+		r, _ := openRedis(t, pacer.RedisOptions{Addr: "127.0.0.1:1", Config: c.cfg, Timeout: c.given})
+		if got := r.Timeout(); got != c.want {
+			t.Errorf("Timeout(%v) with bound %d ms = %v, want %v", c.given, r.WaitBoundMs(), got, c.want)
+		}
+	}
+	for _, opts := range []pacer.RedisOptions{
+		{Addr: "127.0.0.1:1", Config: fleetConfig()},                                // no key
+		{Key: "k", Config: fleetConfig()},                                           // no server
+		{Addr: "127.0.0.1:1", Key: "k", Config: fleetConfig(), OnFailure: "retry"},  // no such policy
+		{Addr: "127.0.0.1:1", Key: "k", Config: fleetConfig(), FleetSize: -1},       // negative
+		{Addr: "redis://:badport", Key: "k", Config: fleetConfig(), Timeout: -1},    // negative
+		{Addr: "127.0.0.1:1", Key: "k", Config: pacer.Config{RatePerMinute: 601}},   // bad config
+		{Addr: "127.0.0.1:1", Key: "k", Config: fleetConfig(), RetryAfter: -1},      // negative
+		{Addr: "127.0.0.1:1", Key: "k", Config: fleetConfig(), Engine: "functions"}, // no such engine
+	} {
+		if _, err := pacer.OpenRedis(opts); !errors.Is(err, pacer.ErrInvalidInput) && !errors.Is(err, pacer.ErrInvalidConfig) {
+			t.Errorf("OpenRedis(%+v) = %v", opts, err)
+		}
+	}
+}
+
+// How Redis fails in a test, and how it comes back.
+type outage struct {
+	name string
+	// begin makes Redis fail for r (s is nil for "unreachable").
+	begin func(t *testing.T, s *redisServer)
+	// end brings it back.
+	end func(t *testing.T, s *redisServer)
+}
+
+var outages = []outage{
+	{
+		name:  "unreachable",
+		begin: func(t *testing.T, s *redisServer) {},
+		end: func(t *testing.T, s *redisServer) {
+			if err := s.start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.kill)
+		},
+	},
+	{
+		name:  "killed",
+		begin: func(t *testing.T, s *redisServer) { s.kill() },
+		end:   func(t *testing.T, s *redisServer) { s.restart(t) },
+	},
+	{
+		name: "paused",
+		begin: func(t *testing.T, s *redisServer) {
+			if err := s.client(t).Do(context.Background(), "CLIENT", "PAUSE", "1500", "ALL").Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		end: func(t *testing.T, s *redisServer) {
+			// A command from a new connection runs once the pause is over.
+			c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, ReadTimeout: 10 * time.Second})
+			defer c.Close()
+			if err := c.Ping(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
+	},
+}
+
+// Each failure policy answers while Redis is unreachable, killed or
+// paused, with one notice when the outage starts and one when it ends,
+// and Redis decides again once it is back and RetryAfter has passed.
+func TestRedisFailurePolicies(t *testing.T) {
+	const retryAfter = 100 * time.Millisecond
+	for _, o := range outages {
+		for _, policy := range []pacer.FailurePolicy{pacer.FailLocal, pacer.FailOpen, pacer.FailClosed} {
+			t.Run(o.name+"/"+string(policy), func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				var s *redisServer
+				if o.name == "unreachable" {
+					s = &redisServer{dir: t.TempDir(), port: freePort(t)}
+				} else {
+					s = startRedis(t, "")
+				}
+				opts := pacer.RedisOptions{
+					Addr: s.Addr(), Config: slowConfig(), OnFailure: policy,
+					Timeout: 200 * time.Millisecond, RetryAfter: retryAfter,
+				}
+				if o.name == "paused" && policy == pacer.FailClosed {
+					// A client of the caller's, with its own (longer) timeouts:
+					// the call still ends after Timeout.
+					opts.Client = s.client(t)
+				}
+				r, capture := openRedis(t, opts)
+				if o.name != "unreachable" {
+					if d := mustRedisReserve(t, r); !d.Admitted || d.Fallback != "" {
+						t.Fatalf("before the outage: %+v", d)
+					}
+				}
+				o.begin(t, s)
+
+				var fallbackTicket *pacer.RedisTicket
+				for i := range 3 {
+					d := mustRedisReserve(t, r)
+					if d.Fallback != policy {
+						t.Fatalf("call %d: Fallback %q, want %q: %+v", i, d.Fallback, policy, d)
+					}
+					switch policy {
+					case pacer.FailLocal:
+						// The in-process pacer of the same configuration
+						// (FleetSize 1): burst 2, then refused.
+						if i < 2 && (!d.Admitted || d.WaitMs != 0 || d.Path != pacer.PathPaced || !d.Ticket.Fallback()) {
+							t.Fatalf("local call %d: %+v", i, d)
+						}
+						if i == 2 && (d.Admitted || d.RetryAfterSeconds != 2) {
+							t.Fatalf("local call %d: %+v", i, d)
+						}
+						if i == 0 {
+							fallbackTicket = d.Ticket
+						}
+					case pacer.FailOpen:
+						if !d.Admitted || d.WaitMs != 0 || d.Path != pacer.PathDisabled || d.Ticket != nil {
+							t.Fatalf("open call %d: %+v", i, d)
+						}
+					case pacer.FailClosed:
+						if d.Admitted || d.RetryAfterSeconds != pacer.HintCapSeconds(2000) {
+							t.Fatalf("closed call %d: %+v", i, d)
+						}
+					}
+				}
+				_, err := r.Admit(ctx)
+				var refused *pacer.RefusedError
+				if policy != pacer.FailOpen && (!errors.As(err, &refused) || refused.Fallback != policy) {
+					t.Fatalf("Admit during the outage: %v", err)
+				}
+				if _, err := r.Info(ctx); !errors.Is(err, pacer.ErrRedisUnavailable) {
+					t.Fatalf("Info during the outage: %v", err)
+				}
+				if n := countMessages(capture, outageStarted); n != 1 {
+					t.Fatalf("%d outage notices: %q", n, capture.messages())
+				}
+
+				o.end(t, s)
+				time.Sleep(retryAfter + 50*time.Millisecond)
+				d := mustRedisReserve(t, r)
+				if d.Fallback != "" {
+					t.Fatalf("after Redis came back: %+v", d)
+				}
+				if countMessages(capture, outageEnded) != 1 || countMessages(capture, outageStarted) != 1 {
+					t.Fatalf("notices: %q", capture.messages())
+				}
+				// A fallback ticket goes back to the pacer that issued it,
+				// not to Redis.
+				if fallbackTicket != nil {
+					if ok, err := r.Release(ctx, fallbackTicket); err != nil || !ok {
+						t.Fatalf("releasing a fallback ticket = %v, %v", ok, err)
+					}
+					if info := mustRedisInfo(t, r); info.Released != 0 {
+						t.Fatalf("a fallback ticket reached Redis: %+v", info)
+					}
+				}
+			})
+		}
+	}
+}
+
+// While Redis fails, the local policy paces at ⌊rate/N⌋, ⌊burst/N⌋, and
+// its keyed bookings are released to the local pacer.
+func TestRedisLocalFallbackShare(t *testing.T) {
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	ctx := context.Background()
+	r, _ := openRedis(t, pacer.RedisOptions{Addr: addr, Config: slowConfig(), FleetSize: 2})
+	first := mustRedisReserve(t, r)
+	second := mustRedisReserve(t, r)
+	if !first.Admitted || first.WaitMs != 0 || first.Fallback != pacer.FailLocal {
+		t.Fatalf("first: %+v", first)
+	}
+	// Burst 1 at rate 5: the second is not admitted at once.
+	if second.Admitted && second.WaitMs == 0 || second.Fallback != pacer.FailLocal {
+		t.Fatalf("second: %+v", second)
+	}
+
+	k, _ := openRedis(t, pacer.RedisOptions{Addr: addr, Config: slowConfig(), Key: "keyed"})
+	booked := ""
+	for i := 0; i < 5 && booked == ""; i++ {
+		key := "req-" + strconv.Itoa(i)
+		_, err := k.AdmitKey(ctx, key)
+		var refused *pacer.RefusedError
+		if errors.As(err, &refused) {
+			if !refused.Booked || refused.Fallback != pacer.FailLocal {
+				t.Fatalf("local refusal: %+v", refused)
+			}
+			booked = key
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if booked == "" {
+		t.Fatal("no local booking")
+	}
+	if ok, err := k.Forget(ctx, booked); err != nil || !ok {
+		t.Fatalf("Forget of a local booking = %v, %v", ok, err)
+	}
+	// A Redis ticket cannot be released while Redis fails.
+	_, err := k.Release(ctx, &pacer.RedisTicket{Key: "keyed", Value: "0.1.60000.0.0123456789abcdef"})
+	if !errors.Is(err, pacer.ErrRedisUnavailable) {
+		t.Fatalf("Release of a Redis ticket during an outage: %v", err)
+	}
+}
+
+// Many goroutines on one pacer (for the race detector): every call is
+// answered, and the bucket counts each.
+func TestRedisConcurrentCalls(t *testing.T) {
+	s := startRedis(t, "")
+	cfg := slowConfig()
+	cfg.Sleep = noSleep
+	r, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Config: cfg})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5 {
+				_, err := r.AdmitKey(context.Background(), "g"+strconv.Itoa(g)+"-"+strconv.Itoa(i))
+				if err != nil && !errors.Is(err, pacer.ErrRefused) {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	info := mustRedisInfo(t, r)
+	if info.Admitted+info.Refused+info.Booked != 40 {
+		t.Fatalf("counted %d calls: %+v", info.Admitted+info.Refused+info.Booked, info)
+	}
+}
+
+// The README's example is ExampleOpenRedis's code (which runs): each line
+// of its block, in order, and the output it shows.
+func TestRedisReadmeExample(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile("example_redis_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "## Fleet pacing (Redis)")
+	if !ok {
+		t.Fatal("README has no Fleet pacing (Redis) section")
+	}
+	_, block, _ := strings.Cut(section, "```go\n")
+	block, _, _ = strings.Cut(block, "```")
+	var lines []string
+	for _, line := range strings.Split(string(example), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			lines = append(lines, line)
+		}
+	}
+	next := 0
+	for _, line := range strings.Split(block, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		// The README shows the output as comments ("// #0 …"); the example
+		// has it under "// Output:" with the same text.
+		if strings.HasPrefix(line, "// #") {
+			if !strings.Contains(string(example), line) {
+				t.Errorf("README output %q is not the example's", line)
+			}
+			continue
+		}
+		for next < len(lines) && lines[next] != line {
+			next++
+		}
+		if next == len(lines) {
+			t.Fatalf("README line %q is not in example_redis_test.go (in order)", line)
+		}
+		next++
+	}
+}
+
+// A server that comes back with another engine is asked again: the
+// script before, the module after.
+func TestRedisEngineAfterRestart(t *testing.T) {
+	module := moduleOrSkip(t)
+	s := startRedis(t, "")
+	r, capture := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Config: slowConfig(), RetryAfter: 50 * time.Millisecond})
+	if d := mustRedisReserve(t, r); !d.Admitted || r.Engine() != pacer.EngineScript {
+		t.Fatalf("before: %+v, engine %q", d, r.Engine())
+	}
+	s.module = module
+	s.restart(t)
+	// The client reconnects (the pool finds the old connection gone), or
+	// the call fails and the policy answers until RetryAfter has passed:
+	// either way the server is asked for its engine again.
+	var d pacer.RedisDecision
+	for range 20 {
+		if d = mustRedisReserve(t, r); d.Fallback == "" {
+			break
+		}
+		time.Sleep(60 * time.Millisecond)
+	}
+	// The call on the new connection may still have gone by the engine
+	// known before (the script, loaded again on NOSCRIPT); the next asks.
+	if d = mustRedisReserve(t, r); !d.Admitted || d.Fallback != "" || r.Engine() != pacer.EngineModule {
+		t.Fatalf("after: %+v, engine %q", d, r.Engine())
+	}
+	started, ended := countMessages(capture, outageStarted), countMessages(capture, outageEnded)
+	if started > 1 || ended != started {
+		t.Fatalf("notices: %q", capture.messages())
+	}
+}
+
+// A reply that says the server cannot serve now (BUSY: a script runs past
+// busy-reply-threshold) is a failure, answered by the policy.
+func TestRedisBusyIsAFailure(t *testing.T) {
+	s := startRedis(t, "", "--busy-reply-threshold", "50")
+	ctx := context.Background()
+	r, capture := openRedis(t, pacer.RedisOptions{
+		Addr: s.Addr(), Config: slowConfig(), OnFailure: pacer.FailClosed,
+	})
+	busy := s.client(t)
+	done := make(chan error, 1)
+	go func() { done <- busy.Eval(ctx, "while true do end", nil).Err() }()
+	probe := s.client(t)
+	for {
+		err := probe.Ping(ctx).Err()
+		if err != nil && strings.HasPrefix(err.Error(), "BUSY") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d := mustRedisReserve(t, r)
+	if d.Admitted || d.Fallback != pacer.FailClosed {
+		t.Fatalf("while BUSY: %+v", d)
+	}
+	if err := probe.ScriptKill(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if countMessages(capture, outageStarted) != 1 {
+		t.Fatalf("notices: %q", capture.messages())
+	}
+}
+
+// A client of the caller's speaking RESP2 finds the same engines and
+// reads the same answers.
+func TestRedisRESP2Client(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(string(engine), func(t *testing.T) {
+			s := engineServer(t, engine)
+			c := redis.NewClient(&redis.Options{Addr: s.Addr(), Protocol: 2})
+			t.Cleanup(func() { _ = c.Close() })
+			r, _ := openRedis(t, pacer.RedisOptions{Client: c, Config: slowConfig()})
+			for i := range 3 {
+				d := mustRedisReserve(t, r)
+				if d.Fallback != "" || d.Admitted != (i < 2) || (i < 2 && d.Ticket == nil) {
+					t.Fatalf("call %d: %+v", i, d)
+				}
+			}
+			if r.Engine() != engine {
+				t.Fatalf("engine %q, want %q", r.Engine(), engine)
+			}
+			if info := mustRedisInfo(t, r); info.Admitted != 2 || info.Refused != 1 || info.Mode != pacer.ModeRefusing {
+				t.Fatalf("info: %+v", info)
+			}
+			_ = r.Close()
+			if err := c.Ping(context.Background()).Err(); err != nil {
+				t.Fatalf("Close closed the caller's client: %v", err)
+			}
+		})
+	}
+}
