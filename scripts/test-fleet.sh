@@ -5,8 +5,10 @@
 # key, and checks that every answer was counted by the server and that the
 # admissions opened within the bound across all of them.
 #
-# Run after scripts/test-node.sh, test-python.sh and test-go.sh (the test
-# command's order): it uses what they built and installed.
+# Clients: the CLI (`pacer hammer`) through the module and the function,
+# the Node binding's RedisPacer (module) and the Python binding's
+# (function). Run after scripts/test-node.sh and test-python.sh (the test
+# command's order): it uses the addon, node-redis and the venv they made.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -19,9 +21,15 @@ pacer="$target/debug/pacer"
 
 config="--rate-per-min {rate} --burst {burst} --idle-timeout-ms {idle} --max-retries {retries}"
 hammer="$pacer hammer --redis {url} --key {key} --calls {calls} --every-ms {every} $config"
+node_hammer="node tests/fleet/hammer.mjs {url} {key} {calls} {every} {rate} {burst} {idle} {retries}"
+python_hammer="target/python-venv/bin/python tests/fleet/hammer.py {url} {key} {calls} {every} {rate} {burst} {idle} {retries}"
+[ -x target/python-venv/bin/python ] || { echo "test-fleet: run scripts/test-python.sh first (its venv)" >&2; exit 1; }
+[ -d bindings/node/node_modules/redis ] || { echo "test-fleet: run scripts/test-node.sh first (node-redis)" >&2; exit 1; }
 clients=(
     --client "cli-module=$hammer --door module"
     --client "cli-function=$hammer --door function"
+    --client "node-module=$node_hammer"
+    --client "python-function=$python_hammer"
 )
 
 python3 tests/fleet/check.py --module "$module" "${clients[@]}"
