@@ -763,8 +763,7 @@ func (e *RedisError) Unwrap() error {
 }
 
 // RedisUnavailableError is a call that needed Redis while it failed and
-// that no policy answers (Release and Forget of a Redis ticket, Redeem's
-// release, Info, Create). errors.Is(err, ErrRedisUnavailable) is true.
+// that no policy answers (Info, Create). errors.Is(err, ErrRedisUnavailable) is true.
 type RedisUnavailableError struct {
 	Op  string
 	Err error // the failure: a network error, a timeout, an error reply

@@ -281,9 +281,10 @@ func (r *RedisPacer) redeem(ctx context.Context, b *RedisBooking) (RedisDecision
 // nil or spent ticket reports false and changes nothing. A fallback
 // ticket goes back to the local pacer that issued it; a Redis ticket to
 // the bucket (PACER.RELEASE). While Redis fails a Redis ticket cannot be
-// released: a *RedisUnavailableError (ErrRedisUnavailable), and the
-// ticket stays unspent so a later Release may succeed. It works after
-// Close too when the client is still open (see Close).
+// released: false with no error (the outage has its notice), and the
+// ticket stays unspent so a later Release may refund it; unreleased, its
+// debit passes with time. It works after Close too when the client is
+// still open (see Close).
 func (r *RedisPacer) Release(ctx context.Context, t *RedisTicket) (bool, error) {
 	if ctx == nil {
 		return false, inputError("ctx", nil, "must not be nil")
@@ -321,7 +322,11 @@ func (r *RedisPacer) release(ctx context.Context, t *RedisTicket) (bool, error) 
 		if !errors.As(err, &replyErr) {
 			t.spent.Store(false) // not sent, or its outcome unknown: may be tried again
 		}
-		return false, unavailable("release", err)
+		var failure *redisFailure
+		if errors.As(err, &failure) {
+			return false, nil
+		}
+		return false, err
 	}
 	refunded, ok := reply.(int64)
 	if !ok {
@@ -510,8 +515,9 @@ func (r *RedisPacer) attempt(ctx context.Context, key string) (RedisDecision, bo
 // Forget gives back what the keyed request holds when it ends without
 // being admitted: its booking is released (to Redis, or to the fallback
 // pacer that made it) and the key is forgotten. It reports whether a
-// booking was refunded. When Redis fails the key is kept and a
-// *RedisUnavailableError returned, so Forget can be called again.
+// booking was refunded. While Redis fails the key is forgotten all the
+// same and a Redis booking is not refunded (false): its token passes with
+// its slot.
 func (r *RedisPacer) Forget(ctx context.Context, key string) (bool, error) {
 	if ctx == nil {
 		return false, inputError("ctx", nil, "must not be nil")
@@ -532,7 +538,7 @@ func (r *RedisPacer) Forget(ctx context.Context, key string) (bool, error) {
 	if b := e.booking; b != nil && !b.redeemed.Load() {
 		var err error
 		if refunded, err = r.release(ctx, b.Ticket); err != nil {
-			return false, err
+			return false, err // a pacer error, the caller's ctx, or Close: the key is kept
 		}
 	}
 	r.dropKey(key, e)

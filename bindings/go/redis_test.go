@@ -606,10 +606,20 @@ func TestRedisFailurePolicies(t *testing.T) {
 					opts.Client = s.client(t)
 				}
 				r, capture := openRedis(t, opts)
+				var redisTicket *pacer.RedisTicket // issued by Redis before the outage
+				var keyed *pacer.RedisPacer        // holds a booking in Redis, on bookedKey
+				bookedKey := ""
 				if o.name != "unreachable" {
-					if d := mustRedisReserve(t, r); !d.Admitted || d.Fallback != "" {
+					d := mustRedisReserve(t, r)
+					if !d.Admitted || d.Fallback != "" {
 						t.Fatalf("before the outage: %+v", d)
 					}
+					redisTicket = d.Ticket
+					kopts := opts
+					kopts.Key = "keyed:" + t.Name()
+					kopts.Config.Sleep = noSleep
+					keyed, _ = openRedis(t, kopts)
+					bookedKey = bookInRedis(t, keyed)
 				}
 				o.begin(t, s)
 
@@ -653,6 +663,20 @@ func TestRedisFailurePolicies(t *testing.T) {
 				if n := countMessages(capture, outageStarted); n != 1 {
 					t.Fatalf("%d outage notices: %q", n, capture.messages())
 				}
+				if redisTicket != nil {
+					// A Redis ticket is not refunded while Redis fails, and
+					// that is not an error; a keyed request forgotten now
+					// is forgotten (its booking passes with its slot).
+					if ok, err := r.Release(ctx, redisTicket); ok || err != nil {
+						t.Fatalf("Release of a Redis ticket during the outage = %v, %v", ok, err)
+					}
+					if ok, err := keyed.Forget(ctx, bookedKey); ok || err != nil {
+						t.Fatalf("Forget of a Redis booking during the outage = %v, %v", ok, err)
+					}
+					if n := keyed.PendingKeys(); n != 0 {
+						t.Fatalf("%d keys pending after Forget during the outage", n)
+					}
+				}
 
 				o.end(t, s)
 				time.Sleep(retryAfter + 50*time.Millisecond)
@@ -663,13 +687,27 @@ func TestRedisFailurePolicies(t *testing.T) {
 				if countMessages(capture, outageEnded) != 1 || countMessages(capture, outageStarted) != 1 {
 					t.Fatalf("notices: %q", capture.messages())
 				}
+				if o.name == "paused" {
+					// The bucket outlived the pause, and the ticket stayed
+					// unspent: it is refunded now.
+					if ok, err := r.Release(ctx, redisTicket); !ok || err != nil {
+						t.Fatalf("Release after the outage = %v, %v", ok, err)
+					}
+					if info := mustRedisInfo(t, r); info.Released != 1 {
+						t.Fatalf("after the release: %+v", info)
+					}
+				}
 				// A fallback ticket goes back to the pacer that issued it,
 				// not to Redis.
 				if fallbackTicket != nil {
 					if ok, err := r.Release(ctx, fallbackTicket); err != nil || !ok {
 						t.Fatalf("releasing a fallback ticket = %v, %v", ok, err)
 					}
-					if info := mustRedisInfo(t, r); info.Released != 0 {
+					released := uint64(0)
+					if o.name == "paused" {
+						released = 1 // the Redis ticket, above
+					}
+					if info := mustRedisInfo(t, r); info.Released != released {
 						t.Fatalf("a fallback ticket reached Redis: %+v", info)
 					}
 				}
@@ -715,11 +753,32 @@ func TestRedisLocalFallbackShare(t *testing.T) {
 	if ok, err := k.Forget(ctx, booked); err != nil || !ok {
 		t.Fatalf("Forget of a local booking = %v, %v", ok, err)
 	}
-	// A Redis ticket cannot be released while Redis fails.
-	_, err := k.Release(ctx, &pacer.RedisTicket{Key: "keyed", Value: "0.1.60000.0.0123456789abcdef"})
-	if !errors.Is(err, pacer.ErrRedisUnavailable) {
-		t.Fatalf("Release of a Redis ticket during an outage: %v", err)
+	// A Redis ticket cannot be released while Redis fails: not refunded,
+	// not an error.
+	if ok, err := k.Release(ctx, &pacer.RedisTicket{Key: "keyed", Value: "0.1.60000.0.0123456789abcdef"}); ok || err != nil {
+		t.Fatalf("Release of a Redis ticket during an outage = %v, %v", ok, err)
 	}
+}
+
+// bookInRedis makes keyed requests on r until one is booked by the
+// server; it returns that key.
+func bookInRedis(t *testing.T, r *pacer.RedisPacer) string {
+	t.Helper()
+	for i := range 6 {
+		key := "req-" + strconv.Itoa(i)
+		_, err := r.AdmitKey(context.Background(), key)
+		var refused *pacer.RefusedError
+		if errors.As(err, &refused) {
+			if !refused.Booked || refused.Fallback != "" {
+				t.Fatalf("refusal by Redis: %+v", refused)
+			}
+			return key
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("no booking in Redis")
+	return ""
 }
 
 // Many goroutines on one pacer (for the race detector): every call is

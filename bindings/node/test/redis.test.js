@@ -362,12 +362,17 @@ describe('failure policies', () => {
       const pacer = await RedisPacer.connect({ url: server.url, key, ...CONFIG, onFailure: policy,
         timeoutMs: 200, retryAfterMs: RETRY_AFTER_MS, onNotice: notices.sink });
       try {
-        assert.equal((await pacer.reserve()).fallback, undefined);
+        const first = await pacer.reserve();
+        assert.equal(first.fallback, undefined);
         const admin = await adminOf(server);
         await admin.sendCommand(['CLIENT', 'PAUSE', '800', 'ALL']);
         const during = await pacer.reserve();
         assertPolicyAnswer(policy, during);
         assert.equal(pacer.outage, true);
+        // A ticket Redis issued is not refunded during the outage (false,
+        // not an error) and stays unspent.
+        assert.equal(await pacer.release(first.ticket), false);
+        assert.equal(first.ticket.spent, false);
         // Within retryAfterMs Redis is not asked: the policy answers again.
         assertPolicyAnswer(policy, await pacer.reserve());
         assert.deepEqual(notices.kinds(), ['redis_unavailable']);
@@ -376,6 +381,10 @@ describe('failure policies', () => {
         const back = await untilRedisAnswers(pacer);
         assert.ok(RedisTicket.isRedisTicket(back.ticket) || back.kind === 'refused');
         assert.equal(pacer.outage, false);
+        // The bucket outlived the pause: the ticket is refunded now.
+        const released = (await pacer.info()).released;
+        assert.equal(await pacer.release(first.ticket), true);
+        assert.equal((await pacer.info()).released, released + 1);
         assert.deepEqual(notices.kinds(), ['redis_unavailable', 'redis_recovered']);
         assert.ok(pacer.counters().fallbacks >= 2);
       } finally {
@@ -392,11 +401,20 @@ describe('failure policies', () => {
       try {
         const first = await pacer.reserve();
         assert.equal(first.fallback, undefined);
+        // A keyed request whose booking Redis holds.
+        for (let i = 0; i < 8 && (await pacer.reserve()).kind === 'admitted'; i += 1);
+        const refused = await pacer.admit({ key: 'request-1' });
+        assert.equal(refused.kind, 'refused');
+        assert.equal(refused.fallback, undefined);
         await server.kill();
         assertPolicyAnswer(policy, await pacer.reserve());
         assertPolicyAnswer(policy, await pacer.reserve());
-        // A ticket Redis issued cannot be released while it is down.
+        // A ticket Redis issued cannot be released while it is down: false,
+        // not an error. Forgetting the keyed request forgets it (its booking
+        // passes with its slot).
         assert.equal(await pacer.release(first.ticket), false);
+        assert.equal(await pacer.forget('request-1'), false);
+        assert.equal(pacer.pendingKeys, 0);
         assert.deepEqual(notices.kinds(), ['redis_unavailable']);
         await server.restart();
         const back = await untilRedisAnswers(pacer);

@@ -493,11 +493,18 @@ def test_redis_is_asked_again_only_after_retry_after_ms(d: Driver, monkeypatch: 
         fleet = d.pacer(url=server.url, key=fresh_key("retry-after"), retry_after_ms=5000, **CONFIG)
         first = d(fleet.reserve())
         assert first.fallback is None
+        for _ in range(3):
+            assert isinstance(d(fleet.reserve()), RedisAdmitted)  # the bucket is 2 s in debt
+        refused = d(fleet.admit(key="request-1"))  # booked in Redis
+        assert isinstance(refused, RedisRefused) and refused.fallback is None
         server.kill()
         assert d(fleet.reserve()).fallback == "local"
         # A ticket of the server cannot be released during the outage: not
-        # refunded, and still releasable later.
+        # refunded (False, not an error), and still releasable later.
         assert d(fleet.release(first.ticket)) is False and not first.ticket.spent
+        # A keyed request forgotten now is forgotten; its booking passes with its slot.
+        assert d(fleet.forget("request-1")) is False
+        assert fleet.pending_keys == 0
         server.start()
         now[0] += 4.999
         assert d(fleet.reserve()).fallback == "local"  # not asked yet
