@@ -6,23 +6,35 @@
 # admissions opened within the bound across all of them.
 #
 # Clients: the CLI (`pacer hammer`) through the module and the function,
-# the Node binding's RedisPacer (module) and the Python binding's
-# (function). Run after scripts/test-node.sh and test-python.sh (the test
-# command's order): it uses the addon, node-redis and the venv they made.
+# the Node binding's RedisPacer (module), the Python binding's (function)
+# and the Go binding's (script, EVALSHA; tests/fleet/go, built here). Run
+# after scripts/test-node.sh, test-python.sh and test-go.sh (the test
+# command's order): it uses the addon, node-redis, the venv and the Go
+# module cache they made.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
 bash scripts/redis-deps.sh
 cargo build --locked -p pacer-redis -p pacer-cli
+cargo build --release --locked -p pacer-ffi
 target="$(cargo metadata --format-version 1 --no-deps --locked | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 module="$target/debug/libpacer_redis.so"
 pacer="$target/debug/pacer"
+
+# The Go client, linked with libpacer.a as scripts/test-go.sh links the
+# binding (go.mod and go.sum pinned: -mod=readonly).
+command -v go >/dev/null || { echo "test-fleet: go is required" >&2; exit 1; }
+go_hammer="$target/fleet-hammer-go"
+(cd tests/fleet/go &&
+  GOTOOLCHAIN=local CGO_ENABLED=1 CGO_LDFLAGS="-L$target/release ${CGO_LDFLAGS:-}" \
+    go build -mod=readonly -o "$go_hammer" .)
 
 config="--rate-per-min {rate} --burst {burst} --idle-timeout-ms {idle} --max-retries {retries}"
 hammer="$pacer hammer --redis {url} --key {key} --calls {calls} --every-ms {every} $config"
 node_hammer="node tests/fleet/hammer.mjs {url} {key} {calls} {every} {rate} {burst} {idle} {retries}"
 python_hammer="target/python-venv/bin/python tests/fleet/hammer.py {url} {key} {calls} {every} {rate} {burst} {idle} {retries}"
+go_hammer="$go_hammer {url} {key} {calls} {every} {rate} {burst} {idle} {retries}"
 [ -x target/python-venv/bin/python ] || { echo "test-fleet: run scripts/test-python.sh first (its venv)" >&2; exit 1; }
 [ -d bindings/node/node_modules/redis ] || { echo "test-fleet: run scripts/test-node.sh first (node-redis)" >&2; exit 1; }
 clients=(
@@ -30,6 +42,7 @@ clients=(
     --client "cli-function=$hammer --door function"
     --client "node-module=$node_hammer"
     --client "python-function=$python_hammer"
+    --client "go-script=$go_hammer"
 )
 
 python3 tests/fleet/check.py --module "$module" "${clients[@]}"

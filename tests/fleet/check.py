@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Clients in several languages on one fleet bucket keep SPEC §6.1's bound.
 
-Starts a redis-server (free loopback port, temporary directory, no
-persistence) with the module and the script loaded as a function, runs every client given with --client at the
-same time against one key, and checks what they printed:
+Starts a redis-server (tests/fleet/server.py: free loopback port, temporary
+directory, no persistence) with the module and the script loaded as a
+function, runs every client given with --client at the same time against
+one key, and checks what they printed:
 
 - every call was answered, and the server counted exactly the admissions
   and refusals the clients were told of (no lost or double update);
@@ -29,13 +30,10 @@ import argparse
 import json
 import os
 import shlex
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
+
+from server import FleetServer
 
 # Rate 600, burst 5, idle 120000, retries 5 (SPEC §3 by hand: backoff(5) =
 # 2000 * 31 = 62000; bound = min(15000, floor(58000 / 12)) = 4833;
@@ -43,42 +41,6 @@ import time
 CONFIG = {"rate": 600, "burst": 5, "idle": 120000, "retries": 5}
 CALLS = 100
 EVERY_MS = 15
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def redis_cli(port, *args):
-    out = subprocess.run(
-        ["redis-cli", "-p", str(port), *args], check=True, capture_output=True, text=True, timeout=10
-    )
-    return out.stdout
-
-
-def start_server(module, scratch):
-    for _ in range(3):
-        port = free_port()
-        proc = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", scratch, "--logfile", os.path.join(scratch, "redis.log"),
-             "--loadmodule", module],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        for _ in range(100):
-            if proc.poll() is not None:
-                break
-            try:
-                if redis_cli(port, "PING").strip() == "PONG":
-                    return proc, port
-            except (subprocess.SubprocessError, OSError):
-                pass
-            time.sleep(0.05)
-        proc.kill()
-        proc.wait()
-    sys.exit("fleet: redis-server did not start")
 
 
 def window_bound(w, l):
@@ -100,79 +62,66 @@ def main():
     parser.add_argument("--client", action="append", required=True, metavar="NAME=COMMAND")
     args = parser.parse_args()
 
-    scratch = tempfile.mkdtemp(prefix="pacer-fleet-")
-    server, port = start_server(args.module, scratch)
     procs = []
-    try:
-        # The script as a function library too, as docs/redis.md loads it, so
-        # a client may take any door.
-        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "redis", "pacer.lua")
-        with open(script) as f:
-            library = "#!lua name=pacer\n" + f.read()
-        loaded = subprocess.run(["redis-cli", "-p", str(port), "-x", "FUNCTION", "LOAD"], input=library,
-                                capture_output=True, text=True, timeout=10).stdout.strip()
-        if loaded != "pacer":
-            sys.exit(f"fleet: FUNCTION LOAD gave {loaded!r}")
-        url = f"redis://127.0.0.1:{port}/"
-        key = "fleet:check"
-        fields = dict(url=url, key=key, calls=CALLS, every=EVERY_MS, **CONFIG)
-        for spec in args.client:
-            name, _, command = spec.partition("=")
-            argv = [part.format(**fields) for part in shlex.split(command)]
-            procs.append((name, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
-        lines = []
-        failed = []
-        for name, proc in procs:
-            out, err = proc.communicate(timeout=120)
-            if proc.returncode != 0:
-                failed.append(f"{name} exited {proc.returncode}: {err.strip()[-400:]}")
-                continue
-            got = [json.loads(line) for line in out.splitlines() if line.strip()]
-            if len(got) != CALLS:
-                failed.append(f"{name}: {len(got)} answers for {CALLS} calls")
-            lines.extend(dict(line, client=name) for line in got)
-        if failed:
-            sys.exit("fleet: " + "; ".join(failed))
-
-        info = redis_cli(port, "PACER.INFO", key).split("\n")
-        counted = {info[i]: int(info[i + 1]) for i in range(0, len(info) - 1, 2)
-                   if info[i] in ("admitted", "refused")}
-        admitted = [x for x in lines if x["answer"] == "admitted"]
-        refused = [x for x in lines if x["answer"] == "refused"]
-        by_client = {}
-        for x in lines:
-            entry = by_client.setdefault(x["client"], [0, 0])
-            entry[0 if x["answer"] == "admitted" else 1] += 1
-        print("fleet: " + ", ".join(f"{n} {a} admitted / {r} refused" for n, (a, r) in by_client.items()))
-        problems = []
-        if counted != {"admitted": len(admitted), "refused": len(refused)}:
-            problems.append(f"the server counted {counted}; the clients were told of "
-                            f"{len(admitted)} admitted and {len(refused)} refused")
-        if len(admitted) <= CONFIG["burst"]:
-            problems.append(f"only {len(admitted)} admissions: the run did not reach the refill")
-        l = max(x["reply_ms"] - x["send_ms"] for x in lines)
-        opened = sorted(x["reply_ms"] + x["wait_ms"] for x in admitted)
-        span = opened[-1] - opened[0] if opened else 0
-        for w in (100, 1000, span):
-            count, bound = worst_window(opened, w), window_bound(w, l)
-            print(f"fleet:   W = {w:>5} ms: worst count {count:>3}, bound {bound:>3} (L = {l} ms)")
-            if count > bound:
-                problems.append(f"{count} admissions opened within {w} ms; the bound is {bound}")
-        if problems:
-            sys.exit("fleet: " + "; ".join(problems))
-        print(f"fleet: ok ({len(procs)} clients, {len(lines)} calls on one key)")
-    finally:
-        for _, proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        server.send_signal(signal.SIGTERM)
+    with FleetServer(args.module) as server:
         try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        shutil.rmtree(scratch, ignore_errors=True)
+            check(server, args.client, procs)
+        finally:
+            for _, proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+
+
+def check(server, clients, procs):
+    url = server.url
+    key = "fleet:check"
+    fields = dict(url=url, key=key, calls=CALLS, every=EVERY_MS, **CONFIG)
+    for spec in clients:
+        name, _, command = spec.partition("=")
+        argv = [part.format(**fields) for part in shlex.split(command)]
+        procs.append((name, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    lines = []
+    failed = []
+    for name, proc in procs:
+        out, err = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            failed.append(f"{name} exited {proc.returncode}: {err.strip()[-400:]}")
+            continue
+        got = [json.loads(line) for line in out.splitlines() if line.strip()]
+        if len(got) != CALLS:
+            failed.append(f"{name}: {len(got)} answers for {CALLS} calls")
+        lines.extend(dict(line, client=name) for line in got)
+    if failed:
+        sys.exit("fleet: " + "; ".join(failed))
+
+    info = server.cli("PACER.INFO", key).split("\n")
+    counted = {info[i]: int(info[i + 1]) for i in range(0, len(info) - 1, 2)
+               if info[i] in ("admitted", "refused")}
+    admitted = [x for x in lines if x["answer"] == "admitted"]
+    refused = [x for x in lines if x["answer"] == "refused"]
+    by_client = {}
+    for x in lines:
+        entry = by_client.setdefault(x["client"], [0, 0])
+        entry[0 if x["answer"] == "admitted" else 1] += 1
+    print("fleet: " + ", ".join(f"{n} {a} admitted / {r} refused" for n, (a, r) in by_client.items()))
+    problems = []
+    if counted != {"admitted": len(admitted), "refused": len(refused)}:
+        problems.append(f"the server counted {counted}; the clients were told of "
+                        f"{len(admitted)} admitted and {len(refused)} refused")
+    if len(admitted) <= CONFIG["burst"]:
+        problems.append(f"only {len(admitted)} admissions: the run did not reach the refill")
+    l = max(x["reply_ms"] - x["send_ms"] for x in lines)
+    opened = sorted(x["reply_ms"] + x["wait_ms"] for x in admitted)
+    span = opened[-1] - opened[0] if opened else 0
+    for w in (100, 1000, span):
+        count, bound = worst_window(opened, w), window_bound(w, l)
+        print(f"fleet:   W = {w:>5} ms: worst count {count:>3}, bound {bound:>3} (L = {l} ms)")
+        if count > bound:
+            problems.append(f"{count} admissions opened within {w} ms; the bound is {bound}")
+    if problems:
+        sys.exit("fleet: " + "; ".join(problems))
+    print(f"fleet: ok ({len(procs)} clients, {len(lines)} calls on one key)")
 
 
 if __name__ == "__main__":

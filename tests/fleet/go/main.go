@@ -1,0 +1,80 @@
+// The Go binding's RedisPacer as a fleet client for tests/fleet/check.py:
+//
+//	go run . URL KEY CALLS EVERY_MS RATE BURST IDLE RETRIES
+//
+// One JSON line per Reserve (wall-clock ms), through the script
+// (EVALSHA), so the three bindings together take the three doors. Any
+// fallback answer is an error here: the check is about the server's
+// decisions.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"pacer"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "go hammer:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) != 8 {
+		return fmt.Errorf("want URL KEY CALLS EVERY_MS RATE BURST IDLE RETRIES, got %d arguments", len(args))
+	}
+	var n [6]int
+	for i, text := range args[2:] {
+		v, err := strconv.Atoi(text)
+		if err != nil {
+			return err
+		}
+		n[i] = v
+	}
+	calls, every, rate, burst, idle, retries := n[0], n[1], n[2], n[3], n[4], n[5]
+	r, err := pacer.OpenRedis(pacer.RedisOptions{
+		Addr: args[0],
+		Key:  args[1],
+		Config: pacer.Config{
+			RatePerMinute: rate, Burst: burst, IdleTimeout: time.Duration(idle) * time.Millisecond,
+			MaxRetries: retries, ReleasePolicy: pacer.ReleaseRefund,
+		},
+		Engine:    pacer.EngineScript,
+		OnFailure: pacer.FailClosed,
+		Timeout:   time.Second,
+	})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	out := json.NewEncoder(os.Stdout)
+	for range calls {
+		sendMs := time.Now().UnixMilli()
+		d, err := r.Reserve(context.Background())
+		replyMs := time.Now().UnixMilli()
+		if err != nil {
+			return err
+		}
+		if d.Fallback != "" {
+			return fmt.Errorf("answered by the %s policy, not the server", d.Fallback)
+		}
+		line := map[string]any{"client": "go", "send_ms": sendMs, "reply_ms": replyMs}
+		if d.Admitted {
+			line["answer"], line["wait_ms"] = "admitted", d.WaitMs
+		} else {
+			line["answer"], line["retry_after_s"] = "refused", d.RetryAfterSeconds
+		}
+		if err := out.Encode(line); err != nil {
+			return err
+		}
+		time.Sleep(time.Duration(every) * time.Millisecond)
+	}
+	return nil
+}
