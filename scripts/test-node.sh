@@ -44,3 +44,23 @@ cp examples/admit.mjs "$work/app/"
   grep -q '^#3 refused: 200, retry-after 2$' <<<"$output"
 )
 echo "test-node: packed $tarball installs into an empty folder and admits"
+
+# The drop-in swap, by the README's own lines, in a project laid out like the
+# proxy (test/host): install the tarball, copy the module file over the
+# host's, compile with tsc, run the host's view of its pacer.
+mkdir "$work/host"
+cp -R test/host/. "$work/host/"
+steps=$(sed -n '/<!-- dropin-swap:begin -->/,/<!-- dropin-swap:end -->/p' README.md | sed '/^<!--/d; /^```/d')
+[ -n "$steps" ] || { echo "test-node: README.md has no dropin-swap block" >&2; exit 1; }
+(
+  cd "$work/host"
+  export PACER_TARBALL="$work/$tarball"
+  bash -euo pipefail -c "$steps" >/dev/null
+  cmp src/oauth/ws-upgrade-pacer.ts "$root/bindings/node/dropin/ws-upgrade-pacer.ts"
+  # The host's own type definitions for Node, as it has them installed.
+  mkdir -p node_modules/@types
+  ln -s "$root/bindings/node/node_modules/@types/node" node_modules/@types/node
+  "$root/bindings/node/node_modules/.bin/tsc" -p .
+  node --test --test-timeout=20000 --test-reporter=spec dist/test/ws-upgrade-pacer.test.js
+)
+echo "test-node: the README's drop-in swap compiles and passes in a host laid out like the proxy"

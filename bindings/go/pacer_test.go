@@ -288,6 +288,41 @@ func TestReleaseAtMostOnce(t *testing.T) {
 	}
 }
 
+// TestReleaseAtTheDebtFloor (SPEC §4, §13), by hand: rate 60, burst 1, idle
+// 9667, no retries: bound 9667/2 = 4833 ms, shaping, a floor of 4.833
+// tokens of debt. Six at t=0 wait 0, 1000 … 4000, then the sixth debits the
+// 0.833 left above the floor and waits the bound. At 4833 the bucket is back
+// at 0; the release adds 0.833, so by 4900 it holds 0.9 and the next waits
+// 100 ms (a whole token refunded would admit it at once).
+func TestReleaseAtTheDebtFloor(t *testing.T) {
+	clock := &fakeClock{}
+	p := mustNew(t, pacer.Config{
+		RatePerMinute: 60, Burst: 1, IdleTimeout: 9667 * time.Millisecond, MaxRetries: 0,
+		Clock: clock.Now, Sleep: noSleep,
+	})
+	want := []uint64{0, 1000, 2000, 3000, 4000, 4833}
+	var sixth pacer.Decision
+	for i, w := range want {
+		d := mustReserve(t, p, 0)
+		if !d.Admitted || d.WaitMs != w || d.Queued != (w > 0) {
+			t.Fatalf("#%d: %+v, want admitted after %d", i, d, w)
+		}
+		sixth = d
+	}
+	if sixth.Path != pacer.PathShaped || sixth.Ticket == nil {
+		t.Fatalf("the sixth: %+v, want shaped with a ticket", sixth)
+	}
+	if ok, err := p.Release(sixth.Ticket, 4833); err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	if ok, _ := p.Release(sixth.Ticket, 4833); ok {
+		t.Fatal("a second release refunded")
+	}
+	if d := mustReserve(t, p, 4900); !d.Admitted || d.WaitMs != 100 || !d.Queued {
+		t.Fatalf("at 4900: %+v, want a wait of 100", d)
+	}
+}
+
 func TestReleaseForeignAndNil(t *testing.T) {
 	clock := &fakeClock{}
 	p := mustNew(t, long(clock, noSleep))

@@ -33,6 +33,14 @@ export type UpgradeAdmission =
     kind: 'admitted';
     /** Milliseconds spent queued. 0 means admitted on arrival. */
     waitedMs: number;
+    /** True when the request waited on the bucket (decided by the pacer, so
+     * true even when a clock step back makes `waitedMs` read 0). Absent
+     * when pacing is off. */
+    queued?: boolean;
+    /** Hands back what this admission debited (a whole token, or the
+     * fraction at the debt floor) when it will open no connection after
+     * all; a second call does nothing. Absent when pacing is off. */
+    release?: () => void;
   }
   | {
     kind: 'refused';
@@ -94,3 +102,15 @@ export declare function upstreamRequestBudget(options?: {
 
 /** Where `clodex: …` notices go when no `warn` is given (default: stderr). */
 export declare function setParentNoticeSink(sink: (line: string) => void): void;
+
+/** The host's own pieces, as its pacer module imported them. */
+export interface HostPieces {
+  /** The host's parent-notice channel: receives each `clodex: …` line. */
+  emitParentNotice?: (line: string) => void;
+  /** The host's request budget; the wait bound is sized against its
+   * `idleTimeoutMs` and `maxRetries`. */
+  upstreamRequestBudget?: () => { idleTimeoutMs: number; maxRetries: number };
+}
+/** Wires the host's notice channel and request budget in
+ * (`dropin/ws-upgrade-pacer.ts` does it for the host). */
+export declare function useHost(host: HostPieces): void;

@@ -1,19 +1,21 @@
 'use strict';
 // Drop-in replacement for the proxy's `ws-upgrade-pacer` module: the same
-// export names, shapes, defaults, notice texts and dedupe keys, with every
-// decision made by the pacer core. Swap one import:
-//
-//   import { sharedWsUpgradePacer } from 'pacer/compat';
+// export names, shapes, defaults, settings parsing, notice texts and dedupe
+// keys, with every decision made by the pacer core. The swap is one file:
+// `dropin/ws-upgrade-pacer.ts` replaces the host's module, wires the host's
+// notice channel and request budget in (`useHost`) and re-exports this one.
 //
 // Differences from the module it replaces, all deliberate (README, "Node"):
-//   * settings text is strict decimal (`1e2`, `0x10`, `60.0` are malformed),
-//     and an idle/total timeout of 0 is clamped to its minimum (SPEC §2, §10);
 //   * a clock reading behind one already seen refills nothing (SPEC §5);
 //   * the default clock is monotonic (`performance.timeOrigin + now()`, the
 //     same scale as Date.now);
 //   * the core works in whole numbers: fractional rates, bursts, timeouts and
-//     retry counts are floored, a positive rate below 1 paces at 1/minute and
-//     a rate above 600 at 600/minute.
+//     retry counts given to the constructor are floored, a positive rate
+//     below 1 paces at 1/minute and a rate above 600 at 600/minute.
+//
+// Settings text is read as the host reads it (JavaScript's `Number`, then an
+// integer check): `1e2` is 100 here, where the idiomatic API (`index.js`) is
+// strict decimal.
 //
 // With PACER_REDIS_URL set, sharedWsUpgradePacer() paces against a fleet
 // bucket in Redis (redis.js) instead of this process's own.
@@ -56,6 +58,30 @@ function setParentNoticeSink(sink) {
 
 const defaultWarn = (message) => parentNoticeSink(`clodex: ${message}`);
 
+/** The host's own request budget, once `useHost` wired it; else ours. */
+let hostRequestBudget = null;
+
+/**
+ * Wires the host's own pieces in, as its module did by importing them:
+ * `emitParentNotice(line)` receives every `clodex: …` notice (the host's
+ * parent-notice channel), and `upstreamRequestBudget()` is the budget the
+ * pacer sizes its wait bound against (the host's settings, parsed and
+ * noticed by the host). Either may be left out. `dropin/ws-upgrade-pacer.ts`
+ * calls this with both.
+ */
+function useHost(host) {
+  if (host === null || typeof host !== 'object') throw new TypeError('pacer: useHost takes an object');
+  const { emitParentNotice, upstreamRequestBudget: budget } = host;
+  if (emitParentNotice !== undefined && typeof emitParentNotice !== 'function') {
+    throw new TypeError('pacer: useHost: emitParentNotice must be a function');
+  }
+  if (budget !== undefined && typeof budget !== 'function') {
+    throw new TypeError('pacer: useHost: upstreamRequestBudget must be a function');
+  }
+  if (emitParentNotice !== undefined) setParentNoticeSink(emitParentNotice);
+  if (budget !== undefined) hostRequestBudget = budget;
+}
+
 // Two dedupe sets, as in the original: the pacer's (cleared by
 // resetWsUpgradePacerForTests) and the request budget's.
 const reportedNotices = new Set();
@@ -91,25 +117,36 @@ function coreRate(ratePerMinute) {
 
 // ---------------------------------------------------------------- settings
 
+/**
+ * A setting's text as the host reads it: `Number(text)` (so `1e2` is 100,
+ * `0x10` 16, ` 90 ` 90), kept when it is an integer; NaN when it is not.
+ * The bounds and notices are the caller's.
+ */
+function hostInteger(text) {
+  const value = Number(text);
+  return Number.isInteger(value) ? value : Number.NaN;
+}
+
 /** The sustained new-connection rate from the environment (0 = off). */
 function wsNewConnectionsPerMinute(env = process.env, warn = defaultWarn) {
   const raw = readSetting(env, WS_NEW_CONNECTIONS_PER_MIN_ENV);
   if (raw === undefined || raw === '') return DEFAULT_WS_NEW_CONNECTIONS_PER_MIN;
-  const resolution = native.resolveSettings(raw, undefined, undefined, undefined, undefined);
-  for (const notice of resolution.notices) {
-    if (notice.name === 'rate_malformed') {
-      reportOnce(reportedNotices, `rate:${raw}`,
-        `ignoring ${WS_NEW_CONNECTIONS_PER_MIN_ENV}=${raw} `
-          + `(expected a non-negative integer; using ${DEFAULT_WS_NEW_CONNECTIONS_PER_MIN})`,
-        warn);
-    } else if (notice.name === 'rate_clamped') {
-      reportOnce(reportedNotices, `rate:${raw}`,
-        `clamping ${WS_NEW_CONNECTIONS_PER_MIN_ENV}=${raw} to ${MAX_WS_NEW_CONNECTIONS_PER_MIN} `
-          + '(a higher rate shapes nothing OpenAI throttles on)',
-        warn);
-    }
+  const value = hostInteger(raw);
+  if (!(value >= 0)) {
+    reportOnce(reportedNotices, `rate:${raw}`,
+      `ignoring ${WS_NEW_CONNECTIONS_PER_MIN_ENV}=${raw} `
+        + `(expected a non-negative integer; using ${DEFAULT_WS_NEW_CONNECTIONS_PER_MIN})`,
+      warn);
+    return DEFAULT_WS_NEW_CONNECTIONS_PER_MIN;
   }
-  return resolution.ratePerMinute;
+  if (value > MAX_WS_NEW_CONNECTIONS_PER_MIN) {
+    reportOnce(reportedNotices, `rate:${raw}`,
+      `clamping ${WS_NEW_CONNECTIONS_PER_MIN_ENV}=${raw} to ${MAX_WS_NEW_CONNECTIONS_PER_MIN} `
+        + '(a higher rate shapes nothing OpenAI throttles on)',
+      warn);
+    return MAX_WS_NEW_CONNECTIONS_PER_MIN;
+  }
+  return value;
 }
 
 function timeoutRange(name) {
@@ -174,11 +211,34 @@ function upstreamRequestBudget(options = {}) {
     total: readSetting(env, UPSTREAM_TOTAL_TIMEOUT_ENV),
     retries: readSetting(env, UPSTREAM_MAX_RETRIES_ENV),
   };
-  const resolution = native.resolveSettings(undefined, given.idle, given.total, given.retries, override);
+  // The host's reading of each text (Number, an integer, positive for a
+  // timeout); what passes goes to the core as plain decimal for its ranges,
+  // the pair rule and the retry ceiling.
+  const notices = [];
+  const decimal = {};
+  for (const [namespace, name, positive, expected] of [
+    ['idle', UPSTREAM_IDLE_TIMEOUT_ENV, true, 'a positive integer number of milliseconds'],
+    ['total', UPSTREAM_TOTAL_TIMEOUT_ENV, true, 'a positive integer number of milliseconds'],
+    ['retries', UPSTREAM_MAX_RETRIES_ENV, false, 'a non-negative integer'],
+  ]) {
+    const raw = given[namespace];
+    if (raw === undefined || raw === '') continue;
+    const value = hostInteger(raw);
+    if (positive ? value > 0 : value >= 0) {
+      decimal[namespace] = String(Math.min(value, Number.MAX_SAFE_INTEGER));
+    } else {
+      notices.push({ rank: NOTICE_ORDER[`${namespace}_malformed`], key: `${name}=${raw}`,
+        text: `ignoring ${name}=${raw} (expected ${expected})` });
+    }
+  }
+  const resolution = native.resolveSettings(undefined, decimal.idle, decimal.total, decimal.retries, override);
   for (const notice of resolution.notices) {
     const text = budgetNoticeText(notice, given);
-    if (text !== null) reportOnce(reportedBudgetNotices, text[0], text[1], warn);
+    if (text !== null) notices.push({ rank: NOTICE_ORDER[notice.name] ?? 4, key: text[0], text: text[1] });
   }
+  // In the order the host gives them: idle, total, the pair, retries.
+  notices.sort((a, b) => a.rank - b.rank);
+  for (const { key, text } of notices) reportOnce(reportedBudgetNotices, key, text, warn);
   return {
     idleTimeoutMs: resolution.idleTimeoutMs,
     totalTimeoutMs: resolution.totalTimeoutMs,
@@ -186,9 +246,20 @@ function upstreamRequestBudget(options = {}) {
   };
 }
 
+const NOTICE_ORDER = {
+  idle_malformed: 0,
+  idle_clamped: 0,
+  total_malformed: 1,
+  total_clamped: 1,
+  idle_lowered: 2,
+  total_raised: 2,
+  retries_malformed: 3,
+  retries_clamped: 3,
+};
+
 /** The idle timeout and retry count the pacer sizes its wait bound against. */
 function resolvedPacingBudget() {
-  const { idleTimeoutMs, maxRetries } = upstreamRequestBudget();
+  const { idleTimeoutMs, maxRetries } = (hostRequestBudget ?? upstreamRequestBudget)();
   return { idleTimeoutMs, maxRetries };
 }
 
@@ -298,8 +369,8 @@ class WsUpgradePacer {
         `pacing new OpenAI connections at ${ratePerMinute}/minute without refusing overflow: a `
           + `${maxRetries}-retry schedule spans only `
           + `${refusalScheduleMs(this.maxWaitMs, maxRetries)}ms, which cannot outlast the `
-          + `${Math.round(60_000 / ratePerMinute)}ms wait for a free connection slot, so excess `
-          + 'connections are admitted late rather than failed',
+          + `${Math.round(60_000 / ratePerMinute)}ms wait for a free connection slot, so clodex `
+          + 'shapes the opening burst and then admits remaining overflow instead of failing it',
         defaultWarn);
     }
   }
@@ -312,10 +383,17 @@ class WsUpgradePacer {
 
   /**
    * Resolves when this request may open a new connection
-   * (`{kind: 'admitted', waitedMs}`), or to a refusal the caller reports as
-   * a retryable rate limit (`{kind: 'refused', requiredWaitMs,
-   * retryAfterSeconds}`). Rejects when `signal` aborts while queued, and
-   * gives the slot back.
+   * (`{kind: 'admitted', waitedMs, queued, release}`), or to a refusal the
+   * caller reports as a retryable rate limit (`{kind: 'refused',
+   * requiredWaitMs, retryAfterSeconds}`). Rejects when `signal` aborts while
+   * queued, and gives the slot back.
+   *
+   * `queued` is true when the request waited on the bucket (the core's
+   * decision, not the clock's: a clock that steps back mid-wait still reads
+   * queued). `release()` hands back what this admission debited (a whole
+   * token, or the fraction at the debt floor) when it will open no
+   * connection after all; a second call does nothing. With pacing off the
+   * admission is `{kind: 'admitted', waitedMs: 0}` alone, as the host's.
    */
   async admit(signal, key) {
     if (!this.#enabled) return { kind: 'admitted', waitedMs: 0 };
@@ -328,17 +406,28 @@ class WsUpgradePacer {
       return { kind: 'refused', requiredWaitMs: d.requiredWaitMs, retryAfterSeconds: d.retryAfterSeconds };
     }
     const { waitMs, seq, debitUnits } = d;
-    if (waitMs <= 0) return { kind: 'admitted', waitedMs: 0 };
+    const release = this.#releaser(seq, debitUnits);
+    if (waitMs <= 0) return { kind: 'admitted', waitedMs: 0, queued: false, release };
 
     const startedAt = this.#now();
     try {
       await sleep(this.#schedule, waitMs, signal, abortError);
     } catch (error) {
       // A cancelled request opens no connection: its reservation goes back.
-      this.#native.release(seq, debitUnits, this.#clock());
+      release();
       throw error;
     }
-    return { kind: 'admitted', waitedMs: Math.max(0, this.#now() - startedAt) };
+    return { kind: 'admitted', waitedMs: Math.max(0, this.#now() - startedAt), queued: true, release };
+  }
+
+  /** The one-shot refund of one admission's debit (nothing for a debit of 0). */
+  #releaser(seq, debitUnits) {
+    let released = debitUnits === 0;
+    return () => {
+      if (released) return;
+      released = true;
+      this.#native.release(seq, debitUnits, this.#clock());
+    };
   }
 
   /**
@@ -439,7 +528,14 @@ class FleetWsUpgradePacer {
       if (signal?.aborted) throw abortError(signal);
       throw error;
     }
-    if (outcome.kind === 'admitted') return { kind: 'admitted', waitedMs: outcome.waitedMs };
+    if (outcome.kind === 'admitted') {
+      // The host's release() returns nothing; the fleet's answers a Promise
+      // whose outcome (refunded, or Redis down) the host never reads.
+      const release = () => {
+        outcome.release().catch(() => {});
+      };
+      return { kind: 'admitted', waitedMs: outcome.waitedMs, queued: outcome.queued, release };
+    }
     return { kind: 'refused', requiredWaitMs: outcome.requiredWaitMs, retryAfterSeconds: outcome.retryAfterSeconds };
   }
 
@@ -495,4 +591,5 @@ module.exports = {
   resetWsUpgradePacerForTests,
   upstreamRequestBudget,
   setParentNoticeSink,
+  useHost,
 };

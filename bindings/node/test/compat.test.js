@@ -25,6 +25,20 @@ function pacer(time, options) {
   return new WsUpgradePacer({ now: time.now, schedule: time.schedule, ...options });
 }
 
+/** An admission as compared here: its release checked to be a function
+ * and left out (refusals and a pacing-off admission carry none). */
+function shape(outcome) {
+  if (outcome.kind !== 'admitted' || !('release' in outcome)) return outcome;
+  const { release, ...rest } = outcome;
+  assert.equal(typeof release, 'function');
+  return rest;
+}
+
+/** The admission the host answers: `queued` when it waited on the bucket. */
+function admitted(waitedMs, queued = waitedMs > 0) {
+  return { kind: 'admitted', waitedMs, queued };
+}
+
 /** Starts `count` admits at once; returns their outcomes as they settle. */
 function fanOut(p, count) {
   return Array.from({ length: count }, () => p.admit());
@@ -45,9 +59,9 @@ test('§7 defaults, 30 at once: 10 now, 4 queued 1-4 s, the 15th refused (5000, 
   const outcomes = fanOut(p, 30);
   await time.advance(5000);
   const got = await Promise.all(outcomes);
-  for (let i = 0; i < 10; i += 1) assert.deepEqual(got[i], { kind: 'admitted', waitedMs: 0 }, `#${i}`);
+  for (let i = 0; i < 10; i += 1) assert.deepEqual(shape(got[i]), admitted(0), `#${i}`);
   for (let i = 10; i < 14; i += 1) {
-    assert.deepEqual(got[i], { kind: 'admitted', waitedMs: (i - 9) * 1000 }, `#${i}`);
+    assert.deepEqual(shape(got[i]), admitted((i - 9) * 1000), `#${i}`);
   }
   for (let i = 14; i < 30; i += 1) {
     assert.deepEqual(got[i], { kind: 'refused', requiredWaitMs: 5000, retryAfterSeconds: 4 }, `#${i}`);
@@ -64,12 +78,12 @@ for (const [rate, slotMs] of [[1, 60000], [2, 30000]]) {
     const got = await Promise.all(outcomes);
     const waited = got.filter((o) => o.kind === 'admitted' && o.waitedMs > 0);
     assert.equal(got.filter((o) => o.kind === 'refused').length, 0);
-    assert.deepEqual(waited, [{ kind: 'admitted', waitedMs: 4833 }]);
+    assert.deepEqual(waited.map(shape), [admitted(4833)]);
     assert.equal(got.indexOf(waited[0]), 10, 'the first past the burst is the one shaped');
     assert.deepEqual(parentNotices, [
       `clodex: pacing new OpenAI connections at ${rate}/minute without refusing overflow: a 5-retry `
       + `schedule spans only 20000ms, which cannot outlast the ${slotMs}ms wait for a free connection `
-      + 'slot, so excess connections are admitted late rather than failed',
+      + 'slot, so clodex shapes the opening burst and then admits remaining overflow instead of failing it',
     ]);
     // Once per key: a second pacer with the same numbers stays quiet.
     pacer(time, { ratePerMinute: rate, idleTimeoutMs: 120000, maxRetries: 5 });
@@ -89,6 +103,17 @@ test('§7 retries 0: 10 now, 15 queued 1-15 s down to the floor, 15 more at once
   assert.deepEqual(waits.slice(10, 25), Array.from({ length: 15 }, (_, i) => (i + 1) * 1000));
   assert.deepEqual(waits.slice(25), Array(15).fill(0));
   assert.ok(got.every((o) => o.kind === 'admitted'));
+  // Queued: only the fifteen that waited; those past the floor debited
+  // nothing and went at once.
+  const queued = got.map((o) => o.queued);
+  assert.deepEqual(queued, [...Array(10).fill(false), ...Array(15).fill(true), ...Array(15).fill(false)]);
+  // At t=15000 the bucket has refilled to 0 tokens. Releasing one that
+  // debited nothing hands nothing back: the next still waits a whole slot.
+  got[39].release();
+  got[39].release();
+  const next = p.admit();
+  await time.advance(1000);
+  assert.deepEqual(shape(await next), admitted(1000), 'a free admission released nothing');
   assert.deepEqual(parentNotices, [], 'no norefuse notice without retries');
 });
 
@@ -110,10 +135,10 @@ test('§7 burst 1, bound 2000: now, 1000, 2000, then refused (3000, hint 2)', as
   const p = pacer(time, { burst: 1, idleTimeoutMs: 30000, maxRetries: 3 });
   const outcomes = fanOut(p, 5);
   await time.advance(2000);
-  assert.deepEqual(await Promise.all(outcomes), [
-    { kind: 'admitted', waitedMs: 0 },
-    { kind: 'admitted', waitedMs: 1000 },
-    { kind: 'admitted', waitedMs: 2000 },
+  assert.deepEqual((await Promise.all(outcomes)).map(shape), [
+    admitted(0),
+    admitted(1000),
+    admitted(2000),
     { kind: 'refused', requiredWaitMs: 3000, retryAfterSeconds: 2 },
     { kind: 'refused', requiredWaitMs: 3000, retryAfterSeconds: 2 },
   ]);
@@ -131,7 +156,7 @@ test('§7 a queued request aborted at t=0 gives its slot back: the next waits 10
   await assert.rejects(queued, (e) => e === controller.signal.reason && e.name === 'AbortError');
   const next = p.admit();
   await time.advance(2000);
-  assert.deepEqual(await next, { kind: 'admitted', waitedMs: 1000 });
+  assert.deepEqual(shape(await next), admitted(1000));
 });
 
 test('§7 rate 0: everything at once', async () => {
@@ -150,17 +175,17 @@ test('abort reasons as the original: Error as is, string as AbortError message; 
   await assert.rejects(p.admit(AbortSignal.abort('client closed')),
     (e) => e.name === 'AbortError' && e.message === 'client closed');
   // Nothing was reserved by the two aborted calls: the burst token is there.
-  assert.deepEqual(await p.admit(), { kind: 'admitted', waitedMs: 0 });
+  assert.deepEqual(shape(await p.admit()), admitted(0));
   // Abort after admission changes nothing.
   const controller = new AbortController();
   const queued = p.admit(controller.signal);
   await time.advance(1000);
-  assert.deepEqual(await queued, { kind: 'admitted', waitedMs: 1000 });
+  assert.deepEqual(shape(await queued), admitted(1000));
   controller.abort();
   await flush();
   const next = p.admit();
   await time.advance(1000);
-  assert.deepEqual(await next, { kind: 'admitted', waitedMs: 1000 }, 'no refund after admission');
+  assert.deepEqual(shape(await next), admitted(1000), 'no refund after admission');
 });
 
 test('a scheduler that fires synchronously still admits', async () => {
@@ -170,7 +195,7 @@ test('a scheduler that fires synchronously still admits', async () => {
     schedule: (ms, fire) => { t += ms; fire(); return () => {}; },
   });
   await p.admit();
-  assert.deepEqual(await p.admit(), { kind: 'admitted', waitedMs: 1000 });
+  assert.deepEqual(shape(await p.admit()), admitted(1000));
 });
 
 test('§6.6 sustained 82/min for four minutes: at most 61 in the final minute', async () => {
@@ -235,7 +260,7 @@ test('numeric helpers: the design record budgets and the safe values for odd num
   assert.equal(canRefuseAtRate(4833, 0, 60), false);
 });
 
-test('wsNewConnectionsPerMinute: defaults, clamps, strict parsing, notices once with namespaced keys', () => {
+test('wsNewConnectionsPerMinute: defaults, clamps, the host\'s Number parsing, notices once with namespaced keys', () => {
   const warned = [];
   const warn = (m) => warned.push(m);
   const env = (v) => ({ CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN: v });
@@ -246,11 +271,17 @@ test('wsNewConnectionsPerMinute: defaults, clamps, strict parsing, notices once 
   assert.equal(wsNewConnectionsPerMinute(env('abc'), warn), 60);
   assert.equal(wsNewConnectionsPerMinute(env('abc'), warn), 60);
   assert.equal(wsNewConnectionsPerMinute(env('601'), warn), 600);
-  assert.equal(wsNewConnectionsPerMinute(env('1e2'), warn), 60);
+  // What JavaScript's Number reads as an integer, as the host accepts it.
+  assert.equal(wsNewConnectionsPerMinute(env('1e2'), warn), 100);
+  assert.equal(wsNewConnectionsPerMinute(env('0x10'), warn), 16);
+  assert.equal(wsNewConnectionsPerMinute(env('60.0'), warn), 60);
+  assert.equal(wsNewConnectionsPerMinute(env('1e21'), warn), 600);
+  assert.equal(wsNewConnectionsPerMinute(env('12.5'), warn), 60);
   assert.deepEqual(warned, [
     'ignoring CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=abc (expected a non-negative integer; using 60)',
     'clamping CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=601 to 600 (a higher rate shapes nothing OpenAI throttles on)',
-    'ignoring CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=1e2 (expected a non-negative integer; using 60)',
+    'clamping CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=1e21 to 600 (a higher rate shapes nothing OpenAI throttles on)',
+    'ignoring CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=12.5 (expected a non-negative integer; using 60)',
   ]);
   // The design record's pinned case: this rate text must not suppress the
   // disabled notice of an idle-14001 pacer.
@@ -343,7 +374,7 @@ test('bookRefusals (opt-in): keyed retries redeem their place in line; off, noth
   await flush();
   assert.equal(p.forget('b'), true, "b's booking goes back");
   await time.advance(4000);
-  assert.deepEqual(await a, { kind: 'admitted', waitedMs: 4000 });
+  assert.deepEqual(shape(await a), admitted(4000));
   await Promise.all(first14);
   assert.equal(p.forget('a'), false, 'admitted: nothing held');
   assert.throws(() => p.forget({}), TypeError);

@@ -248,3 +248,28 @@ test('bad input throws TypeError/RangeError naming the field and changes nothing
   assert.equal(pacer.state().tokensUnits, 0);
   assert.ok(Ticket.isTicket(ticket));
 });
+
+test('release at the debt floor hands back the fraction debited, not a token (SPEC §4, §13)', () => {
+  // rate 60, burst 1, idle 9667, retries 0: bound 9667/2 = 4833, shaping,
+  // floor 4.833 tokens of debt. Six at t=0: 0, 1000 … 4000, then the sixth
+  // debits the 0.833 left above the floor and waits the bound.
+  const time = new FakeTime(0); // the pacer's clock starts at 0, as the calls below
+  const pacer = new Pacer({
+    ratePerMinute: 60, burst: 1, idleTimeoutMs: 9667, maxRetries: 0, now: time.now, onNotice: quiet,
+  });
+  const waits = [];
+  let sixth;
+  for (let i = 0; i < 6; i += 1) {
+    sixth = pacer.reserve(0);
+    waits.push([sixth.waitMs, sixth.queued, sixth.path]);
+  }
+  assert.deepEqual(waits, [[0, false, 'paced'], [1000, true, 'paced'], [2000, true, 'paced'],
+    [3000, true, 'paced'], [4000, true, 'paced'], [4833, true, 'shaped']]);
+  // At 4833 the bucket has refilled to 0; the release adds 0.833, and by
+  // 4900 it holds 0.9: the next waits 100 ms (a whole token: 0 ms).
+  assert.equal(pacer.release(sixth.ticket, 4833), true);
+  assert.equal(pacer.release(sixth.ticket, 4833), false, 'at most once');
+  const next = pacer.reserve(4900);
+  assert.equal(next.waitMs, 100);
+  assert.equal(next.queued, true);
+});

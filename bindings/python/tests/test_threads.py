@@ -189,3 +189,25 @@ def test_admit_blocking_refusal(registry: pacer.NoticeRegistry) -> None:
     for _ in range(3):
         p.reserve(0)
     assert p.admit_blocking(timeout=0) == pacer.Refused(3000, 2, False)
+
+
+def test_release_at_the_debt_floor_refunds_the_fraction_debited(registry: pacer.NoticeRegistry) -> None:
+    """SPEC §4 and §13, by hand: rate 60, burst 1, idle 9667, no retries:
+    bound 9667/2 = 4833 ms, shaping, a floor of 4.833 tokens of debt. Six
+    at t=0 wait 0, 1000 … 4000, then the sixth debits the 0.833 left above
+    the floor and waits the bound. At 4833 the bucket is back at 0; its
+    release adds 0.833, so by 4900 it holds 0.9 and the next waits 100 ms
+    (a whole token refunded would admit it at once)."""
+    p = pacer.Pacer(rate_per_minute=60, burst=1, idle_timeout_ms=9667, max_retries=0,
+                    clock=FakeClock(0), notice_registry=registry)
+    decisions = [p.reserve(0) for _ in range(6)]
+    assert all(isinstance(d, pacer.Admitted) for d in decisions)
+    assert [(d.wait_ms, d.queued) for d in decisions] == [  # type: ignore[union-attr]
+        (0, False), (1000, True), (2000, True), (3000, True), (4000, True), (4833, True)]
+    sixth = decisions[5]
+    assert isinstance(sixth, pacer.Admitted)
+    assert sixth.release(4833) is True
+    assert sixth.release(4833) is False
+    after = p.reserve(4900)
+    assert isinstance(after, pacer.Admitted)
+    assert (after.wait_ms, after.queued) == (100, True)
