@@ -62,7 +62,7 @@ def spread(values, fmt):
     return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}, {fmt.format(max(values))}]"
 
 
-def section(results, args, meta):
+def section(results, args, meta, server_time):
     out = [BEGIN, "## Fleet clients: `reserve` beside the same client's `PING`", ""]
     if args.smoke:
         out += ["**Smoke run**: a few calls, one round; it checks the harness, and its figures mean nothing.", ""]
@@ -89,8 +89,30 @@ def section(results, args, meta):
         verdict = "met" if statistics.median(ratios) <= TARGET else "missed"
         out.append(f"| {name} | {engine} | {spread([r['ping_us'] for r in rows], '{:.1f}')} | "
                    f"{spread([r['reserve_us'] for r in rows], '{:.1f}')} | {spread(ratios, '{:.2f}×')} | {verdict} |")
+    out += ["", "Time the server spent per call, over every client of the run (`INFO commandstats`, "
+            "`usec_per_call`): what each engine adds to the round trip before any client-side cost.", "",
+            "| command | calls | server µs per call |", "|---|---:|---:|"]
+    for command, (calls, usec) in server_time.items():
+        out.append(f"| `{command}` | {calls} | {usec:.2f} |")
     out += ["", END]
     return "\n".join(out) + "\n"
+
+
+#: The commands whose server time the section reports: the PING floor and
+#: each engine's door (the module's command, FCALL, EVALSHA).
+COMMANDS = ("ping", "pacer.reserve", "fcall", "evalsha")
+
+
+def command_stats(server):
+    """(calls, usec_per_call) by command, from INFO commandstats."""
+    stats = {}
+    for line in server.cli("INFO", "commandstats").splitlines():
+        if not line.startswith("cmdstat_"):
+            continue
+        name, _, fields = line[len("cmdstat_"):].partition(":")
+        values = dict(field.split("=", 1) for field in fields.strip().split(","))
+        stats[name] = (int(values["calls"]), float(values["usec_per_call"]))
+    return {name.upper(): stats[name] for name in COMMANDS if name in stats}
 
 
 def write(doc, text):
@@ -131,6 +153,9 @@ def main():
                 name, _, command = spec.partition("=")
                 print(f"bench-clients: {name}, {engine}: {args.rounds} rounds of {args.calls}", file=sys.stderr)
                 results[(name, engine)] = run_client(server, name, command, engine, args.calls, args.rounds)
+        server_time = command_stats(server)
+        if set(server_time) != {c.upper() for c in COMMANDS}:
+            sys.exit(f"bench-clients: INFO commandstats lacks some of {COMMANDS}: {sorted(server_time)}")
     load_after = open("/proc/loadavg").read().split()[:3]
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
@@ -144,7 +169,7 @@ def main():
                    + (" --release`" if args.profile == "release" else "` (debug)")),
         ("clients", ", ".join(spec.partition("=")[0] for spec in args.client)),
     ]
-    text = section(results, args, meta)
+    text = section(results, args, meta, server_time)
     sys.stdout.write(text)
     if args.write:
         write(args.write, text)
