@@ -16,7 +16,8 @@ out="$root/target/c-tests"
 mkdir -p "$out/pkgconfig"
 python3 tests/c/gen_vectors_h.py "$out/vectors.h"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
-sed -e "s|@PREFIX@|$root|" -e "s|@VERSION@|$version|" ffi/pacer.pc.in > "$out/pkgconfig/pacer.pc"
+sed -e "s|@PREFIX@|$root|" -e "s|@LIBDIR@|$root/target/release|" -e "s|@INCLUDEDIR@|$root/include|" \
+  -e "s|@VERSION@|$version|" ffi/pacer.pc.in > "$out/pkgconfig/pacer.pc"
 export PKG_CONFIG_PATH="$out/pkgconfig"
 
 CFLAGS=(-std=c11 -Wall -Wextra -Werror -pedantic -O1 -g -I "$out")
@@ -51,3 +52,44 @@ if [ -n "$foreign" ]; then
   echo "FAIL: libpacer.so exports symbols without the pacer_ prefix:"; echo "$foreign"; exit 1
 fi
 echo "symbols: $count exported, all pacer_"
+
+# The README's C programs, each built by each of the README's three command
+# lines (run as written, in a folder where include/ and target/ are the
+# repository's) and run.
+printf -- '-- README: every C program, by every documented command line\n'
+readme="$out/readme"
+rm -rf "$readme" && mkdir -p "$readme"
+ln -s "$root/include" "$readme/include"
+ln -s "$root/target" "$readme/target"
+python3 - "$root/README.md" "$readme" <<'PY'
+import pathlib, re, sys
+text = pathlib.Path(sys.argv[1]).read_text()
+section = text[text.index("## Using the C library"):]
+block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+# One way to build per comment line: the lines under it, run together.
+ways = [w.strip() for w in re.split(r"^#.*$", block, flags=re.M) if w.strip()]
+programs = re.findall(r"```c\n(.*?)```", text, re.S)
+assert len(ways) == 4, ways
+assert len(programs) == 2, len(programs)
+out = pathlib.Path(sys.argv[2])
+for i, way in enumerate(ways):
+    (out / f"way{i}.sh").write_text(way + "\n")
+for i, program in enumerate(programs):
+    (out / f"program{i}.c").write_text(program)
+PY
+# The "installed" way builds against scripts/install.sh's prefix under a
+# HOME of the test's own.
+mkdir -p "$readme/home"
+bash scripts/install.sh "$readme/home/.local" >/dev/null
+# The shared-pacer program opens /dev/shm/myproxy-openai; it is not ours to
+# keep, and one left over from another run must not be reused.
+rm -f /dev/shm/myproxy-openai
+for program in "$readme"/program*.c; do
+  for way in "$readme"/way*.sh; do
+    (cd "$readme" && rm -f a.out && cp "$program" app.c &&
+      env -u PKG_CONFIG_PATH HOME="$readme/home" bash -euo pipefail "$way" &&
+      ./a.out >/dev/null) || { echo "FAIL: $(basename "$program") built by: $(cat "$way")"; exit 1; }
+  done
+done
+rm -f /dev/shm/myproxy-openai
+echo "README: $(ls "$readme"/program*.c | wc -l) C programs, each built the $(ls "$readme"/way*.sh | wc -l) documented ways and run"

@@ -5,7 +5,7 @@ use std::io::{BufReader, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{error::ErrorKind, Args, Parser, Subcommand, ValueEnum};
 use pacer_cli::engine::RedisKind;
 use pacer_cli::matrix::{self, Fault, MatrixOptions};
 use pacer_cli::sim::{
@@ -580,8 +580,29 @@ fn run_hammer(args: HammerArgs) -> Result<(), Failure> {
     hammer.run(&mut out).map_err(Failure::from)
 }
 
+/// A command-line error as the rest of the CLI's errors read: one line,
+/// `pacer: ` and clap's message, pointing to `--help` for the usage.
+fn one_line(error: &clap::Error) -> String {
+    let rendered = error.render().to_string();
+    let first = rendered.lines().next().unwrap_or_default();
+    let message = first.strip_prefix("error: ").unwrap_or(first);
+    format!("pacer: {message} (see --help)")
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => match error.kind() {
+            // Help and version are answers, not errors: clap prints them.
+            ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => error.exit(),
+            _ => {
+                eprintln!("{}", one_line(&error));
+                return ExitCode::from(2);
+            }
+        },
+    };
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Matrix(args) => run_matrix(args),

@@ -443,3 +443,33 @@ fn several_machines_stop_at_their_share_of_the_request_limit() {
     let error = sim::run_with_limits(&cfg, limits, &mut |_| {}).expect_err("stops");
     assert!(error.contains("stopped after 1000 events"), "{error}");
 }
+
+/// Flag errors read as every other error of the CLI (cli/README.md): one
+/// line on stderr, prefixed `pacer:`, exit code 2. Help stays clap's.
+#[test]
+fn flag_errors_are_one_pacer_line() {
+    let cases: [&[&str]; 5] = [
+        &["simulate", "--bogus"],
+        &["simulate", "--agents"],
+        &["simulate", "--agents", "many"],
+        &["simulate", "--machines", "0"],
+        &["nonsense"],
+    ];
+    for args in cases {
+        let run = guarded(args, &[]);
+        assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.starts_with("pacer: ") && run.stderr.ends_with('\n'),
+            "{args:?}: {:?}",
+            run.stderr
+        );
+        assert_eq!(run.stderr.lines().count(), 1, "{args:?}: {:?}", run.stderr);
+    }
+    let help = guarded(&["simulate", "--help"], &[]);
+    assert_eq!(help.code, Some(0), "{}", help.stderr);
+    assert!(
+        help.stdout.contains("Usage: pacer simulate"),
+        "{}",
+        help.stdout
+    );
+}

@@ -55,3 +55,9 @@ pub use pacer::{
     UNITS_PER_TOKEN,
 };
 pub use settings::{resolve, Parsed, Resolution, Settings};
+
+/// The README's Rust programs, compiled and run as this crate's doctests so
+/// that a snippet that stops working fails the tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeSnippets;

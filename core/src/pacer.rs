@@ -97,6 +97,20 @@ pub enum ConfigError {
     RetriesExceedLadder = 3,
 }
 
+impl core::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Self::RateTooHigh => "pacer: rate_per_min is above 600",
+            Self::BurstTooLarge => "pacer: burst is above 1000000 (MAX_BURST)",
+            Self::RetriesExceedLadder => {
+                "pacer: max_retries is above what the idle timeout holds (the retry ladder would overrun it)"
+            }
+        })
+    }
+}
+
+impl core::error::Error for ConfigError {}
+
 /// How a pacer answers a request that cannot be admitted within the bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u32)]

@@ -359,3 +359,19 @@ fn the_last_stack_position_is_a_valid_ticket() {
     assert!(pacer.release(Ticket::from_raw((1 << 24) - 1, 60_000), 0));
     assert_eq!(pacer.state().tokens_units, 60_000);
 }
+
+/// A rejected config is a `std::error::Error` whose text names the setting,
+/// so `?` works in a caller's `main` (the README's programs use it).
+#[test]
+fn config_errors_say_what_is_wrong() {
+    let error: Box<dyn std::error::Error> = Box::new(ConfigError::RateTooHigh);
+    assert_eq!(error.to_string(), "pacer: rate_per_min is above 600");
+    assert_eq!(
+        ConfigError::BurstTooLarge.to_string(),
+        "pacer: burst is above 1000000 (MAX_BURST)"
+    );
+    assert_eq!(
+        ConfigError::RetriesExceedLadder.to_string(),
+        "pacer: max_retries is above what the idle timeout holds (the retry ladder would overrun it)"
+    );
+}
