@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod advice;
 pub mod client;
 pub mod engine;
 pub mod explain;
@@ -17,3 +18,4 @@ pub mod replay;
 pub mod rng;
 pub mod sim;
 pub mod stats;
+pub mod sweep;

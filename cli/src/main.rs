@@ -12,7 +12,7 @@ use pacer_cli::sim::{
     self, Arrivals, Design, Load, OnRefusal, SimConfig, MAX_AGENTS, MAX_MACHINES, MAX_MS,
     MAX_OFFERED_PER_MIN,
 };
-use pacer_cli::{explain, plot, progress, replay};
+use pacer_cli::{advice, explain, plot, progress, replay, sweep};
 use pacer_core::MAX_BURST;
 use pacer_core::{resolve, ReleasePolicy, Settings};
 
@@ -91,12 +91,12 @@ struct SimulateArgs {
     /// Open loop: one new request every this many ms (on each machine).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_MS))]
     offered_every_ms: Option<u64>,
-    /// Open loop: arrival pattern.
-    #[arg(long, value_enum, default_value_t = ArrivalsArg::Periodic)]
-    arrivals: ArrivalsArg,
-    /// Open loop: what a refused request does.
-    #[arg(long, value_enum, default_value_t = OnRefusalArg::Retry)]
-    on_refusal: OnRefusalArg,
+    /// Open loop: arrival pattern [default: periodic].
+    #[arg(long, value_enum)]
+    arrivals: Option<ArrivalsArg>,
+    /// Open loop: what a refused request does [default: retry].
+    #[arg(long, value_enum)]
+    on_refusal: Option<OnRefusalArg>,
     /// New connections per minute (0 = unpaced; above 600 clamps, with a notice).
     #[arg(long, allow_negative_numbers = true)]
     rate: Option<u64>,
@@ -129,12 +129,12 @@ struct SimulateArgs {
     /// Time from connection open to the first stream part, ms.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=MAX_MS))]
     first_byte_ms: u64,
-    /// Closed loop: pause between turns, ms.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=MAX_MS))]
-    think_ms: u64,
-    /// Closed loop: spread the first turns uniformly over this many ms.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=MAX_MS))]
-    stagger_ms: u64,
+    /// Closed loop: pause between turns, ms [default: 0].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=MAX_MS))]
+    think_ms: Option<u64>,
+    /// Closed loop: spread the first turns uniformly over this many ms [default: 0].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=MAX_MS))]
+    stagger_ms: Option<u64>,
     /// Virtual run length, ms (no new turn or request starts after it).
     #[arg(long, default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(1..=MAX_MS))]
     duration_ms: u64,
@@ -151,6 +151,12 @@ struct SimulateArgs {
     /// Run the same workload without and with bookings and print both.
     #[arg(long, conflicts_with_all = ["json", "plot"])]
     compare_booking: bool,
+    /// How many agents fit: run the closed loop once per agent count in
+    /// FROM..TO (both included, at most 1000 counts) and table completed
+    /// turns per minute, latency p50/p90 and terminal errors per count.
+    #[arg(long, value_name = "FROM..TO", value_parser = agent_range,
+          conflicts_with_all = ["agents", "offered_per_min", "offered_every_ms", "compare_booking", "per_minute"])]
+    sweep_agents: Option<(u32, u32)>,
     /// Machines (proxies) sharing one upstream account, each with the
     /// whole load (--agents, or --offered-per-min / --offered-every-ms,
     /// per machine). Above 1, runs a bucket per machine and one fleet
@@ -161,10 +167,11 @@ struct SimulateArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
-    /// Also print the minute-by-minute table.
-    #[arg(long)]
+    /// Also print the minute-by-minute table (text report only).
+    #[arg(long, conflicts_with_all = ["json", "compare_booking"])]
     per_minute: bool,
-    /// Write a chart (offered vs admitted per minute, turn latency) to this SVG file.
+    /// Write a chart (per minute: offered, attempts, admitted, refused,
+    /// terminal errors; turn latency) to this SVG file.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
 }
@@ -330,10 +337,78 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<String, Failure> {
         .map_err(|e| Failure::from(format!("cannot encode JSON: {e}")))
 }
 
+/// `FROM..TO` (or `FROM..=TO`): agent counts, 1 ≤ FROM ≤ TO ≤ the agent
+/// limit, at most 1000 of them.
+fn agent_range(text: &str) -> Result<(u32, u32), String> {
+    let (from, to) = text
+        .split_once("..=")
+        .or_else(|| text.split_once(".."))
+        .ok_or_else(|| format!("'{text}' is not FROM..TO (for example 1..64)"))?;
+    let parse = |part: &str| {
+        part.parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_AGENTS).contains(n))
+            .ok_or_else(|| format!("'{part}' is not an agent count in 1..={MAX_AGENTS}"))
+    };
+    let (from, to) = (parse(from)?, parse(to)?);
+    if from > to {
+        return Err(format!("{from}..{to} is empty"));
+    }
+    if to - from >= 1000 {
+        return Err(format!("{from}..{to} is more than 1000 counts"));
+    }
+    Ok((from, to))
+}
+
+/// A flag given where it does not apply is an error, not silently ignored.
+fn check_flags_apply(args: &SimulateArgs) -> Result<(), Failure> {
+    let open = args.offered_per_min.is_some() || args.offered_every_ms.is_some();
+    let (misplaced, this_run) = if open {
+        (
+            [
+                ("--think-ms", args.think_ms.is_some()),
+                ("--stagger-ms", args.stagger_ms.is_some()),
+            ],
+            "an open loop (--offered-per-min or --offered-every-ms)",
+        )
+    } else {
+        (
+            [
+                ("--arrivals", args.arrivals.is_some()),
+                ("--on-refusal", args.on_refusal.is_some()),
+            ],
+            "a closed loop (--agents)",
+        )
+    };
+    if let Some((flag, _)) = misplaced.iter().find(|(_, given)| *given) {
+        let applies = if open {
+            "a closed loop"
+        } else {
+            "an open loop"
+        };
+        return Err(format!("{flag} applies to {applies}; this run is {this_run}").into());
+    }
+    if let Some(path) = &args.plot {
+        let svg = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+        if !svg {
+            return Err(format!(
+                "--plot {}: the chart is SVG; name a file ending in .svg",
+                path.display()
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
 fn simulate(args: SimulateArgs) -> Result<(), Failure> {
     if args.burst > MAX_BURST {
         return Err(format!("--burst {} is above the maximum {MAX_BURST}", args.burst).into());
     }
+    check_flags_apply(&args)?;
     let (rate, idle, total, retries) = (
         args.rate.map(|v| v.to_string()),
         args.idle_timeout_ms.map(|v| v.to_string()),
@@ -350,8 +425,8 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
     let load = match (args.offered_per_min, args.offered_every_ms) {
         (None, None) => Load::Closed {
             agents: args.agents,
-            think_ms: args.think_ms,
-            stagger_ms: args.stagger_ms,
+            think_ms: args.think_ms.unwrap_or(0),
+            stagger_ms: args.stagger_ms.unwrap_or(0),
         },
         (per_min, every) => {
             let (num, den) = match (per_min, every) {
@@ -359,7 +434,7 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
                 (_, Some(ms)) => (ms, 1),
                 (None, None) => unreachable!("matched above"),
             };
-            let arrivals = match args.arrivals {
+            let arrivals = match args.arrivals.unwrap_or(ArrivalsArg::Periodic) {
                 ArrivalsArg::Periodic => Arrivals::Periodic {
                     every_num: num,
                     every_den: den,
@@ -369,7 +444,7 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
                     mean_den: den,
                 },
             };
-            let on_refusal = match args.on_refusal {
+            let on_refusal = match args.on_refusal.unwrap_or(OnRefusalArg::Retry) {
                 OnRefusalArg::Retry => OnRefusal::Retry,
                 OnRefusalArg::Drop => OnRefusal::Drop,
             };
@@ -405,6 +480,35 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
         booking: args.booking,
         machines: args.machines,
     };
+    if let Some((from, to)) = args.sweep_agents {
+        if args.machines > 1 {
+            return Err("--sweep-agents sweeps one machine; drop --machines"
+                .to_string()
+                .into());
+        }
+        let sweep = sweep::run(&config, from, to)?;
+        let s = &config;
+        let heading = format!(
+            "pacer simulate --sweep-agents {from}..{to} — how many agents fit: closed loop, rate {}/min, \
+             burst {}, {} retries, {} ms turns ± {} ms, {} s virtual{}",
+            s.budget.rate_per_min,
+            s.burst,
+            s.budget.max_retries,
+            s.turn_ms,
+            s.turn_jitter_ms,
+            s.duration_ms / 1000,
+            if s.booking { ", bookings" } else { "" },
+        );
+        if let Some(path) = &args.plot {
+            plot::write_sweep_svg(&sweep, &heading, path)?;
+            eprintln!("pacer: wrote the chart to {}", path.display());
+        }
+        return if args.json {
+            print(&to_json(&sweep)?)
+        } else {
+            print(&sweep::render(&sweep, &heading))
+        };
+    }
     if args.compare_booking {
         if args.machines > 1 {
             let message = "--compare-booking compares one machine's runs; \
@@ -431,11 +535,25 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
     report.notices = notices;
     if let Some(path) = &args.plot {
         plot::write_svg(&report, path)?;
+        eprintln!("pacer: wrote the chart to {}", path.display());
     }
+    // Terminal errors come with what would end them, each simulated.
+    let advice = advice::advise(&config, &report)?;
     if args.json {
-        print(&to_json(&report)?)
+        let mut value = serde_json::to_value(&report)
+            .map_err(|e| Failure::from(format!("cannot encode JSON: {e}")))?;
+        if let (Some(advice), Some(object)) = (&advice, value.as_object_mut()) {
+            let advice = serde_json::to_value(advice)
+                .map_err(|e| Failure::from(format!("cannot encode JSON: {e}")))?;
+            object.insert("advice".into(), advice);
+        }
+        print(&to_json(&value)?)
     } else {
-        print(&sim::render(&report, args.per_minute))
+        let mut text = sim::render(&report, args.per_minute);
+        if let Some(advice) = &advice {
+            text.push_str(&advice::render(&report, advice));
+        }
+        print(&text)
     }
 }
 

@@ -9,6 +9,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::sim::{MachinesReport, MinuteRow, SimReport};
+use crate::sweep::{Sweep, SweepRow};
 
 /// A line on a chart: label, colour, and the value it reads from a minute.
 type Series<T> = (&'static str, RGBColor, fn(&MinuteRow) -> T);
@@ -17,8 +18,66 @@ fn err<E: std::fmt::Display>(error: E) -> String {
     format!("cannot draw the plot: {error}")
 }
 
-/// Writes the chart for `report` to `path`.
+/// The chart type every chart here draws on: f64 by f64.
+type Chart<'a, DB> = ChartContext<
+    'a,
+    DB,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// One labelled line with a dot at each point.
+fn draw_line<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    points: Vec<(f64, f64)>,
+    label: &str,
+    color: RGBColor,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+        .map_err(err)?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    chart
+        .draw_series(
+            points
+                .into_iter()
+                .map(|point| Circle::new(point, 3, color.filled())),
+        )
+        .map_err(err)?;
+    Ok(())
+}
+
+/// As many x labels as whole minutes (at most 20), so every label is a
+/// whole minute.
+fn minute_labels(minutes: f64) -> usize {
+    (minutes as usize + 1).min(21)
+}
+
+/// An x position as the whole minute it is.
+fn whole_minute(x: &f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        String::new()
+    }
+}
+
+/// Writes the chart for `report` to `path`, which must name an `.svg`
+/// file (the only format drawn).
 pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
+    let is_svg = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+    if !is_svg {
+        return Err(format!(
+            "--plot {}: the chart is SVG; name a file ending in .svg",
+            path.display()
+        ));
+    }
     let rows = &report.per_minute;
     let minutes = rows.len().max(1) as f64;
     let machines = report.machines.as_ref();
@@ -65,7 +124,7 @@ pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
         .max(1) as f64;
     let mut counts = ChartBuilder::on(&top)
         .caption(
-            "per minute: offered, attempts, admitted (connections opened)",
+            "per minute: offered, attempts, admitted, refused, terminal errors",
             ("sans-serif", 16),
         )
         .margin(12)
@@ -76,35 +135,30 @@ pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
     counts
         .configure_mesh()
         .x_desc("minute")
+        .x_labels(minute_labels(minutes))
+        .x_label_formatter(&whole_minute)
         .y_desc("count per minute")
         .draw()
         .map_err(err)?;
-    let series: [Series<u64>; 3] = [
+    let series: [Series<u64>; 5] = [
         ("offered (new requests)", BLUE, |row| row.offered),
         ("attempts (with retries)", RGBColor(150, 150, 150), |row| {
             row.attempts
         }),
         ("admitted (opened)", RED, |row| row.admitted),
+        ("refused (attempts)", RGBColor(230, 150, 0), |row| {
+            row.refused
+        }),
+        ("terminal rate-limit errors (turns)", BLACK, |row| {
+            row.terminal_errors
+        }),
     ];
     for (label, color, value) in series {
         let points: Vec<(f64, f64)> = rows
             .iter()
             .map(|row| (row.minute as f64 + 0.5, value(row) as f64))
             .collect();
-        counts
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-            .map_err(err)?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        counts
-            .draw_series(
-                points
-                    .into_iter()
-                    .map(|point| Circle::new(point, 3, color.filled())),
-            )
-            .map_err(err)?;
+        draw_line(&mut counts, points, label, color)?;
     }
     counts
         .configure_series_labels()
@@ -135,6 +189,8 @@ pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
     latency
         .configure_mesh()
         .x_desc("minute")
+        .x_labels(minute_labels(minutes))
+        .x_label_formatter(&whole_minute)
         .y_desc("seconds")
         .draw()
         .map_err(err)?;
@@ -147,20 +203,7 @@ pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
             .iter()
             .filter_map(|row| value(row).map(|ms| (row.minute as f64 + 0.5, ms as f64 / 1000.0)))
             .collect();
-        latency
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-            .map_err(err)?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        latency
-            .draw_series(
-                points
-                    .into_iter()
-                    .map(|point| Circle::new(point, 3, color.filled())),
-            )
-            .map_err(err)?;
+        draw_line(&mut latency, points, label, color)?;
     }
     latency
         .configure_series_labels()
@@ -218,6 +261,8 @@ where
     chart
         .configure_mesh()
         .x_desc("minute")
+        .x_labels(minute_labels(minutes))
+        .x_label_formatter(&whole_minute)
         .y_desc("connections per minute")
         .draw()
         .map_err(err)?;
@@ -235,20 +280,7 @@ where
             .enumerate()
             .map(|(minute, &count)| (minute as f64 + 0.5, count as f64))
             .collect();
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-            .map_err(err)?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(
-                points
-                    .into_iter()
-                    .map(|point| Circle::new(point, 3, color.filled())),
-            )
-            .map_err(err)?;
+        draw_line(&mut chart, points, label, color)?;
     }
     let configured = format!("configured rate {rate}/min");
     let times = format!("{} × the rate", m.machines);
@@ -275,5 +307,111 @@ where
         .position(SeriesLabelPosition::MiddleRight)
         .draw()
         .map_err(err)?;
+    Ok(())
+}
+
+/// A value of one sweep row, for one line of a chart.
+type SweepValue = fn(&SweepRow) -> Option<f64>;
+/// A sweep chart: caption, y axis, and its lines (label, colour, value).
+type SweepChart = (
+    &'static str,
+    &'static str,
+    Vec<(&'static str, RGBColor, SweepValue)>,
+);
+
+/// `simulate --sweep-agents --plot`: completed turns per minute, turn
+/// latency p50/p90 and the terminal-error percentage against the agent
+/// count, three charts in one SVG (`path` must end in `.svg`).
+pub fn write_sweep_svg(sweep: &Sweep, title: &str, path: &Path) -> Result<(), String> {
+    let is_svg = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+    if !is_svg {
+        return Err(format!(
+            "--plot {}: the chart is SVG; name a file ending in .svg",
+            path.display()
+        ));
+    }
+    let (Some(first), Some(last)) = (sweep.rows.first(), sweep.rows.last()) else {
+        return Err("the sweep has no rows to draw".into());
+    };
+    let (lo, hi) = (
+        f64::from(first.agents),
+        f64::from(last.agents).max(f64::from(first.agents) + 1.0),
+    );
+    let root = SVGBackend::new(path, (960, 1080)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root.titled(title, ("sans-serif", 20)).map_err(err)?;
+    let areas = root.split_evenly((3, 1));
+    let labels = ((hi - lo) as usize + 1).min(17);
+    let whole = |x: &f64| {
+        if x.fract() == 0.0 {
+            format!("{x:.0}")
+        } else {
+            String::new()
+        }
+    };
+    let charts: [SweepChart; 3] = [
+        (
+            "completed turns per minute",
+            "turns per minute",
+            vec![("turns/min", BLUE, |r| Some(r.turns_per_min))],
+        ),
+        (
+            "turn latency of completed turns, s",
+            "seconds",
+            vec![
+                ("p50", RGBColor(0, 120, 0), |r| {
+                    r.latency_p50_ms.map(|ms| ms as f64 / 1000.0)
+                }),
+                ("p90", RGBColor(200, 120, 0), |r| {
+                    r.latency_p90_ms.map(|ms| ms as f64 / 1000.0)
+                }),
+            ],
+        ),
+        (
+            "turns ending in a terminal rate-limit error, %",
+            "percent of turns",
+            vec![("terminal errors", RED, |r| Some(r.terminal_error_percent))],
+        ),
+    ];
+    for ((caption, y_desc, series), area) in charts.into_iter().zip(areas.iter()) {
+        let top = series
+            .iter()
+            .flat_map(|(_, _, value)| sweep.rows.iter().filter_map(value))
+            .fold(1.0_f64, f64::max);
+        let mut chart = ChartBuilder::on(area)
+            .caption(caption, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(lo..hi, 0f64..top * 1.1)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("agents")
+            .x_labels(labels)
+            .x_label_formatter(&whole)
+            .y_desc(y_desc)
+            .draw()
+            .map_err(err)?;
+        for (label, color, value) in series {
+            let points: Vec<(f64, f64)> = sweep
+                .rows
+                .iter()
+                .filter_map(|r| value(r).map(|v| (f64::from(r.agents), v)))
+                .collect();
+            draw_line(&mut chart, points, label, color)?;
+        }
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.85))
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(err)?;
+    }
+    root.present().map_err(err)?;
     Ok(())
 }

@@ -314,6 +314,8 @@ pub struct MinuteRow {
     pub attempts: u64,
     /// Attempts refused.
     pub refused: u64,
+    /// Turns that ended in a terminal rate-limit error in this minute.
+    pub terminal_errors: u64,
     /// Connections opened.
     pub admitted: u64,
     /// Turns completed in this minute.
@@ -568,6 +570,7 @@ struct Sim<'a> {
     offered_times: Vec<u64>,
     attempts_pm: PerMinute,
     refused_pm: PerMinute,
+    rate_limited_pm: PerMinute,
 }
 
 impl<'a> Sim<'a> {
@@ -690,7 +693,10 @@ impl<'a> Sim<'a> {
                 self.latencies.push(now - request.start_ms);
                 self.completion_times.push(now);
             }
-            Outcome::RateLimited => self.rate_limited += 1,
+            Outcome::RateLimited => {
+                self.rate_limited += 1;
+                self.rate_limited_pm.add(now);
+            }
             Outcome::Overrun => self.overruns += 1,
             Outcome::Cancelled => self.cancelled += 1,
         }
@@ -1113,6 +1119,7 @@ pub fn run_arrangement(
         offered_times: Vec::new(),
         attempts_pm: PerMinute::default(),
         refused_pm: PerMinute::default(),
+        rate_limited_pm: PerMinute::default(),
     };
     for machine in 0..cfg.machines {
         match cfg.load {
@@ -1219,6 +1226,7 @@ fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64, events: u64) -> SimReport {
                 offered: offered.get(m),
                 attempts: sim.attempts_pm.get(m),
                 refused: sim.refused_pm.get(m),
+                terminal_errors: sim.rate_limited_pm.get(m),
                 admitted: opened.get(m),
                 completed: bucket.len() as u64,
                 latency_p50_ms: percentile(bucket, 50),

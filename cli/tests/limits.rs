@@ -473,3 +473,78 @@ fn flag_errors_are_one_pacer_line() {
         help.stdout
     );
 }
+
+/// A flag that does not apply to the run is an error naming it, not
+/// silently ignored; a chart file must be SVG, and nothing is written
+/// otherwise.
+#[test]
+fn flags_that_do_not_apply_are_errors() {
+    let cases: [(&[&str], &str); 6] = [
+        (&["simulate", "--arrivals", "poisson"], "--arrivals"),
+        (&["simulate", "--on-refusal", "drop"], "--on-refusal"),
+        (
+            &["simulate", "--offered-per-min", "60", "--think-ms", "5"],
+            "--think-ms",
+        ),
+        (
+            &["simulate", "--offered-every-ms", "900", "--stagger-ms", "5"],
+            "--stagger-ms",
+        ),
+        (
+            &["simulate", "--per-minute", "--compare-booking"],
+            "--per-minute",
+        ),
+        (&["simulate", "--per-minute", "--json"], "--per-minute"),
+    ];
+    for (args, flag) in cases {
+        let run = guarded(args, &[]);
+        assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.starts_with("pacer: ") && run.stderr.contains(flag),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("pacer-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = dir.join("chart.png");
+    let run = guarded(&["simulate", "--plot", png.to_str().unwrap()], &[]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains(".svg"), "{}", run.stderr);
+    assert!(!png.exists(), "nothing is written for a refused extension");
+    let svg = dir.join("chart.svg");
+    let run = guarded(
+        &[
+            "simulate",
+            "--duration-ms",
+            "180000",
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("wrote the chart to {}", svg.display())),
+        "{}",
+        run.stderr
+    );
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    for label in [
+        "refused (attempts)",
+        "terminal rate-limit errors (turns)",
+        "admitted (opened)",
+    ] {
+        assert!(chart.contains(label), "the chart lacks {label:?}");
+    }
+    // A three-minute run labels its minute axis 0, 1, 2, 3 and nothing between.
+    let packed: String = chart.split_whitespace().collect();
+    assert!(
+        packed.contains(">3</text>")
+            && !packed.contains(">0.5</text>")
+            && !packed.contains(">1.5</text>"),
+        "minute labels should be whole"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

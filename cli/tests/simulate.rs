@@ -365,3 +365,127 @@ fn bad_arguments_fail_cleanly() {
     }
     assert_eq!(pacer(&["frobnicate"], "").code, 2);
 }
+
+/// Terminal errors come with advice, and each advised change holds when
+/// run on its own: the same command with that flag ends no turn in a
+/// terminal error. (The claim is checked by a second, separate run.)
+#[test]
+fn terminal_errors_come_with_changes_that_end_them() {
+    let base = ["simulate", "--json"];
+    let report = pacer_json(&base);
+    assert!(u(&report, "terminal_rate_limit_errors") > 0, "{report}");
+    let remedies = report["advice"]["remedies"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no advice in {report}"));
+    let changes: Vec<&str> = remedies
+        .iter()
+        .map(|r| r["change"].as_str().expect("change is text"))
+        .collect();
+    assert_eq!(changes.len(), 3, "{changes:?}");
+    assert_eq!(changes[0], "--booking");
+    assert!(changes[1].starts_with("--agents "), "{changes:?}");
+    assert!(changes[2].starts_with("--rate "), "{changes:?}");
+    // Fewer agents than the run's 20, a rate above its 60.
+    let agents: u32 = changes[1]["--agents ".len()..].parse().expect("a count");
+    let rate: u32 = changes[2]["--rate ".len()..].parse().expect("a rate");
+    assert!(
+        (1..20).contains(&agents) && (61..=600).contains(&rate),
+        "{changes:?}"
+    );
+    for (change, remedy) in changes.iter().zip(remedies) {
+        let mut args = base.to_vec();
+        args.extend(change.split(' '));
+        let again = pacer_json(&args);
+        assert_eq!(
+            u(&again, "terminal_rate_limit_errors"),
+            0,
+            "{change}: {again}"
+        );
+        assert_eq!(
+            u(&again, "turns_completed"),
+            u(remedy, "turns_completed"),
+            "{change}: the advice reports the run it made"
+        );
+        assert!(again.get("advice").is_none(), "{change}: {again}");
+    }
+    // The text report says the same in words.
+    let text = pacer(&["simulate"], "");
+    assert!(text.stdout.contains("advice: "), "{}", text.stdout);
+    for change in changes {
+        assert!(
+            text.stdout.contains(&format!("  {change} ")),
+            "{change}: {}",
+            text.stdout
+        );
+    }
+}
+
+/// Pacing off (rate 0) refuses nothing, so there is nothing to advise.
+#[test]
+fn no_terminal_errors_no_advice() {
+    let report = pacer_json(&["simulate", "--rate", "0", "--json"]);
+    assert_eq!(u(&report, "terminal_rate_limit_errors"), 0, "{report}");
+    assert!(report.get("advice").is_none(), "{report}");
+    let text = pacer(&["simulate", "--rate", "0"], "");
+    assert!(!text.stdout.contains("advice"), "{}", text.stdout);
+}
+
+/// `--sweep-agents`: one row per count. One agent never waits (a turn of
+/// 2000–4000 ms asks for at most 30 connections a minute against a rate of
+/// 60 and a burst of 10), so its turns take their own length and none ends
+/// in an error; the answer is the last count before the first row with
+/// terminal errors.
+#[test]
+fn the_agent_sweep_tables_each_count_and_says_how_many_fit() {
+    let sweep = pacer_json(&["simulate", "--sweep-agents", "1..24", "--json"]);
+    let rows = sweep["rows"].as_array().expect("rows");
+    let counts: Vec<u64> = rows.iter().map(|r| u(r, "agents")).collect();
+    assert_eq!(counts, (1..=24).collect::<Vec<u64>>());
+    let one = &rows[0];
+    assert_eq!(u(one, "terminal_rate_limit_errors"), 0, "{one}");
+    assert!((2000..=4000).contains(&u(one, "latency_p50_ms")), "{one}");
+    assert!(u(one, "latency_p90_ms") <= 4000, "{one}");
+    // The default run (20 agents) has terminal errors, so the sweep must
+    // find a limit below 20.
+    assert!(
+        u(&rows[19], "terminal_rate_limit_errors") > 0,
+        "{}",
+        rows[19]
+    );
+    let first_bad = rows
+        .iter()
+        .position(|r| u(r, "terminal_rate_limit_errors") > 0)
+        .expect("a count with errors");
+    assert_eq!(u(&sweep, "fit"), first_bad as u64, "{sweep}");
+    // Each row is the run `--agents N` makes on its own.
+    let twenty = pacer_json(&["simulate", "--json"]);
+    assert_eq!(
+        u(&rows[19], "turns_completed"),
+        u(&twenty, "turns_completed")
+    );
+    let text = pacer(&["simulate", "--sweep-agents", "1..24"], "");
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    assert!(
+        text.stdout
+            .contains(&format!("fit: up to {first_bad} agents end no turn")),
+        "{}",
+        text.stdout
+    );
+    for bad in [
+        &["simulate", "--sweep-agents", "5..2"][..],
+        &["simulate", "--sweep-agents", "0..4"],
+        &["simulate", "--sweep-agents", "1..2000"],
+        &["simulate", "--sweep-agents", "1..4", "--agents", "3"],
+        &[
+            "simulate",
+            "--sweep-agents",
+            "1..4",
+            "--offered-per-min",
+            "60",
+        ],
+    ] {
+        let run = pacer(bad, "");
+        assert_eq!(run.code, 2, "{bad:?}: {}", run.stderr);
+        assert!(run.stderr.starts_with("pacer: "), "{bad:?}: {}", run.stderr);
+    }
+}
