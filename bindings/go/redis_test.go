@@ -808,53 +808,6 @@ func TestRedisConcurrentCalls(t *testing.T) {
 	}
 }
 
-// The README's example is ExampleOpenRedis's code (which runs): each line
-// of its block, in order, and the output it shows.
-func TestRedisReadmeExample(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	example, err := os.ReadFile("example_redis_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(readme), "## Fleet pacing (Redis)")
-	if !ok {
-		t.Fatal("README has no Fleet pacing (Redis) section")
-	}
-	_, block, _ := strings.Cut(section, "```go\n")
-	block, _, _ = strings.Cut(block, "```")
-	var lines []string
-	for _, line := range strings.Split(string(example), "\n") {
-		if line = strings.TrimSpace(line); line != "" {
-			lines = append(lines, line)
-		}
-	}
-	next := 0
-	for _, line := range strings.Split(block, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" {
-			continue
-		}
-		// The README shows the output as comments ("// #0 …"); the example
-		// has it under "// Output:" with the same text.
-		if strings.HasPrefix(line, "// #") {
-			if !strings.Contains(string(example), line) {
-				t.Errorf("README output %q is not the example's", line)
-			}
-			continue
-		}
-		for next < len(lines) && lines[next] != line {
-			next++
-		}
-		if next == len(lines) {
-			t.Fatalf("README line %q is not in example_redis_test.go (in order)", line)
-		}
-		next++
-	}
-}
-
 // A server that comes back with another engine is asked again: the
 // script before, the module after.
 func TestRedisEngineAfterRestart(t *testing.T) {

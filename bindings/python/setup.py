@@ -75,8 +75,9 @@ class build_ext_with_cargo(build_ext):
         ext.depends = [*ext.depends, str(library)]
         if sys.platform.startswith("linux"):
             ext.libraries = [*ext.libraries, *LINUX_SYSTEM_LIBRARIES]
-            # Keep the Rust library's symbols private to the extension.
-            ext.extra_link_args = [*ext.extra_link_args, "-Wl,--exclude-libs,ALL"]
+            # Keep the Rust library's symbols private to the extension, and
+            # ship no debug info (the Rust standard library's included).
+            ext.extra_link_args = [*ext.extra_link_args, "-Wl,--exclude-libs,ALL", "-Wl,--strip-debug"]
 
 
 # The hot call in C (see the file's head). The source path is relative, as
