@@ -2,9 +2,10 @@
 # The Node binding: installs its npm dev tools (typescript, @types/node,
 # redis) from the lock file, builds the addon with cargo, runs node's test
 # runner and the type check, then packs the package and installs the tarball
-# into an empty folder to run an admit() example there. The RedisPacer tests
-# start their own redis-servers (Debian's, installed by redis-deps.sh when
-# absent), some with the module built here (PACER_REDIS_MODULE).
+# into an empty folder to run an admit() example and every ```js block of
+# README.md there. The RedisPacer tests and the README's fleet block start
+# their own redis-servers (Debian's, installed by redis-deps.sh when absent),
+# some with the module built here (PACER_REDIS_MODULE).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root/bindings/node"
@@ -64,3 +65,18 @@ steps=$(sed -n '/<!-- dropin-swap:begin -->/,/<!-- dropin-swap:end -->/p' README
   node --test --test-timeout=20000 --test-reporter=spec dist/test/ws-upgrade-pacer.test.js
 )
 echo "test-node: the README's drop-in swap compiles and passes in a host laid out like the proxy"
+
+# Every ```js block of the README runs as written, as a user would paste it
+# into a file of their project: scripts/readme-blocks.js extracts the blocks
+# in order (exactly 3, or it fails), writes each to its own file in the app
+# folder above (pacer from the tarball, plus the redis package at the version
+# the tests pin, for the fleet block) and runs it with node; a block that
+# reads REDIS_URL gets a redis-server with PACER_REDIS_MODULE of its own.
+redis_version=$(node -p 'require("./package.json").devDependencies.redis')
+(cd "$work/app" && npm install --no-audit --no-fund "redis@$redis_version" >/dev/null)
+node scripts/readme-blocks.js --expect 3 README.md "$work/app" | tee "$work/readme-blocks.out"
+# What the blocks' comments say they print (the fleet one decided by the module).
+for line in '  2 | refused 1 1' '  3 | #0 admitted after 0 ms (engine module)' '  3 | #3 refused: 200, retry-after 2'; do
+  grep -qxF "$line" "$work/readme-blocks.out" || { echo "test-node: no line '$line' from the README's blocks" >&2; exit 1; }
+done
+echo "test-node: the README's js blocks run as written where the tarball is installed"
