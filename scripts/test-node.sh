@@ -37,14 +37,22 @@ cp examples/admit.mjs "$work/app/"
 (
   cd "$work/app"
   npm init -y >/dev/null
-  npm install --no-audit --no-fund "$work/$tarball" >/dev/null
-  output=$(node admit.mjs)
+  # The tarball carries the built addon: it installs and runs with no Rust
+  # toolchain on PATH (node and npm only).
+  mkdir "$work/nocargo"
+  ln -s "$(command -v node)" "$work/nocargo/node"
+  ln -s "$(command -v npm)" "$work/nocargo/npm"
+  if PATH="$work/nocargo:/usr/bin:/bin" command -v cargo >/dev/null; then
+    echo "test-node: cargo is on /usr/bin or /bin; the no-cargo check needs another PATH" >&2; exit 1
+  fi
+  PATH="$work/nocargo:/usr/bin:/bin" npm install --no-audit --no-fund "$work/$tarball" >/dev/null
+  output=$(PATH="$work/nocargo:/usr/bin:/bin" node admit.mjs)
   echo "$output"
   grep -q '^#0 admitted after 0 ms$' <<<"$output"
   grep -q '^#1 admitted after' <<<"$output"
   grep -q '^#3 refused: 200, retry-after 2$' <<<"$output"
 )
-echo "test-node: packed $tarball installs into an empty folder and admits"
+echo "test-node: packed $tarball installs into an empty folder with no cargo on PATH and admits"
 
 # The drop-in swap, by the README's own lines, in a project laid out like the
 # proxy (test/host): install the tarball, copy the module file over the
