@@ -20,7 +20,9 @@ use pacer_core::{resolve, ReleasePolicy, Settings};
 #[command(
     name = "pacer",
     version,
-    about = "Simulate, check, replay and explain the new-connection pacer"
+    about = "Simulate, check, replay and explain the new-connection pacer",
+    after_help = "\"SPEC §N\" in this help and in the reports is section N of docs/spec.md, \
+                  the contract the pacer keeps."
 )]
 struct Cli {
     #[command(subcommand)]
