@@ -48,6 +48,8 @@ module_build=(cargo build --locked -p pacer-redis)
 "${module_build[@]}" >&2
 cargo build --locked --release -p pacer-ffi >&2
 target="$(cargo metadata --format-version 1 --no-deps --locked | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+# Built outside target/ (CARGO_TARGET_DIR): skip the Go package's check for libpacer.a there.
+[ "$target" -ef target ] || export GOFLAGS="${GOFLAGS:+$GOFLAGS }-tags=pacer_lib_elsewhere"
 
 # Node: the addon and node-redis, as scripts/test-node.sh makes them.
 (cd bindings/node && { [ -d node_modules/redis ] || npm ci --no-audit --no-fund --loglevel=error; } &&

@@ -19,6 +19,8 @@ bash scripts/redis-deps.sh
 cargo build --locked -p pacer-redis -p pacer-cli
 cargo build --release --locked -p pacer-ffi
 target="$(cargo metadata --format-version 1 --no-deps --locked | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+# Built outside target/ (CARGO_TARGET_DIR): skip the Go package's check for libpacer.a there.
+[ "$target" -ef "$root/target" ] || export GOFLAGS="${GOFLAGS:+$GOFLAGS }-tags=pacer_lib_elsewhere"
 module="$target/debug/libpacer_redis.so"
 pacer="$target/debug/pacer"
 

@@ -54,6 +54,7 @@ if command -v go >/dev/null; then
   (
     export GOTOOLCHAIN=local GOPROXY=off CGO_ENABLED=1
     export CGO_LDFLAGS="-L$target/release ${CGO_LDFLAGS:-}"
+    [ "$target" -ef "$root/target" ] || export GOFLAGS="${GOFLAGS:+$GOFLAGS }-tags=pacer_lib_elsewhere"
     cd bindings/go
     go test -race -count=1 -run 'Shared' -v ./...
   )

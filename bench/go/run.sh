@@ -33,6 +33,7 @@ target="${CARGO_TARGET_DIR:-$repo/target}"
 case "$target" in /*) ;; *) target="$repo/$target" ;; esac
 [ -f "$target/release/libpacer.a" ] || { echo "bench-go: $target/release/libpacer.a was not built" >&2; exit 1; }
 export CGO_LDFLAGS="-L$target/release ${CGO_LDFLAGS:-}"
+[ "$target" -ef "$repo/target" ] || export GOFLAGS="${GOFLAGS:+$GOFLAGS }-tags=pacer_lib_elsewhere"
 export GOTOOLCHAIN=local CGO_ENABLED=1 GOFLAGS="${GOFLAGS:-} -mod=readonly"
 
 work=$(mktemp -d)
