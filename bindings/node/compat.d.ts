@@ -1,4 +1,4 @@
-// Types of `pacer/compat`: the same names and shapes as the proxy's
+// Types of `connpacer/compat`: the same names and shapes as the proxy's
 // ws-upgrade-pacer module.
 
 export declare const WS_NEW_CONNECTIONS_PER_MIN_ENV: 'CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN';

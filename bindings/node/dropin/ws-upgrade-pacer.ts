@@ -5,8 +5,8 @@
 // "Drop-in module").
 import { emitParentNotice } from '../parent-notice.js';
 import { upstreamRequestBudget } from '../upstream-retry.js';
-import { useHost } from 'pacer/compat';
+import { useHost } from 'connpacer/compat';
 
 useHost({ emitParentNotice, upstreamRequestBudget });
 
-export * from 'pacer/compat';
+export * from 'connpacer/compat';

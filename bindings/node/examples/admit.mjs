@@ -1,7 +1,7 @@
 // Asks for three new connections through one pacer (burst 1, so the second
 // and third wait about 1 s and 2 s), then answers a refusal the way a proxy
 // would. Run: node examples/admit.mjs
-import { Pacer, refusalResponse } from 'pacer';
+import { Pacer, refusalResponse } from 'connpacer';
 
 const pacer = new Pacer({ ratePerMinute: 60, burst: 1, idleTimeoutMs: 30000, maxRetries: 3 });
 const started = performance.now();

@@ -2,7 +2,7 @@
 // key and configuration paces against one bucket in Redis. Asks for four new
 // connections (burst 1: the second and third wait about 1 s and 2 s, the
 // fourth is refused). Run: REDIS_URL=redis://127.0.0.1:6379 node examples/fleet.mjs
-import { RedisPacer, refusalResponse } from 'pacer';
+import { RedisPacer, refusalResponse } from 'connpacer';
 
 const pacer = await RedisPacer.connect({
   url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',

@@ -2,8 +2,8 @@
 // TypeScript proxy imports them.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { Pacer, RedisPacer, refusalResponse } from 'pacer';
-import { WsUpgradePacer, sharedWsUpgradePacer, WS_NEW_CONNECTION_BURST } from 'pacer/compat';
+import { Pacer, RedisPacer, refusalResponse } from 'connpacer';
+import { WsUpgradePacer, sharedWsUpgradePacer, WS_NEW_CONNECTION_BURST } from 'connpacer/compat';
 
 test('named ESM imports of both entry points', () => {
   assert.equal(typeof Pacer, 'function');

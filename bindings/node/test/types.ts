@@ -4,14 +4,14 @@ import {
   Pacer, refusalResponse, resolveBudget, NoticeRegistry, type AdmitOutcome, type Decision, type Notice,
   type Booking, type BookingDecision, type PacerClosedError, Ticket, type SharedPacer,
   RedisPacer, RedisTicket, type RedisAdmitOutcome, type RedisInfo,
-} from 'pacer';
+} from 'connpacer';
 import { createClient } from 'redis';
 import {
   WsUpgradePacer, sharedWsUpgradePacer, resetWsUpgradePacerForTests, upstreamRequestBudget,
   wsNewConnectionMaxWaitMs, pacedRetryAfterSeconds, refusalScheduleMs, canRefuseAtRate,
   wsNewConnectionsPerMinute, resolvedPacingBudget, type ConnectionPacer, type UpgradeAdmission,
   WS_NEW_CONNECTIONS_PER_MIN_ENV, REDIS_URL_ENV,
-} from 'pacer/compat';
+} from 'connpacer/compat';
 
 async function idiomatic(signal: AbortSignal): Promise<Response | null> {
   const pacer = Pacer.fromEnv(process.env, { burst: 10, onNotice: (n: Notice) => console.warn(n.text) });

@@ -23,7 +23,7 @@ the machine that opens the same name paces against one bucket:
         outcome = await shared.admit()                   # no clock anywhere: shared_clock_ms()
 
 A fleet pacer keeps its bucket in Redis, so every proxy of a fleet, on any
-machine, paces against one bucket on the server's clock (``pacer[redis]``):
+machine, paces against one bucket on the server's clock (``connpacer[redis]``):
 
     pacer = AsyncRedisPacer(url="redis://redis:6379/0", key="pacer:openai", fleet_size=4)
     outcome = await pacer.admit()               # outcome.fallback: None, or the failure policy

@@ -697,7 +697,7 @@ def _redis_py() -> Any:
         import redis.asyncio
     except ImportError as error:
         raise ImportError(
-            "pacer: a fleet pacer needs redis-py: pip install 'pacer[redis]' (or redis>=5)"
+            "pacer: a fleet pacer needs redis-py: pip install 'connpacer[redis]' (or redis>=5)"
         ) from error
     return redis
 
