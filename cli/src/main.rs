@@ -542,14 +542,19 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
     // Terminal errors come with what would end them, each simulated.
     let advice = advice::advise(&config, &report)?;
     if args.json {
-        let mut value = serde_json::to_value(&report)
-            .map_err(|e| Failure::from(format!("cannot encode JSON: {e}")))?;
-        if let (Some(advice), Some(object)) = (&advice, value.as_object_mut()) {
-            let advice = serde_json::to_value(advice)
-                .map_err(|e| Failure::from(format!("cannot encode JSON: {e}")))?;
-            object.insert("advice".into(), advice);
+        // The report's keys in their order, then the advice (last, so a
+        // reader taking a key's first occurrence reads the report's).
+        #[derive(serde::Serialize)]
+        struct WithAdvice<'a> {
+            #[serde(flatten)]
+            report: &'a sim::SimReport,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            advice: Option<&'a advice::Advice>,
         }
-        print(&to_json(&value)?)
+        print(&to_json(&WithAdvice {
+            report: &report,
+            advice: advice.as_ref(),
+        })?)
     } else {
         let mut text = sim::render(&report, args.per_minute);
         if let Some(advice) = &advice {

@@ -489,3 +489,26 @@ fn the_agent_sweep_tables_each_count_and_says_how_many_fit() {
         assert!(run.stderr.starts_with("pacer: "), "{bad:?}: {}", run.stderr);
     }
 }
+
+/// The JSON report keeps its keys in the report's order with the advice
+/// last: scripts (scripts/figures.sh) read a key's first occurrence, and
+/// the advice repeats some of the report's keys.
+#[test]
+fn the_json_report_puts_the_advice_last() {
+    let run = pacer(&["simulate", "--json"], "");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.starts_with("{\"settings\":"),
+        "{}",
+        &run.stdout[..80]
+    );
+    let advice = run.stdout.find("\"advice\":").expect("advice");
+    for key in [
+        "\"terminal_rate_limit_errors\":",
+        "\"turns_completed\":",
+        "\"per_minute\":",
+    ] {
+        let first = run.stdout.find(key).expect(key);
+        assert!(first < advice, "{key} first appears inside the advice");
+    }
+}
