@@ -88,6 +88,13 @@ sim booking_single --agents 20 --booking
 booking_single_cmd="$last_cmd"
 note_cmd "$booking_cmd"
 note_cmd "$booking_single_cmd"
+# How many agents fit: the sweep, without and with bookings.
+sweep_cmd="pacer simulate --sweep-agents 1..24"
+sweep_text="$("$pacer" simulate --sweep-agents 1..24 | tail -n +3)"
+sweep_booking_cmd="pacer simulate --sweep-agents 1..24 --booking"
+sweep_booking_text="$("$pacer" simulate --sweep-agents 1..24 --booking | tail -n +3)"
+note_cmd "$sweep_cmd"
+note_cmd "$sweep_booking_cmd"
 machines_per_machine="$(per_minute bucket_per_machine)"
 machines_fleet="$(per_minute fleet_bucket)"
 note_cmd "$machines_cmd"
@@ -462,6 +469,24 @@ ${booking_table}
 and \`${booking_single_cmd}\` (the same 20 agents in one process):
 $(field "$booking_single" terminal_rate_limit_errors) terminal rate-limit
 errors, p50 turn time $(s "$(field "$booking_single" latency_p50_ms)") s.
+
+## How many agents fit
+
+At the defaults (60/min, burst 10, bound 4833 ms, 5 retries, 3 s ± 1 s
+turns, 600 s), \`${sweep_cmd}\` runs the closed loop once per agent count:
+
+\`\`\`
+${sweep_text}
+\`\`\`
+
+Completed turns per minute stop at the rate from 3 agents on; every agent
+after that adds latency and, past the count that fits, turns that end in
+terminal rate-limit errors. With bookings (\`${sweep_booking_cmd}\`) the
+same demand becomes waiting instead:
+
+\`\`\`
+${sweep_booking_text}
+\`\`\`
 
 ## Where the measurements differ from the record
 
