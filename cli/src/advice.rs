@@ -158,32 +158,16 @@ fn first_clean(
     Ok(Some(best))
 }
 
-/// The highest `x` in `lo..=hi` whose run ends no turn in a terminal error,
-/// by bisection (terminal errors rise with `x`), or `None` when even `lo`
-/// leaves some.
+/// The highest `x` in `lo..=hi` whose run ends no turn in a terminal error
+/// (terminal errors rise with `x`), or `None` when even `lo` leaves some:
+/// [`first_clean`] over `lo..=hi` read from the top down.
 fn last_clean(
     lo: u32,
     hi: u32,
     mut run: impl FnMut(u32) -> Result<SimReport, String>,
 ) -> Result<Option<(u32, SimReport)>, String> {
-    if lo > hi {
-        return Ok(None);
-    }
-    let bottom = run(lo)?;
-    if bottom.terminal_rate_limit_errors > 0 {
-        return Ok(None);
-    }
-    let (mut best, mut hi) = ((lo, bottom), hi);
-    while best.0 < hi {
-        let mid = best.0 + (hi - best.0).div_ceil(2);
-        let report = run(mid)?;
-        if report.terminal_rate_limit_errors == 0 {
-            best = (mid, report);
-        } else {
-            hi = mid - 1;
-        }
-    }
-    Ok(Some(best))
+    let mirror = |x: u32| lo + hi - x;
+    Ok(first_clean(lo, hi, |x| run(mirror(x)))?.map(|(x, report)| (mirror(x), report)))
 }
 
 /// The advice as the text report's closing lines.

@@ -391,17 +391,7 @@ fn check_flags_apply(args: &SimulateArgs) -> Result<(), Failure> {
         return Err(format!("{flag} applies to {applies}; this run is {this_run}").into());
     }
     if let Some(path) = &args.plot {
-        let svg = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
-        if !svg {
-            return Err(format!(
-                "--plot {}: the chart is SVG; name a file ending in .svg",
-                path.display()
-            )
-            .into());
-        }
+        plot::require_svg(path)?;
     }
     Ok(())
 }

@@ -56,8 +56,43 @@ fn minute_labels(minutes: f64) -> usize {
     (minutes as usize + 1).min(21)
 }
 
-/// An x position as the whole minute it is.
-fn whole_minute(x: &f64) -> String {
+/// The chart's legend, boxed, at `position`.
+fn draw_legend<'a, DB: DrawingBackend + 'a>(
+    chart: &mut Chart<'a, DB>,
+    position: SeriesLabelPosition,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.85))
+        .position(position)
+        .draw()
+        .map_err(err)
+}
+
+/// `--plot`'s file must be named `.svg` (the only format drawn): an error
+/// naming the file otherwise.
+pub fn require_svg(path: &Path) -> Result<(), String> {
+    let is_svg = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+    if is_svg {
+        Ok(())
+    } else {
+        Err(format!(
+            "--plot {}: the chart is SVG; name a file ending in .svg",
+            path.display()
+        ))
+    }
+}
+
+/// An axis position as the whole number it is (minutes, agents); nothing
+/// between whole numbers.
+fn whole_label(x: &f64) -> String {
     if x.fract() == 0.0 {
         format!("{x:.0}")
     } else {
@@ -68,16 +103,7 @@ fn whole_minute(x: &f64) -> String {
 /// Writes the chart for `report` to `path`, which must name an `.svg`
 /// file (the only format drawn).
 pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
-    let is_svg = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
-    if !is_svg {
-        return Err(format!(
-            "--plot {}: the chart is SVG; name a file ending in .svg",
-            path.display()
-        ));
-    }
+    require_svg(path)?;
     let rows = &report.per_minute;
     let minutes = rows.len().max(1) as f64;
     let machines = report.machines.as_ref();
@@ -136,7 +162,7 @@ pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
         .configure_mesh()
         .x_desc("minute")
         .x_labels(minute_labels(minutes))
-        .x_label_formatter(&whole_minute)
+        .x_label_formatter(&whole_label)
         .y_desc("count per minute")
         .draw()
         .map_err(err)?;
@@ -160,13 +186,7 @@ pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
             .collect();
         draw_line(&mut counts, points, label, color)?;
     }
-    counts
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.85))
-        .position(SeriesLabelPosition::MiddleRight)
-        .draw()
-        .map_err(err)?;
+    draw_legend(&mut counts, SeriesLabelPosition::MiddleRight)?;
 
     // Turn latency of the turns completed in each minute.
     let latency_max = rows
@@ -190,7 +210,7 @@ pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
         .configure_mesh()
         .x_desc("minute")
         .x_labels(minute_labels(minutes))
-        .x_label_formatter(&whole_minute)
+        .x_label_formatter(&whole_label)
         .y_desc("seconds")
         .draw()
         .map_err(err)?;
@@ -205,13 +225,7 @@ pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
             .collect();
         draw_line(&mut latency, points, label, color)?;
     }
-    latency
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.85))
-        .position(SeriesLabelPosition::MiddleRight)
-        .draw()
-        .map_err(err)?;
+    draw_legend(&mut latency, SeriesLabelPosition::MiddleRight)?;
     if let (Some(m), Some(area)) = (machines, upstream) {
         draw_upstream(m, &area)?;
     }
@@ -262,7 +276,7 @@ where
         .configure_mesh()
         .x_desc("minute")
         .x_labels(minute_labels(minutes))
-        .x_label_formatter(&whole_minute)
+        .x_label_formatter(&whole_label)
         .y_desc("connections per minute")
         .draw()
         .map_err(err)?;
@@ -300,13 +314,7 @@ where
             .label(label)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
     }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.85))
-        .position(SeriesLabelPosition::MiddleRight)
-        .draw()
-        .map_err(err)?;
+    draw_legend(&mut chart, SeriesLabelPosition::MiddleRight)?;
     Ok(())
 }
 
@@ -323,16 +331,7 @@ type SweepChart = (
 /// latency p50/p90 and the terminal-error percentage against the agent
 /// count, three charts in one SVG (`path` must end in `.svg`).
 pub fn write_sweep_svg(sweep: &Sweep, title: &str, path: &Path) -> Result<(), String> {
-    let is_svg = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
-    if !is_svg {
-        return Err(format!(
-            "--plot {}: the chart is SVG; name a file ending in .svg",
-            path.display()
-        ));
-    }
+    require_svg(path)?;
     let (Some(first), Some(last)) = (sweep.rows.first(), sweep.rows.last()) else {
         return Err("the sweep has no rows to draw".into());
     };
@@ -345,13 +344,6 @@ pub fn write_sweep_svg(sweep: &Sweep, title: &str, path: &Path) -> Result<(), St
     let root = root.titled(title, ("sans-serif", 20)).map_err(err)?;
     let areas = root.split_evenly((3, 1));
     let labels = ((hi - lo) as usize + 1).min(17);
-    let whole = |x: &f64| {
-        if x.fract() == 0.0 {
-            format!("{x:.0}")
-        } else {
-            String::new()
-        }
-    };
     let charts: [SweepChart; 3] = [
         (
             "completed turns per minute",
@@ -392,7 +384,7 @@ pub fn write_sweep_svg(sweep: &Sweep, title: &str, path: &Path) -> Result<(), St
             .configure_mesh()
             .x_desc("agents")
             .x_labels(labels)
-            .x_label_formatter(&whole)
+            .x_label_formatter(&whole_label)
             .y_desc(y_desc)
             .draw()
             .map_err(err)?;
@@ -404,13 +396,7 @@ pub fn write_sweep_svg(sweep: &Sweep, title: &str, path: &Path) -> Result<(), St
                 .collect();
             draw_line(&mut chart, points, label, color)?;
         }
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.85))
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(err)?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     }
     root.present().map_err(err)?;
     Ok(())
