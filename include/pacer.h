@@ -96,12 +96,13 @@
 /**
  * The file layout this library reads and writes.
  */
-#define PACER_SHARED_LAYOUT_VERSION 2
+#define PACER_SHARED_LAYOUT_VERSION 3
 
 /**
- * The page boundary in the file that the state word touches: it ends or
- * starts there (the header's state_offset field says which). A multiple of
- * every page size the library supports, up to 64 KiB.
+ * The page boundary in the file where the shared words start: the state
+ * word at this offset (where layout 2 had it), the adaptive control word
+ * 16 bytes after it (the header records both). A multiple of every page
+ * size the library supports, up to 64 KiB.
  */
 #define PACER_SHARED_SPLIT_OFFSET 65536
 
@@ -119,7 +120,7 @@
  * The ABI version this header describes. A library whose
  * pacer_abi_version() differs is not compatible with it.
  */
-#define PACER_ABI_VERSION 2
+#define PACER_ABI_VERSION 3
 
 /**
  * Result of a call. Numbers are explicit and never reused.
@@ -247,6 +248,12 @@ enum pacer_status
    * owner is not this pacer's. Nothing was changed.
    */
   PACER_STATUS_FOREIGN_TICKET = 27,
+  /**
+   * Config: adaptive pacing is on (adaptive_floor_per_min > 0) with a
+   * floor above rate_per_min, or a ceiling (when not 0) below
+   * rate_per_min or above 600.
+   */
+  PACER_STATUS_ADAPTIVE_RANGE = 28,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -480,6 +487,35 @@ typedef uint32_t pacer_notice_kind;
 #endif // __cplusplus
 
 /**
+ * What the upstream answered to a new connection (the `outcome` argument
+ * of pacer_observe and pacer_shared_observe).
+ */
+enum pacer_outcome
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * The upstream opened it (changes nothing: the law learns only from
+   * throttles).
+   */
+  PACER_OUTCOME_OPENED = 1,
+  /**
+   * The upstream throttled it (its own rate limit, not the pacer's):
+   * lowers the rate in force (at most once a minute; a throttle sooner
+   * holds it down).
+   */
+  PACER_OUTCOME_THROTTLED = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum pacer_outcome pacer_outcome;
+#else
+typedef uint32_t pacer_outcome;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * Storage for one pacer. Allocate it anywhere (static, stack, heap,
  * shared memory), zeroed or not, then call pacer_init. Never copy it while
  * other threads use it. It holds no resources: there is nothing to free.
@@ -512,6 +548,18 @@ typedef struct pacer_config {
    * A pacer_release_policy value.
    */
   uint32_t release_policy;
+  /**
+   * Adaptive pacing (SPEC §14): the lowest rate a throttle reported with
+   * pacer_observe may lower the rate in force to, 1..=rate_per_min; 0
+   * turns adaptation off (the rate in force stays rate_per_min).
+   */
+  uint32_t adaptive_floor_per_min;
+  /**
+   * The highest rate the rate in force may climb back to,
+   * rate_per_min..=600; 0 means rate_per_min. Ignored when adaptation is
+   * off.
+   */
+  uint32_t adaptive_ceiling_per_min;
 } pacer_config;
 
 /**
@@ -634,7 +682,9 @@ typedef struct pacer_counters {
 } pacer_counters;
 
 /**
- * A pacer's derived parameters and current state.
+ * A pacer's derived parameters and current state. The mode and the debt
+ * floor are those of the configured rate; an adaptive pacer decides at
+ * its rate in force (pacer_rate_in_force), which moves with the clock.
  */
 typedef struct pacer_info {
   /**
@@ -882,6 +932,28 @@ pacer_status pacer_get_counters(const struct pacer *storage, struct pacer_counte
 pacer_status pacer_get_info(const struct pacer *storage, struct pacer_info *out_info);
 
 /**
+ * Reports what the upstream answered to a new connection at `now_ms`
+ * (SPEC §14; `outcome` a pacer_outcome value): PACER_OUTCOME_THROTTLED
+ * lowers the rate in force to 8/10 (at most once a minute, never below the
+ * floor; a throttle sooner holds it there), PACER_OUTCOME_OPENED changes
+ * nothing.
+ * *out_rate_per_min is the rate in force after it. With adaptation off it
+ * changes nothing and reports rate_per_min. Thread-safe and lock-free.
+ */
+pacer_status pacer_observe(const struct pacer *storage,
+                           uint32_t outcome,
+                           uint64_t now_ms,
+                           uint32_t *out_rate_per_min);
+
+/**
+ * The rate in force at `now_ms`, new connections per minute (SPEC §14):
+ * rate_per_min unless adaptation is on. Reads only.
+ */
+pacer_status pacer_rate_in_force(const struct pacer *storage,
+                                 uint64_t now_ms,
+                                 uint32_t *out_rate_per_min);
+
+/**
  * Resolves the four settings strings (each NULL = unset) into a budget.
  * Bad values never fail, whatever their bytes (not UTF-8 included): they
  * are defaulted or clamped and reported in `out_notices` (optional: NULL
@@ -968,9 +1040,10 @@ pacer_status pacer_shared_open(struct pacer_shared *handle,
 
 /**
  * The pacer of an open handle, for pacer_reserve, pacer_release,
- * pacer_get_info and pacer_get_counters (the counters count the calls
- * made through this handle; the state is the machine's). Pass it the shared clock,
- * pacer_clock_monotonic_ms(), and nothing else.
+ * pacer_observe, pacer_rate_in_force, pacer_get_info and
+ * pacer_get_counters (the counters count the calls made through this
+ * handle; the state and the rate in force are the machine's). Pass it the
+ * shared clock, pacer_clock_monotonic_ms(), and nothing else.
  */
 pacer_status pacer_shared_pacer(const struct pacer_shared *handle, const struct pacer **out_pacer);
 
@@ -1007,6 +1080,22 @@ pacer_status pacer_shared_reserve_or_book(const struct pacer_shared *handle,
 pacer_status pacer_shared_redeem(const struct pacer_shared *handle,
                                  struct pacer_booking *booking,
                                  struct pacer_decision *out_decision);
+
+/**
+ * pacer_observe on the shared pacer at pacer_clock_monotonic_ms(): the
+ * rate in force is the machine's, so a throttle reported by one process
+ * slows every process on the bucket. *out_rate_per_min is the rate in
+ * force after it.
+ */
+pacer_status pacer_shared_observe(const struct pacer_shared *handle,
+                                  uint32_t outcome,
+                                  uint32_t *out_rate_per_min);
+
+/**
+ * pacer_rate_in_force on the shared pacer at pacer_clock_monotonic_ms().
+ */
+pacer_status pacer_shared_rate_in_force(const struct pacer_shared *handle,
+                                        uint32_t *out_rate_per_min);
 
 /**
  * Unmaps the shared pacer and marks the handle closed. The file stays

@@ -113,14 +113,10 @@ static pacer_go_release_result pacer_go_shared_release(const pacer_shared *handl
 	return r;
 }
 
-static uint32_t pacer_go_mode_notice(uint32_t rate, uint32_t burst, uint64_t idle, uint32_t retries,
-		uint32_t policy, pacer_notice *out_notice, bool *out_present) {
-	pacer_config c;
-	c.rate_per_min = rate;
-	c.burst = burst;
-	c.idle_timeout_ms = idle;
-	c.max_retries = retries;
-	c.release_policy = policy;
+// The configuration calls take their pacer_config by value, built in Go
+// (cConfig.c): a Go value starts zeroed, so no field is ever left holding
+// whatever was on the C stack.
+static uint32_t pacer_go_mode_notice(pacer_config c, pacer_notice *out_notice, bool *out_present) {
 	return (uint32_t)pacer_mode_notice(&c, out_notice, out_present);
 }
 
@@ -132,15 +128,43 @@ static pacer *pacer_go_alloc(void) {
 	return (pacer *)p;
 }
 
-static uint32_t pacer_go_init(pacer *storage, uint32_t rate, uint32_t burst, uint64_t idle,
-		uint32_t retries, uint32_t policy, uint64_t now_ms) {
-	pacer_config c;
-	c.rate_per_min = rate;
-	c.burst = burst;
-	c.idle_timeout_ms = idle;
-	c.max_retries = retries;
-	c.release_policy = policy;
+static uint32_t pacer_go_init(pacer *storage, pacer_config c, uint64_t now_ms) {
 	return (uint32_t)pacer_init(storage, &c, now_ms);
+}
+
+typedef struct {
+	uint32_t status;
+	uint32_t rate;
+} pacer_go_rate_result;
+
+// Adaptive pacing (SPEC §14): the rate in force after an observation, or
+// now; on a shared pacer through its handle, at the shared clock.
+static pacer_go_rate_result pacer_go_observe(const pacer *storage, uint32_t outcome, uint64_t now_ms) {
+	pacer_go_rate_result r;
+	memset(&r, 0, sizeof r);
+	r.status = (uint32_t)pacer_observe(storage, outcome, now_ms, &r.rate);
+	return r;
+}
+
+static pacer_go_rate_result pacer_go_rate_in_force(const pacer *storage, uint64_t now_ms) {
+	pacer_go_rate_result r;
+	memset(&r, 0, sizeof r);
+	r.status = (uint32_t)pacer_rate_in_force(storage, now_ms, &r.rate);
+	return r;
+}
+
+static pacer_go_rate_result pacer_go_shared_observe(const pacer_shared *handle, uint32_t outcome) {
+	pacer_go_rate_result r;
+	memset(&r, 0, sizeof r);
+	r.status = (uint32_t)pacer_shared_observe(handle, outcome, &r.rate);
+	return r;
+}
+
+static pacer_go_rate_result pacer_go_shared_rate_in_force(const pacer_shared *handle) {
+	pacer_go_rate_result r;
+	memset(&r, 0, sizeof r);
+	r.status = (uint32_t)pacer_shared_rate_in_force(handle, &r.rate);
+	return r;
 }
 
 static uint32_t pacer_go_header_abi_version(void) { return PACER_ABI_VERSION; }
@@ -159,16 +183,9 @@ static pacer_shared *pacer_go_shared_alloc(void) {
 	return (pacer_shared *)p;
 }
 
-static pacer_go_shared_result pacer_go_shared_open(pacer_shared *handle, const char *path,
-		uint32_t rate, uint32_t burst, uint64_t idle, uint32_t retries, uint32_t policy) {
+static pacer_go_shared_result pacer_go_shared_open(pacer_shared *handle, const char *path, pacer_config c) {
 	pacer_go_shared_result r;
-	pacer_config c;
 	memset(&r, 0, sizeof r);
-	c.rate_per_min = rate;
-	c.burst = burst;
-	c.idle_timeout_ms = idle;
-	c.max_retries = retries;
-	c.release_policy = policy;
 	errno = 0;
 	r.status = (uint32_t)pacer_shared_open(handle, path, &c);
 	r.err = errno;
@@ -238,6 +255,9 @@ var (
 	_ = [1]struct{}{}[C.PACER_STATUS_INVALID_TICKET-StatusInvalidTicket]
 	_ = [1]struct{}{}[C.PACER_STATUS_MISALIGNED-StatusMisaligned]
 	_ = [1]struct{}{}[C.PACER_STATUS_FOREIGN_TICKET-StatusForeignTicket]
+	_ = [1]struct{}{}[C.PACER_STATUS_ADAPTIVE_RANGE-StatusAdaptiveRange]
+	_ = [1]struct{}{}[C.PACER_OUTCOME_OPENED-OutcomeOpened]
+	_ = [1]struct{}{}[C.PACER_OUTCOME_THROTTLED-OutcomeThrottled]
 	_ = [1]struct{}{}[C.PACER_RELEASE_POLICY_REFUND-ReleaseRefund]
 	_ = [1]struct{}{}[C.PACER_RELEASE_POLICY_STRICT-ReleaseStrict]
 	_ = [1]struct{}{}[C.PACER_MODE_DISABLED-ModeDisabled]
@@ -325,8 +345,7 @@ func openSharedStorage(path string, c cConfig) (*storage, error) {
 	}
 	p := C.CString(path)
 	defer C.free(unsafe.Pointer(p))
-	r := C.pacer_go_shared_open(h, p, C.uint32_t(c.rate), C.uint32_t(c.burst), C.uint64_t(c.idle),
-		C.uint32_t(c.retries), C.uint32_t(c.policy))
+	r := C.pacer_go_shared_open(h, p, c.c())
 	if err := statusErr("pacer_shared_open", uint32(r.status)); err != nil {
 		C.free(unsafe.Pointer(h))
 		if Status(r.status) == StatusSharedOS && r.err != 0 {
@@ -365,12 +384,53 @@ type cConfig struct {
 	rate, burst     uint32
 	idle            uint64
 	retries, policy uint32
+	// adaptive pacing (SPEC §14): floor 0 is off; ceiling 0 is the rate
+	floor, ceiling uint32
+}
+
+// c is the pacer_config: every field set, the rest of a Go value zero.
+func (c cConfig) c() C.pacer_config {
+	var out C.pacer_config
+	out.rate_per_min = C.uint32_t(c.rate)
+	out.burst = C.uint32_t(c.burst)
+	out.idle_timeout_ms = C.uint64_t(c.idle)
+	out.max_retries = C.uint32_t(c.retries)
+	out.release_policy = C.uint32_t(c.policy)
+	out.adaptive_floor_per_min = C.uint32_t(c.floor)
+	out.adaptive_ceiling_per_min = C.uint32_t(c.ceiling)
+	return out
 }
 
 func (s *storage) init(c cConfig, nowMs uint64) error {
-	code := uint32(C.pacer_go_init(s.ptr, C.uint32_t(c.rate), C.uint32_t(c.burst), C.uint64_t(c.idle),
-		C.uint32_t(c.retries), C.uint32_t(c.policy), C.uint64_t(nowMs)))
+	code := uint32(C.pacer_go_init(s.ptr, c.c(), C.uint64_t(nowMs)))
 	return statusErr("pacer_init", code)
+}
+
+// observe runs pacer_observe at nowMs (on a shared pacer,
+// pacer_shared_observe at the shared clock, nowMs unused): the rate in
+// force after it.
+func (s *storage) observe(outcome Outcome, nowMs uint64) (int, error) {
+	if s.shared != nil {
+		return rateOf("pacer_shared_observe", C.pacer_go_shared_observe(s.shared, C.uint32_t(outcome)))
+	}
+	return rateOf("pacer_observe", C.pacer_go_observe(s.ptr, C.uint32_t(outcome), C.uint64_t(nowMs)))
+}
+
+// rateInForce runs pacer_rate_in_force at nowMs (on a shared pacer,
+// pacer_shared_rate_in_force at the shared clock, nowMs unused).
+func (s *storage) rateInForce(nowMs uint64) (int, error) {
+	if s.shared != nil {
+		return rateOf("pacer_shared_rate_in_force", C.pacer_go_shared_rate_in_force(s.shared))
+	}
+	return rateOf("pacer_rate_in_force", C.pacer_go_rate_in_force(s.ptr, C.uint64_t(nowMs)))
+}
+
+// rateOf is the rate a C call op answered, or its error.
+func rateOf(op string, r C.pacer_go_rate_result) (int, error) {
+	if err := statusErr(op, uint32(r.status)); err != nil {
+		return 0, err
+	}
+	return int(r.rate), nil
 }
 
 // reserve runs pacer_reserve and writes its decision to *out, an
@@ -649,8 +709,7 @@ func noticeFromC(item *C.pacer_notice, raw string) (Notice, error) {
 func modeNotice(c cConfig) (Notice, bool, error) {
 	var n C.pacer_notice
 	var present C.bool
-	code := C.pacer_go_mode_notice(C.uint32_t(c.rate), C.uint32_t(c.burst), C.uint64_t(c.idle),
-		C.uint32_t(c.retries), C.uint32_t(c.policy), &n, &present)
+	code := C.pacer_go_mode_notice(c.c(), &n, &present)
 	runtime.KeepAlive(&n)
 	runtime.KeepAlive(&present)
 	if err := statusErr("pacer_mode_notice", uint32(code)); err != nil || !bool(present) {

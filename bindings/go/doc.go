@@ -9,13 +9,21 @@
 // releases what a key holds); ReserveOrBook and Redeem are the raw calls.
 // A SharedPacer books on its bucket's machine-wide line the same way.
 //
+// Adaptive pacing (SPEC §14, opt-in: Config.AdaptiveFloorPerMin) lets the
+// upstream's own answers move the rate in force: Observe(OutcomeThrottled)
+// where the proxy classifies the upstream's rate-limit answer to a new
+// connection, Observe(OutcomeOpened) when the connection opens;
+// RateInForce reads it. A SharedPacer's and a RedisPacer's rate in force is
+// their bucket's, so one throttle slows every process sharing it.
+//
 // A RedisPacer (OpenRedis) keeps a fleet's bucket in Redis, decided by the
 // same rule inside the server at the server's clock (docs/redis.md), with
 // a failure policy for when Redis fails (docs/fleet-clients.md). It uses
 // go-redis v9.
 //
 // Clocks are monotonic milliseconds as uint64: Reserve and Release take
-// them from the caller (any value, including math.MaxUint64), Admit reads
+// them from the caller (any value, including math.MaxUint64), as Observe
+// and RateInForce do; Admit reads
 // the pacer's Config.Clock (MonotonicMs by default).
 //
 //	p, err := pacer.New(pacer.DefaultConfig())

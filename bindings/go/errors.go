@@ -123,6 +123,9 @@ const (
 	// StatusForeignTicket: a ticket or booking was issued by another
 	// pacer (its owner tag is not this pacer's); nothing changed.
 	StatusForeignTicket Status = 27
+	// StatusAdaptiveRange: adaptive pacing is on with a floor above the
+	// rate, or a ceiling (not 0) below the rate or above 600.
+	StatusAdaptiveRange Status = 28
 )
 
 // String is the library's description (pacer_status_str); unknown codes

@@ -39,6 +39,11 @@ func TestStatusErrorsFromC(t *testing.T) {
 		{func(c *cConfig) { c.burst = 1_000_001 }, StatusBurstTooLarge},
 		{func(c *cConfig) { c.retries = 6 }, StatusRetriesExceedLadder},
 		{func(c *cConfig) { c.policy = 7 }, StatusInvalidEnum},
+		// Adaptive pacing: the two fields reach the library (a floor above
+		// the rate, a ceiling below it or above 600, with adaptation on).
+		{func(c *cConfig) { c.floor = 61 }, StatusAdaptiveRange},
+		{func(c *cConfig) { c.floor, c.ceiling = 10, 59 }, StatusAdaptiveRange},
+		{func(c *cConfig) { c.floor, c.ceiling = 10, 601 }, StatusAdaptiveRange},
 	} {
 		c := valid
 		tc.change(&c)
@@ -54,6 +59,14 @@ func TestStatusErrorsFromC(t *testing.T) {
 	}
 	if err := s.init(valid, 0); err != nil {
 		t.Fatal(err)
+	}
+	// An outcome the library does not know (Observe refuses it in Go
+	// first) is its PACER_STATUS_INVALID_ENUM.
+	if _, err := s.observe(Outcome(3), 0); !errors.Is(err, StatusInvalidEnum) {
+		t.Fatalf("observe of outcome 3: %v, want StatusInvalidEnum", err)
+	}
+	if rate, err := s.rateInForce(0); rate != 60 || err != nil {
+		t.Fatalf("rateInForce = %d, %v; want 60", rate, err)
 	}
 	d, err := reserve(0)
 	if err != nil || !d.Admitted || d.Ticket == nil || d.Ticket.tag == 0 {

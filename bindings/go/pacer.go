@@ -97,6 +97,41 @@ func (p Path) String() string {
 	return "unknown"
 }
 
+// Outcome is what the upstream answered to a new connection, reported
+// with Observe (adaptive pacing, SPEC §14).
+type Outcome uint32
+
+const (
+	// OutcomeOpened: the upstream opened the connection. It changes
+	// nothing in the rate in force (the law learns from throttles only).
+	OutcomeOpened Outcome = 1
+	// OutcomeThrottled: the upstream refused it with its own rate limit
+	// (not the pacer's refusal). It lowers the rate in force, at most once
+	// a minute, never below the floor.
+	OutcomeThrottled Outcome = 2
+)
+
+// outcomeNames are the outcomes there are, by the names PACER.OBSERVE
+// takes.
+var outcomeNames = map[Outcome]string{OutcomeOpened: "opened", OutcomeThrottled: "throttled"}
+
+// String is "opened", "throttled", or "unknown".
+func (o Outcome) String() string {
+	if name, ok := outcomeNames[o]; ok {
+		return name
+	}
+	return "unknown"
+}
+
+// checkOutcome is the ErrInvalidInput error for an outcome that is neither
+// OutcomeOpened nor OutcomeThrottled, else nil.
+func checkOutcome(o Outcome) error {
+	if _, ok := outcomeNames[o]; !ok {
+		return inputError("outcome", uint32(o), "must be OutcomeOpened or OutcomeThrottled")
+	}
+	return nil
+}
+
 // Defaults of SPEC §2.
 const (
 	DefaultRatePerMinute = 60
@@ -121,6 +156,15 @@ type Config struct {
 	MaxRetries int
 	// ReleasePolicy is ReleaseRefund (the default) or ReleaseStrict.
 	ReleasePolicy ReleasePolicy
+	// AdaptiveFloorPerMin turns adaptive pacing on (SPEC §14) when above
+	// 0: the lowest rate a throttle reported with Observe may lower the
+	// rate in force to, 1..RatePerMinute. 0 (the default) is off: the
+	// rate in force stays RatePerMinute.
+	AdaptiveFloorPerMin int
+	// AdaptiveCeilingPerMin is the highest rate the rate in force may
+	// climb back to, RatePerMinute..600; 0 means RatePerMinute. It must
+	// be 0..600 even when adaptation is off (it is then ignored).
+	AdaptiveCeilingPerMin int
 
 	// Clock is the monotonic clock Admit and Admission.Release read, in
 	// milliseconds; nil means MonotonicMs.
@@ -168,12 +212,26 @@ func (c Config) validate() (cConfig, error) {
 	if c.ReleasePolicy != ReleaseRefund && c.ReleasePolicy != ReleaseStrict {
 		return cConfig{}, configError("ReleasePolicy", uint32(c.ReleasePolicy), "must be ReleaseRefund or ReleaseStrict")
 	}
+	if c.AdaptiveFloorPerMin < 0 || c.AdaptiveFloorPerMin > c.RatePerMinute {
+		return cConfig{}, configError("AdaptiveFloorPerMin", c.AdaptiveFloorPerMin,
+			"must be between 0 (adaptation off) and RatePerMinute "+strconv.Itoa(c.RatePerMinute))
+	}
+	if c.AdaptiveCeilingPerMin < 0 || c.AdaptiveCeilingPerMin > MaxRatePerMinute {
+		return cConfig{}, configError("AdaptiveCeilingPerMin", c.AdaptiveCeilingPerMin,
+			"must be 0 (the rate) or between RatePerMinute and 600")
+	}
+	if c.AdaptiveFloorPerMin > 0 && c.AdaptiveCeilingPerMin != 0 && c.AdaptiveCeilingPerMin < c.RatePerMinute {
+		return cConfig{}, configError("AdaptiveCeilingPerMin", c.AdaptiveCeilingPerMin,
+			"must be 0 (the rate) or between RatePerMinute "+strconv.Itoa(c.RatePerMinute)+" and 600")
+	}
 	return cConfig{
 		rate:    uint32(c.RatePerMinute),
 		burst:   uint32(c.Burst),
 		idle:    idleMs,
 		retries: uint32(c.MaxRetries),
 		policy:  uint32(c.ReleasePolicy),
+		floor:   uint32(c.AdaptiveFloorPerMin),
+		ceiling: uint32(c.AdaptiveCeilingPerMin),
 	}, nil
 }
 
@@ -501,6 +559,40 @@ func (p *Pacer) await(ctx context.Context, start uint64, d *Decision) (Admission
 		a.Waited = msDuration(end - start)
 	}
 	return a, nil
+}
+
+// Observe reports what the upstream answered to a new connection at nowMs
+// (adaptive pacing, SPEC §14) and returns the rate in force after it, new
+// connections per minute. OutcomeThrottled (the upstream's own rate limit)
+// lowers the rate in force to max(floor, ⌊rate·8/10⌋) when the last
+// decrease is a minute or more ago (or there was none), and otherwise holds
+// it where the decrease put it; OutcomeOpened changes nothing. Between
+// throttles the rate climbs back with time, up to the ceiling; Reserve
+// refills at it. With adaptation off it changes nothing and returns
+// RatePerMinute. Any other outcome returns ErrInvalidInput and changes
+// nothing. Safe for concurrent use.
+func (p *Pacer) Observe(outcome Outcome, nowMs uint64) (int, error) {
+	if err := checkOutcome(outcome); err != nil {
+		return 0, err
+	}
+	if !p.enter() {
+		return 0, ErrClosed
+	}
+	rate, err := p.mem.observe(outcome, nowMs)
+	runtime.KeepAlive(p)
+	return rate, err
+}
+
+// RateInForce is the rate Reserve decides at, at nowMs, new connections
+// per minute (SPEC §14): RatePerMinute unless adaptation is on. It reads
+// only.
+func (p *Pacer) RateInForce(nowMs uint64) (int, error) {
+	if !p.enter() {
+		return 0, ErrClosed
+	}
+	rate, err := p.mem.rateInForce(nowMs)
+	runtime.KeepAlive(p)
+	return rate, err
 }
 
 // Counters are what a pacer decided so far.

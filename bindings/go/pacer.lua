@@ -1,8 +1,8 @@
 -- pacer.lua: the pacer's rule in Lua, for Redis services that load no
 -- modules (docs/redis.md). It is a second implementation of
--- core/src/pacer.rs and core/src/budget.rs, kept honest by the differential
--- test (redis/tests/differential.rs) and the edge tests in
--- redis/tests/lua_exact.rs. It loads two ways:
+-- core/src/pacer.rs, core/src/budget.rs and core/src/adaptive.rs, kept
+-- honest by the differential test (redis/tests/differential.rs) and the
+-- edge tests in redis/tests/lua_exact.rs. It loads two ways:
 --
 --   a function library (Redis 7.0+; the faster way):
 --     { echo '#!lua name=pacer'; cat redis/pacer.lua; } | redis-cli -x FUNCTION LOAD REPLACE
@@ -11,8 +11,8 @@
 --     SCRIPT LOAD "$(cat redis/pacer.lua)"
 --     EVALSHA <sha1> 1 <key> <op> <arguments…>
 --
--- op is create, reserve, book, release, redeem or info; the arguments are those of
--- the module's command of that name, after the key.
+-- op is create, reserve, book, release, redeem, info or observe; the arguments
+-- are those of the module's command of that name, after the key.
 --
 -- Exactness: Lua numbers are doubles, exact for integers below 2^53. Every
 -- input is below 2^52 (checked on entry) and every intermediate stays below
@@ -33,6 +33,16 @@ local WAIT_BOUND_CEILING_MS = 15000 -- budget::WAIT_BOUND_CEILING_MS
 local SEQ_MODULUS = 16777216 -- 2^24: the release stack counter's range
 local TWO_POW_52 = 4503599627370496 -- every input number is below this
 local TWO_POW_53 = 9007199254740992 -- doubles are exact below this
+
+-- Adaptive pacing (core/src/adaptive.rs, SPEC §14): each constant once,
+-- here; redis/tests/lua_exact.rs compares them with the core's.
+local SCALE = 400000000 -- adaptive::SCALE: the curve moves d³/SCALE per minute
+local SEARCH_SCALE = 50000000 -- adaptive::SEARCH_SCALE: the same before any decrease
+local BETA_NUM = 8 -- adaptive::BETA_NUM: a decrease keeps BETA_NUM/BETA_DEN
+local BETA_DEN = 10 -- adaptive::BETA_DEN
+local CUBE_CAP_DS = 200000 -- adaptive::CUBE_CAP_DS: the largest d cubed
+local DECREASE_SPACING_MS = 60000 -- adaptive::DECREASE_SPACING_MS
+local NEVER_DECREASED = 4294967295 -- u32::MAX: since_decrease_ms at creation
 
 local HEADER_LEN = 256 -- bytes 0–255: the header
 local SPENT_WINDOW = 65536 -- bits in the spent bitmap: the live tickets
@@ -86,8 +96,29 @@ local function ceil_div(a, b)
   return floor_div(a + b - 1, b)
 end
 
+-- ⌊a / b⌋ for whole a of either sign, |a| < 2^53, b > 0 (i64::div_euclid):
+-- the quotient of |a| is exact (floor_div), and the one product that
+-- corrects it, q·b, is at most |a|: exact too.
+local function floor_div_signed(a, b)
+  if a >= 0 then
+    return floor_div(a, b)
+  end
+  local q = -floor_div(-a, b) -- toward zero: ⌈a/b⌉
+  if q * b ~= a then
+    q = q - 1
+  end
+  return q
+end
+
 local function min(a, b)
   if a < b then
+    return a
+  end
+  return b
+end
+
+local function max(a, b)
+  if a > b then
     return a
   end
   return b
@@ -119,9 +150,10 @@ local function whole_argument(text, name)
   return value
 end
 
--- The five configuration arguments from args[first], in order: each number
+-- The five configuration arguments from args[first], in order, then (when
+-- `adapt` is the index of ADAPT's floor) its floor and ceiling: each number
 -- is checked for form as it is read; ranges are Params::plan's (plan below).
-local function parse_config(args, first)
+local function parse_config(args, first, adapt)
   local rate_per_min = whole_argument(args[first], 'rate_per_min')
   local burst = whole_argument(args[first + 1], 'burst')
   local idle_timeout_ms = whole_argument(args[first + 2], 'idle_timeout_ms')
@@ -129,6 +161,18 @@ local function parse_config(args, first)
   local policy = args[first + 4]
   if policy ~= 'refund' and policy ~= 'strict' then
     fail(fmt("release_policy must be refund or strict, got '%s'", shown(policy)))
+  end
+  local floor, ceiling = 0, 0
+  if adapt then
+    floor = whole_argument(args[adapt], 'adaptive_floor_per_min')
+    ceiling = whole_argument(args[adapt + 1], 'adaptive_ceiling_per_min')
+  end
+  -- Stored and compared in one form: a floor of 0 is a fixed-rate bucket
+  -- (the ceiling is ignored, as the core ignores it), a ceiling of 0 is
+  -- the rate.
+  local stored_ceiling = 0
+  if floor > 0 then
+    stored_ceiling = (ceiling == 0) and rate_per_min or ceiling
   end
   return {
     rate_per_min = rate_per_min,
@@ -138,20 +182,26 @@ local function parse_config(args, first)
     idle_timeout_ms = idle_timeout_ms,
     max_retries = max_retries,
     release_policy = policy,
+    adaptive_floor_per_min = floor,
+    adaptive_ceiling_per_min = stored_ceiling,
+    raw_ceiling = ceiling,
   }
 end
 
--- Whether two configurations are the same bucket's (burst as stored: 0 is 1).
+-- Whether two configurations are the same bucket's (burst as stored: 0 is
+-- 1; the adaptive range as stored).
 local function same_config(a, b)
   return a.rate_per_min == b.rate_per_min
     and a.burst == b.burst
     and a.idle_timeout_ms == b.idle_timeout_ms
     and a.max_retries == b.max_retries
     and a.release_policy == b.release_policy
+    and a.adaptive_floor_per_min == b.adaptive_floor_per_min
+    and a.adaptive_ceiling_per_min == b.adaptive_ceiling_per_min
 end
 
 local function config_text(config)
-  return fmt(
+  local text = fmt(
     'rate_per_min=%d burst=%d idle_timeout_ms=%d max_retries=%d release_policy=%s',
     config.rate_per_min,
     config.burst,
@@ -159,6 +209,15 @@ local function config_text(config)
     config.max_retries,
     config.release_policy
   )
+  if config.adaptive_floor_per_min > 0 then
+    text = text
+      .. fmt(
+        ' adaptive_floor_per_min=%d adaptive_ceiling_per_min=%d',
+        config.adaptive_floor_per_min,
+        config.adaptive_ceiling_per_min
+      )
+  end
+  return text
 end
 
 -- ---------------------------------------------------------------------------
@@ -236,34 +295,153 @@ local function config_error(config)
       config.idle_timeout_ms
     )
   end
+  local floor = config.adaptive_floor_per_min
+  local top = config.adaptive_ceiling_per_min -- 0 (the rate) already replaced
+  if floor > 0 and (floor > config.rate_per_min or top < config.rate_per_min or top > MAX_RATE_PER_MIN) then
+    return fmt(
+      'ADAPT %d %d does not fit rate_per_min %d: adaptive pacing needs '
+        .. 'floor <= rate_per_min <= ceiling <= %d (ceiling 0 means rate_per_min)',
+      floor,
+      config.raw_ceiling,
+      config.rate_per_min,
+      MAX_RATE_PER_MIN
+    )
+  end
   return nil
 end
 
--- Params::plan, for a config config_error accepts.
-local function plan(config)
-  local rate = config.rate_per_min
-  local max_retries = config.max_retries
-  local bound_ms = wait_bound_ms(config.idle_timeout_ms, max_retries)
-  local mode
+-- The mode at `rate` (Params::at_rate).
+local function mode_at(rate, max_retries, bound_ms)
   if not pacing_enabled(rate, bound_ms) then
-    mode = 'disabled'
+    return 'disabled'
   elseif can_refuse(rate, max_retries, bound_ms) then
-    mode = 'refusing'
+    return 'refusing'
   elseif max_retries > 0 then
-    mode = 'shaping-low-rate'
-  else
-    mode = 'shaping-no-retry'
+    return 'shaping-low-rate'
   end
+  return 'shaping-no-retry'
+end
+
+-- Params::at_rate: `params` at `rate` (≤ 600): the rate and what SPEC §3
+-- derives from it, the mode and the debt floor (the wait, ⌈deficit/rate⌉,
+-- reads params.rate). The bound and the hint depend on the budget alone.
+local function at_rate(params, rate)
   return {
     rate = rate,
-    max_retries = max_retries,
+    max_retries = params.max_retries,
+    capacity_units = params.capacity_units,
+    max_debt_units = params.bound_ms * rate, -- ≤ 15000 · 600
+    bound_ms = params.bound_ms,
+    refusal_hint_s = params.refusal_hint_s,
+    mode = mode_at(rate, params.max_retries, params.bound_ms),
+    strict = params.strict,
+  }
+end
+
+-- Params::plan, for a config config_error accepts: the parameters at the
+-- configured rate.
+local function plan(config)
+  local bound_ms = wait_bound_ms(config.idle_timeout_ms, config.max_retries)
+  return at_rate({
+    max_retries = config.max_retries,
     capacity_units = config.burst * UNITS_PER_TOKEN, -- ≤ 6·10^10
-    max_debt_units = bound_ms * rate, -- ≤ 15000 · 600
     bound_ms = bound_ms,
     refusal_hint_s = hint_cap_s(bound_ms),
-    mode = mode,
     strict = config.release_policy == 'strict',
-  }
+  }, config.rate_per_min)
+end
+
+-- ---------------------------------------------------------------------------
+-- Adaptive pacing (core/src/adaptive.rs, `impl Range`): the rate in force
+-- is a cubic curve of the clock, moved by the upstream's throttles. An
+-- adaptive bucket holds its range (adaptive_floor_per_min,
+-- adaptive_ceiling_per_min) and its control word: origin_ms,
+-- since_decrease_ms, recover_ds (K) and peak_per_min (W).
+--
+-- Exact in doubles: d is within [−65535, CUBE_CAP_DS] (K is 16 bits), so
+-- |d³| ≤ 8·10^15 < 2^53; (W − target)·SCALE ≤ 600·SCALE < 2^53 and a cube
+-- in the bisection is at most CUBE_CAP_DS³ (the tests check both bounds
+-- against the core's constants); since_decrease_ms + (at − origin) is below
+-- 2^32 + 2^52.
+
+-- adaptive::cube_root: ⌊∛n⌋ for 0 ≤ n ≤ 600·SCALE, by bisection on exact
+-- cubes.
+local function cube_root(n)
+  local low, high = 0, CUBE_CAP_DS
+  while low < high do
+    local mid = floor_div(low + high + 1, 2)
+    if mid * mid * mid <= n then
+      low = mid
+    else
+      high = mid - 1
+    end
+  end
+  return low
+end
+
+-- Range::rate_at: clamp(W + ⌊d³/scale⌋, floor, ceiling) with d the
+-- deciseconds since the origin (capped at CUBE_CAP_DS) less K, and the
+-- scale SEARCH_SCALE before any decrease, SCALE after; a reading before the
+-- origin reads the origin.
+local function rate_at(bucket, origin_ms, since_decrease_ms, recover_ds, peak_per_min, now_ms)
+  local elapsed_ds = 0
+  if now_ms > origin_ms then
+    elapsed_ds = floor_div(now_ms - origin_ms, 100)
+  end
+  local d = min(elapsed_ds, CUBE_CAP_DS) - recover_ds
+  local scale = SCALE
+  if since_decrease_ms == NEVER_DECREASED then
+    scale = SEARCH_SCALE
+  end
+  local curve = peak_per_min + floor_div_signed(d * d * d, scale)
+  return min(max(curve, bucket.adaptive_floor_per_min), bucket.adaptive_ceiling_per_min)
+end
+
+-- Params::in_force: the parameters at the rate in force at now_ms (the
+-- planned ones for a fixed-rate bucket, or with pacing disabled).
+local function in_force(params, bucket, now_ms)
+  if bucket.adaptive_floor_per_min == 0 or params.mode == 'disabled' then
+    return params
+  end
+  local rate = rate_at(
+    bucket,
+    bucket.origin_ms,
+    bucket.since_decrease_ms,
+    bucket.recover_ds,
+    bucket.peak_per_min,
+    now_ms
+  )
+  return at_rate(params, rate)
+end
+
+-- Params::observe (Range::observe): the upstream's answer `outcome` at
+-- now_ms. Writes the new control word into `bucket` when it changes and
+-- returns whether it did, and the rate in force after it.
+local function observe(params, bucket, outcome, now_ms)
+  if bucket.adaptive_floor_per_min == 0 or params.mode == 'disabled' then
+    return false, params.rate
+  end
+  local origin, since, recover, peak =
+    bucket.origin_ms, bucket.since_decrease_ms, bucket.recover_ds, bucket.peak_per_min
+  local at = max(now_ms, origin)
+  local rate = rate_at(bucket, origin, since, recover, peak, at)
+  if outcome == 'opened' then
+    return false, rate
+  end
+  since = (at - origin) + since
+  if since >= DECREASE_SPACING_MS then
+    -- A decrease: the curve restarts at `at` from the rate now, down to
+    -- max(floor, ⌊rate·BETA_NUM/BETA_DEN⌋) and back up to it after K.
+    local target = max(floor_div(rate * BETA_NUM, BETA_DEN), bucket.adaptive_floor_per_min)
+    since, recover, peak = 0, cube_root((rate - target) * SCALE), rate
+  elseif at == origin then
+    return false, rate
+  end
+  -- Otherwise still within the spacing: the curve restarts here at the
+  -- same K and W, holding the rate where the decrease put it.
+  bucket.origin_ms, bucket.since_decrease_ms = at, since
+  bucket.recover_ds, bucket.peak_per_min = recover, peak
+  return true, rate_at(bucket, at, since, recover, peak, at)
 end
 
 -- ---------------------------------------------------------------------------
@@ -477,7 +655,7 @@ end
 -- ---------------------------------------------------------------------------
 -- The key (docs/redis.md, "The key"): a 256-byte header of fixed-width
 -- fields, each right-aligned with leading zeros, one space between them,
--- spaces from byte 199 to 255; then the spent bitmap.
+-- bytes 199 to 255 spaces for a fixed-rate bucket; then the spent bitmap.
 --
 --   bytes    width  field
 --   0–5        6    PACER1
@@ -497,13 +675,33 @@ end
 --   166–181   16    released
 --   183–198   16    release_refused
 --
+-- and for an adaptive bucket only (spaces otherwise):
+--
+--   200–202    3    adaptive_floor_per_min (1 or more)
+--   204–206    3    adaptive_ceiling_per_min (0 in a call is stored as the rate)
+--   208–223   16    origin_ms
+--   225–234   10    since_decrease_ms
+--   236–240    5    recover_ds
+--   242–244    3    peak_per_min
+--   245–255         spaces
+--
 -- One string.format writes it; one string.match reads and checks the form
 -- of every field at once (cheaper than field by field). Both are literals:
 -- the script builds nothing at load (it also loads as a Redis function,
 -- where the string library is not there yet at load time).
 
-local HEADER_FORMAT = 'PACER1 %03d %07d %016d %02d %d %s %016d %+013d %08d %016d'
-  .. ' %016d %016d %016d %016d %016d%57s' -- bytes 199–255: spaces
+local HEADER_FIELDS = 'PACER1 %03d %07d %016d %02d %d %s %016d %+013d %08d %016d'
+  .. ' %016d %016d %016d %016d %016d'
+local PADDING = '                                                         ' -- bytes 199–255
+-- A fixed-rate bucket's header ends in the padding (string.format ignores
+-- the six adaptive values it is given too); an adaptive one's in its fields.
+local HEADER_FORMAT = HEADER_FIELDS .. PADDING
+local ADAPTIVE_HEADER_FORMAT = HEADER_FIELDS .. ' %03d %03d %016d %010d %05d %03d           '
+
+-- Bytes 199–255 of an adaptive bucket's header: a space, six captures,
+-- then the spaces to the end.
+local ADAPTIVE_PATTERN = '^ (%d%d%d) (%d%d%d) (%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) '
+  .. '(%d%d%d%d%d%d%d%d%d%d) (%d%d%d%d%d) (%d%d%d)           $'
 
 -- Fifteen captures, in the table's order; the match ends at byte 199 (the
 -- space after the last field), so the padding is compared on its own.
@@ -516,7 +714,6 @@ local HEADER_PATTERN = '^PACER1 (%d%d%d) (%d%d%d%d%d%d%d) '
   .. '(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) (%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) '
   .. '(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) (%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) '
   .. '(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) '
-local PADDING = '                                                         ' -- bytes 199–255
 
 local POLICY_CODE = { refund = 0, strict = 1 }
 
@@ -528,8 +725,12 @@ local POLICY_CODE = { refund = 0, strict = 1 }
 
 -- The header's 256 bytes for `bucket`.
 local function encode_header(bucket)
+  local format = HEADER_FORMAT
+  if bucket.adaptive_floor_per_min > 0 then
+    format = ADAPTIVE_HEADER_FORMAT
+  end
   return string.format(
-    HEADER_FORMAT,
+    format,
     bucket.rate_per_min,
     bucket.burst,
     bucket.idle_timeout_ms,
@@ -545,7 +746,12 @@ local function encode_header(bucket)
     bucket.booked,
     bucket.released,
     bucket.release_refused,
-    ''
+    bucket.adaptive_floor_per_min,
+    bucket.adaptive_ceiling_per_min,
+    bucket.origin_ms,
+    bucket.since_decrease_ms,
+    bucket.recover_ds,
+    bucket.peak_per_min
   )
 end
 
@@ -559,18 +765,50 @@ local function big_field(text)
   return nil
 end
 
+-- Bytes 199–255 of a header: for a fixed-rate bucket (spaces) 0, 0, and
+-- a zero control word; for an adaptive one its range and control word,
+-- checked for form and for the ranges the commands write (a floor and a
+-- ceiling of at least 1, stored_config_ok checking the rest of the range;
+-- the origin below 2^52, since_decrease_ms within 32 bits, recover_ds
+-- within 16, the peak within the range); otherwise the "not a pacer
+-- bucket" error.
+local function decode_adaptive(key, tail)
+  if tail == PADDING then
+    return 0, 0, 0, 0, 0, 0
+  end
+  local floor, ceiling, origin, since, recover, peak = string.match(tail, ADAPTIVE_PATTERN)
+  if floor == nil then
+    not_a_bucket(key)
+  end
+  floor, ceiling, origin = tonumber(floor), tonumber(ceiling), big_field(origin)
+  since, recover, peak = tonumber(since), tonumber(recover), tonumber(peak)
+  if
+    floor < 1
+    or ceiling < 1
+    or not origin
+    or since > NEVER_DECREASED
+    or recover > 65535
+    or peak < floor
+    or peak > ceiling
+  then
+    not_a_bucket(key)
+  end
+  return floor, ceiling, origin, since, recover, peak
+end
+
 -- The bucket the header `raw` holds, or the "not a pacer bucket" error:
 -- too short, another magic, a field out of form, a number at or above
--- 2^52, a zero burst, tokens above capacity. Whether Params::plan accepts
--- the stored configuration is checked by the caller (stored_config_ok):
--- an admission whose own, already checked, configuration is the same
--- needs no second check.
+-- 2^52, a zero burst, tokens above capacity, adaptive fields out of form
+-- or range. Whether Params::plan accepts the stored configuration is
+-- checked by the caller (stored_config_ok): an admission whose own,
+-- already checked, configuration is the same needs no second check.
 local function decode_header(key, raw)
   local rate, burst, idle, retries, policy, secret, high_water, tokens, seq, serial,
     admitted, refused, booked, released, release_refused = string.match(raw, HEADER_PATTERN)
-  if rate == nil or string.sub(raw, 200, HEADER_LEN) ~= PADDING then
+  if rate == nil then
     not_a_bucket(key)
   end
+  local floor, ceiling, origin, since, recover, peak = decode_adaptive(key, string.sub(raw, 200, HEADER_LEN))
   idle, high_water, serial = big_field(idle), big_field(high_water), big_field(serial)
   admitted, refused, booked = big_field(admitted), big_field(refused), big_field(booked)
   released, release_refused = big_field(released), big_field(release_refused)
@@ -600,6 +838,13 @@ local function decode_header(key, raw)
     booked = booked,
     released = released,
     release_refused = release_refused,
+    adaptive_floor_per_min = floor,
+    adaptive_ceiling_per_min = ceiling,
+    raw_ceiling = ceiling,
+    origin_ms = origin,
+    since_decrease_ms = since,
+    recover_ds = recover,
+    peak_per_min = peak,
   }
 end
 
@@ -616,29 +861,37 @@ end
 -- and these tables live until the library is replaced; by EVAL they start
 -- empty on every call and help nothing. They hold only what a pure function
 -- of the call's own bytes gave before, so a hit answers exactly what the
--- work it skips would have: the planned configuration by its five argument
--- texts (only configurations that passed every check), and per key the
+-- work it skips would have: the planned configuration by its argument texts
+-- (only configurations that passed every check), and per key the
 -- header this library last wrote there with the bucket it encodes (a key
 -- whose bytes are anything else, written by the module, another client or
 -- edited by hand, is decoded in full). Each is emptied when it holds 1000
 -- entries, so memory stays bounded whatever the keys and arguments.
 
 local CACHE_LIMIT = 1000
-local plans, plans_held = {}, 0
+-- Plans of fixed-rate calls by their five texts, of calls with ADAPT by
+-- its two and the five: two tables, so that a key of one kind never meets
+-- unchecked texts of the other kind that join to the same text.
+local plans, adaptive_plans, plans_held = {}, {}, 0
 local written, buckets, written_held = {}, {}, 0
 
--- The five configuration arguments as one text (none holds a space once
--- checked, so four spaces part them unambiguously).
-local function plan_key(argv)
-  return argv[2] .. ' ' .. argv[3] .. ' ' .. argv[4] .. ' ' .. argv[5] .. ' ' .. argv[6]
+-- The configuration arguments as one text (none holds a space once
+-- checked, so the spaces part them unambiguously), and the table it keys.
+local function plan_key(argv, adapt)
+  local five = argv[2] .. ' ' .. argv[3] .. ' ' .. argv[4] .. ' ' .. argv[5] .. ' ' .. argv[6]
+  if adapt then
+    return argv[adapt] .. ' ' .. argv[adapt + 1] .. ' ' .. five, adaptive_plans
+  end
+  return five, plans
 end
 
-local function remember_plan(argv, config, params)
+local function remember_plan(argv, adapt, config, params)
   if plans_held >= CACHE_LIMIT then
-    plans, plans_held = {}, 0
+    plans, adaptive_plans, plans_held = {}, {}, 0
   end
   plans_held = plans_held + 1
-  plans[plan_key(argv)] = { config = config, params = params }
+  local key, held = plan_key(argv, adapt)
+  held[key] = { config = config, params = params }
 end
 
 -- A new bucket table with `held`'s fields (a new bucket starts as a copy
@@ -661,6 +914,13 @@ local function copy_bucket(held)
     booked = held.booked,
     released = held.released,
     release_refused = held.release_refused,
+    adaptive_floor_per_min = held.adaptive_floor_per_min,
+    adaptive_ceiling_per_min = held.adaptive_ceiling_per_min,
+    raw_ceiling = held.raw_ceiling,
+    origin_ms = held.origin_ms,
+    since_decrease_ms = held.since_decrease_ms,
+    recover_ds = held.recover_ds,
+    peak_per_min = held.peak_per_min,
   }
 end
 
@@ -720,16 +980,21 @@ local function server_time()
   return now_ms, time[1], time[2]
 end
 
--- The clock this call decides at: `AT <ms>` on a test copy, else the
--- server's.
-local function read_clock(at_text)
-  if at_text == nil then
+-- The clock this call decides at: the server's, or with `AT <ms>` at
+-- argv[at] (its word, then its number, then whether this copy allows it:
+-- only a test copy does) the caller's.
+local function read_clock(argv, at)
+  if at == nil then
     return (server_time())
   end
+  if string.upper(argv[at]) ~= 'AT' then
+    fail(fmt("unknown argument '%s'", shown(argv[at])))
+  end
+  local at_ms = whole_argument(argv[at + 1], 'AT')
   if not TEST_CLOCK then
     fail('AT needs a server started for tests')
   end
-  return whole_argument(at_text, 'AT')
+  return at_ms
 end
 
 -- ---------------------------------------------------------------------------
@@ -800,22 +1065,29 @@ end
 
 -- ---------------------------------------------------------------------------
 -- Commands. Each parses and checks everything, then writes (SETRANGE for
--- the header, SETBIT for the bitmap), then replies.
+-- the header, SETBIT for the bitmap), then replies. The checks run in the
+-- module's order (redis/src/bucket.rs, `parse`): the arity; the arguments
+-- left to right, a configuration's ranges right after its numbers; AT's
+-- word, its number and whether it is allowed; then the key.
 
--- Arity: the op (argv[1]) and `fixed` arguments, then nothing or
--- `AT <ms>`. Returns AT's text.
-local function clock_argument(op, argv, fixed)
+-- The call's shape: the op (argv[1]) and `fixed` arguments, then (where
+-- `adaptable`: CREATE, RESERVE, BOOK) perhaps `ADAPT floor ceiling`, then
+-- nothing or `AT <ms>`. Returns the index of ADAPT's floor and of AT's
+-- word (each nil when absent), or fails with the arity error.
+local function layout(op, argv, fixed, adaptable)
   local extra = #argv - 1 - fixed
+  local adapt
+  if adaptable and (extra == 3 or extra == 5) and string.upper(argv[fixed + 2]) == 'ADAPT' then
+    adapt = fixed + 3
+    extra = extra - 3
+  end
   if extra ~= 0 and extra ~= 2 then
     fail('wrong number of arguments for ' .. op)
   end
   if extra == 2 then
-    if string.upper(argv[fixed + 2]) ~= 'AT' then
-      fail(fmt("unknown argument '%s'", shown(argv[fixed + 2])))
-    end
-    return argv[fixed + 3]
+    return adapt, #argv - 1
   end
-  return nil
+  return adapt, nil
 end
 
 local function flag(value)
@@ -839,23 +1111,26 @@ end
 -- 1 when it did, 0 (nothing written) when the same bucket was there.
 local function admission_command(key, op, argv)
   local fixed = (op == 'book') and 6 or 5
-  local at_text = clock_argument(op, argv, fixed)
-  local held = plans[plan_key(argv)]
-  local config = held and held.config or parse_config(argv, 2)
-  local retries_left
-  if op == 'book' then
-    retries_left = whole_argument(argv[7], 'retries_left')
-  end
-  local now_ms = read_clock(at_text)
-  local params = held and held.params
-  if params == nil then
+  local adapt, at = layout(op, argv, fixed, true)
+  local plan_text, plan_table = plan_key(argv, adapt)
+  local held = plan_table[plan_text]
+  local config, params
+  if held then
+    config, params = held.config, held.params
+  else
+    config = parse_config(argv, 2, adapt)
     local problem = config_error(config)
     if problem then
       fail(problem)
     end
     params = plan(config)
-    remember_plan(argv, config, params)
+    remember_plan(argv, adapt, config, params)
   end
+  local retries_left
+  if op == 'book' then
+    retries_left = whole_argument(argv[7], 'retries_left')
+  end
+  local now_ms = read_clock(argv, at)
 
   local bucket = load_bucket(key)
   local created = bucket == nil
@@ -870,6 +1145,15 @@ local function admission_command(key, op, argv)
     bucket.serial = 0
     bucket.admitted, bucket.refused, bucket.booked = 0, 0, 0
     bucket.released, bucket.release_refused = 0, 0
+    -- Params::initial_control: on the curve at its peak, the configured
+    -- rate, never decreased (a fixed-rate bucket keeps zeros).
+    if config.adaptive_floor_per_min > 0 then
+      bucket.origin_ms, bucket.since_decrease_ms = now_ms, NEVER_DECREASED
+      bucket.recover_ds, bucket.peak_per_min = 0, config.rate_per_min
+    else
+      bucket.origin_ms, bucket.since_decrease_ms = 0, 0
+      bucket.recover_ds, bucket.peak_per_min = 0, 0
+    end
   elseif not same_config(bucket, config) then
     stored_config_ok(key, bucket)
     fail(fmt(
@@ -889,6 +1173,7 @@ local function admission_command(key, op, argv)
   end
 
   local next_state, answer
+  params = in_force(params, bucket, now_ms)
   if op == 'book' then
     next_state, answer = reserve_or_book(params, bucket, now_ms, retries_left)
   else
@@ -921,15 +1206,15 @@ end
 
 -- What PACER.RELEASE and PACER.REDEEM share: argv is the op, the ticket, then
 -- [AT ms]; the ticket is checked against the existing bucket (docs/redis.md,
--- "Tickets", in order). Gives the ticket, the clock, the bucket, its params.
+-- "Tickets", in order). Gives the ticket, the clock, the bucket and the
+-- parameters in force.
 local function ticket_command(op, key, argv)
-  local at_text = clock_argument(op, argv, 1)
-  local ticket = parse_ticket(argv[2])
-  local now_ms = read_clock(at_text)
+  local _, at = layout(op, argv, 1, false)
+  local now_ms = read_clock(argv, at)
   local bucket = load_existing_bucket(key)
-  local params = plan(bucket)
+  local ticket = parse_ticket(argv[2])
   check_ticket(key, bucket, ticket)
-  return ticket, now_ms, bucket, params
+  return ticket, now_ms, bucket, in_force(plan(bucket), bucket, now_ms)
 end
 
 -- PACER.RELEASE.
@@ -962,12 +1247,13 @@ local function redeem_command(key, argv)
   return { 'notyet', answer.retry_after_s, argv[2] }
 end
 
--- PACER.INFO: argv is the op, then [AT ms]. Read-only.
+-- PACER.INFO: argv is the op, then [AT ms]. Read-only; the mode, the debt
+-- floor and the level are those of the parameters in force.
 local function info_command(key, argv)
-  local at_text = clock_argument('info', argv, 0)
-  local now_ms = read_clock(at_text)
+  local _, at = layout('info', argv, 0, false)
+  local now_ms = read_clock(argv, at)
   local bucket = load_existing_bucket(key)
-  local params = plan(bucket)
+  local params = in_force(plan(bucket), bucket, now_ms)
   local at_ms = effective_now(bucket, now_ms) -- max(now, high-water mark)
   return {
     'rate_per_min', bucket.rate_per_min,
@@ -990,7 +1276,32 @@ local function info_command(key, argv)
     'released', bucket.released,
     'release_refused', bucket.release_refused,
     'now_ms', now_ms,
+    'rate_in_force', params.rate,
+    'adaptive_floor_per_min', bucket.adaptive_floor_per_min,
+    'adaptive_ceiling_per_min', bucket.adaptive_ceiling_per_min,
+    'peak_per_min', bucket.peak_per_min,
+    'origin_ms', bucket.origin_ms,
+    'since_decrease_ms', bucket.since_decrease_ms,
+    'recover_ds', bucket.recover_ds,
   }
+end
+
+-- PACER.OBSERVE: argv is the op, the outcome (opened or throttled), then
+-- [AT ms]. The rate in force after it; writes only when the control word
+-- changes (never for a fixed-rate bucket).
+local function observe_command(key, argv)
+  local _, at = layout('observe', argv, 1, false)
+  local outcome = argv[2]
+  if outcome ~= 'opened' and outcome ~= 'throttled' then
+    fail(fmt("outcome must be opened or throttled, got '%s'", shown(outcome)))
+  end
+  local now_ms = read_clock(argv, at)
+  local bucket = load_existing_bucket(key)
+  local changed, rate = observe(plan(bucket), bucket, outcome, now_ms)
+  if changed then
+    store_bucket(key, bucket)
+  end
+  return rate
 end
 
 -- ---------------------------------------------------------------------------
@@ -1012,6 +1323,8 @@ local function main(keys, argv)
     return redeem_command(key, argv)
   elseif op == 'info' then
     return info_command(key, argv)
+  elseif op == 'observe' then
+    return observe_command(key, argv)
   end
   fail(fmt("unknown op '%s'", shown(argv[1] or '')))
 end

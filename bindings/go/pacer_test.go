@@ -54,7 +54,7 @@ func TestDefaults(t *testing.T) {
 	if info.CapacityUnits != 10*60000 || info.MaxDebtUnits != 4833*60 {
 		t.Fatalf("info %+v", info)
 	}
-	if pacer.LibraryABIVersion() != pacer.HeaderABIVersion() || pacer.HeaderABIVersion() != 2 {
+	if pacer.LibraryABIVersion() != pacer.HeaderABIVersion() || pacer.HeaderABIVersion() != 3 {
 		t.Fatalf("ABI %d vs header %d", pacer.LibraryABIVersion(), pacer.HeaderABIVersion())
 	}
 	if pacer.LibraryVersion() == "" {

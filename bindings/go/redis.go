@@ -69,8 +69,10 @@ type RedisOptions struct {
 	Key string
 	// Config is the pacer's configuration, as New takes it. Every client
 	// of the key must give the same RatePerMinute, Burst, IdleTimeout,
-	// MaxRetries and ReleasePolicy. Clock is read only by the local
-	// fallback pacer and for Admission.Waited (nil: MonotonicMs); the
+	// MaxRetries, ReleasePolicy and adaptive fields (AdaptiveFloorPerMin,
+	// AdaptiveCeilingPerMin: sent as ADAPT floor ceiling). Clock is read
+	// only by the local fallback pacer and for Admission.Waited (nil:
+	// MonotonicMs); the
 	// server's clock decides everything else. Sleep and Notifier are used
 	// as by New.
 	Config Config
@@ -99,6 +101,7 @@ type RedisPacer struct {
 	key         string
 	cfg         Config
 	args        []any // the five configuration arguments, as sent
+	adapt       []any // ADAPT floor ceiling when adaptation is on, else nil
 	mode        Mode
 	boundMs     uint64
 	hintCap     uint64
@@ -228,10 +231,24 @@ func OpenRedis(opts RedisOptions) (*RedisPacer, error) {
 		strconv.FormatUint(uint64(cc.retries), 10),
 		policyName,
 	}
+	if cc.floor > 0 {
+		// The ceiling as given: 0 (the rate) is stored as the rate.
+		r.adapt = []any{"ADAPT", strconv.FormatUint(uint64(cc.floor), 10), strconv.FormatUint(uint64(cc.ceiling), 10)}
+	}
 	if policy == FailLocal {
 		r.fallbackCfg = cfg
 		r.fallbackCfg.RatePerMinute = max(cfg.RatePerMinute/fleet, 1)
 		r.fallbackCfg.Burst = max(cfg.Burst/fleet, 1)
+		if cfg.AdaptiveFloorPerMin > 0 {
+			// Adaptive between the bounds so divided: ⌊floor/N⌋ and
+			// ⌊ceiling/N⌋ (the ceiling 0 is the rate), each at least 1.
+			ceiling := cfg.AdaptiveCeilingPerMin
+			if ceiling == 0 {
+				ceiling = cfg.RatePerMinute
+			}
+			r.fallbackCfg.AdaptiveFloorPerMin = max(cfg.AdaptiveFloorPerMin/fleet, 1)
+			r.fallbackCfg.AdaptiveCeilingPerMin = max(ceiling/fleet, 1)
+		}
 	}
 	if opts.Client != nil {
 		r.client = opts.Client

@@ -129,9 +129,12 @@ func (a RedisAdmission) Release(ctx context.Context) (bool, error) {
 	return a.pacer.Release(ctx, a.Ticket)
 }
 
-// configArgs is the command's configuration arguments, then extra.
+// configArgs is the command's configuration arguments, then extra, then
+// ADAPT floor ceiling when adaptation is on (docs/redis.md: after BOOK's
+// retries_left).
 func (r *RedisPacer) configArgs(extra ...any) []any {
-	return append(append(make([]any, 0, len(r.args)+len(extra)), r.args...), extra...)
+	out := make([]any, 0, len(r.args)+len(extra)+len(r.adapt))
+	return append(append(append(out, r.args...), extra...), r.adapt...)
 }
 
 // Reserve asks the bucket for one new connection, without waiting: the
@@ -605,6 +608,17 @@ type RedisInfo struct {
 	Released       uint64 // releases refunded
 	ReleaseRefused uint64 // releases the strict policy refused
 	NowMs          uint64 // the server's clock at this call
+
+	// Adaptive pacing (SPEC §14). A fixed-rate bucket reads RateInForce
+	// = RatePerMinute and 0 for the others. Mode, MaxDebtUnits and
+	// LevelUnits are those of the rate in force.
+	RateInForce           uint64 // the rate the next decision uses, per minute
+	AdaptiveFloorPerMin   uint64
+	AdaptiveCeilingPerMin uint64 // as stored: a ceiling of 0 reads as the rate
+	PeakPerMin            uint64 // W: the rate when the upstream last lowered it
+	OriginMs              uint64 // t₀: the curve's origin, on the server's clock
+	SinceDecreaseMs       uint64 // from the last decrease to the origin (4294967295 before the first)
+	RecoverDs             uint64 // K: deciseconds from the origin back to the peak
 }
 
 // Info reads the bucket (PACER.INFO). No failure policy applies: an
@@ -617,6 +631,10 @@ func (r *RedisPacer) Info(ctx context.Context) (RedisInfo, error) {
 		return RedisInfo{}, ErrClosed
 	}
 	defer r.running.Done()
+	return r.info(ctx)
+}
+
+func (r *RedisPacer) info(ctx context.Context) (RedisInfo, error) {
 	reply, err := r.run(ctx, "info")
 	if err != nil {
 		return RedisInfo{}, unavailable("info", err)
@@ -671,9 +689,94 @@ func (r *RedisPacer) Info(ctx context.Context) (RedisInfo, error) {
 			info.ReleaseRefused = num(v)
 		case "now_ms":
 			info.NowMs = num(v)
+		case "rate_in_force":
+			info.RateInForce = num(v)
+		case "adaptive_floor_per_min":
+			info.AdaptiveFloorPerMin = num(v)
+		case "adaptive_ceiling_per_min":
+			info.AdaptiveCeilingPerMin = num(v)
+		case "peak_per_min":
+			info.PeakPerMin = num(v)
+		case "origin_ms":
+			info.OriginMs = num(v)
+		case "since_decrease_ms":
+			info.SinceDecreaseMs = num(v)
+		case "recover_ds":
+			info.RecoverDs = num(v)
 		}
 	}
 	return info, nil
+}
+
+// Observe reports what the upstream answered to a new connection to the
+// fleet's bucket (adaptive pacing, SPEC §14): PACER.OBSERVE key
+// opened|throttled (the function's and the script's observe op), on the
+// server's clock, so a throttle one proxy sees slows the whole fleet. It
+// returns the bucket's rate in force after it, per minute (see
+// Pacer.Observe for the law). The bucket must exist (the first Reserve or
+// Create makes it): a missing key is a *RedisError. With adaptation off
+// (Config.AdaptiveFloorPerMin 0), or pacing disabled, nothing is sent and
+// it returns RatePerMinute. While Redis fails, FailLocal reports the
+// outcome to its fallback pacer and returns that pacer's rate in force;
+// FailOpen and FailClosed learn nothing and return RatePerMinute. An
+// outcome other than OutcomeOpened or OutcomeThrottled returns
+// ErrInvalidInput and sends nothing.
+func (r *RedisPacer) Observe(ctx context.Context, outcome Outcome) (int, error) {
+	if ctx == nil {
+		return 0, inputError("ctx", nil, "must not be nil")
+	}
+	if err := checkOutcome(outcome); err != nil {
+		return 0, err
+	}
+	if !r.enter() {
+		return 0, ErrClosed
+	}
+	defer r.running.Done()
+	if r.adapt == nil || r.mode == ModeDisabled {
+		return r.cfg.RatePerMinute, nil
+	}
+	reply, err := r.run(ctx, "observe", outcome.String())
+	if err != nil {
+		if !isFailure(err) {
+			return 0, err
+		}
+		if r.onFailure != FailLocal {
+			return r.cfg.RatePerMinute, nil
+		}
+		local, err := r.localPacer()
+		if err != nil {
+			return 0, err
+		}
+		return local.Observe(outcome, local.clock())
+	}
+	rate, ok := reply.(int64)
+	if !ok || rate < 0 {
+		return 0, badReply("observe", reply)
+	}
+	return int(rate), nil
+}
+
+// RateInForce is the bucket's rate in force, per minute: PACER.INFO's
+// rate_in_force, on the server's clock. With adaptation off, or pacing
+// disabled, nothing is sent and it returns RatePerMinute. As for Info, no
+// failure policy applies (an outage is a *RedisUnavailableError) and a
+// missing bucket is a *RedisError.
+func (r *RedisPacer) RateInForce(ctx context.Context) (int, error) {
+	if ctx == nil {
+		return 0, inputError("ctx", nil, "must not be nil")
+	}
+	if !r.enter() {
+		return 0, ErrClosed
+	}
+	defer r.running.Done()
+	if r.adapt == nil || r.mode == ModeDisabled {
+		return r.cfg.RatePerMinute, nil
+	}
+	info, err := r.info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return int(info.RateInForce), nil
 }
 
 // isFailure reports whether err is a failure of Redis that the policy

@@ -162,6 +162,26 @@ func (s *SharedPacer) PendingKeys() int {
 	return s.p.PendingKeys()
 }
 
+// Observe reports what the upstream answered to a new connection, at the
+// shared clock (pacer_shared_observe); see Pacer.Observe. The rate in force
+// is the bucket's, machine-wide: a throttle reported through one handle,
+// in any process, slows every process on the bucket.
+func (s *SharedPacer) Observe(outcome Outcome) (int, error) {
+	if s == nil {
+		return 0, ErrClosed
+	}
+	return s.p.Observe(outcome, SharedClockMs())
+}
+
+// RateInForce is the bucket's rate in force at the shared clock
+// (pacer_shared_rate_in_force); see Pacer.RateInForce.
+func (s *SharedPacer) RateInForce() (int, error) {
+	if s == nil {
+		return 0, ErrClosed
+	}
+	return s.p.RateInForce(SharedClockMs())
+}
+
 // Counters reads the decision counters of this handle: the calls made
 // through this SharedPacer only (another handle on the same bucket, in this
 // process or another, counts its own; a fresh handle starts at zero).

@@ -9,6 +9,10 @@ export declare const WS_NEW_CONNECTION_MAX_WAIT_CEILING_MS: number;
 export declare const UPSTREAM_MAX_RETRIES_ENV: 'CLODEX_UPSTREAM_MAX_RETRIES';
 export declare const UPSTREAM_IDLE_TIMEOUT_ENV: 'CLODEX_UPSTREAM_IDLE_TIMEOUT_MS';
 export declare const UPSTREAM_TOTAL_TIMEOUT_ENV: 'CLODEX_UPSTREAM_TOTAL_TIMEOUT_MS';
+/** Set to a positive integer: the shared pacer paces adaptively (SPEC §14), never below it. */
+export declare const WS_ADAPTIVE_FLOOR_PER_MIN_ENV: 'CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN';
+/** With the floor set: the highest rate adaptation may climb to; default the rate. */
+export declare const WS_ADAPTIVE_CEILING_PER_MIN_ENV: 'CLODEX_WS_ADAPTIVE_CEILING_PER_MIN';
 /** Set: sharedWsUpgradePacer() paces against a fleet bucket in Redis (a RedisPacer). */
 export declare const REDIS_URL_ENV: 'PACER_REDIS_URL';
 /** The fleet bucket's key; default 'pacer:ws-upgrade'. */
@@ -50,8 +54,27 @@ export type UpgradeAdmission =
     retryAfterSeconds: number;
   };
 
+/** The upstream's answer to a websocket upgrade, as the host classifies
+ * it: `'throttled'` for its rate limit (403/429), `'opened'` when the
+ * upgrade succeeded. */
+export type UpgradeOutcome = 'opened' | 'throttled';
+
 export interface ConnectionPacer {
   admit(signal?: AbortSignal): Promise<UpgradeAdmission>;
+  /** Reports an upgrade's answer (SPEC §14); the rate in force after it
+   * (a Promise of it for the fleet's bucket, which never rejects).
+   * Changes nothing unless adaptive bounds were given. */
+  observe?(outcome: UpgradeOutcome): number | Promise<number>;
+}
+
+/** Adaptive pacing's bounds (SPEC §14), per minute. */
+export interface WsAdaptivePacing {
+  /** The lowest rate a throttle may lower the rate in force to (floored,
+   * held between 1 and the rate). */
+  floorPerMinute: number;
+  /** The highest rate it may climb back to (floored, held between the rate
+   * and 600); default the rate. */
+  ceilingPerMinute?: number;
 }
 
 export interface WsUpgradePacerOptions {
@@ -68,6 +91,9 @@ export interface WsUpgradePacerOptions {
   /** Opt-in (SPEC §11): a refused request called with a `key` keeps a place
    * in line that the same key's retry redeems. Off by default. */
   bookRefusals?: boolean;
+  /** Opt-in (SPEC §14): the rate in force follows the upgrades' answers
+   * the host reports with `observe()`, between these bounds. Off by default. */
+  adaptive?: WsAdaptivePacing;
 }
 
 export declare class WsUpgradePacer implements ConnectionPacer {
@@ -80,9 +106,19 @@ export declare class WsUpgradePacer implements ConnectionPacer {
   /** With `bookRefusals`: gives back the booking of a keyed request that
    * ends without a connection. */
   forget(key: string | number | symbol): boolean;
+  /** `'throttled'` where the host classifies an upgrade's answer as the
+   * upstream's rate limit, `'opened'` when an upgrade succeeded: the rate
+   * in force after it (the configured rate, changed by nothing, without
+   * `adaptive`). */
+  observe(outcome: UpgradeOutcome): number;
+  /** The rate in force now, per minute (diagnostics). */
+  rateInForce(): number;
 }
 
 export declare function wsNewConnectionsPerMinute(env?: Env, warn?: Warn): number;
+/** The shared pacer's adaptive bounds from CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN and
+ * CLODEX_WS_ADAPTIVE_CEILING_PER_MIN; undefined (off) when the floor is unset or malformed. */
+export declare function wsAdaptivePacing(env?: Env, warn?: Warn): WsAdaptivePacing | undefined;
 /** The process-wide pacer; with PACER_REDIS_URL set, over the fleet's bucket in Redis. */
 export declare function sharedWsUpgradePacer(): ConnectionPacer;
 export declare function resetWsUpgradePacerForTests(): void;

@@ -19,8 +19,14 @@
 //
 // With PACER_REDIS_URL set, sharedWsUpgradePacer() paces against a fleet
 // bucket in Redis (redis.js) instead of this process's own.
+//
+// Adaptive pacing (SPEC §14) is opt-in: with `adaptive` bounds (the
+// constructor's option, or CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN for the shared
+// pacer) the host reports each upgrade's answer with `observe()` and the
+// rate in force follows the upstream's throttles. Without them nothing
+// changes.
 
-const { native, constants, decodeDecision } = require('./native.js');
+const { native, constants, decodeDecision, outcomeCode } = require('./native.js');
 const { sleep } = require('./wait.js');
 const { KeyedBookings, checkKey } = require('./bookings.js');
 const { RedisPacer } = require('./redis.js');
@@ -29,6 +35,9 @@ const WS_NEW_CONNECTIONS_PER_MIN_ENV = 'CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN';
 const UPSTREAM_MAX_RETRIES_ENV = 'CLODEX_UPSTREAM_MAX_RETRIES';
 const UPSTREAM_IDLE_TIMEOUT_ENV = 'CLODEX_UPSTREAM_IDLE_TIMEOUT_MS';
 const UPSTREAM_TOTAL_TIMEOUT_ENV = 'CLODEX_UPSTREAM_TOTAL_TIMEOUT_MS';
+// Adaptive pacing of the shared pacer (SPEC §14): on when the floor is set.
+const WS_ADAPTIVE_FLOOR_PER_MIN_ENV = 'CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN';
+const WS_ADAPTIVE_CEILING_PER_MIN_ENV = 'CLODEX_WS_ADAPTIVE_CEILING_PER_MIN';
 
 // A fleet bucket for sharedWsUpgradePacer() (SPEC §12): set the URL and every
 // process that has it paces against one bucket in Redis (RedisPacer).
@@ -147,6 +156,56 @@ function wsNewConnectionsPerMinute(env = process.env, warn = defaultWarn) {
     return MAX_WS_NEW_CONNECTIONS_PER_MIN;
   }
   return value;
+}
+
+/**
+ * Adaptive pacing's bounds from the environment (SPEC §14), read as the
+ * rate is: `{floorPerMinute, ceilingPerMinute}` when
+ * CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN is a positive integer (the ceiling, from
+ * CLODEX_WS_ADAPTIVE_CEILING_PER_MIN, undefined when unset: the rate);
+ * undefined, adaptation off, when the floor is unset, or malformed (with a
+ * notice). A malformed ceiling is ignored with a notice.
+ */
+function wsAdaptivePacing(env = process.env, warn = defaultWarn) {
+  const floorText = readSetting(env, WS_ADAPTIVE_FLOOR_PER_MIN_ENV);
+  if (floorText === undefined || floorText === '') return undefined;
+  const floor = hostInteger(floorText);
+  if (!(floor >= 1)) {
+    reportOnce(reportedNotices, `adaptive-floor:${floorText}`,
+      `ignoring ${WS_ADAPTIVE_FLOOR_PER_MIN_ENV}=${floorText} (expected a positive integer; adaptive pacing stays off)`,
+      warn);
+    return undefined;
+  }
+  const ceilingText = readSetting(env, WS_ADAPTIVE_CEILING_PER_MIN_ENV);
+  let ceiling;
+  if (ceilingText !== undefined && ceilingText !== '') {
+    const value = hostInteger(ceilingText);
+    if (value >= 1) {
+      ceiling = value;
+    } else {
+      reportOnce(reportedNotices, `adaptive-ceiling:${ceilingText}`,
+        `ignoring ${WS_ADAPTIVE_CEILING_PER_MIN_ENV}=${ceilingText} (expected a positive integer; using the rate)`,
+        warn);
+    }
+  }
+  return { floorPerMinute: floor, ceilingPerMinute: ceiling };
+}
+
+/**
+ * The adaptive bounds the core takes (SPEC §14) for the `adaptive` option
+ * of a pacer at core rate `rate`, read as the constructor reads numbers:
+ * `{floorPerMinute, ceilingPerMinute}` with the floor floored and held in
+ * 1..rate and the ceiling floored and held in rate..600 (undefined when
+ * not given: the rate); null, adaptation off, when `adaptive` is not an
+ * object, its floor is not a positive number, or pacing is off.
+ */
+function coreAdaptive(adaptive, rate) {
+  if (rate === 0 || typeof adaptive !== 'object' || adaptive === null) return null;
+  const floor = coreRate(adaptive.floorPerMinute);
+  if (floor === 0) return null;
+  const ceiling = adaptive.ceilingPerMinute === undefined ? undefined
+    : Math.min(MAX_WS_NEW_CONNECTIONS_PER_MIN, Math.max(rate, coreRate(adaptive.ceilingPerMinute)));
+  return { floorPerMinute: Math.min(floor, rate), ceilingPerMinute: ceiling };
 }
 
 function timeoutRange(name) {
@@ -344,6 +403,7 @@ class WsUpgradePacer {
     // A bound of 0 (including a retry count beyond what the deadline holds)
     // leaves no room to queue: the core is built with pacing off.
     const paced = rate > 0 && this.maxWaitMs > 0;
+    const adaptive = coreAdaptive(options.adaptive, paced ? rate : 0);
     this.#now = options.now ?? monotonicEpochNow;
     this.#schedule = options.schedule ?? defaultSchedule;
     this.#native = new native.NativePacer(
@@ -353,6 +413,8 @@ class WsUpgradePacer {
       paced ? retries : 0,
       false,
       this.#clock(),
+      adaptive?.floorPerMinute,
+      adaptive?.ceilingPerMinute,
     );
     this.#handle = this.#native.handle();
     const mode = this.#native.info()[0];
@@ -418,6 +480,26 @@ class WsUpgradePacer {
       throw error;
     }
     return { kind: 'admitted', waitedMs: Math.max(0, this.#now() - startedAt), queued: true, release };
+  }
+
+  /**
+   * Reports the upstream's answer to a websocket upgrade (SPEC §14):
+   * `'throttled'` where the host classifies it as the upstream's rate
+   * limit (its 403/429), `'opened'` when the upgrade succeeded. With
+   * adaptive bounds a throttle lowers the rate in force by the core's law
+   * (SPEC §14: at most once a minute), and the rate climbs back with time. Returns the rate in force after it, per
+   * minute; without adaptive bounds it changes nothing and returns the
+   * configured rate (0 when pacing is off). Any other outcome is a
+   * TypeError.
+   */
+  observe(outcome) {
+    return this.#native.observe(outcomeCode(outcome), this.#clock());
+  }
+
+  /** The rate in force now, per minute (diagnostics): the configured rate
+   * unless adaptive bounds were given. */
+  rateInForce() {
+    return this.#native.rateInForce(this.#clock());
   }
 
   /** The one-shot refund of one admission's debit (nothing for a debit of 0). */
@@ -488,6 +570,7 @@ class FleetWsUpgradePacer {
     const rate = coreRate(options.ratePerMinute);
     const paced = rate > 0 && this.maxWaitMs > 0;
     this.#options = {
+      adaptive: coreAdaptive(options.adaptive, paced ? rate : 0) ?? undefined,
       url: fleet.url,
       key: fleet.key,
       onFailure: fleet.onFailure,
@@ -539,6 +622,23 @@ class FleetWsUpgradePacer {
     return { kind: 'refused', requiredWaitMs: outcome.requiredWaitMs, retryAfterSeconds: outcome.retryAfterSeconds };
   }
 
+  /**
+   * As WsUpgradePacer's, for the fleet's bucket (a throttle one process
+   * saw slows the whole fleet): resolves to the bucket's rate in force
+   * after it. Never rejects, as the host does not await it: an error reply
+   * is said once as a notice and resolves to the configured rate. A bad
+   * outcome throws a TypeError at once.
+   */
+  observe(outcome) {
+    outcomeCode(outcome);
+    return this.#connection().then((pacer) => (pacer === null ? this.#local.observe(outcome) : pacer.observe(outcome)))
+      .catch((error) => {
+        reportOnce(reportedNotices, `redis-observe:${error?.message ?? error}`,
+          `could not report an upgrade's answer to the fleet bucket: ${error?.message ?? error}`, defaultWarn);
+        return this.#options.ratePerMinute;
+      });
+  }
+
   /** Ends the Redis connection (waiting admits release their tickets). */
   async close() {
     const pacer = await this.#connecting;
@@ -552,7 +652,7 @@ let sharedPacer;
  * PACER_REDIS_URL set, the bucket is the fleet's, in Redis. */
 function sharedWsUpgradePacer() {
   if (sharedPacer === undefined) {
-    const options = { ratePerMinute: wsNewConnectionsPerMinute() };
+    const options = { ratePerMinute: wsNewConnectionsPerMinute(), adaptive: wsAdaptivePacing() };
     const fleet = fleetSettings(process.env, defaultWarn);
     sharedPacer = fleet === undefined ? new WsUpgradePacer(options) : new FleetWsUpgradePacer(fleet, options);
   }
@@ -576,6 +676,8 @@ module.exports = {
   UPSTREAM_MAX_RETRIES_ENV,
   UPSTREAM_IDLE_TIMEOUT_ENV,
   UPSTREAM_TOTAL_TIMEOUT_ENV,
+  WS_ADAPTIVE_FLOOR_PER_MIN_ENV,
+  WS_ADAPTIVE_CEILING_PER_MIN_ENV,
   REDIS_URL_ENV,
   REDIS_KEY_ENV,
   REDIS_ON_FAILURE_ENV,
@@ -587,6 +689,7 @@ module.exports = {
   canRefuseAtRate,
   WsUpgradePacer,
   wsNewConnectionsPerMinute,
+  wsAdaptivePacing,
   sharedWsUpgradePacer,
   resetWsUpgradePacerForTests,
   upstreamRequestBudget,

@@ -8,6 +8,18 @@ export type AdmitPath = 'disabled' | 'paced' | 'shaped' | 'overflow' | 'booked';
 
 export type ReleasePolicy = 'refund' | 'strict';
 
+/** What the upstream answered to a new connection (SPEC §14): it opened
+ * it, or throttled it (its rate limit, not the pacer's). */
+export type Outcome = 'opened' | 'throttled';
+
+/** Adaptive pacing's bounds (SPEC §14), new connections per minute. */
+export interface AdaptiveOptions {
+  /** The lowest rate a throttle may lower the rate in force to: 1..ratePerMinute. */
+  floorPerMinute: number;
+  /** The highest rate it may climb to: ratePerMinute..600. Default ratePerMinute. */
+  ceilingPerMinute?: number;
+}
+
 /** The right to refund one admission's debit; released at most once. */
 export declare class Ticket {
   /** Pacers make tickets. One made here is checked: `owner` a Pacer or
@@ -135,6 +147,9 @@ export interface PacerOptions {
   /** The client's retry count, at most the ladder ceiling. Default min(5, ceiling). */
   maxRetries?: number;
   releasePolicy?: ReleasePolicy;
+  /** Adaptive pacing (SPEC §14): the rate in force follows `observe()`'s
+   * reports between these bounds. Default off. */
+  adaptive?: AdaptiveOptions;
   /** Monotonic clock, ms. Default performance.now (floored). */
   now?: () => number;
   /** Runs `fire` after `ms`; returns a cancel function. Default setTimeout. */
@@ -188,10 +203,21 @@ export declare class Pacer {
   ): Pacer;
   readonly config: Readonly<Required<Pick<PacerOptions,
     'ratePerMinute' | 'burst' | 'idleTimeoutMs' | 'maxRetries' | 'releasePolicy'>>>;
+  /** The adaptive bounds in force (ceiling filled in), or null when adaptation is off. */
+  readonly adaptive: Readonly<Required<AdaptiveOptions>> | null;
+  /** At the configured rate. */
   readonly mode: Mode;
   readonly waitBoundMs: number;
   readonly canRefuse: boolean;
   readonly enabled: boolean;
+  /** Reports what the upstream answered to a new connection (SPEC §14): a
+   * throttle lowers the rate in force to max(floor, ⌊rate·8/10⌋), at most
+   * once a minute (sooner it holds it); the rate climbs back with time.
+   * Returns the rate in force after it. Adaptation off: changes nothing, returns
+   * the configured rate. Another outcome is a TypeError. */
+  observe(outcome: Outcome, nowMs?: number): number;
+  /** The rate in force at `nowMs` (default the clock), per minute. */
+  rateInForce(nowMs?: number): number;
   /** Decides at `nowMs` without waiting. */
   reserve(nowMs: number): Decision;
   /** Refunds an admission that will not open a connection. */
@@ -245,10 +271,16 @@ export declare class SharedPacer {
   /** Removes the name; processes that have it open keep their bucket. */
   static unlink(pathOrName: string): void;
   readonly config: Pacer['config'];
+  readonly adaptive: Pacer['adaptive'];
   readonly mode: Mode;
   readonly waitBoundMs: number;
   readonly canRefuse: boolean;
   readonly enabled: boolean;
+  /** As `Pacer.observe`, at the shared clock: the rate in force is the
+   * bucket's, so every handle and process sharing it sees the change. */
+  observe(outcome: Outcome): number;
+  /** The bucket's rate in force now (shared clock), per minute. */
+  rateInForce(): number;
   /** Decides now (shared clock) without waiting. */
   reserve(): Decision;
   /** Refunds an admission that will not open a connection. */
@@ -416,6 +448,8 @@ export interface RedisPacerOptions {
   idleTimeoutMs?: number;
   maxRetries?: number;
   releasePolicy?: ReleasePolicy;
+  /** Adaptive pacing of the fleet's bucket (SPEC §14), sent as `ADAPT floor ceiling`. Default off. */
+  adaptive?: AdaptiveOptions;
   /** 'auto' (default): the module, else the function, else the script. */
   engine?: 'auto' | RedisEngine;
   /** Default 'local'. */
@@ -453,6 +487,16 @@ export interface RedisInfo {
   booked: number;
   released: number;
   releaseRefused: number;
+  /** Adaptive pacing (SPEC §14): the rate in force now; the bounds (0, 0
+   * when off; the ceiling as stored, the rate when left out); the rate the
+   * upstream last throttled at and the curve's state. */
+  rateInForce: number;
+  adaptiveFloorPerMin: number;
+  adaptiveCeilingPerMin: number;
+  peakPerMin: number;
+  originMs: number;
+  sinceDecreaseMs: number;
+  recoverDs: number;
   /** The server's clock at this call. */
   nowMs: number;
   engine: RedisEngine;
@@ -480,6 +524,7 @@ export declare class RedisPacer {
   static connect(options: RedisPacerOptions): Promise<RedisPacer>;
   readonly key: string;
   readonly config: Pacer['config'];
+  readonly adaptive: Pacer['adaptive'];
   readonly mode: Mode;
   readonly waitBoundMs: number;
   readonly canRefuse: boolean;
@@ -499,6 +544,12 @@ export declare class RedisPacer {
   redeem(booking: RedisBooking | Booking): Promise<RedisAdmitted | RedisNotYet>;
   admit(options?: { signal?: AbortSignal; key?: string | number | symbol }): Promise<RedisAdmitOutcome>;
   forget(key: string | number | symbol): Promise<boolean>;
+  /** Reports what the upstream answered (SPEC §14) to the fleet's bucket
+   * (PACER.OBSERVE); resolves to its rate in force after it. Adaptation
+   * off: nothing is sent, the configured rate. During an outage `local`
+   * reports to the fallback (its rate in force), `open` and `closed`
+   * resolve to the configured rate. */
+  observe(outcome: Outcome): Promise<number>;
   /** Null when the mode is disabled (no bucket is kept). */
   info(): Promise<RedisInfo | null>;
   counters(): RedisCounters;

@@ -6,7 +6,7 @@
 // decision itself is never re-derived here.
 
 const {
-  native, constants, decodeDecision, PACED_WAIT_SPAN, REFUSAL_HINT_SPAN, PATH_PACED,
+  native, constants, decodeDecision, outcomeCode, PACED_WAIT_SPAN, REFUSAL_HINT_SPAN, PATH_PACED,
 } = require('./native.js');
 const { sleep } = require('./wait.js');
 const { KeyedBookings, checkKey } = require('./bookings.js');
@@ -66,6 +66,29 @@ function wholeNumber(field, value, min, max) {
 /** An optional whole-number option: `fallback` when undefined. */
 function optionalWhole(field, value, fallback, min, max) {
   return value === undefined ? fallback : wholeNumber(field, value, min, max);
+}
+
+/**
+ * The `adaptive` option (SPEC §14) of a pacer whose rate is `rate`: null
+ * when undefined (adaptation off), else `{floorPerMinute, ceilingPerMinute}`
+ * with a floor from 1 to the rate and a ceiling from the rate to 600 (the
+ * rate when undefined). Errors as for every option, naming the field.
+ */
+function adaptiveOption(value, rate) {
+  if (value === undefined) return null;
+  if (typeof value !== 'object' || value === null) {
+    throw new TypeError(`pacer: adaptive must be an object {floorPerMinute, ceilingPerMinute?}, got ${describe(value)}`);
+  }
+  const max = constants.maxRatePerMinute;
+  const floor = wholeNumber('adaptive.floorPerMinute', value.floorPerMinute, 1, max);
+  if (floor > rate) {
+    throw new RangeError(`pacer: adaptive.floorPerMinute must be at most ratePerMinute (${rate}), got ${floor}`);
+  }
+  const ceiling = optionalWhole('adaptive.ceilingPerMinute', value.ceilingPerMinute, rate, 1, max);
+  if (ceiling < rate) {
+    throw new RangeError(`pacer: adaptive.ceilingPerMinute must be at least ratePerMinute (${rate}), got ${ceiling}`);
+  }
+  return Object.freeze({ floorPerMinute: floor, ceilingPerMinute: ceiling });
 }
 
 function optionalFunction(field, value, fallback) {
@@ -405,6 +428,8 @@ class Pacer {
   #mode;
   #waitBoundMs;
   #config;
+  /** The adaptive bounds (SPEC §14), or null when adaptation is off. */
+  #adaptive;
   /** Keyed requests refused so far (admit with a key): this object's, even
    * on a shared pacer, whose booked slots are the machine's. */
   #keyed;
@@ -424,6 +449,8 @@ class Pacer {
    * @param options.idleTimeoutMs the request's no-data deadline, ms; default 120000
    * @param options.maxRetries the client's retry count; default min(5, ladder ceiling)
    * @param options.releasePolicy 'refund' (default) or 'strict'
+   * @param options.adaptive `{floorPerMinute, ceilingPerMinute}`: adaptive pacing (SPEC §14)
+   *   between them (ceiling default the rate); default off
    * @param options.now monotonic clock in ms; default performance.now
    * @param options.schedule (ms, fire) => cancel; default setTimeout
    * @param options.onNotice receives the `disabled` / `norefuse` notice, once
@@ -445,6 +472,7 @@ class Pacer {
     if (policy !== 'refund' && policy !== 'strict') {
       throw new RangeError(`pacer: releasePolicy must be 'refund' or 'strict', got ${describe(policy)}`);
     }
+    const adaptive = adaptiveOption(options.adaptive, rate);
     const now = optionalFunction('now', options.now, monotonicNow);
     const schedule = optionalFunction('schedule', options.schedule, defaultSchedule);
     const sink = optionalFunction('onNotice', options.onNotice, defaultNoticeSink);
@@ -452,9 +480,11 @@ class Pacer {
     this.#now = now;
     this.#schedule = schedule;
     const factory = options[NATIVE_FACTORY];
+    const { floorPerMinute, ceilingPerMinute } = adaptive ?? {};
     this.#native = factory
-      ? factory(rate, burst, idle, retries, policy === 'strict')
-      : new native.NativePacer(rate, burst, idle, retries, policy === 'strict', this.#clock());
+      ? factory(rate, burst, idle, retries, policy === 'strict', floorPerMinute, ceilingPerMinute)
+      : new native.NativePacer(rate, burst, idle, retries, policy === 'strict', this.#clock(),
+        floorPerMinute, ceilingPerMinute);
     this.#handle = this.#native.handle();
     this.#shared = Boolean(factory);
     // A shared native half books on the machine-wide line, at its clock.
@@ -469,6 +499,7 @@ class Pacer {
       maxRetries: retries,
       releasePolicy: policy,
     });
+    this.#adaptive = adaptive;
     const notice = native.modeNoticeFor(rate, idle, retries);
     if (notice) report(noticeFromNative(notice), sink, registry);
   }
@@ -492,7 +523,14 @@ class Pacer {
     return this.#config;
   }
 
-  /** 'disabled', 'refusing', 'shaping-low-rate' or 'shaping-no-retry'. */
+  /** The adaptive bounds `{floorPerMinute, ceilingPerMinute}` (SPEC §14),
+   * or null when adaptation is off. */
+  get adaptive() {
+    return this.#adaptive;
+  }
+
+  /** 'disabled', 'refusing', 'shaping-low-rate' or 'shaping-no-retry' (at
+   * the configured rate). */
   get mode() {
     return this.#mode;
   }
@@ -763,6 +801,31 @@ class Pacer {
     return { kind: 'admitted', waitedMs: Math.max(0, this.#clock() - startedAt), queued: true, release };
   }
 
+  /**
+   * Reports what the upstream answered to a new connection (SPEC §14):
+   * 'throttled' (its rate limit) or 'opened'. The core's law moves the
+   * rate in force: a throttle lowers it (at most once a minute), and it
+   * climbs back with time. Returns the rate in force after it, per
+   * minute. With adaptation off it changes nothing and returns the
+   * configured rate. `nowMs` defaults to the pacer's clock.
+   */
+  observe(outcome, nowMs = undefined) {
+    this.#open();
+    const code = outcomeCode(outcome);
+    if (nowMs === undefined) nowMs = this.#clock();
+    else wholeNumber('nowMs', nowMs, 0, Number.MAX_SAFE_INTEGER);
+    return this.#native.observe(code, nowMs);
+  }
+
+  /** The rate in force at `nowMs` (default the pacer's clock), per minute:
+   * the configured rate unless adaptation is on (SPEC §14). */
+  rateInForce(nowMs = undefined) {
+    this.#open();
+    if (nowMs === undefined) nowMs = this.#clock();
+    else wholeNumber('nowMs', nowMs, 0, Number.MAX_SAFE_INTEGER);
+    return this.#native.rateInForce(nowMs);
+  }
+
   /** One attempt of the keyed request `key` (SPEC §11), decoded as `reserve`. */
   #admitKeyed(key) {
     checkKey(key);
@@ -842,11 +905,13 @@ class SharedPacer {
     if (options.now !== undefined) {
       throw new TypeError('pacer: a shared pacer takes no `now`: every process sharing it reads sharedClockMs()');
     }
-    const factory = (rate, burst, idle, retries, strict) => {
+    const factory = (rate, burst, idle, retries, strict, floor, ceiling) => {
       try {
-        return native.NativeSharedPacer.open(pathOrName, rate, burst, idle, retries, strict);
+        return native.NativeSharedPacer.open(pathOrName, rate, burst, idle, retries, strict, floor, ceiling);
       } catch (error) {
-        if (/^(RATE_TOO_HIGH|BURST_TOO_LARGE|RETRIES_EXCEED_LADDER):/.test(String(error?.message))) throw error;
+        if (/^(RATE_TOO_HIGH|BURST_TOO_LARGE|RETRIES_EXCEED_LADDER|ADAPTIVE_RANGE):/.test(String(error?.message))) {
+          throw error;
+        }
         throw sharedError(error);
       }
     };
@@ -865,6 +930,9 @@ class SharedPacer {
   }
 
   get config() { return this.#pacer.config; }
+
+  /** As `Pacer.adaptive`. */
+  get adaptive() { return this.#pacer.adaptive; }
 
   get mode() { return this.#pacer.mode; }
 
@@ -939,6 +1007,20 @@ class SharedPacer {
   /** Keyed requests this handle refused and has not yet admitted or forgotten. */
   get pendingKeys() {
     return this.#pacer.pendingKeys;
+  }
+
+  /**
+   * As `Pacer.observe`, at the shared clock: the rate in force is the
+   * bucket's, so a throttle reported through one handle or process slows
+   * every one sharing it (SPEC §14).
+   */
+  observe(outcome) {
+    return this.#call(() => this.#pacer.observe(outcome, sharedClockMs()));
+  }
+
+  /** As `Pacer.rateInForce`, at the shared clock: the bucket's rate in force. */
+  rateInForce() {
+    return this.#call(() => this.#pacer.rateInForce(sharedClockMs()));
   }
 
   /** The calls made through this handle (each handle counts its own; a

@@ -68,4 +68,21 @@ function decodeDecision(code, waitBoundMs) {
   };
 }
 
-module.exports = { native, constants, decodeDecision, PACED_WAIT_SPAN, REFUSAL_HINT_SPAN, PATH_PACED };
+/** What the upstream answered to a new connection (SPEC §14), as the
+ * addon's `observe` takes it: the core's `Outcome` numbers. */
+const OUTCOME_CODES = Object.freeze({ opened: 1, throttled: 2 });
+
+/** The addon's number for `outcome`, 'opened' or 'throttled'; anything
+ * else is a TypeError naming the argument. */
+function outcomeCode(outcome) {
+  const code = typeof outcome === 'string' && Object.hasOwn(OUTCOME_CODES, outcome) ? OUTCOME_CODES[outcome] : 0;
+  if (code === 0) {
+    const given = typeof outcome === 'string' ? JSON.stringify(outcome) : typeof outcome;
+    throw new TypeError(`pacer: outcome must be 'opened' or 'throttled', got ${given}`);
+  }
+  return code;
+}
+
+module.exports = {
+  native, constants, decodeDecision, outcomeCode, PACED_WAIT_SPAN, REFUSAL_HINT_SPAN, PATH_PACED,
+};

@@ -13,7 +13,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 const { sleep } = require('./wait.js');
 const { checkKey } = require('./bookings.js');
-const { native } = require('./native.js');
+const { native, outcomeCode } = require('./native.js');
 
 function core() {
   return require('./index.js');
@@ -310,7 +310,10 @@ class RedisPacer {
   /** The local Pacer of the same configuration: checks it, gives mode and
    * bound, and answers when the mode is `disabled`. */
   #configPacer;
+  /** The configuration arguments of RESERVE and BOOK, and `ADAPT floor
+   * ceiling` (docs/redis.md) when adaptation is on, else nothing. */
   #configArgs;
+  #adaptArgs;
   #engineOption;
   #engine = null;
   #scriptLoaded = false;
@@ -362,12 +365,18 @@ class RedisPacer {
       idleTimeoutMs: options.idleTimeoutMs,
       maxRetries: options.maxRetries,
       releasePolicy: options.releasePolicy,
+      adaptive: options.adaptive,
       onNotice: options.onNotice,
       noticeRegistry: options.noticeRegistry,
     });
     const config = this.#configPacer.config;
     this.#configArgs = [config.ratePerMinute, config.burst, config.idleTimeoutMs, config.maxRetries]
       .map(String).concat(config.releasePolicy);
+    // The ceiling as given: 0 (the rate) when left out, as every client
+    // sends it.
+    const { adaptive } = this.#configPacer;
+    this.#adaptArgs = adaptive === null ? [] : ['ADAPT', String(adaptive.floorPerMinute),
+      String(options.adaptive.ceilingPerMinute === undefined ? 0 : adaptive.ceilingPerMinute)];
     this.#key = options.key;
     this.#engineOption = choiceOption('engine', options.engine, ENGINES);
     this.#policy = choiceOption('onFailure', options.onFailure, POLICIES);
@@ -416,7 +425,8 @@ class RedisPacer {
    * and owns its node-redis client) or `client` (a node-redis client of
    * yours, which close() leaves open); `key`, the bucket's key; the
    * configuration as `new Pacer()` takes it (`ratePerMinute`, `burst`,
-   * `idleTimeoutMs`, `maxRetries`, `releasePolicy`); `engine` ('auto',
+   * `idleTimeoutMs`, `maxRetries`, `releasePolicy`, `adaptive`: sent as
+   * `ADAPT floor ceiling`); `engine` ('auto',
    * 'module', 'function', 'script'); `onFailure` ('local', 'open',
    * 'closed'); `fleetSize`; `timeoutMs`; `retryAfterMs`; `onNotice` and
    * `noticeRegistry`. Resolves once the client connected, or failed to
@@ -471,6 +481,9 @@ class RedisPacer {
 
   /** The configuration in force (defaults filled in), as `Pacer.config`. */
   get config() { return this.#configPacer.config; }
+
+  /** The adaptive bounds (SPEC §14), as `Pacer.adaptive`: null when off. */
+  get adaptive() { return this.#configPacer.adaptive; }
 
   get mode() { return this.#configPacer.mode; }
 
@@ -609,18 +622,23 @@ class RedisPacer {
 
   // ---------------------------------------------------------------- the policy
 
-  /** The fallback pacer: this configuration at ⌊rate/N⌋, ⌊burst/N⌋ (at least 1). */
+  /** The fallback pacer: this configuration at ⌊rate/N⌋, ⌊burst/N⌋ (at
+   * least 1), adaptive (SPEC §14) between the bounds so divided. */
   #local() {
     if (this.#fallback === null) {
       const { Pacer } = core();
       const c = this.#configPacer.config;
       const n = this.#fleetSize;
+      const share = (value) => Math.max(1, Math.floor(value / n));
+      const { adaptive } = this.#configPacer;
       this.#fallback = new Pacer({
-        ratePerMinute: Math.max(1, Math.floor(c.ratePerMinute / n)),
-        burst: Math.max(1, Math.floor(Math.max(1, c.burst) / n)),
+        ratePerMinute: share(c.ratePerMinute),
+        burst: share(Math.max(1, c.burst)),
         idleTimeoutMs: c.idleTimeoutMs,
         maxRetries: c.maxRetries,
         releasePolicy: c.releasePolicy,
+        adaptive: adaptive === null ? undefined
+          : { floorPerMinute: share(adaptive.floorPerMinute), ceilingPerMinute: share(adaptive.ceilingPerMinute) },
         onNotice: this.#sink,
         noticeRegistry: this.#registry,
       });
@@ -677,7 +695,7 @@ class RedisPacer {
   async reserve() {
     this.#open();
     if (!this.enabled) return this.#count(this.#configPacer.reserve(monotonicNow()));
-    const reply = await this.#redis('reserve', this.#configArgs);
+    const reply = await this.#redis('reserve', [...this.#configArgs, ...this.#adaptArgs]);
     return this.#count(reply === FAILED ? this.#byPolicy() : decisionFrom(this.#key, reply));
   }
 
@@ -693,7 +711,7 @@ class RedisPacer {
     wholeOption('retriesLeft', retriesLeft, undefined, 0, 0xffffffff);
     if (retriesLeft === undefined) throw new TypeError('pacer: retriesLeft must be a number, got undefined');
     if (!this.enabled) return this.#count(this.#configPacer.reserveOrBook(monotonicNow(), retriesLeft));
-    const reply = await this.#redis('book', [...this.#configArgs, String(retriesLeft)]);
+    const reply = await this.#redis('book', [...this.#configArgs, String(retriesLeft), ...this.#adaptArgs]);
     return this.#count(reply === FAILED ? this.#byPolicy(retriesLeft) : decisionFrom(this.#key, reply));
   }
 
@@ -772,6 +790,32 @@ class RedisPacer {
     this.#counters.released += 1;
     if (Number(reply) === 1) this.#counters.refunded += 1;
     return Number(reply) === 1;
+  }
+
+  /**
+   * Reports what the upstream answered to a new connection (SPEC §14),
+   * 'opened' or 'throttled', to the fleet's bucket: `PACER.OBSERVE key
+   * outcome` (the function's and the script's `observe`), on the server's
+   * clock, so a throttle one process saw slows the whole fleet. Resolves to
+   * the bucket's rate in force after it, per minute. With adaptation off (or
+   * the mode disabled) nothing is sent and it resolves to the configured
+   * rate, as `Pacer.observe`. While Redis cannot answer, `local` reports it
+   * to the fallback pacer and resolves to that pacer's rate in force (its
+   * share of the fleet's); `open` and `closed` learn nothing and resolve to
+   * the configured rate. A bad outcome rejects with a TypeError.
+   */
+  async observe(outcome) {
+    this.#open();
+    outcomeCode(outcome);
+    const c = this.#configPacer;
+    if (c.adaptive === null || !this.enabled) return c.observe(outcome, monotonicNow());
+    const reply = await this.#redis('observe', [outcome]);
+    if (reply === FAILED) {
+      return this.#policy === 'local' ? this.#local().observe(outcome, monotonicNow()) : c.config.ratePerMinute;
+    }
+    const rate = Number(reply);
+    if (!Number.isSafeInteger(rate) || rate < 0) throw unexpected(reply);
+    return rate;
   }
 
   /**

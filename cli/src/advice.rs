@@ -48,11 +48,13 @@ fn remedy(change: String, report: &SimReport, duration_ms: u64) -> Remedy {
 
 /// The advice for a run of `config` that reported `report`: `None` when it
 /// has no terminal errors, or when it is not a run the changes apply to
-/// (the seed's admit-anyway design, several machines).
+/// (the seed's admit-anyway design, several machines, a hidden upstream
+/// limit, whose throttles no pacer setting can end).
 pub fn advise(config: &SimConfig, report: &SimReport) -> Result<Option<Advice>, String> {
     if report.terminal_rate_limit_errors == 0
         || config.design != Design::Paced
         || config.machines > 1
+        || config.upstream_limit_per_min.is_some()
     {
         return Ok(None);
     }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use pacer_core::{
-    Booking, BookingDecision, Config, ConfigError, Decision, Pacer, Redemption, Ticket,
+    Booking, BookingDecision, Config, ConfigError, Decision, Outcome, Pacer, Redemption, Ticket,
     UNITS_PER_TOKEN,
 };
 
@@ -57,6 +57,15 @@ pub trait Gate {
     fn forget(&mut self, _request: usize, _now_ms: u64) -> bool {
         false
     }
+    /// What the upstream answered to a new connection (SPEC §14); the
+    /// rate in force after it. Gates without adaptation ignore it.
+    fn observe(&mut self, _outcome: Outcome, _now_ms: u64) -> Option<u32> {
+        None
+    }
+    /// The rate in force at `now_ms`, for a gate that has one.
+    fn rate_in_force(&self, _now_ms: u64) -> Option<u32> {
+        None
+    }
 }
 
 /// One gate shared by several users: every call goes to the same gate.
@@ -75,6 +84,14 @@ impl<G: Gate> Gate for Rc<RefCell<G>> {
 
     fn forget(&mut self, request: usize, now_ms: u64) -> bool {
         self.borrow_mut().forget(request, now_ms)
+    }
+
+    fn observe(&mut self, outcome: Outcome, now_ms: u64) -> Option<u32> {
+        self.borrow_mut().observe(outcome, now_ms)
+    }
+
+    fn rate_in_force(&self, now_ms: u64) -> Option<u32> {
+        self.borrow().rate_in_force(now_ms)
     }
 }
 
@@ -135,6 +152,14 @@ impl Gate for CoreGate {
             Some(ticket) => self.pacer.release(ticket, now_ms),
             None => false,
         }
+    }
+
+    fn observe(&mut self, outcome: Outcome, now_ms: u64) -> Option<u32> {
+        Some(self.pacer.observe(outcome, now_ms))
+    }
+
+    fn rate_in_force(&self, now_ms: u64) -> Option<u32> {
+        Some(self.pacer.rate_in_force(now_ms))
     }
 }
 
@@ -221,6 +246,14 @@ impl Gate for BookingGate {
             Some(booking) => self.inner.pacer.release(booking.ticket, now_ms),
             None => false,
         }
+    }
+
+    fn observe(&mut self, outcome: Outcome, now_ms: u64) -> Option<u32> {
+        self.inner.observe(outcome, now_ms)
+    }
+
+    fn rate_in_force(&self, now_ms: u64) -> Option<u32> {
+        self.inner.rate_in_force(now_ms)
     }
 }
 

@@ -19,3 +19,4 @@ pub mod rng;
 pub mod sim;
 pub mod stats;
 pub mod sweep;
+pub mod upstream_sweep;

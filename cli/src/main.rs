@@ -12,7 +12,7 @@ use pacer_cli::sim::{
     self, Arrivals, Design, Load, OnRefusal, SimConfig, MAX_AGENTS, MAX_MACHINES, MAX_MS,
     MAX_OFFERED_PER_MIN,
 };
-use pacer_cli::{advice, explain, plot, progress, replay, sweep};
+use pacer_cli::{advice, explain, plot, progress, replay, sweep, upstream_sweep};
 use pacer_core::MAX_BURST;
 use pacer_core::{resolve, ReleasePolicy, Settings};
 
@@ -33,7 +33,7 @@ struct Cli {
 enum Command {
     /// Simulate agents (closed loop) or offered load (open loop) through the
     /// pacer and the SDK client's retry rule, on a virtual clock.
-    Simulate(SimulateArgs),
+    Simulate(Box<SimulateArgs>),
     /// Check the design record's reviewer matrix (SPEC §6.4, §6.5), or with
     /// --exhaustive the §3 inequalities over every resolvable budget.
     Matrix(MatrixArgs),
@@ -166,6 +166,36 @@ struct SimulateArgs {
     #[arg(long, default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_MACHINES)))]
     machines: u32,
+    /// The upstream's hidden limit: at most this many new connections
+    /// open in any 60 s (over every machine); past it the upstream
+    /// throttles, and the client retries on its backoff ladder.
+    #[arg(long, value_name = "T", value_parser = clap::value_parser!(u32).range(1..=60_000))]
+    upstream_limit_per_min: Option<u32>,
+    /// Adaptive pacing (SPEC §14): the pacer lowers its rate when the
+    /// upstream throttles and climbs back along a cubic curve, between
+    /// --adaptive-floor and --adaptive-ceiling. Needs --upstream-limit-per-min
+    /// (only throttles move the rate).
+    #[arg(long)]
+    adaptive: bool,
+    /// Adaptive pacing's lowest rate, per minute [default: 1].
+    #[arg(long, requires = "adaptive", value_parser = clap::value_parser!(u32).range(1..=600))]
+    adaptive_floor: Option<u32>,
+    /// Adaptive pacing's highest rate, per minute [default: the rate].
+    #[arg(long, requires = "adaptive", value_parser = clap::value_parser!(u32).range(1..=600))]
+    adaptive_ceiling: Option<u32>,
+    /// Adaptive pacing against fixed rates (SPEC §14): for each hidden
+    /// upstream limit in the list (per minute), run once per --fixed-rates
+    /// rate and once adaptive (from --rate, with --adaptive's floor and
+    /// ceiling), and table completed turns and upstream throttles. With
+    /// --plot, the adaptive runs' rate in force over time.
+    #[arg(long, value_name = "T,T,…", value_delimiter = ',', requires = "adaptive",
+          value_parser = clap::value_parser!(u32).range(1..=60_000),
+          conflicts_with_all = ["upstream_limit_per_min", "sweep_agents", "compare_booking", "per_minute", "machines"])]
+    sweep_upstream: Option<Vec<u32>>,
+    /// The fixed rates --sweep-upstream compares with, per minute.
+    #[arg(long, value_name = "R,R,…", value_delimiter = ',', default_value = "30,60,120",
+          requires = "sweep_upstream", value_parser = clap::value_parser!(u32).range(1..=600))]
+    fixed_rates: Vec<u32>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -471,7 +501,31 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
         cancel_percent: args.cancel_percent,
         booking: args.booking,
         machines: args.machines,
+        upstream_limit_per_min: args.upstream_limit_per_min,
+        adaptive: args.adaptive.then(|| {
+            let rate = resolution.budget.rate_per_min;
+            (
+                args.adaptive_floor.unwrap_or(1),
+                args.adaptive_ceiling.unwrap_or(rate),
+            )
+        }),
     };
+    if args.adaptive && args.upstream_limit_per_min.is_none() && args.sweep_upstream.is_none() {
+        return Err(
+            "--adaptive needs --upstream-limit-per-min or --sweep-upstream: only the upstream's throttles move the rate"
+                .to_string()
+                .into(),
+        );
+    }
+    if let Some((floor, ceiling)) = config.adaptive {
+        let rate = config.budget.rate_per_min;
+        if rate == 0 || floor > rate || ceiling < rate {
+            return Err(format!(
+                "--adaptive needs --adaptive-floor {floor} <= --rate {rate} <= --adaptive-ceiling {ceiling}, and a rate above 0"
+            )
+            .into());
+        }
+    }
     if let Some((from, to)) = args.sweep_agents {
         if args.machines > 1 {
             return Err("--sweep-agents sweeps one machine; drop --machines"
@@ -499,6 +553,35 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
             print(&to_json(&sweep)?)
         } else {
             print(&sweep::render(&sweep, &heading))
+        };
+    }
+    if let Some(limits) = &args.sweep_upstream {
+        let sweep = upstream_sweep::run(&config, limits, &args.fixed_rates)?;
+        let s = &config;
+        let heading = format!(
+            "pacer simulate --sweep-upstream — adaptive pacing (from {}/min, floor {}, ceiling {}) against fixed rates: \
+             closed loop, {} agents, burst {}, {} retries, {} ms turns ± {} ms, {} s virtual",
+            s.budget.rate_per_min,
+            sweep.adaptive_floor_per_min,
+            sweep.adaptive_ceiling_per_min,
+            match s.load {
+                sim::Load::Closed { agents, .. } => agents,
+                sim::Load::Open { .. } => 0,
+            },
+            s.burst,
+            s.budget.max_retries,
+            s.turn_ms,
+            s.turn_jitter_ms,
+            s.duration_ms / 1000,
+        );
+        if let Some(path) = &args.plot {
+            plot::write_upstream_sweep_svg(&sweep, &heading, path)?;
+            eprintln!("pacer: wrote the chart to {}", path.display());
+        }
+        return if args.json {
+            print(&to_json(&sweep)?)
+        } else {
+            print(&upstream_sweep::render(&sweep, &heading))
         };
     }
     if args.compare_booking {
@@ -719,7 +802,7 @@ fn main() -> ExitCode {
         },
     };
     let result = match cli.command {
-        Command::Simulate(args) => simulate(args),
+        Command::Simulate(args) => simulate(*args),
         Command::Matrix(args) => run_matrix(args),
         Command::Replay(args) => run_replay(args),
         Command::Explain(args) => run_explain(args),

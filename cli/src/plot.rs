@@ -73,6 +73,36 @@ where
         .map_err(err)
 }
 
+/// A chart over `0..minutes` (whole-minute labels) and `0..top·1.1` on
+/// `area`, captioned, its y axis named `y_desc`, its mesh drawn.
+fn minute_chart<'a, DB: DrawingBackend + 'a>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    caption: &str,
+    minutes: f64,
+    top: f64,
+    y_desc: &str,
+) -> Result<Chart<'a, DB>, String>
+where
+    DB::ErrorType: 'static,
+{
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0f64..minutes, 0f64..top * 1.1)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("minute")
+        .x_labels(minute_labels(minutes))
+        .x_label_formatter(&whole_label)
+        .y_desc(y_desc)
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
+}
+
 /// `--plot`'s file must be named `.svg` (the only format drawn): an error
 /// naming the file otherwise.
 pub fn require_svg(path: &Path) -> Result<(), String> {
@@ -144,28 +174,23 @@ pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
     // Per-minute counts, drawn at the middle of their minute.
     let count_max = rows
         .iter()
-        .map(|row| row.offered.max(row.attempts).max(row.admitted))
+        .map(|row| {
+            row.offered
+                .max(row.attempts)
+                .max(row.admitted)
+                .max(row.throttled.unwrap_or(0))
+                .max(row.rate_in_force.map_or(0, u64::from))
+        })
         .max()
         .unwrap_or(0)
         .max(1) as f64;
-    let mut counts = ChartBuilder::on(&top)
-        .caption(
-            "per minute: offered, attempts, admitted, refused, terminal errors",
-            ("sans-serif", 16),
-        )
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0f64..minutes, 0f64..count_max * 1.1)
-        .map_err(err)?;
-    counts
-        .configure_mesh()
-        .x_desc("minute")
-        .x_labels(minute_labels(minutes))
-        .x_label_formatter(&whole_label)
-        .y_desc("count per minute")
-        .draw()
-        .map_err(err)?;
+    let mut counts = minute_chart(
+        &top,
+        "per minute: offered, attempts, admitted, refused, terminal errors",
+        minutes,
+        count_max,
+        "count per minute",
+    )?;
     let series: [Series<u64>; 5] = [
         ("offered (new requests)", BLUE, |row| row.offered),
         ("attempts (with retries)", RGBColor(150, 150, 150), |row| {
@@ -186,6 +211,27 @@ pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
             .collect();
         draw_line(&mut counts, points, label, color)?;
     }
+    // A hidden upstream limit and adaptive pacing (SPEC §14): the upstream's
+    // throttles per minute, and the rate in force at each minute's start.
+    let limit_lines: [Series<Option<u64>>; 2] = [
+        ("upstream throttles", RGBColor(140, 0, 160), |row| {
+            row.throttled
+        }),
+        (
+            "rate in force (per min, at the minute's start)",
+            RGBColor(0, 140, 140),
+            |row| row.rate_in_force.map(u64::from),
+        ),
+    ];
+    for (label, color, value) in limit_lines {
+        let points: Vec<(f64, f64)> = rows
+            .iter()
+            .filter_map(|row| value(row).map(|v| (row.minute as f64 + 0.5, v as f64)))
+            .collect();
+        if !points.is_empty() {
+            draw_line(&mut counts, points, label, color)?;
+        }
+    }
     draw_legend(&mut counts, SeriesLabelPosition::MiddleRight)?;
 
     // Turn latency of the turns completed in each minute.
@@ -196,24 +242,13 @@ pub fn write_svg(report: &SimReport, path: &Path) -> Result<(), String> {
         .unwrap_or(1000)
         .max(1000) as f64
         / 1000.0;
-    let mut latency = ChartBuilder::on(&bottom)
-        .caption(
-            "turn latency of turns completed in the minute, s",
-            ("sans-serif", 16),
-        )
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0f64..minutes, 0f64..latency_max * 1.1)
-        .map_err(err)?;
-    latency
-        .configure_mesh()
-        .x_desc("minute")
-        .x_labels(minute_labels(minutes))
-        .x_label_formatter(&whole_label)
-        .y_desc("seconds")
-        .draw()
-        .map_err(err)?;
+    let mut latency = minute_chart(
+        &bottom,
+        "turn latency of turns completed in the minute, s",
+        minutes,
+        latency_max,
+        "seconds",
+    )?;
     let latency_series: [Series<Option<u64>>; 2] = [
         ("p50", RGBColor(0, 120, 0), |row| row.latency_p50_ms),
         ("max", RGBColor(200, 120, 0), |row| row.latency_max_ms),
@@ -259,27 +294,16 @@ where
         .max()
         .unwrap_or(0)
         .max(1) as f64;
-    let mut chart = ChartBuilder::on(area)
-        .caption(
-            format!(
-                "upstream new connections per minute, all {} machines",
-                m.machines
-            ),
-            ("sans-serif", 16),
-        )
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0f64..minutes, 0f64..count_max * 1.1)
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_desc("minute")
-        .x_labels(minute_labels(minutes))
-        .x_label_formatter(&whole_label)
-        .y_desc("connections per minute")
-        .draw()
-        .map_err(err)?;
+    let mut chart = minute_chart(
+        area,
+        &format!(
+            "upstream new connections per minute, all {} machines",
+            m.machines
+        ),
+        minutes,
+        count_max,
+        "connections per minute",
+    )?;
     let per_machine_label = format!("a bucket per machine ({} pacers)", m.machines);
     for (label, color, values) in [
         (per_machine_label.as_str(), RED, &a.upstream_per_minute),
@@ -398,6 +422,83 @@ pub fn write_sweep_svg(sweep: &Sweep, title: &str, path: &Path) -> Result<(), St
         }
         draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// `simulate --sweep-upstream --plot`: the adaptive runs' rate in force
+/// over time, one line per hidden limit, each limit dashed in its colour
+/// (`path` must end in `.svg`).
+pub fn write_upstream_sweep_svg(
+    sweep: &crate::upstream_sweep::Sweep,
+    title: &str,
+    path: &Path,
+) -> Result<(), String> {
+    require_svg(path)?;
+    let colors = [
+        RED,
+        BLUE,
+        RGBColor(0, 140, 0),
+        RGBColor(200, 120, 0),
+        RGBColor(140, 0, 160),
+        BLACK,
+    ];
+    let end_ms = sweep
+        .rows
+        .iter()
+        .flat_map(|r| r.rate_in_force_trace.last().map(|p| p[0]))
+        .max()
+        .unwrap_or(60_000)
+        .max(60_000);
+    let minutes = end_ms as f64 / 60_000.0;
+    let top = sweep
+        .rows
+        .iter()
+        .flat_map(|r| {
+            r.rate_in_force_trace
+                .iter()
+                .map(|p| p[1])
+                .chain([u64::from(r.upstream_limit_per_min)])
+        })
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root.titled(title, ("sans-serif", 18)).map_err(err)?;
+    let mut chart = minute_chart(
+        &root,
+        "adaptive pacing: rate in force (solid) against the upstream's hidden limit (dashed)",
+        minutes,
+        top,
+        "new connections per minute",
+    )?;
+    for (row, color) in sweep.rows.iter().zip(colors.iter().cycle()) {
+        let color = *color;
+        let points: Vec<(f64, f64)> = row
+            .rate_in_force_trace
+            .iter()
+            .map(|p| (p[0] as f64 / 60_000.0, p[1] as f64))
+            .collect();
+        let label = format!("limit {}/min", row.upstream_limit_per_min);
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
+            .map_err(err)?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        let level = f64::from(row.upstream_limit_per_min);
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(0.0, level), (minutes, level)],
+                8,
+                6,
+                color.stroke_width(1),
+            ))
+            .map_err(err)?;
+    }
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present().map_err(err)?;
     Ok(())
 }

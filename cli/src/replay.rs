@@ -164,6 +164,8 @@ fn parse_config(value: &Value, line: usize) -> Result<(Config, u64), String> {
         idle_timeout_ms,
         max_retries,
         release_policy,
+        adaptive_floor_per_min: 0,
+        adaptive_ceiling_per_min: 0,
     };
     Ok((config, t))
 }
@@ -183,6 +185,7 @@ fn config_error(error: ConfigError, config: &Config, line: usize) -> String {
             ladder_ceiling(config.idle_timeout_ms),
             config.idle_timeout_ms
         ),
+        ConfigError::AdaptiveRange => error.to_string(),
     };
     format!("line {line}: the pacer rejects this config: {why}")
 }

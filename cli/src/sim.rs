@@ -65,10 +65,10 @@
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::rc::Rc;
 
-use pacer_core::{Budget, Config, Mode, Pacer, ReleasePolicy};
+use pacer_core::{Budget, Config, Mode, Outcome as Upstream, Pacer, ReleasePolicy};
 use serde::Serialize;
 
 use crate::client::{Client, ClientStep, RetryHeaders};
@@ -223,6 +223,14 @@ pub struct SimConfig {
     /// whole `load` (1..=[`MAX_MACHINES`]). More than one runs both
     /// [`Buckets`] arrangements.
     pub machines: u32,
+    /// The upstream's hidden limit (`--upstream-limit-per-min`): at most
+    /// this many connections open in any 60 s (a sliding window over every
+    /// machine, one account); past it the upstream throttles the attempt.
+    /// `None`: the upstream opens everything.
+    pub upstream_limit_per_min: Option<u32>,
+    /// Adaptive pacing (SPEC §14) between `(floor, ceiling)` per minute:
+    /// every gate reports the upstream's answers to its pacer.
+    pub adaptive: Option<(u32, u32)>,
 }
 
 /// How the machines' proxies pace their new connections.
@@ -324,6 +332,12 @@ pub struct MinuteRow {
     pub latency_p50_ms: Option<u64>,
     /// Longest latency of the turns completed in this minute, ms.
     pub latency_max_ms: Option<u64>,
+    /// With a hidden upstream limit: throttle answers in this minute.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throttled: Option<u64>,
+    /// Adaptive runs: the rate in force at the minute's start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_in_force: Option<u32>,
 }
 
 /// The settings a run used, as resolved.
@@ -377,6 +391,15 @@ pub struct RunSettings {
     pub cancel_percent: u32,
     /// Refusals book a place in line (SPEC §11).
     pub booking: bool,
+    /// The upstream's hidden limit, connections per 60 s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_limit_per_min: Option<u32>,
+    /// Adaptive pacing's floor (SPEC §14).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adaptive_floor_per_min: Option<u32>,
+    /// Adaptive pacing's ceiling.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adaptive_ceiling_per_min: Option<u32>,
 }
 
 /// What a run measured.
@@ -388,6 +411,10 @@ pub struct SimReport {
     pub turns_started: u64,
     /// Turns that got their connection and finished.
     pub turns_completed: u64,
+    /// With a hidden upstream limit: the throttle answers the upstream gave
+    /// (connections the pacer admitted that the upstream then refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_throttled: Option<u64>,
     /// Turns that ended in a terminal rate-limit error (refused on the last
     /// attempt, or on the only one in `drop` mode).
     pub terminal_rate_limit_errors: u64,
@@ -453,6 +480,9 @@ pub struct SimReport {
     /// summed over the machines.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub machines: Option<MachinesReport>,
+    /// Adaptive runs: `[ms, rate in force]` every 5 s.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rate_in_force_trace: Vec<[u64; 2]>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -467,7 +497,12 @@ enum Event {
     Complete(usize),
     Deadline(usize),
     Cancel(usize),
+    /// Record the rate in force (adaptive runs: every [`RATE_SAMPLE_MS`]).
+    Sample,
 }
+
+/// How often an adaptive run records its rate in force, ms.
+pub const RATE_SAMPLE_MS: u64 = 5_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -571,6 +606,12 @@ struct Sim<'a> {
     attempts_pm: PerMinute,
     refused_pm: PerMinute,
     rate_limited_pm: PerMinute,
+    /// Opening times in the upstream's last 60 s (with a hidden limit).
+    upstream_window: VecDeque<u64>,
+    upstream_throttled: u64,
+    throttled_pm: PerMinute,
+    /// `(ms, rate in force)` every [`RATE_SAMPLE_MS`] (adaptive runs).
+    rate_trace: Vec<(u64, u32)>,
 }
 
 impl<'a> Sim<'a> {
@@ -723,6 +764,50 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// Whether the upstream's hidden limit throttles a connection opening
+    /// at `now`; when it does not, the opening takes its place in the
+    /// upstream's window.
+    fn upstream_throttles(&mut self, now: u64) -> bool {
+        let Some(limit) = self.cfg.upstream_limit_per_min else {
+            return false;
+        };
+        while self
+            .upstream_window
+            .front()
+            .is_some_and(|&t| t + 60_000 <= now)
+        {
+            self.upstream_window.pop_front();
+        }
+        if self.upstream_window.len() as u64 >= u64::from(limit) {
+            return true;
+        }
+        self.upstream_window.push_back(now);
+        false
+    }
+
+    /// The upstream throttled request `id`'s connection at `now`: the proxy
+    /// tells its pacer (adaptive runs) and answers the client with a
+    /// retryable rate limit carrying no delay header (the upstream's own
+    /// answer has none), so the client backs off on its ladder; on its last
+    /// attempt the turn ends in a rate-limit error.
+    fn throttled(&mut self, id: usize, now: u64) {
+        self.upstream_throttled += 1;
+        self.throttled_pm.add(now);
+        let machine = self.requests[id].machine as usize;
+        if self.cfg.adaptive.is_some() {
+            self.gates[machine].observe(Upstream::Throttled, now);
+        }
+        let request = &mut self.requests[id];
+        request.phase = Phase::Backoff;
+        let attempts = request.attempts;
+        match self.client.after_failure(attempts, RetryHeaders::default()) {
+            ClientStep::Retry { delay_ms } => {
+                self.push(now.saturating_add(delay_ms), Event::Attempt(id))
+            }
+            ClientStep::GiveUp => self.finish(id, Outcome::RateLimited, now),
+        }
+    }
+
     fn next_arrival(&mut self, machine: u32) -> Option<u64> {
         let Load::Open { arrivals, .. } = self.cfg.load else {
             return None;
@@ -778,13 +863,31 @@ impl<'a> Sim<'a> {
                 if request.phase != Phase::Waiting {
                     return;
                 }
-                request.phase = Phase::Streaming;
                 request.ticket = None;
+                if self.upstream_throttles(now) {
+                    self.throttled(id, now);
+                    return;
+                }
+                let request = &mut self.requests[id];
+                request.phase = Phase::Streaming;
                 request.first_byte_at =
                     now.saturating_add(self.cfg.first_byte_ms.min(request.service_ms));
                 let end = now.saturating_add(request.service_ms);
+                let machine = request.machine as usize;
                 self.opened_times.push(now);
+                if self.cfg.adaptive.is_some() {
+                    self.gates[machine].observe(Upstream::Opened, now);
+                }
                 self.push(end, Event::Complete(id));
+            }
+            Event::Sample => {
+                if let Some(rate) = self.gates[0].rate_in_force(now) {
+                    self.rate_trace.push((now, rate));
+                }
+                let next = now + RATE_SAMPLE_MS;
+                if next <= self.cfg.duration_ms {
+                    self.push(next, Event::Sample);
+                }
             }
             Event::Complete(id) => {
                 if self.requests[id].phase == Phase::Streaming {
@@ -1069,6 +1172,8 @@ pub fn run_arrangement(
         idle_timeout_ms: budget.idle_timeout_ms,
         max_retries: budget.max_retries,
         release_policy: cfg.release_policy,
+        adaptive_floor_per_min: cfg.adaptive.map_or(0, |(floor, _)| floor),
+        adaptive_ceiling_per_min: cfg.adaptive.map_or(0, |(_, ceiling)| ceiling),
     };
     let probe =
         Pacer::new(&config, 0).map_err(|e| format!("the pacer rejected the settings: {e:?}"))?;
@@ -1120,7 +1225,14 @@ pub fn run_arrangement(
         attempts_pm: PerMinute::default(),
         refused_pm: PerMinute::default(),
         rate_limited_pm: PerMinute::default(),
+        upstream_window: VecDeque::new(),
+        upstream_throttled: 0,
+        throttled_pm: PerMinute::default(),
+        rate_trace: Vec::new(),
     };
+    if cfg.adaptive.is_some() {
+        sim.push(0, Event::Sample);
+    }
     for machine in 0..cfg.machines {
         match cfg.load {
             Load::Closed {
@@ -1231,6 +1343,12 @@ fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64, events: u64) -> SimReport {
                 completed: bucket.len() as u64,
                 latency_p50_ms: percentile(bucket, 50),
                 latency_max_ms: bucket.last().copied(),
+                throttled: cfg.upstream_limit_per_min.map(|_| sim.throttled_pm.get(m)),
+                rate_in_force: sim
+                    .rate_trace
+                    .iter()
+                    .find(|(t, _)| *t >= minute * 60_000)
+                    .map(|&(_, rate)| rate),
             }
         })
         .collect();
@@ -1329,9 +1447,13 @@ fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64, events: u64) -> SimReport {
             seed: cfg.seed,
             cancel_percent: cfg.cancel_percent,
             booking: cfg.booking,
+            upstream_limit_per_min: cfg.upstream_limit_per_min,
+            adaptive_floor_per_min: cfg.adaptive.map(|(floor, _)| floor),
+            adaptive_ceiling_per_min: cfg.adaptive.map(|(_, ceiling)| ceiling),
         },
         turns_started: started,
         turns_completed: sim.completed,
+        upstream_throttled: cfg.upstream_limit_per_min.map(|_| sim.upstream_throttled),
         terminal_rate_limit_errors: sim.rate_limited,
         deadline_overruns: sim.overruns,
         cancelled: sim.cancelled,
@@ -1366,6 +1488,11 @@ fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64, events: u64) -> SimReport {
         request_limit: sim.max_requests,
         request_limit_reached_ms: sim.request_limit_reached_ms,
         machines: None,
+        rate_in_force_trace: sim
+            .rate_trace
+            .iter()
+            .map(|&(t, rate)| [t, u64::from(rate)])
+            .collect(),
     }
 }
 
@@ -1433,6 +1560,21 @@ pub fn render(report: &SimReport, per_minute: bool) -> String {
         s.idle_timeout_ms,
         s.release_policy
     ));
+    if let Some(limit) = s.upstream_limit_per_min {
+        line(format!(
+            "upstream: a hidden limit of {limit} new connections in any 60 s; a throttled connection is retried on the client's ladder"
+        ));
+    }
+    if let (Some(floor), Some(ceiling)) = (s.adaptive_floor_per_min, s.adaptive_ceiling_per_min) {
+        let rates = report.rate_in_force_trace.iter().map(|p| p[1]);
+        line(format!(
+            "adaptive pacing (SPEC §14): from {}/min within [{floor}, {ceiling}]; rate in force min {}, max {}, at the end {}",
+            s.rate_per_min,
+            rates.clone().min().unwrap_or(0),
+            rates.max().unwrap_or(0),
+            report.rate_in_force_trace.last().map_or(0, |p| p[1]),
+        ));
+    }
     for notice in &report.notices {
         line(format!("notice: {notice}"));
     }
@@ -1459,6 +1601,17 @@ pub fn render(report: &SimReport, per_minute: bool) -> String {
         "  completed                  {:>8}",
         report.turns_completed
     ));
+    if let Some(throttled) = report.upstream_throttled {
+        line(format!(
+            "  upstream throttles         {:>8}  ({:.1}% of completed turns)",
+            throttled,
+            if report.turns_completed == 0 {
+                0.0
+            } else {
+                100.0 * throttled as f64 / report.turns_completed as f64
+            }
+        ));
+    }
     line(format!(
         "  terminal rate-limit errors {:>8}  ({:.1}% of turns)",
         report.terminal_rate_limit_errors, report.terminal_error_percent
@@ -1653,6 +1806,8 @@ mod tests {
             cancel_percent: 0,
             booking: false,
             machines: 1,
+            upstream_limit_per_min: None,
+            adaptive: None,
         }
     }
 

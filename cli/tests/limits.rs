@@ -256,6 +256,8 @@ fn a_closed_loop_stops_at_its_request_limit_and_says_so() {
         cancel_percent: 0,
         booking: false,
         machines: 1,
+        upstream_limit_per_min: None,
+        adaptive: None,
     };
     let limits = Limits {
         max_requests: 40_000,
@@ -356,6 +358,8 @@ fn the_machines_edges_of_the_request_limit() {
         cancel_percent: 0,
         booking: false,
         machines,
+        upstream_limit_per_min: None,
+        adaptive: None,
     };
     let agents = |agents| Load::Closed {
         agents,
@@ -414,6 +418,8 @@ fn several_machines_stop_at_their_share_of_the_request_limit() {
         cancel_percent: 0,
         booking: false,
         machines: 2,
+        upstream_limit_per_min: None,
+        adaptive: None,
     };
     let limits = Limits {
         max_requests: 80_000,

@@ -246,6 +246,8 @@ fn config(load: Load, machines: u32) -> SimConfig {
         cancel_percent: 20,
         booking: false,
         machines,
+        upstream_limit_per_min: None,
+        adaptive: None,
     }
 }
 

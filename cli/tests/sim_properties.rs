@@ -222,6 +222,8 @@ proptest! {
             cancel_percent: case.cancel_percent,
             booking: case.booking,
             machines: case.machines,
+            upstream_limit_per_min: None,
+            adaptive: None,
         };
         let per_request = u64::from(client_retries) + 5;
         let requests = request_bound(&case);

@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod adaptive;
 pub mod budget;
 mod counters;
 pub mod frame;
@@ -44,16 +45,17 @@ pub mod settings;
 mod sync;
 mod text;
 
+pub use adaptive::{ControlView, Outcome};
 pub use budget::Budget;
 pub use counters::{CounterSnapshot, Counters};
 pub use notice::{Notice, NoticeKey, NoticeKind, NoticeRegistry};
-#[cfg(not(loom))]
-pub use pacer::STATE_OFFSET;
 pub use pacer::{
     Admission, AdmitPath, Booked, Booking, BookingDecision, Config, ConfigError, Decision, Mode,
     Pacer, Params, Redemption, Refusal, ReleasePolicy, StateView, Ticket, Transition, MAX_BURST,
     UNITS_PER_TOKEN,
 };
+#[cfg(not(loom))]
+pub use pacer::{CONTROL_OFFSET, SHARED_OFFSET, STATE_OFFSET};
 pub use settings::{resolve, Parsed, Resolution, Settings};
 
 /// The README's Rust programs, compiled and run as this crate's doctests so

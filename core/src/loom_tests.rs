@@ -18,6 +18,7 @@
 use loom::sync::Arc;
 use loom::thread;
 
+use crate::adaptive::Outcome;
 use crate::counters::Counters;
 use crate::pacer::{
     AdmitPath, BookingDecision, Config, Decision, Pacer, ReleasePolicy, StateView, Ticket,
@@ -38,6 +39,8 @@ fn config(
         idle_timeout_ms,
         max_retries,
         release_policy,
+        adaptive_floor_per_min: 0,
+        adaptive_ceiling_per_min: 0,
     }
 }
 
@@ -558,5 +561,74 @@ fn counters_lose_no_increment() {
         assert!(snapshot.admitted_after_wait <= 1);
         // Two debits, two refunds: back to the full bucket.
         assert_eq!(pacer.state().tokens_units, TOKEN);
+    });
+}
+
+// ------------------------------------------------------------- adaptive
+
+/// `b1` with adaptation on, floor 10 and the default ceiling (the rate,
+/// 60). The hand-derived figures of SPEC §14 used below:
+/// - a first throttle lowers 60 to ⌊60·8/10⌋ = 48, with `K = ⌊∛(12·SCALE)⌋
+///   = ⌊∛(4.8·10⁹)⌋ = 1686` ds (1686³ = 4 792 616 856 ≤ 4.8·10⁹ < 1687³ =
+///   4 801 149 703);
+/// - 69000 ms after it the curve reads 60 + ⌊(690 − 1686)³ / 4·10⁸⌋ = 60 +
+///   ⌊−988 047 936 / 4·10⁸⌋ = 60 − 3 = 57, and a throttle then (at least
+///   60000 ms after the decrease) lowers it to ⌊57·8/10⌋ = 45;
+/// - before any throttle the curve is clamped at the ceiling, 60.
+fn adaptive_b1() -> Config {
+    b1(ReleasePolicy::Refund).adaptive(10, 0)
+}
+
+/// Two throttles race: whatever the order, the control word ends as one of
+/// the two sequential outcomes. A throttle at 1000 then one at 70000 is two
+/// decreases (60 → 48, then 57 → 45 at 70000); the one at 70000 first is a
+/// decrease (60 → 48) and the one at 1000 then reads 70000 and changes
+/// nothing. A lost update (a load-and-store instead of the CAS) can leave
+/// the decrease at 1000 alone, which reads 57 at 70000.
+#[test]
+fn racing_throttles_apply_in_some_order() {
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new(&adaptive_b1(), 0).unwrap());
+        let early = {
+            let pacer = Arc::clone(&pacer);
+            thread::spawn(move || pacer.observe(Outcome::Throttled, 1000))
+        };
+        let late = pacer.observe(Outcome::Throttled, 70_000);
+        let early = early.join().unwrap();
+        let after = pacer.rate_in_force(70_000);
+        match (early, late, after) {
+            // 1000 first: 48, then 57 → 45.
+            (48, 45, 45) => {}
+            // 70000 first: 48; the 1000 reading holds at 48.
+            (48, 48, 48) => {}
+            other => panic!("not a sequential outcome: {other:?}"),
+        }
+    });
+}
+
+/// A throttle races a reservation that must wait for a token: the
+/// reservation refills at the rate in force when it decides (60 or 48), so
+/// its wait is ⌈60000/60⌉ = 1000 or ⌈60000/48⌉ = 1250 ms, and it debits
+/// exactly one token either way. Afterwards the rate is 48 and the level
+/// −60000 at 0: the next request needs ⌈120000/48⌉ = 2500 ms > bound 2000,
+/// refused (refusing at 48: 3 retries · 2 s · 48 ≥ 60000).
+#[test]
+fn a_throttle_races_a_waiting_reservation() {
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new(&adaptive_b1(), 0).unwrap());
+        let (first, _) = paced(pacer.reserve(0));
+        assert_eq!(first, 0);
+        let waiter = {
+            let pacer = Arc::clone(&pacer);
+            thread::spawn(move || paced(pacer.reserve(0)).0)
+        };
+        assert_eq!(pacer.observe(Outcome::Throttled, 0), 48);
+        let wait = waiter.join().unwrap();
+        assert!(wait == 1000 || wait == 1250, "wait {wait}");
+        assert_eq!(pacer.state().tokens_units, -TOKEN);
+        match pacer.reserve(0) {
+            Decision::Refused(refusal) => assert_eq!(refusal.required_wait_ms, 2500),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
     });
 }

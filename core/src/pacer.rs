@@ -23,6 +23,7 @@
 //! it refills nothing and drains nothing. Refusals and zero-debit
 //! admissions only read; everything that writes moves the mark forward.
 
+use crate::adaptive::{ControlView, Outcome, Range};
 use crate::budget::{self, Budget, MAX_RATE_PER_MIN};
 use crate::sync::{AtomicU128, Ordering};
 
@@ -34,9 +35,10 @@ pub const MAX_BURST: u32 = 1_000_000;
 const SEQ_BITS: u32 = 24;
 const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
 
-/// What happens to a ticket's debit when it is released.
+/// What happens to a ticket's debit when it is released. (One byte, so the
+/// parameters and the state word share one 64-byte line.)
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[repr(u32)]
+#[repr(u8)]
 pub enum ReleasePolicy {
     /// Always refund (capped at capacity). Each refund permits one extra
     /// admission at that instant; the design record's behaviour.
@@ -60,6 +62,13 @@ pub struct Config {
     pub max_retries: u32,
     /// What a release refunds.
     pub release_policy: ReleasePolicy,
+    /// Adaptive pacing (SPEC §14): the lowest rate the law may lower the
+    /// rate in force to, `1..=rate_per_min`; 0 (the default) turns
+    /// adaptation off and the rate stays `rate_per_min`.
+    pub adaptive_floor_per_min: u32,
+    /// The highest rate the law may raise it to, `rate_per_min..=600`; 0
+    /// means `rate_per_min`. Ignored when adaptation is off.
+    pub adaptive_ceiling_per_min: u32,
 }
 
 impl Config {
@@ -74,6 +83,18 @@ impl Config {
             idle_timeout_ms: budget.idle_timeout_ms,
             max_retries: budget.max_retries,
             release_policy: ReleasePolicy::Refund,
+            adaptive_floor_per_min: 0,
+            adaptive_ceiling_per_min: 0,
+        }
+    }
+
+    /// This config with adaptation on between `floor` and `ceiling` (0 =
+    /// the configured rate).
+    pub const fn adaptive(self, floor: u32, ceiling: u32) -> Config {
+        Config {
+            adaptive_floor_per_min: floor,
+            adaptive_ceiling_per_min: ceiling,
+            ..self
         }
     }
 }
@@ -95,6 +116,9 @@ pub enum ConfigError {
     /// `max_retries` above the ladder ceiling of `idle_timeout_ms`: the
     /// retry ladder alone would overrun the deadline.
     RetriesExceedLadder = 3,
+    /// Adaptation is on with a floor above the rate, or a ceiling (when
+    /// given) below the rate or above 600.
+    AdaptiveRange = 4,
 }
 
 impl core::fmt::Display for ConfigError {
@@ -105,6 +129,9 @@ impl core::fmt::Display for ConfigError {
             Self::RetriesExceedLadder => {
                 "pacer: max_retries is above what the idle timeout holds (the retry ladder would overrun it)"
             }
+            Self::AdaptiveRange => {
+                "pacer: adaptive pacing needs 1 <= floor <= rate_per_min <= ceiling <= 600 (ceiling 0 means rate_per_min)"
+            }
         })
     }
 }
@@ -112,8 +139,9 @@ impl core::fmt::Display for ConfigError {
 impl core::error::Error for ConfigError {}
 
 /// How a pacer answers a request that cannot be admitted within the bound.
+/// (One byte, like [`ReleasePolicy`].)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
+#[repr(u8)]
 pub enum Mode {
     /// Rate 0 or no room to wait: everything is admitted at once.
     Disabled = 0,
@@ -357,6 +385,34 @@ impl StateView {
     }
 }
 
+/// A 128-bit word a pacer swaps: the state word or the control word.
+trait Word: Copy {
+    fn pack(self) -> u128;
+    fn unpack(word: u128) -> Self;
+}
+
+impl Word for StateView {
+    #[inline(always)]
+    fn pack(self) -> u128 {
+        StateView::pack(self)
+    }
+    #[inline(always)]
+    fn unpack(word: u128) -> Self {
+        StateView::unpack(word)
+    }
+}
+
+impl Word for ControlView {
+    #[inline(always)]
+    fn pack(self) -> u128 {
+        ControlView::pack(self)
+    }
+    #[inline(always)]
+    fn unpack(word: u128) -> Self {
+        ControlView::unpack(word)
+    }
+}
+
 /// The derived, immutable parameters a pacer decides with, and the rule
 /// itself: every decision is a pure function of (params, state, now) —
 /// [`Params::reserve`], [`Params::reserve_or_book`], [`Params::release`],
@@ -386,6 +442,8 @@ pub struct Params {
     refusal_hint_s: u16,
     mode: Mode,
     release_policy: ReleasePolicy,
+    /// Adaptive pacing's bounds (`floor == 0`: off).
+    range: Range,
 }
 
 // The bound, the refusal hint, the rate and the retry count are stored in
@@ -394,19 +452,21 @@ const _: () = assert!(budget::WAIT_BOUND_CEILING_MS <= u16::MAX as u64);
 const _: () = assert!(MAX_RATE_PER_MIN <= u16::MAX as u32);
 const _: () = assert!(budget::ladder_ceiling(u64::MAX) <= u16::MAX as u32);
 
-/// One decision: the state to store, if any, and the answer.
+/// One decision: the state to store, if any, and the answer. `S` is the
+/// state word it is about: [`StateView`], or for
+/// [`Params::observe`] the adaptive control word ([`ControlView`]).
 #[derive(Debug, PartialEq, Eq, Hash)]
-pub struct Transition<A> {
+pub struct Transition<A, S = StateView> {
     /// The state after the decision; `None` when nothing changes (a
     /// refusal, an admission with nothing debited, a refund the policy
     /// refuses).
-    pub next: Option<StateView>,
+    pub next: Option<S>,
     /// What the caller is told.
     pub answer: A,
 }
 
-impl<A> Transition<A> {
-    const fn read_only(answer: A) -> Transition<A> {
+impl<A, S> Transition<A, S> {
+    const fn read_only(answer: A) -> Transition<A, S> {
         Transition { next: None, answer }
     }
 }
@@ -436,34 +496,133 @@ impl Params {
         if config.max_retries > budget::ladder_ceiling(config.idle_timeout_ms) {
             return Err(ConfigError::RetriesExceedLadder);
         }
+        let floor = config.adaptive_floor_per_min;
+        let ceiling = if config.adaptive_ceiling_per_min == 0 {
+            config.rate_per_min
+        } else {
+            config.adaptive_ceiling_per_min
+        };
+        if floor > 0
+            && (floor > config.rate_per_min
+                || ceiling < config.rate_per_min
+                || ceiling > MAX_RATE_PER_MIN)
+        {
+            return Err(ConfigError::AdaptiveRange);
+        }
         let burst = if config.burst == 0 { 1 } else { config.burst };
         let bound_ms = budget::wait_bound_ms(config.idle_timeout_ms, config.max_retries);
-        let rate = config.rate_per_min;
+        let params = Params {
+            rate: 0,
+            max_retries: config.max_retries as u16,
+            rate_reciprocal: 0,
+            capacity_units: burst as i64 * UNITS_PER_TOKEN,
+            max_debt_units: 0,
+            bound_ms: bound_ms as u16,
+            refusal_hint_s: budget::hint_cap_s(bound_ms) as u16,
+            mode: Mode::Disabled,
+            release_policy: config.release_policy,
+            range: Range {
+                floor: floor as u16,
+                ceiling: if floor == 0 { 0 } else { ceiling as u16 },
+            },
+        };
+        Ok(params.at_rate(config.rate_per_min))
+    }
+
+    /// These parameters at `rate` (≤ 600): the rate and everything SPEC §3
+    /// derives from it — the mode, the debt floor, the wait's reciprocal.
+    /// The bound and the hint depend on the budget alone. An adaptive
+    /// pacer decides with its parameters at the rate in force.
+    #[inline]
+    pub const fn at_rate(&self, rate: u32) -> Params {
+        let bound_ms = self.bound_ms as u64;
+        let retries = self.max_retries as u32;
         let mode = if !budget::pacing_enabled(rate, bound_ms) {
             Mode::Disabled
-        } else if budget::can_refuse(rate, config.max_retries, bound_ms) {
+        } else if budget::can_refuse(rate, retries, bound_ms) {
             Mode::Refusing
-        } else if config.max_retries > 0 {
+        } else if retries > 0 {
             Mode::ShapingLowRate
         } else {
             Mode::ShapingNoRetry
         };
-        Ok(Params {
+        Params {
             rate: rate as u16,
-            max_retries: config.max_retries as u16,
+            // ⌈2^64 / rate⌉ = ⌊(2^64 − 1) / rate⌋ + 1 for every rate ≥ 1.
             rate_reciprocal: if rate == 0 {
                 0
             } else {
-                (1u128 << 64).div_ceil(rate as u128)
+                (u64::MAX / rate as u64) as u128 + 1
             },
-            capacity_units: burst as i64 * UNITS_PER_TOKEN,
             // bound ≤ 15000 and rate ≤ 600: at most 9e6 units.
             max_debt_units: bound_ms as i64 * rate as i64,
-            bound_ms: bound_ms as u16,
-            refusal_hint_s: budget::hint_cap_s(bound_ms) as u16,
             mode,
-            release_policy: config.release_policy,
-        })
+            ..*self
+        }
+    }
+
+    /// Whether adaptive pacing is on (SPEC §14).
+    pub const fn is_adaptive(&self) -> bool {
+        self.range.floor > 0
+    }
+
+    /// The configured rate (for an adaptive pacer, its starting rate).
+    pub const fn rate_per_min(&self) -> u32 {
+        self.rate as u32
+    }
+
+    /// The adaptive bounds `(floor, ceiling)`, or `None` when adaptation is
+    /// off.
+    pub const fn adaptive_range(&self) -> Option<(u32, u32)> {
+        if self.is_adaptive() {
+            Some((self.range.floor as u32, self.range.ceiling as u32))
+        } else {
+            None
+        }
+    }
+
+    /// The control word of a pacer created at `now_ms` (SPEC §14): on the
+    /// curve at the configured rate, never decreased.
+    pub const fn initial_control(&self, now_ms: u64) -> ControlView {
+        Range::initial(self.rate as u32, now_ms)
+    }
+
+    /// The rate in force at `now_ms` under `control`: the configured rate
+    /// when adaptation is off (or pacing is, for want of a bound).
+    pub fn rate_in_force(&self, control: &ControlView, now_ms: u64) -> u32 {
+        if self.is_adaptive() && !matches!(self.mode, Mode::Disabled) {
+            self.range.rate_at(control, now_ms)
+        } else {
+            self.rate as u32
+        }
+    }
+
+    /// The parameters in force at `now_ms` under `control` (themselves when
+    /// adaptation is off).
+    #[inline]
+    pub fn in_force(&self, control: &ControlView, now_ms: u64) -> Params {
+        if self.is_adaptive() && !matches!(self.mode, Mode::Disabled) {
+            self.at_rate(self.rate_in_force(control, now_ms))
+        } else {
+            *self
+        }
+    }
+
+    /// What the upstream answered to a new connection at `now_ms` (SPEC
+    /// §14): the control word to store, if it changes, and the rate in
+    /// force after it. Adaptation off (or pacing disabled): nothing
+    /// changes and the answer is the configured rate.
+    pub fn observe(
+        &self,
+        control: &ControlView,
+        outcome: Outcome,
+        now_ms: u64,
+    ) -> Transition<u32, ControlView> {
+        if !self.is_adaptive() || matches!(self.mode, Mode::Disabled) {
+            return Transition::read_only(self.rate as u32);
+        }
+        let (next, rate) = self.range.observe(control, outcome, now_ms);
+        Transition { next, answer: rate }
     }
 
     /// The clock reading to act at, and whether `now_ms` was behind.
@@ -571,25 +730,43 @@ impl Params {
 /// you like (a `static`, the stack, shared memory); every call takes the
 /// caller's monotonic clock in ms.
 ///
-/// `repr(C)` with the parameters first and the state word last, so a store
-/// that shares only the state word (docs/shared-memory.md) finds every
-/// other byte of the pacer on one side of it, whatever the compiler.
+/// `repr(C)` with the parameters first and the two words a store shares
+/// last — the state word, then the adaptive control word — so a store that
+/// shares only them (docs/shared-memory.md) finds every other byte of the
+/// pacer on one side, whatever the compiler. The parameters and the state
+/// word fill the first 64 bytes, the line a fixed-rate decision touches;
+/// the control word, read only by an adaptive pacer, lies past it.
 #[derive(Debug)]
 #[repr(C)]
 pub struct Pacer {
     params: Params,
     state: AtomicU128,
+    /// The adaptive controller (SPEC §14); never written when adaptation
+    /// is off.
+    control: AtomicU128,
 }
 
-/// Where the state word lies in a [`Pacer`]: after the parameters, and
-/// nothing follows it (`repr(C)`; checked below).
+/// Where the shared words begin in a [`Pacer`]: after the parameters; the
+/// state word, then the control word, and nothing follows (`repr(C)`;
+/// checked below).
+#[cfg(not(loom))]
+pub const SHARED_OFFSET: usize = core::mem::offset_of!(Pacer, state);
+/// Where the state word lies in a [`Pacer`]: the start of the shared words.
 #[cfg(not(loom))]
 pub const STATE_OFFSET: usize = core::mem::offset_of!(Pacer, state);
+/// Where the adaptive control word lies in a [`Pacer`]: the last 16 bytes.
+#[cfg(not(loom))]
+pub const CONTROL_OFFSET: usize = core::mem::offset_of!(Pacer, control);
 
 #[cfg(not(loom))]
-const _: () = assert!(STATE_OFFSET + 16 == core::mem::size_of::<Pacer>());
+const _: () = assert!(STATE_OFFSET + 16 == CONTROL_OFFSET);
 #[cfg(not(loom))]
-const _: () = assert!(STATE_OFFSET % 16 == 0);
+const _: () = assert!(CONTROL_OFFSET + 16 == core::mem::size_of::<Pacer>());
+#[cfg(not(loom))]
+const _: () = assert!(SHARED_OFFSET % 16 == 0);
+// The parameters and the state word: one 64-byte line.
+#[cfg(not(loom))]
+const _: () = assert!(STATE_OFFSET + 16 <= 64);
 
 impl Pacer {
     /// A pacer created full (burst tokens available) at `now_ms`.
@@ -599,6 +776,7 @@ impl Pacer {
             Ok(params) => Ok(Pacer {
                 params,
                 state: AtomicU128::new(Self::initial(&params, now_ms)),
+                control: AtomicU128::new(params.initial_control(now_ms).pack()),
             }),
             Err(error) => Err(error),
         }
@@ -611,6 +789,7 @@ impl Pacer {
         Ok(Pacer {
             params,
             state: AtomicU128::new(Self::initial(&params, now_ms)),
+            control: AtomicU128::new(params.initial_control(now_ms).pack()),
         })
     }
 
@@ -654,32 +833,77 @@ impl Pacer {
         StateView::unpack(self.state.load(Ordering::Relaxed))
     }
 
-    /// The parameters this pacer decides with.
+    /// The parameters this pacer decides with (at the configured rate;
+    /// see [`Pacer::params_in_force`]).
     pub const fn params(&self) -> &Params {
         &self.params
     }
 
-    /// Runs one transition against the state word: load, decide, and
-    /// compare-and-swap the new state in (again on a lost race); a
-    /// read-only decision returns without a store.
+    /// The adaptive control word, decoded (SPEC §14).
+    pub fn control(&self) -> ControlView {
+        ControlView::unpack(self.control.load(Ordering::Relaxed))
+    }
+
+    /// The rate in force at `now_ms`: the configured rate unless
+    /// adaptation is on.
+    pub fn rate_in_force(&self, now_ms: u64) -> u32 {
+        self.params.rate_in_force(&self.control(), now_ms)
+    }
+
+    /// The parameters in force at `now_ms` (the mode, the debt floor and
+    /// the rest at the rate in force).
+    pub fn params_in_force(&self, now_ms: u64) -> Params {
+        self.params.in_force(&self.control(), now_ms)
+    }
+
+    /// Reports what the upstream answered to a new connection at `now_ms`
+    /// (SPEC §14; [`Params::observe`]): a throttle lowers the rate in force
+    /// or holds it down; an opened connection changes nothing. Returns the
+    /// rate in force after it. With adaptation off it changes nothing and
+    /// returns the configured rate.
+    pub fn observe(&self, outcome: Outcome, now_ms: u64) -> u32 {
+        if !self.params.is_adaptive() {
+            return self.params.rate as u32;
+        }
+        Self::swap(&self.control, |control| {
+            self.params.observe(control, outcome, now_ms)
+        })
+    }
+
+    /// Runs one transition against `word` (the state word or the control
+    /// word, as `V` decodes it): load, decide, and compare-and-swap the new
+    /// value in (again on a lost race); a read-only decision returns
+    /// without a store.
     #[inline(always)]
-    fn apply<A>(&self, mut decide: impl FnMut(&StateView) -> Transition<A>) -> A {
-        let mut word = self.state.load(Ordering::Relaxed);
+    fn swap<V: Word, A>(word: &AtomicU128, mut decide: impl FnMut(&V) -> Transition<A, V>) -> A {
+        let mut current = word.load(Ordering::Relaxed);
         loop {
-            let step = decide(&StateView::unpack(word));
+            let step = decide(&V::unpack(current));
             let Some(next) = step.next else {
                 return step.answer;
             };
-            match self.state.compare_exchange_weak(
-                word,
+            match word.compare_exchange_weak(
+                current,
                 next.pack(),
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
                 Ok(_) => return step.answer,
-                Err(actual) => word = actual,
+                Err(actual) => current = actual,
             }
         }
+    }
+
+    /// One rule of [`Params`] against the state word, with the parameters
+    /// in force: this pacer's own, or, when adaptation is on, those at the
+    /// rate in force at `now_ms` (read once, before the loop).
+    #[inline(always)]
+    fn apply<A>(&self, now_ms: u64, rule: impl Fn(&Params, &StateView) -> Transition<A>) -> A {
+        if self.params.is_adaptive() {
+            let params = self.params_in_force(now_ms);
+            return Self::swap(&self.state, |state| rule(&params, state));
+        }
+        Self::swap(&self.state, |state| rule(&self.params, state))
     }
 
     /// Asks to open one new connection at `now_ms` ([`Params::reserve`]).
@@ -687,7 +911,7 @@ impl Pacer {
         if let Mode::Disabled = self.params.mode {
             return Decision::Admitted(Admission::DISABLED);
         }
-        self.apply(|state| self.params.reserve(state, now_ms))
+        self.apply(now_ms, |params, state| params.reserve(state, now_ms))
     }
 
     /// [`Pacer::reserve`], except that a refusal whose wait is within the
@@ -700,7 +924,9 @@ impl Pacer {
         if let Mode::Disabled = self.params.mode {
             return BookingDecision::Admitted(Admission::DISABLED);
         }
-        self.apply(|state| self.params.reserve_or_book(state, now_ms, retries_left))
+        self.apply(now_ms, |params, state| {
+            params.reserve_or_book(state, now_ms, retries_left)
+        })
     }
 
     /// Presents a booking on the request's retry at `now_ms`. Pure: reads
@@ -714,7 +940,9 @@ impl Pacer {
     /// the refund — `true` even when the cap absorbed it; `false`, with
     /// nothing changed, for a refused strict refund or an invalid ticket.
     pub fn release(&self, ticket: Ticket, now_ms: u64) -> bool {
-        self.apply(|state| self.params.release(state, &ticket, now_ms))
+        self.apply(now_ms, |params, state| {
+            params.release(state, &ticket, now_ms)
+        })
     }
 }
 

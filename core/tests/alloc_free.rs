@@ -61,6 +61,8 @@ const REFUSING: Config = Config {
     idle_timeout_ms: 30_000,
     max_retries: 3,
     release_policy: ReleasePolicy::Refund,
+    adaptive_floor_per_min: 0,
+    adaptive_ceiling_per_min: 0,
 };
 
 #[test]
@@ -200,6 +202,17 @@ fn the_state_word_is_small() {
     // All mutable state is one 128-bit atomic word.
     assert_eq!(word, 16);
     assert!(word <= 32);
-    // The immutable parameters and the word fit one 64-byte cache line.
-    assert!(pacer <= 64, "Pacer is {pacer} bytes");
+    // The immutable parameters and the state word fit one 64-byte cache
+    // line; the adaptive control word (SPEC §14) follows them.
+    assert!(
+        pacer_core::STATE_OFFSET + word <= 64,
+        "the state word ends at {}",
+        pacer_core::STATE_OFFSET + word
+    );
+    assert_eq!(
+        pacer,
+        pacer_core::CONTROL_OFFSET + word,
+        "Pacer is {pacer} bytes"
+    );
+    assert!(pacer <= 80, "Pacer is {pacer} bytes");
 }

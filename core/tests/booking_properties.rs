@@ -279,6 +279,8 @@ fn new_run_with(c: &Cfg, start: u64, policy: ReleasePolicy) -> Option<Run> {
             idle_timeout_ms: c.idle,
             max_retries: c.retries,
             release_policy: policy,
+            adaptive_floor_per_min: 0,
+            adaptive_ceiling_per_min: 0,
         },
         start,
     )

@@ -95,6 +95,8 @@ fn core_config(c: &MConfig) -> Config {
         } else {
             ReleasePolicy::Refund
         },
+        adaptive_floor_per_min: 0,
+        adaptive_ceiling_per_min: 0,
     }
 }
 

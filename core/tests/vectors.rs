@@ -24,6 +24,8 @@ fn config_from(value: &Value) -> Config {
             "strict" => ReleasePolicy::Strict,
             other => panic!("unknown policy {other}"),
         },
+        adaptive_floor_per_min: 0,
+        adaptive_ceiling_per_min: 0,
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use pacer_core::{
     Admission, AdmitPath, Booking, BookingDecision, Config, ConfigError, Counters, Decision, Mode,
-    Pacer, Redemption, ReleasePolicy, Ticket,
+    Outcome, Pacer, Redemption, ReleasePolicy, Ticket,
 };
 
 use crate::boundary::{arg, arg_mut, checked, guard, out, put};
@@ -33,8 +33,9 @@ pub struct pacer {
 }
 
 /// What lives in the storage once initialised. The core pacer comes last
-/// and ends with its state word (its `repr(C)`), so a shared pacer maps
-/// only that word from the file and keeps everything here private.
+/// and ends with its two shared words, the state word and then the
+/// adaptive control word (its `repr(C)`), so a shared pacer maps only those
+/// two words from the file and keeps everything here private.
 #[repr(C)]
 pub(crate) struct Slot {
     magic: u64,
@@ -47,8 +48,10 @@ pub(crate) struct Slot {
     pub(crate) pacer: Pacer,
 }
 
-// No padding anywhere in a Slot: a shared pacer's file image is read back
-// byte for byte (ffi/src/shm.rs).
+// No padding between a Slot's fields: the core pacer, and so its two
+// shared words, end the slot, where a shared pacer maps them from its file
+// (ffi/src/shm.rs). (The core's parameters themselves may hold padding: a
+// shared pacer copies them as raw bytes only.)
 const _: () = assert!(size_of::<Slot>() == 8 + 16 + size_of::<Counters>() + size_of::<Pacer>());
 
 /// A fresh, never-0 owner tag: a process-wide serial mixed with a random
@@ -96,6 +99,27 @@ pub struct pacer_config {
     pub max_retries: u32,
     /// A pacer_release_policy value.
     pub release_policy: u32,
+    /// Adaptive pacing (SPEC §14): the lowest rate a throttle reported with
+    /// pacer_observe may lower the rate in force to, 1..=rate_per_min; 0
+    /// turns adaptation off (the rate in force stays rate_per_min).
+    pub adaptive_floor_per_min: u32,
+    /// The highest rate the rate in force may climb back to,
+    /// rate_per_min..=600; 0 means rate_per_min. Ignored when adaptation is
+    /// off.
+    pub adaptive_ceiling_per_min: u32,
+}
+
+/// What the upstream answered to a new connection (the `outcome` argument
+/// of pacer_observe and pacer_shared_observe).
+#[repr(u32)]
+pub enum pacer_outcome {
+    /// The upstream opened it (changes nothing: the law learns only from
+    /// throttles).
+    Opened = 1,
+    /// The upstream throttled it (its own rate limit, not the pacer's):
+    /// lowers the rate in force (at most once a minute; a throttle sooner
+    /// holds it down).
+    Throttled = 2,
 }
 
 /// Values of pacer_decision.kind.
@@ -193,7 +217,9 @@ pub enum pacer_mode {
     ShapingNoRetry = 3,
 }
 
-/// A pacer's derived parameters and current state.
+/// A pacer's derived parameters and current state. The mode and the debt
+/// floor are those of the configured rate; an adaptive pacer decides at
+/// its rate in force (pacer_rate_in_force), which moves with the clock.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct pacer_info {
@@ -245,6 +271,8 @@ impl From<&Config> for pacer_config {
                 ReleasePolicy::Refund => pacer_release_policy::Refund as u32,
                 ReleasePolicy::Strict => pacer_release_policy::Strict as u32,
             },
+            adaptive_floor_per_min: config.adaptive_floor_per_min,
+            adaptive_ceiling_per_min: config.adaptive_ceiling_per_min,
         }
     }
 }
@@ -261,6 +289,8 @@ pub(crate) fn config_from(config: &pacer_config) -> Result<Config, pacer_status>
         idle_timeout_ms: config.idle_timeout_ms,
         max_retries: config.max_retries,
         release_policy,
+        adaptive_floor_per_min: config.adaptive_floor_per_min,
+        adaptive_ceiling_per_min: config.adaptive_ceiling_per_min,
     })
 }
 
@@ -269,6 +299,16 @@ pub(crate) fn config_error(error: ConfigError) -> pacer_status {
         ConfigError::RateTooHigh => pacer_status::RateTooHigh,
         ConfigError::BurstTooLarge => pacer_status::BurstTooLarge,
         ConfigError::RetriesExceedLadder => pacer_status::RetriesExceedLadder,
+        ConfigError::AdaptiveRange => pacer_status::AdaptiveRange,
+    }
+}
+
+/// The core outcome a `pacer_outcome` value names.
+pub(crate) fn outcome_from(outcome: u32) -> Result<Outcome, pacer_status> {
+    match outcome {
+        1 => Ok(Outcome::Opened),
+        2 => Ok(Outcome::Throttled),
+        _ => Err(pacer_status::InvalidEnum),
     }
 }
 
@@ -679,6 +719,51 @@ pub unsafe extern "C" fn pacer_get_info(
         };
         // SAFETY: checked by `out`.
         unsafe { put(out_info, info) };
+        Ok(())
+    })
+}
+
+/// Reports what the upstream answered to a new connection at `now_ms`
+/// (SPEC §14; `outcome` a pacer_outcome value): PACER_OUTCOME_THROTTLED
+/// lowers the rate in force to 8/10 (at most once a minute, never below the
+/// floor; a throttle sooner holds it there), PACER_OUTCOME_OPENED changes
+/// nothing.
+/// *out_rate_per_min is the rate in force after it. With adaptation off it
+/// changes nothing and reports rate_per_min. Thread-safe and lock-free.
+#[no_mangle]
+pub unsafe extern "C" fn pacer_observe(
+    storage: *const pacer,
+    outcome: u32,
+    now_ms: u64,
+    out_rate_per_min: *mut u32,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; checked by `slot`.
+        let slot = unsafe { slot(storage) }?;
+        let out_rate_per_min = out(out_rate_per_min)?;
+        let outcome = outcome_from(outcome)?;
+        let rate = slot.pacer.observe(outcome, now_ms);
+        // SAFETY: checked by `out`.
+        unsafe { put(out_rate_per_min, rate) };
+        Ok(())
+    })
+}
+
+/// The rate in force at `now_ms`, new connections per minute (SPEC §14):
+/// rate_per_min unless adaptation is on. Reads only.
+#[no_mangle]
+pub unsafe extern "C" fn pacer_rate_in_force(
+    storage: *const pacer,
+    now_ms: u64,
+    out_rate_per_min: *mut u32,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; checked by `slot`.
+        let slot = unsafe { slot(storage) }?;
+        let out_rate_per_min = out(out_rate_per_min)?;
+        let rate = slot.pacer.rate_in_force(now_ms);
+        // SAFETY: checked by `out`.
+        unsafe { put(out_rate_per_min, rate) };
         Ok(())
     })
 }

@@ -3,19 +3,20 @@
 //! docs/shared-memory.md).
 //!
 //! The file holds a header (magic number, layout and ABI versions, the
-//! configuration) and, against the page boundary at
-//! `PACER_SHARED_SPLIT_OFFSET`, the pacer's one 128-bit state word. A
-//! process maps only the page holding that word `MAP_SHARED` and writes the
-//! core's immutable parameters itself, from the configuration, into a
-//! private page on the other side of the boundary. The `struct pacer` so
-//! spans the two pages: `pacer_reserve` works on it unchanged, and nothing
+//! configuration) and, from the page boundary at
+//! `PACER_SHARED_SPLIT_OFFSET`, the pacer's two 128-bit words: the state
+//! word, then the adaptive control word (SPEC §14). A process maps only the
+//! page holding those words `MAP_SHARED` and writes the core's immutable
+//! parameters itself, from the configuration, into a private page on the
+//! other side of the boundary. The `struct pacer` so spans the two pages:
+//! `pacer_reserve` and `pacer_observe` work on it unchanged, and nothing
 //! another process writes to the file can change the parameters this
-//! process decides with. The parameters come first and the state word
-//! last (the core's `Pacer` and `Slot` are `repr(C)`; the offsets are
-//! compile-time constants, asserted), and the word is the core's
-//! `StateView::pack` encoding, so the file's format is fixed by the
-//! source, not found at run time; the header still records the word's
-//! offset, and a file that disagrees is refused.
+//! process decides with. The parameters come first and the two words last
+//! (the core's `Pacer` and `Slot` are `repr(C)`; the offsets are
+//! compile-time constants, asserted), and the words are the core's
+//! `StateView::pack` and `ControlView::pack` encodings, so the file's
+//! format is fixed by the source, not found at run time; the header still
+//! records both words' offsets, and a file that disagrees is refused.
 //!
 //! Creation writes a complete file under a temporary name and links it into
 //! place (`link` fails if the name exists), so no process ever sees a
@@ -30,8 +31,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::boundary::{arg, arg_mut, checked, guard, guard_value, opt_str, out, put, Outcome};
 use crate::pacer::{
     config_error, config_from, fresh_owner, pacer, pacer_booking, pacer_config, pacer_decision,
-    pacer_redeem, pacer_release, pacer_reserve, pacer_reserve_or_book, pacer_ticket, write_slot,
-    Slot, PACER_STORAGE_SIZE,
+    pacer_observe, pacer_rate_in_force, pacer_redeem, pacer_release, pacer_reserve,
+    pacer_reserve_or_book, pacer_ticket, write_slot, Slot, PACER_STORAGE_SIZE,
 };
 use crate::status::pacer_status;
 use crate::version::PACER_ABI_VERSION;
@@ -42,10 +43,11 @@ pub const PACER_SHARED_STORAGE_SIZE: usize = 64;
 /// Alignment the handle storage needs.
 pub const PACER_SHARED_STORAGE_ALIGN: usize = 16;
 /// The file layout this library reads and writes.
-pub const PACER_SHARED_LAYOUT_VERSION: u32 = 2;
-/// The page boundary in the file that the state word touches: it ends or
-/// starts there (the header's state_offset field says which). A multiple of
-/// every page size the library supports, up to 64 KiB.
+pub const PACER_SHARED_LAYOUT_VERSION: u32 = 3;
+/// The page boundary in the file where the shared words start: the state
+/// word at this offset (where layout 2 had it), the adaptive control word
+/// 16 bytes after it (the header records both). A multiple of every page
+/// size the library supports, up to 64 KiB.
 pub const PACER_SHARED_SPLIT_OFFSET: u64 = 65536;
 /// The file's exact size (the boundary + 256).
 pub const PACER_SHARED_FILE_SIZE: u64 = 65792;
@@ -107,6 +109,9 @@ const H_IDLE: usize = 56;
 const H_CREATOR_PID: usize = 64;
 const H_CREATED_AT: usize = 72;
 const H_OWNER: usize = 80;
+const H_FLOOR: usize = 84;
+const H_CEILING: usize = 88;
+const H_CONTROL_OFFSET: usize = 96;
 
 /// Why opening failed: a status, or a system call's errno.
 enum Fail {
@@ -136,6 +141,14 @@ fn status_of(fail: Fail) -> pacer_status {
     }
 }
 
+/// The outcome of a call forwarded to the in-process entry point.
+fn forwarded(status: pacer_status) -> Outcome {
+    match status {
+        pacer_status::Ok => Ok(()),
+        status => Err(status),
+    }
+}
+
 /// The C outcome of a `Fail`: `SharedOs` leaves the failing call's errno.
 fn finish(result: Result<(), Fail>) -> Outcome {
     result.map_err(status_of)
@@ -158,9 +171,12 @@ pub fn clock_ms() -> u64 {
         .saturating_add(ts.tv_nsec.max(0) as u64 / 1_000_000)
 }
 
-/// The bytes `pacer_init` writes for `config` at `now_ms` into zeroed
-/// storage, with owner tag 0 (attach writes the file's tag).
-fn image(config: &pacer_config, now_ms: u64) -> Result<[u8; PACER_STORAGE_SIZE], Fail> {
+/// The storage `pacer_init` writes for `config` at `now_ms` over zeroes,
+/// with owner tag 0 (attach writes the file's tag). Kept as `MaybeUninit`:
+/// the core's parameters may hold padding, which a typed write leaves
+/// undefined, so the image is only ever copied as raw bytes, never read as
+/// integers.
+fn image(config: &pacer_config, now_ms: u64) -> Result<MaybeUninit<pacer>, Fail> {
     let mut storage = MaybeUninit::<pacer>::uninit();
     // SAFETY: writes exactly the storage's bytes.
     unsafe {
@@ -172,30 +188,66 @@ fn image(config: &pacer_config, now_ms: u64) -> Result<[u8; PACER_STORAGE_SIZE],
     let config = config_from(config)?;
     // SAFETY: the storage was just filled; any bytes are a valid `pacer`.
     write_slot(unsafe { &mut *storage.as_mut_ptr() }, &config, now_ms, 0)?;
-    // SAFETY: every byte was written (filled, then the slot written over
-    // it; a Slot has no padding, asserted in pacer.rs).
-    Ok(unsafe { storage.as_ptr().cast::<[u8; PACER_STORAGE_SIZE]>().read() })
+    Ok(storage)
 }
 
 /// Where this build keeps things. Only the page size is read at run time;
-/// the state word's place is fixed at compile time: a `Slot` ends with the
-/// core's `Pacer`, which ends with its state word (both `repr(C)`).
+/// the shared words' place is fixed at compile time: a `Slot` ends with the
+/// core's `Pacer`, which ends with its state word and then its control
+/// word (both `repr(C)`).
 struct Layout {
     page: usize,
-    /// Offset of the state word in `struct pacer`: the parameters lie
-    /// before it, in a private page; the word itself is byte
-    /// `PACER_SHARED_SPLIT_OFFSET` of the file, the start of the shared page.
-    state_at: usize,
+    /// Offset of the shared words in `struct pacer` (`SHARED_AT`): the
+    /// parameters lie before it, in a private page; byte `shared_at` of the
+    /// pacer is byte `PACER_SHARED_SPLIT_OFFSET` of the file, the start of
+    /// the shared page.
+    shared_at: usize,
 }
 
+/// The start of the shared words in `struct pacer`: everything before it
+/// is private, everything from it on is mapped from the file at
+/// `PACER_SHARED_SPLIT_OFFSET`.
+const SHARED_AT: usize = core::mem::offset_of!(Slot, pacer) + pacer_core::SHARED_OFFSET;
 /// The state word's offset in `struct pacer`.
 const STATE_AT: usize = core::mem::offset_of!(Slot, pacer) + pacer_core::STATE_OFFSET;
-const _: () = assert!(STATE_AT + 16 == size_of::<Slot>());
-const _: () = assert!(STATE_AT % 16 == 0);
+/// The adaptive control word's offset in `struct pacer`.
+const CONTROL_AT: usize = core::mem::offset_of!(Slot, pacer) + pacer_core::CONTROL_OFFSET;
+/// Bytes of the shared words: the state word and the control word.
+const SHARED_LEN: usize = 32;
+// Layout 3's order, pinned: the state word starts the shared words and the
+// control word follows it, and nothing follows that. A core that orders
+// its words differently fails to build here; it needs a new layout
+// version (and these asserts, the header's offsets and the tests updated),
+// never a silently different file.
+const _: () = assert!(STATE_AT == SHARED_AT);
+const _: () = assert!(CONTROL_AT == STATE_AT + 16);
+const _: () = assert!(CONTROL_AT + 16 == SHARED_AT + SHARED_LEN);
+const _: () = assert!(SHARED_AT + SHARED_LEN == size_of::<Slot>());
+const _: () = assert!(SHARED_AT % 16 == 0);
+const _: () = assert!(SHARED_LEN as u64 <= PACER_SHARED_FILE_SIZE - PACER_SHARED_SPLIT_OFFSET);
+
+/// The state word's offset in the file: byte `STATE_AT - SHARED_AT` of the
+/// shared page (its first byte, `PACER_SHARED_SPLIT_OFFSET`).
+const STATE_IN_FILE: u64 = PACER_SHARED_SPLIT_OFFSET + (STATE_AT - SHARED_AT) as u64;
+/// The control word's offset in the file: byte `CONTROL_AT - SHARED_AT` of
+/// the shared page (`PACER_SHARED_SPLIT_OFFSET + 16`).
+const CONTROL_IN_FILE: u64 = PACER_SHARED_SPLIT_OFFSET + (CONTROL_AT - SHARED_AT) as u64;
+const _: () = assert!(STATE_IN_FILE == PACER_SHARED_SPLIT_OFFSET);
+const _: () = assert!(CONTROL_IN_FILE + 16 <= PACER_SHARED_FILE_SIZE);
 
 impl Layout {
-    /// The state word's offset in the file.
+    /// The state word's offset in the file (the header's field at 16).
     fn state_in_file(&self) -> u64 {
+        STATE_IN_FILE
+    }
+
+    /// The control word's offset in the file (the header's field at 96).
+    fn control_in_file(&self) -> u64 {
+        CONTROL_IN_FILE
+    }
+
+    /// Where the shared words start in the file: the shared page.
+    fn shared_in_file(&self) -> u64 {
         PACER_SHARED_SPLIT_OFFSET
     }
 }
@@ -216,14 +268,25 @@ fn layout() -> Result<Layout, Fail> {
     }
     Ok(Layout {
         page: page as usize,
-        state_at: STATE_AT,
+        shared_at: SHARED_AT,
     })
 }
 
-/// The configuration as stored: burst 0 means 1.
+/// The configuration as stored: burst 0 means 1; with adaptation on, a
+/// ceiling of 0 means rate_per_min; with it off, the ceiling is ignored and
+/// stored as 0.
 fn normalised(config: &pacer_config) -> pacer_config {
+    let ceiling = match (
+        config.adaptive_floor_per_min,
+        config.adaptive_ceiling_per_min,
+    ) {
+        (0, _) => 0,
+        (_, 0) => config.rate_per_min,
+        (_, ceiling) => ceiling,
+    };
     pacer_config {
         burst: config.burst.max(1),
+        adaptive_ceiling_per_min: ceiling,
         ..*config
     }
 }
@@ -252,7 +315,7 @@ fn header(
     config: &pacer_config,
     pid: u32,
     now_ms: u64,
-    state_in_file: u64,
+    layout: &Layout,
     owner: u32,
 ) -> [u8; PACER_SHARED_HEADER_SIZE] {
     let c = normalised(config);
@@ -260,7 +323,8 @@ fn header(
     h[H_MAGIC..H_MAGIC + 8].copy_from_slice(&FILE_MAGIC);
     put_u32(&mut h, H_LAYOUT, PACER_SHARED_LAYOUT_VERSION);
     put_u32(&mut h, H_ABI, PACER_ABI_VERSION);
-    put_u64(&mut h, H_STATE_OFFSET, state_in_file);
+    put_u64(&mut h, H_STATE_OFFSET, layout.state_in_file());
+    put_u64(&mut h, H_CONTROL_OFFSET, layout.control_in_file());
     put_u64(&mut h, H_FILE_SIZE, PACER_SHARED_FILE_SIZE);
     put_u32(&mut h, H_READY, READY);
     put_u32(&mut h, H_RATE, c.rate_per_min);
@@ -271,6 +335,8 @@ fn header(
     put_u32(&mut h, H_CREATOR_PID, pid);
     put_u64(&mut h, H_CREATED_AT, now_ms);
     put_u32(&mut h, H_OWNER, owner);
+    put_u32(&mut h, H_FLOOR, c.adaptive_floor_per_min);
+    put_u32(&mut h, H_CEILING, c.adaptive_ceiling_per_min);
     h
 }
 
@@ -288,9 +354,11 @@ fn check_header(h: &[u8], size: u64, config: &pacer_config, layout: &Layout) -> 
     if get_u64(h, H_FILE_SIZE) != PACER_SHARED_FILE_SIZE {
         return Err(pacer_status::SharedForeign.into());
     }
-    // A build whose core lays the pacer out differently keeps the state
-    // word elsewhere: it must not read this file.
-    if get_u64(h, H_STATE_OFFSET) != layout.state_in_file() {
+    // A build whose core lays the pacer out differently keeps the shared
+    // words elsewhere: it must not read this file.
+    if get_u64(h, H_STATE_OFFSET) != layout.state_in_file()
+        || get_u64(h, H_CONTROL_OFFSET) != layout.control_in_file()
+    {
         return Err(pacer_status::SharedLayoutVersion.into());
     }
     if size != PACER_SHARED_FILE_SIZE {
@@ -304,7 +372,9 @@ fn check_header(h: &[u8], size: u64, config: &pacer_config, layout: &Layout) -> 
         && get_u32(h, H_BURST) == c.burst
         && get_u32(h, H_RETRIES) == c.max_retries
         && get_u32(h, H_POLICY) == c.release_policy
-        && get_u64(h, H_IDLE) == c.idle_timeout_ms;
+        && get_u64(h, H_IDLE) == c.idle_timeout_ms
+        && get_u32(h, H_FLOOR) == c.adaptive_floor_per_min
+        && get_u32(h, H_CEILING) == c.adaptive_ceiling_per_min;
     if !same {
         return Err(pacer_status::SharedConfigMismatch.into());
     }
@@ -413,14 +483,19 @@ fn temp_suffix(serial: u32) -> u64 {
 /// links it into place. Ok also when another process linked first.
 fn create(names: &Names, config: &pacer_config, layout: &Layout) -> Result<(), Fail> {
     let now = clock_ms();
-    // The shared side of a new pacer is its state word alone, in the
-    // core's encoding (StateView::pack), native byte order.
+    // The shared side of a new pacer is its two words, in the core's
+    // encodings (StateView::pack, ControlView::pack), native byte order,
+    // each where the pacer keeps it relative to the start of the shared
+    // words: the state word, then the control word.
     let params = pacer_core::Params::plan(&config_from(config)?).map_err(config_error)?;
-    let word = params.initial_state(now).pack().to_ne_bytes();
-    let shared = &word[..];
-    let shared_at = PACER_SHARED_SPLIT_OFFSET;
+    let mut shared = [0u8; SHARED_LEN];
+    let (state, control) = (STATE_AT - SHARED_AT, CONTROL_AT - SHARED_AT);
+    shared[state..state + 16].copy_from_slice(&params.initial_state(now).pack().to_ne_bytes());
+    shared[control..control + 16]
+        .copy_from_slice(&params.initial_control(now).pack().to_ne_bytes());
+    let shared_at = layout.shared_in_file();
     let pid = std::process::id();
-    let head = header(config, pid, now, layout.state_in_file(), fresh_owner());
+    let head = header(config, pid, now, layout, fresh_owner());
     for _ in 0..16 {
         let serial = TEMP_SERIAL.fetch_add(1, Ordering::Relaxed);
         let temp = format!(
@@ -451,7 +526,7 @@ fn create(names: &Names, config: &pacer_config, layout: &Layout) -> Result<(), F
                 return Err(Fail::Os(errno()));
             }
             pwrite_all(fd, &head, 0)?;
-            pwrite_all(fd, shared, shared_at)?;
+            pwrite_all(fd, &shared, shared_at)?;
             // SAFETY: both paths are NUL-terminated.
             if unsafe { libc::link(temp.as_ptr(), names.path.as_ptr()) } != 0 {
                 return match errno() {
@@ -470,13 +545,14 @@ fn create(names: &Names, config: &pacer_config, layout: &Layout) -> Result<(), F
     Err(Fail::Os(libc::EEXIST))
 }
 
-/// Checks the open file `fd` and maps its state page behind a private
-/// page holding this process's own pacer parameters.
+/// Checks the open file `fd` and maps its shared page (the state and
+/// control words) behind a private page holding this process's own pacer
+/// parameters.
 fn attach(
     fd: libc::c_int,
     config: &pacer_config,
     layout: &Layout,
-    reference: &[u8; PACER_STORAGE_SIZE],
+    reference: &MaybeUninit<pacer>,
 ) -> Result<Handle, Fail> {
     // SAFETY: an all-zero stat is a valid value to overwrite.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
@@ -519,9 +595,9 @@ fn attach(
         return Err(Fail::Os(errno()));
     }
     let view = view.cast::<u8>();
-    let (at, file_offset) = (page, PACER_SHARED_SPLIT_OFFSET);
+    let (at, file_offset) = (page, layout.shared_in_file());
     // SAFETY: replaces the second page of our own fresh mapping with the
-    // file's page that starts with the state word (offset and length are
+    // file's page that starts with the shared words (offset and length are
     // page multiples; the file is long enough, checked above).
     let shared = unsafe {
         libc::mmap(
@@ -539,22 +615,29 @@ fn attach(
         unsafe { libc::munmap(view.cast(), len) };
         return Err(Fail::Os(code));
     }
-    // SAFETY: `page - state_at` is within the first page and 16-aligned
-    // (page and state_at are multiples of 16); the storage ends within the
+    // The storage's shared words (SHARED_AT on) land at the start of the
+    // file's page: the state word (STATE_AT) on STATE_IN_FILE, the control
+    // word (CONTROL_AT) on CONTROL_IN_FILE, the offsets the header records.
+    // SAFETY: `page - shared_at` is within the first page and 16-aligned
+    // (page and shared_at are multiples of 16); the storage ends within the
     // view.
-    let storage = unsafe { view.add(page - layout.state_at) };
+    let storage = unsafe { view.add(page - layout.shared_at) };
     // The private side gets this process's own parameters.
-    let (from, private_len) = (0, layout.state_at);
+    let (from, private_len) = (0, layout.shared_at);
     // SAFETY: `from..from + private_len` is the private side of the
     // storage, in the anonymous page, which nothing else references yet.
     unsafe {
-        core::ptr::copy_nonoverlapping(reference.as_ptr().add(from), storage.add(from), private_len)
+        core::ptr::copy_nonoverlapping(
+            reference.as_ptr().cast::<u8>().add(from),
+            storage.add(from),
+            private_len,
+        )
     };
     // The bucket's owner tag, so a ticket from any process sharing it
     // releases here and a ticket from any other pacer is refused.
     let owner_at = core::mem::offset_of!(Slot, owner);
-    debug_assert!(owner_at + 4 <= layout.state_at);
-    // SAFETY: the owner field lies before the state word, on the private
+    debug_assert!(owner_at + 4 <= layout.shared_at);
+    // SAFETY: the owner field lies before the shared words, on the private
     // side (parameters and bookkeeping come first: Slot and Pacer are
     // repr(C)); 4-aligned within the 16-aligned storage.
     unsafe {
@@ -695,9 +778,10 @@ pub unsafe extern "C" fn pacer_shared_open(
 }
 
 /// The pacer of an open handle, for pacer_reserve, pacer_release,
-/// pacer_get_info and pacer_get_counters (the counters count the calls
-/// made through this handle; the state is the machine's). Pass it the shared clock,
-/// pacer_clock_monotonic_ms(), and nothing else.
+/// pacer_observe, pacer_rate_in_force, pacer_get_info and
+/// pacer_get_counters (the counters count the calls made through this
+/// handle; the state and the rate in force are the machine's). Pass it the
+/// shared clock, pacer_clock_monotonic_ms(), and nothing else.
 #[no_mangle]
 pub unsafe extern "C" fn pacer_shared_pacer(
     handle: *const pacer_shared,
@@ -725,10 +809,7 @@ pub unsafe extern "C" fn pacer_shared_reserve(
         let out_decision = out(out_decision)?;
         // SAFETY: an open handle's storage is an initialised pacer mapped
         // until pacer_shared_close; `out_decision` was checked.
-        match unsafe { pacer_reserve(h.storage, clock_ms(), out_decision) } {
-            pacer_status::Ok => Ok(()),
-            status => Err(status),
-        }
+        forwarded(unsafe { pacer_reserve(h.storage, clock_ms(), out_decision) })
     })
 }
 
@@ -747,10 +828,7 @@ pub unsafe extern "C" fn pacer_shared_release(
         checked(ticket)?;
         let out_refunded = out(out_refunded)?;
         // SAFETY: as in pacer_shared_reserve; both pointers were checked.
-        match unsafe { pacer_release(h.storage, ticket, clock_ms(), out_refunded) } {
-            pacer_status::Ok => Ok(()),
-            status => Err(status),
-        }
+        forwarded(unsafe { pacer_release(h.storage, ticket, clock_ms(), out_refunded) })
     })
 }
 
@@ -772,7 +850,7 @@ pub unsafe extern "C" fn pacer_shared_reserve_or_book(
         let out_decision = out(out_decision)?;
         let out_booking = out(out_booking)?;
         // SAFETY: as in pacer_shared_reserve; both outputs were checked.
-        match unsafe {
+        forwarded(unsafe {
             pacer_reserve_or_book(
                 h.storage,
                 clock_ms(),
@@ -780,10 +858,7 @@ pub unsafe extern "C" fn pacer_shared_reserve_or_book(
                 out_decision,
                 out_booking,
             )
-        } {
-            pacer_status::Ok => Ok(()),
-            status => Err(status),
-        }
+        })
     })
 }
 
@@ -804,10 +879,41 @@ pub unsafe extern "C" fn pacer_shared_redeem(
         checked(booking)?;
         let out_decision = out(out_decision)?;
         // SAFETY: as in pacer_shared_reserve; both pointers were checked.
-        match unsafe { pacer_redeem(h.storage, booking, clock_ms(), out_decision) } {
-            pacer_status::Ok => Ok(()),
-            status => Err(status),
-        }
+        forwarded(unsafe { pacer_redeem(h.storage, booking, clock_ms(), out_decision) })
+    })
+}
+
+/// pacer_observe on the shared pacer at pacer_clock_monotonic_ms(): the
+/// rate in force is the machine's, so a throttle reported by one process
+/// slows every process on the bucket. *out_rate_per_min is the rate in
+/// force after it.
+#[no_mangle]
+pub unsafe extern "C" fn pacer_shared_observe(
+    handle: *const pacer_shared,
+    outcome: u32,
+    out_rate_per_min: *mut u32,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; NULL checked by `arg`.
+        let h = open_handle(unsafe { arg(handle) }?)?;
+        let out_rate_per_min = out(out_rate_per_min)?;
+        // SAFETY: as in pacer_shared_reserve; `out_rate_per_min` was checked.
+        forwarded(unsafe { pacer_observe(h.storage, outcome, clock_ms(), out_rate_per_min) })
+    })
+}
+
+/// pacer_rate_in_force on the shared pacer at pacer_clock_monotonic_ms().
+#[no_mangle]
+pub unsafe extern "C" fn pacer_shared_rate_in_force(
+    handle: *const pacer_shared,
+    out_rate_per_min: *mut u32,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; NULL checked by `arg`.
+        let h = open_handle(unsafe { arg(handle) }?)?;
+        let out_rate_per_min = out(out_rate_per_min)?;
+        // SAFETY: as in pacer_shared_reserve; `out_rate_per_min` was checked.
+        forwarded(unsafe { pacer_rate_in_force(h.storage, clock_ms(), out_rate_per_min) })
     })
 }
 
@@ -873,11 +979,13 @@ impl SharedPacer {
         Ok(shared)
     }
 
-    /// The mapped core pacer (its state word is the machine's). Pass it
-    /// [`clock_ms`] and nothing else.
+    /// The mapped core pacer (its state and control words are the
+    /// machine's: `observe` through it moves every process's rate in
+    /// force). Pass it [`clock_ms`] and nothing else.
     pub fn pacer(&self) -> &Pacer {
         // SAFETY: an initialised core pacer (this process's parameters, the
-        // file's state word) in the view, mapped until `self` drops.
+        // file's state and control words) in the view, mapped until `self`
+        // drops.
         unsafe { &*self.core }
     }
 }

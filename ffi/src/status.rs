@@ -70,6 +70,10 @@ pub enum pacer_status {
     /// The ticket or booking was issued by another pacer (or forged): its
     /// owner is not this pacer's. Nothing was changed.
     ForeignTicket = 27,
+    /// Config: adaptive pacing is on (adaptive_floor_per_min > 0) with a
+    /// floor above rate_per_min, or a ceiling (when not 0) below
+    /// rate_per_min or above 600.
+    AdaptiveRange = 28,
 }
 
 impl pacer_status {
@@ -125,10 +129,13 @@ impl pacer_status {
             pacer_status::InvalidTicket => b"the booking holds no live ticket\0",
             pacer_status::Misaligned => b"a pointer argument is not aligned for its type\0",
             pacer_status::ForeignTicket => b"the ticket or booking was issued by another pacer\0",
+            pacer_status::AdaptiveRange => {
+                b"adaptive pacing needs 1 <= floor <= rate_per_min <= ceiling <= 600 (ceiling 0 = rate)\0"
+            }
         }
     }
 
-    const ALL: [pacer_status; 28] = [
+    const ALL: [pacer_status; 29] = [
         pacer_status::Ok,
         pacer_status::NullParameter,
         pacer_status::Panic,
@@ -157,6 +164,7 @@ impl pacer_status {
         pacer_status::InvalidTicket,
         pacer_status::Misaligned,
         pacer_status::ForeignTicket,
+        pacer_status::AdaptiveRange,
     ];
 }
 

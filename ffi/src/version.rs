@@ -6,7 +6,7 @@ use crate::boundary::guard_value;
 
 /// The ABI version this header describes. A library whose
 /// pacer_abi_version() differs is not compatible with it.
-pub const PACER_ABI_VERSION: u32 = 2;
+pub const PACER_ABI_VERSION: u32 = 3;
 
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
 

@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(
     init: {
-        pacer_fuzz::start("abi_calls", Vec::new());
+        pacer_fuzz::start("abi_calls", vec![pacer_fuzz::calls::report]);
     },
     |data: &[u8]| {
         pacer_fuzz::calls::run(data);

@@ -13,12 +13,22 @@
 //! - renderers: written <= len, UTF-8, the rest of the buffer untouched,
 //!   and a measured length is exactly what a second call writes;
 //! - the notice registry agrees with a model keyed by pacer_notice_key;
+//! - adaptive pacing (SPEC §14): pacer_init takes an adaptive range exactly
+//!   when the hand-written rule [`adaptive_range_valid`] does (an invalid
+//!   one alone: PACER_STATUS_ADAPTIVE_RANGE); pacer_observe with an unknown
+//!   outcome is INVALID_ENUM and changes nothing; pacer_observe and
+//!   pacer_rate_in_force report a rate within [floor, ceiling] for an
+//!   adaptive pacer and exactly the configured rate, with not one byte of
+//!   the pacer changed, otherwise; OPENED and pacer_rate_in_force change
+//!   nothing; THROTTLED never raises the rate in force; the rate observe
+//!   reports is the rate in force after it;
 //! - pacer_status_str never returns NULL, pacer_notice_kind_name is NULL
 //!   exactly for unknown kinds;
 //! - the switched checks of [`crate::Expect`].
 
 use std::ffi::{c_char, CString};
 use std::mem::size_of;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arbitrary::{Arbitrary, Unstructured};
 
@@ -26,8 +36,8 @@ use pacer::derived::*;
 use pacer::frame::*;
 use pacer::pacer::{
     pacer as Storage, pacer_booking, pacer_config, pacer_counters, pacer_decision,
-    pacer_get_counters, pacer_get_info, pacer_info, pacer_init, pacer_redeem, pacer_release,
-    pacer_reserve, pacer_reserve_or_book, pacer_ticket,
+    pacer_get_counters, pacer_get_info, pacer_info, pacer_init, pacer_observe, pacer_rate_in_force,
+    pacer_redeem, pacer_release, pacer_reserve, pacer_reserve_or_book, pacer_ticket,
 };
 use pacer::settings::*;
 use pacer::shm::pacer_clock_monotonic_ms;
@@ -35,9 +45,10 @@ use pacer::status::pacer_status_str;
 use pacer::version::*;
 
 use crate::{
-    call, expect, st, status_known, ticket, Aligned, Out, BUFFER_TOO_SHORT, FOREIGN_TICKET,
-    INVALID_ENUM, INVALID_TICKET, INVALID_UTF8, MISALIGNED, NOT_INITIALIZED, NULL_PARAMETER, OK,
-    SENTINEL, TICKET_LIVE, TICKET_NONE, TICKET_SPENT,
+    call, expect, st, status_known, ticket, Aligned, Out, ADAPTIVE_RANGE, BUFFER_TOO_SHORT,
+    FOREIGN_TICKET, INVALID_ENUM, INVALID_TICKET, INVALID_UTF8, MISALIGNED, NOT_INITIALIZED,
+    NULL_PARAMETER, OK, OUTCOME_OPENED, OUTCOME_THROTTLED, SENTINEL, TICKET_LIVE, TICKET_NONE,
+    TICKET_SPENT,
 };
 
 const PACERS: usize = 3;
@@ -81,7 +92,66 @@ pub enum Cfg {
         idle: u64,
         retries: u32,
         policy: u32,
+        /// (adaptive_floor_per_min, adaptive_ceiling_per_min), else 0, 0.
+        adaptive: Option<(u32, u32)>,
     },
+    /// A base as [`Cfg::Valid`] (its rate 1..=600) with adaptive pacing on
+    /// a range drawn by [`Range`]: valid, on or across an edge, or raw.
+    Adaptive {
+        rate: u16,
+        burst: u8,
+        idle: u32,
+        retries: u8,
+        strict: bool,
+        range: Range,
+    },
+}
+
+/// The adaptive range of [`Cfg::Adaptive`]. Which of these pacer_init
+/// must accept is decided by [`adaptive_range_valid`] alone, not by the
+/// variant's name.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub enum Range {
+    /// 1 <= floor <= rate <= ceiling <= 600, or the default ceiling (0).
+    Valid {
+        floor: u16,
+        ceiling: u16,
+        default_ceiling: bool,
+    },
+    /// A bound on or just across an edge of the rule.
+    Edge(u8),
+    /// Any floor and ceiling.
+    Raw { floor: u32, ceiling: u32 },
+}
+
+/// The `outcome` argument of pacer_observe: the two known values, the
+/// unknown neighbours and extremes, anything.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub enum OutcomeArg {
+    Opened,
+    Throttled,
+    Zero,
+    Three,
+    Max,
+    Any(u32),
+}
+
+impl OutcomeArg {
+    pub fn code(self) -> u32 {
+        match self {
+            OutcomeArg::Opened => OUTCOME_OPENED,
+            OutcomeArg::Throttled => OUTCOME_THROTTLED,
+            OutcomeArg::Zero => 0,
+            OutcomeArg::Three => 3,
+            OutcomeArg::Max => u32::MAX,
+            OutcomeArg::Any(v) => v,
+        }
+    }
+}
+
+/// A known pacer_outcome value.
+pub fn outcome_known(code: u32) -> bool {
+    code == OUTCOME_OPENED || code == OUTCOME_THROTTLED
 }
 
 /// Where a pointer argument points.
@@ -238,6 +308,19 @@ pub enum Op {
         rate: u32,
     },
     Constants,
+    Observe {
+        p: u8,
+        outcome: OutcomeArg,
+        now: Clock,
+        ptr: Ptr,
+        null_out: bool,
+    },
+    RateInForce {
+        p: u8,
+        now: Clock,
+        ptr: Ptr,
+        null_out: bool,
+    },
 }
 
 /// Who issued a ticket or booking: (pacer index, its init generation);
@@ -328,6 +411,8 @@ impl Cfg {
                 idle_timeout_ms: 120_000,
                 max_retries: 5,
                 release_policy: 0,
+                adaptive_floor_per_min: 0,
+                adaptive_ceiling_per_min: 0,
             },
             Cfg::Valid {
                 rate,
@@ -348,6 +433,8 @@ impl Cfg {
                         retries as u32 % (ceiling + 1)
                     },
                     release_policy: strict as u32,
+                    adaptive_floor_per_min: 0,
+                    adaptive_ceiling_per_min: 0,
                 }
             }
             Cfg::Raw {
@@ -356,23 +443,168 @@ impl Cfg {
                 idle,
                 retries,
                 policy,
-            } => pacer_config {
-                rate_per_min: rate,
+                adaptive,
+            } => {
+                let (floor, ceiling) = adaptive.unwrap_or((0, 0));
+                pacer_config {
+                    rate_per_min: rate,
+                    burst,
+                    idle_timeout_ms: idle,
+                    max_retries: retries,
+                    release_policy: policy,
+                    adaptive_floor_per_min: floor,
+                    adaptive_ceiling_per_min: ceiling,
+                }
+            }
+            Cfg::Adaptive {
+                rate,
                 burst,
-                idle_timeout_ms: idle,
-                max_retries: retries,
-                release_policy: policy,
-            },
+                idle,
+                retries,
+                strict,
+                range,
+            } => {
+                let mut c = Cfg::Valid {
+                    rate,
+                    burst,
+                    idle,
+                    retries,
+                    strict,
+                }
+                .build();
+                let r = 1 + rate as u32 % 600;
+                c.rate_per_min = r;
+                let (floor, ceiling) = match range {
+                    Range::Valid {
+                        floor,
+                        ceiling,
+                        default_ceiling,
+                    } => (
+                        1 + floor as u32 % r,
+                        if default_ceiling {
+                            0
+                        } else {
+                            r + ceiling as u32 % (601 - r)
+                        },
+                    ),
+                    Range::Edge(k) => match k % 10 {
+                        0 => (r, 600),
+                        1 => (r + 1, 0),
+                        2 => (1, r - 1),
+                        3 => (1, 601),
+                        4 => {
+                            c.rate_per_min = 0;
+                            (1 + k as u32 / 10, 0)
+                        }
+                        5 => {
+                            c.rate_per_min = 0;
+                            (0, k as u32)
+                        }
+                        6 => (0, u32::MAX),
+                        7 => (u32::MAX, u32::MAX),
+                        8 => (1, r),
+                        _ => (r, u32::MAX),
+                    },
+                    Range::Raw { floor, ceiling } => (floor, ceiling),
+                };
+                c.adaptive_floor_per_min = floor;
+                c.adaptive_ceiling_per_min = ceiling;
+                c
+            }
         }
     }
 }
 
 /// The documented validity rule of a config (pacer_init's statuses).
 pub fn config_valid(c: &pacer_config) -> bool {
+    base_valid(c) && adaptive_range_valid(c)
+}
+
+/// The rule without the adaptive range.
+pub fn base_valid(c: &pacer_config) -> bool {
     c.release_policy <= 1
         && c.rate_per_min <= 600
         && c.burst <= 1_000_000
         && c.max_retries <= call!(pacer_ladder_ceiling(c.idle_timeout_ms))
+}
+
+/// The adaptive range rule, written from the header (not from the code):
+/// a floor of 0 turns adaptation off and the ceiling is then ignored;
+/// otherwise the floor may not exceed the rate (so a rate of 0 has no
+/// valid floor) and a ceiling other than 0 (0 = the rate) lies within
+/// rate..=600. Anything else is PACER_STATUS_ADAPTIVE_RANGE.
+pub fn adaptive_range_valid(c: &pacer_config) -> bool {
+    let (floor, ceiling, rate) = (
+        c.adaptive_floor_per_min,
+        c.adaptive_ceiling_per_min,
+        c.rate_per_min,
+    );
+    floor == 0 || (floor <= rate && (ceiling == 0 || (rate <= ceiling && ceiling <= 600)))
+}
+
+/// (floor, effective ceiling) of a valid adaptive config; `None` when
+/// adaptation is off.
+pub fn adaptive_bounds(c: &pacer_config) -> Option<(u32, u32)> {
+    (c.adaptive_floor_per_min > 0).then(|| {
+        let ceiling = match c.adaptive_ceiling_per_min {
+            0 => c.rate_per_min,
+            x => x,
+        };
+        (c.adaptive_floor_per_min, ceiling)
+    })
+}
+
+/// The highest rate a pacer of the valid config `c` may decide at: the
+/// ceiling when adaptive, else the rate.
+pub fn top_rate(c: &pacer_config) -> u32 {
+    adaptive_bounds(c).map_or(c.rate_per_min, |(_, ceiling)| ceiling)
+}
+
+/// The debt floor (units) of a valid config's pacer, from its info: the
+/// info's own (at the configured rate), or, when adaptive, at most the
+/// wait bound at the ceiling (it decides at the rate in force).
+pub fn debt_floor(c: &pacer_config, info: &pacer_info) -> i128 {
+    let own = info.max_debt_units as i128;
+    match adaptive_bounds(c) {
+        Some((_, ceiling)) => own.max(info.wait_bound_ms as i128 * ceiling as i128),
+        None => own,
+    }
+}
+
+/// A rate pacer_observe or pacer_rate_in_force reported for a pacer of
+/// the valid config `c`: within [floor, ceiling] when adaptive, else the
+/// configured rate.
+#[track_caller]
+pub fn check_rate(c: &pacer_config, rate: u32, what: &str) {
+    match adaptive_bounds(c) {
+        Some((floor, ceiling)) => assert!(
+            floor <= rate && rate <= ceiling,
+            "{what}: rate in force {rate} outside [{floor}, {ceiling}] (rate {})",
+            c.rate_per_min
+        ),
+        None => assert_eq!(
+            rate, c.rate_per_min,
+            "{what}: adaptation off, yet not the configured rate"
+        ),
+    }
+}
+
+/// Counts for the exit line of `abi_calls` (how often the adaptive
+/// oracles ran).
+static ADAPTIVE_INITS: AtomicU64 = AtomicU64::new(0);
+static ADAPTIVE_OBSERVES: AtomicU64 = AtomicU64::new(0);
+static LOWERED: AtomicU64 = AtomicU64::new(0);
+static RANGE_REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// Prints the adaptive counts (an exit hook of `abi_calls`).
+pub fn report() {
+    eprintln!(
+        "pacer-fuzz: abi_calls adaptive_inits={} adaptive_range_refused={} adaptive_observes={} throttles_lowered={}",
+        ADAPTIVE_INITS.load(Ordering::Relaxed),
+        RANGE_REFUSED.load(Ordering::Relaxed),
+        ADAPTIVE_OBSERVES.load(Ordering::Relaxed),
+        LOWERED.load(Ordering::Relaxed),
+    );
 }
 
 fn cstring(bytes: &[u8]) -> CString {
@@ -488,15 +720,17 @@ impl Run {
         // The floor: -max_debt_units (SPEC §4); once this instance has
         // booked, -(B + r_max · cap_s · 1000) · R units (design.md,
         // Bookings: Debt), R = rate_per_min units per ms.
+        // An adaptive pacer decides at its rate in force, up to the
+        // ceiling: R is then the ceiling.
+        let cfg = self.pacers[i]
+            .cfg
+            .expect("an initialised slot has its config");
         let floor = if self.pacers[i].booked {
-            let cfg = self.pacers[i]
-                .cfg
-                .expect("an initialised slot has its config");
             let cap_s = call!(pacer_hint_cap_s(info.wait_bound_ms)) as i128;
-            info.max_debt_units as i128
-                + cfg.max_retries as i128 * cap_s * 1000 * cfg.rate_per_min as i128
+            debt_floor(&cfg, &info)
+                + cfg.max_retries as i128 * cap_s * 1000 * top_rate(&cfg) as i128
         } else {
-            info.max_debt_units as i128
+            debt_floor(&cfg, &info)
         };
         assert!(
             -floor <= info.tokens_units as i128 && info.tokens_units <= info.capacity_units,
@@ -624,9 +858,14 @@ impl Run {
                             cfg.burst,
                             cfg.idle_timeout_ms,
                             cfg.max_retries,
-                            cfg.release_policy
+                            cfg.release_policy,
+                            cfg.adaptive_floor_per_min,
+                            cfg.adaptive_ceiling_per_min
                         )
                     );
+                    if adaptive_bounds(&cfg).is_some() {
+                        ADAPTIVE_INITS.fetch_add(1, Ordering::Relaxed);
+                    }
                     let p = &mut self.pacers[i];
                     p.init = true;
                     p.generation += 1;
@@ -639,6 +878,18 @@ impl Run {
                     self.failed(i, &before, s, true, "pacer_init(invalid config)");
                     if cfg.release_policy > 1 {
                         assert_eq!(s, INVALID_ENUM, "pacer_init: policy {}", cfg.release_policy);
+                    }
+                    if base_valid(&cfg) {
+                        // Only the adaptive range is wrong.
+                        assert_eq!(
+                            s,
+                            ADAPTIVE_RANGE,
+                            "pacer_init: adaptive range (floor {}, ceiling {}) at rate {}",
+                            cfg.adaptive_floor_per_min,
+                            cfg.adaptive_ceiling_per_min,
+                            cfg.rate_per_min
+                        );
+                        RANGE_REFUSED.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
@@ -1068,6 +1319,127 @@ impl Run {
         }
     }
 
+    // -------------------------------------------------------- adaptive
+
+    /// The rate in force of the initialised pacer `i` at `now` (through an
+    /// aligned pointer; must succeed).
+    fn rate_now(&self, i: usize, now: u64) -> u32 {
+        let storage: *const Storage = self.pacers[i].mem.0.as_ptr().cast();
+        let mut r = Out::<u32>::new();
+        let s = st(
+            call!(pacer_rate_in_force(storage, now, r.ptr())),
+            "pacer_rate_in_force",
+        );
+        assert_eq!(s, OK, "pacer_rate_in_force on an initialised pacer");
+        r.get()
+    }
+
+    fn observe(&mut self, i: usize, outcome: OutcomeArg, now: Clock, ptr: Ptr, null_out: bool) {
+        let now = now.apply(&mut self.now);
+        let Some((storage, kind)) = self.storage(i, ptr) else {
+            return;
+        };
+        let code = outcome.code();
+        let known = outcome_known(code);
+        let failure = self.storage_failure(i, kind);
+        // The rate in force just before (pacer_rate_in_force only reads).
+        let was = failure.is_none().then(|| self.rate_now(i, now));
+        let before = self.snapshot(i);
+        let mut r = Out::<u32>::new();
+        let rp = r.ptr_or_null(null_out);
+        let s = st(
+            call!(pacer_observe(storage, code, now, rp)),
+            "pacer_observe",
+        );
+        if let Some(want) = failure {
+            self.failed(i, &before, s, r.untouched(), "pacer_observe");
+            assert_eq!(s, want, "pacer_observe");
+        } else if null_out {
+            self.failed(i, &before, s, true, "pacer_observe(NULL out)");
+            if known {
+                assert_eq!(s, NULL_PARAMETER, "pacer_observe(NULL out)");
+            } else {
+                // Two bad arguments: either may be reported.
+                assert!(
+                    s == NULL_PARAMETER || s == INVALID_ENUM,
+                    "pacer_observe(NULL out, outcome {code}): {s}"
+                );
+            }
+        } else if !known {
+            self.failed(
+                i,
+                &before,
+                s,
+                r.untouched(),
+                "pacer_observe(unknown outcome)",
+            );
+            assert_eq!(s, INVALID_ENUM, "pacer_observe(outcome {code})");
+        } else {
+            assert_eq!(s, OK, "pacer_observe({code}) on a valid pacer");
+            let rate = r.get();
+            let was = was.expect("read before the call");
+            let cfg = self.pacers[i]
+                .cfg
+                .expect("an initialised slot has its config");
+            check_rate(&cfg, rate, "pacer_observe");
+            let unchanged = before == self.pacers[i].mem.0[..];
+            if adaptive_bounds(&cfg).is_none() {
+                assert!(unchanged, "pacer_observe changed a non-adaptive pacer");
+            } else {
+                ADAPTIVE_OBSERVES.fetch_add(1, Ordering::Relaxed);
+            }
+            if code == OUTCOME_OPENED {
+                assert!(unchanged, "pacer_observe(OPENED) changed the pacer");
+                assert_eq!(rate, was, "pacer_observe(OPENED) moved the rate in force");
+            } else {
+                assert!(
+                    rate <= was,
+                    "pacer_observe(THROTTLED) raised the rate in force from {was} to {rate}"
+                );
+                if rate < was {
+                    LOWERED.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            let after = self.rate_now(i, now);
+            assert_eq!(
+                after, rate,
+                "pacer_observe reported {rate}, but the rate in force after it is {after}"
+            );
+        }
+    }
+
+    fn rate_in_force(&mut self, i: usize, now: Clock, ptr: Ptr, null_out: bool) {
+        let now = now.apply(&mut self.now);
+        let Some((storage, kind)) = self.storage(i, ptr) else {
+            return;
+        };
+        let before = self.snapshot(i);
+        let mut r = Out::<u32>::new();
+        let rp = r.ptr_or_null(null_out);
+        let s = st(
+            call!(pacer_rate_in_force(storage, now, rp)),
+            "pacer_rate_in_force",
+        );
+        if let Some(want) = self.storage_failure(i, kind) {
+            self.failed(i, &before, s, r.untouched(), "pacer_rate_in_force");
+            assert_eq!(s, want, "pacer_rate_in_force");
+        } else if null_out {
+            self.failed(i, &before, s, true, "pacer_rate_in_force(NULL out)");
+            assert_eq!(s, NULL_PARAMETER, "pacer_rate_in_force(NULL out)");
+        } else {
+            assert_eq!(s, OK, "pacer_rate_in_force on a valid pacer");
+            let cfg = self.pacers[i]
+                .cfg
+                .expect("an initialised slot has its config");
+            check_rate(&cfg, r.get(), "pacer_rate_in_force");
+            assert_eq!(
+                before,
+                &self.pacers[i].mem.0[..],
+                "pacer_rate_in_force changed the pacer"
+            );
+        }
+    }
+
     // ------------------------------------------------------ renderers
 
     /// Runs a renderer with the buffer `buf` asks for and checks the
@@ -1341,6 +1713,8 @@ impl Run {
             idle_timeout_ms: b.idle_timeout_ms,
             max_retries: b.max_retries,
             release_policy: 0,
+            adaptive_floor_per_min: 0,
+            adaptive_ceiling_per_min: 0,
         };
         let mut scratch = Aligned::<STORE>::filled(0);
         let s = st(
@@ -1402,6 +1776,10 @@ impl Run {
                 nulls & 7 != 0 || !config_valid(&cfg),
                 "pacer_mode_notice rejected a valid config: {s}"
             );
+            if nulls & 7 == 0 && base_valid(&cfg) {
+                // "An invalid config returns the status pacer_init would."
+                assert_eq!(s, ADAPTIVE_RANGE, "pacer_mode_notice: adaptive range");
+            }
             return;
         }
         assert!(
@@ -1592,7 +1970,7 @@ impl Run {
         assert_eq!(call!(pacer_abi_version()), PACER_ABI_VERSION);
         assert!(!call!(pacer_refusal_content_type()).is_null());
         let _ = call!(pacer_clock_monotonic_ms());
-        for n in [MISALIGNED, FOREIGN_TICKET] {
+        for n in [MISALIGNED, FOREIGN_TICKET, ADAPTIVE_RANGE] {
             let _ = status_known(n);
         }
     }
@@ -1748,6 +2126,25 @@ impl Run {
                 rate,
             } => self.derived(idle, retries, bound, required, rate),
             Op::Constants => self.constants(),
+            Op::Observe {
+                p: i,
+                outcome,
+                now,
+                ptr,
+                null_out,
+            } => {
+                self.observe(p(i), outcome, now, ptr, null_out);
+                touched = Some(p(i));
+            }
+            Op::RateInForce {
+                p: i,
+                now,
+                ptr,
+                null_out,
+            } => {
+                self.rate_in_force(p(i), now, ptr, null_out);
+                touched = Some(p(i));
+            }
         }
         if let Some(i) = touched {
             self.check_pacer(i);

@@ -189,6 +189,12 @@ pub const INVALID_TICKET: u32 = 25;
 pub const MISALIGNED: u32 = 26;
 /// PACER_STATUS_FOREIGN_TICKET.
 pub const FOREIGN_TICKET: u32 = 27;
+/// PACER_STATUS_ADAPTIVE_RANGE.
+pub const ADAPTIVE_RANGE: u32 = 28;
+
+/// PACER_OUTCOME_OPENED and PACER_OUTCOME_THROTTLED (pacer_observe).
+pub const OUTCOME_OPENED: u32 = 1;
+pub const OUTCOME_THROTTLED: u32 = 2;
 
 pub const TICKET_NONE: u32 = 0;
 pub const TICKET_LIVE: u32 = 1;

@@ -10,7 +10,19 @@
 //! random config. Every outcome must be a status: never PANIC, never a
 //! crash; a failure leaves the handle (sentinel) and the file untouched;
 //! statuses that follow from the input alone are checked; an open handle
-//! runs a few reserves / releases and is closed.
+//! runs a few reserves / releases / observes and is closed.
+//!
+//! Adaptive pacing on a shared pacer (the config may be adaptive, the
+//! header's floor / ceiling / control offset and the control word may be
+//! patched): pacer_shared_observe and pacer_shared_rate_in_force through
+//! an open, NULL or misaligned handle, with a NULL out or not, any outcome.
+//! A failure changes neither the out-parameter nor one byte of the mapped
+//! pacer; an unknown outcome is INVALID_ENUM; a success reports a rate
+//! within [floor, ceiling] (adaptive) or exactly the configured rate with
+//! the pacer's bytes unchanged (not adaptive); OPENED and
+//! pacer_shared_rate_in_force never change a byte; a closed handle is
+//! NOT_OPEN. Another process may write any control word into the open
+//! file meanwhile (ShOp::ScribbleControl): the same checks hold.
 
 use std::ffi::{c_char, CString};
 use std::os::unix::ffi::OsStrExt;
@@ -25,10 +37,10 @@ use pacer::pacer::{
 };
 use pacer::shm::*;
 
-use crate::calls::Cfg;
+use crate::calls::{adaptive_bounds, check_rate, debt_floor, outcome_known, Cfg, OutcomeArg};
 use crate::{
-    call, expect, st, ticket, Aligned, Out, MISALIGNED, NULL_PARAMETER, OK, TICKET_LIVE,
-    TICKET_SPENT,
+    call, expect, st, ticket, Aligned, Out, INVALID_ENUM, MISALIGNED, NULL_PARAMETER, OK,
+    OUTCOME_OPENED, TICKET_LIVE, TICKET_SPENT,
 };
 
 const SYMLINK: u32 = 13;
@@ -47,6 +59,8 @@ const TEMPLATE_CFG: pacer_config = pacer_config {
     idle_timeout_ms: 120_000,
     max_retries: 5,
     release_policy: 0,
+    adaptive_floor_per_min: 0,
+    adaptive_ceiling_per_min: 0,
 };
 
 struct Env {
@@ -54,6 +68,8 @@ struct Env {
     template: Vec<u8>,
     /// Where the state word lies in the file (header field at 16).
     state_at: usize,
+    /// Where the adaptive control word lies (header field at 96).
+    control_at: usize,
 }
 
 static ENV: OnceLock<Env> = OnceLock::new();
@@ -90,10 +106,13 @@ fn env() -> &'static Env {
         assert_eq!(template.len(), FILE_SIZE);
         let state_at = u64::from_le_bytes(template[16..24].try_into().unwrap()) as usize;
         assert!(state_at + 16 <= FILE_SIZE);
+        let control_at = u64::from_le_bytes(template[96..104].try_into().unwrap()) as usize;
+        assert!(control_at + 16 <= FILE_SIZE);
         Env {
             dir,
             template,
             state_at,
+            control_at,
         }
     })
 }
@@ -186,12 +205,20 @@ static LEFT_MAPPED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64:
 /// Inputs whose file pacer_shared_open accepted.
 static OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Of those, the ones with an adaptive config.
+static ADAPTIVE_OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Successful pacer_shared_observe calls on an adaptive shared pacer.
+static ADAPTIVE_OBSERVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Removes the private directory (an atexit hook).
 pub fn cleanup() {
     eprintln!(
-        "pacer-fuzz: shared_open opened={} left_mapped_after_close={}",
+        "pacer-fuzz: shared_open opened={} left_mapped_after_close={} adaptive_opened={} adaptive_observes={}",
         OPENED.load(std::sync::atomic::Ordering::Relaxed),
-        LEFT_MAPPED.load(std::sync::atomic::Ordering::Relaxed)
+        LEFT_MAPPED.load(std::sync::atomic::Ordering::Relaxed),
+        ADAPTIVE_OPENED.load(std::sync::atomic::Ordering::Relaxed),
+        ADAPTIVE_OBSERVES.load(std::sync::atomic::Ordering::Relaxed)
     );
     if let Some(env) = ENV.get() {
         let _ = std::fs::remove_dir_all(&env.dir);
@@ -243,6 +270,11 @@ pub enum Field {
     /// The bucket's state word itself.
     State(u128),
     Byte(u32, u8),
+    Floor(u32),
+    Ceiling(u32),
+    ControlOffset(u64),
+    /// The adaptive control word itself.
+    Control(u128),
 }
 
 #[derive(Arbitrary, Debug)]
@@ -276,6 +308,15 @@ pub enum Name {
     BareInvalid(u8),
 }
 
+/// The handle an adaptive call is given: the open one, NULL, or the open
+/// one's storage misaligned (while that check is switched on).
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub enum HandleArg {
+    Open,
+    Null,
+    Misaligned(u8),
+}
+
 #[derive(Arbitrary, Debug)]
 pub enum ShOp {
     Reserve,
@@ -290,6 +331,19 @@ pub enum ShOp {
     ReserveAt(u64),
     Info,
     OpenAgain,
+    Observe {
+        outcome: OutcomeArg,
+        handle: HandleArg,
+        null_out: bool,
+    },
+    RateInForce {
+        handle: HandleArg,
+        null_out: bool,
+    },
+    /// Another process writes any adaptive control word into the open
+    /// file: the rate in force must stay within [floor, ceiling] (and the
+    /// tokens within their bounds, which the rate in force sets).
+    ScribbleControl(u128),
 }
 
 #[derive(Arbitrary, Debug)]
@@ -307,7 +361,8 @@ pub struct Input {
     ops: Vec<ShOp>,
 }
 
-fn patch(bytes: &mut [u8], state_at: usize, field: &Field) {
+fn patch(bytes: &mut [u8], env: &Env, field: &Field) {
+    let (state_at, control_at) = (env.state_at, env.control_at);
     let mut put = |at: usize, v: &[u8]| {
         if at + v.len() <= bytes.len() {
             bytes[at..at + v.len()].copy_from_slice(v);
@@ -332,6 +387,113 @@ fn patch(bytes: &mut [u8], state_at: usize, field: &Field) {
             let at = at as usize % FILE_SIZE.max(1);
             put(at, &[v])
         }
+        Field::Floor(v) => put(84, &v.to_le_bytes()),
+        Field::Ceiling(v) => put(88, &v.to_le_bytes()),
+        Field::ControlOffset(v) => put(96, &v.to_le_bytes()),
+        Field::Control(v) => put(control_at, &v.to_le_bytes()),
+    }
+}
+
+/// How a handle argument was made, for [`adaptive_call`]'s oracle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HandleKind {
+    Open,
+    Null,
+    Misaligned,
+}
+
+/// The handle pointer `arg` asks for, into the open handle's memory `mem`
+/// (the handle lies at `off`).
+fn adaptive_handle(
+    mem: &mut Aligned<128>,
+    off: usize,
+    arg: HandleArg,
+) -> (*const pacer_shared, HandleKind) {
+    match arg {
+        HandleArg::Null => (std::ptr::null(), HandleKind::Null),
+        HandleArg::Misaligned(o) if expect().misaligned => (
+            mem.at(off + [8usize, 4, 1][o as usize % 3]),
+            HandleKind::Misaligned,
+        ),
+        _ => (mem.at(off), HandleKind::Open),
+    }
+}
+
+/// The bytes of the mapped `struct pacer` of the open handle `h`.
+fn mapped_pacer(h: *const pacer_shared) -> Vec<u8> {
+    let mut p = Out::<*const Storage>::new();
+    let s = st(call!(pacer_shared_pacer(h, p.ptr())), "pacer_shared_pacer");
+    assert_eq!(s, OK, "pacer_shared_pacer on an open handle");
+    // SAFETY: an open handle's pacer is a mapped, readable struct pacer;
+    // nothing else in this process writes it during the read.
+    unsafe {
+        std::slice::from_raw_parts(p.get().cast::<u8>(), std::mem::size_of::<Storage>()).to_vec()
+    }
+}
+
+/// Runs pacer_shared_observe (`outcome` Some) or pacer_shared_rate_in_force
+/// (`outcome` None) through `f(handle, out)` and checks it: `h` is the open
+/// handle, `hp` the pointer given (of kind `kind`), `cfg` the pacer's.
+fn adaptive_call(
+    h: *const pacer_shared,
+    hp: *const pacer_shared,
+    kind: HandleKind,
+    null_out: bool,
+    outcome: Option<u32>,
+    cfg: &pacer_config,
+    f: impl FnOnce(*const pacer_shared, *mut u32) -> u32,
+) {
+    let what = match outcome {
+        Some(_) => "pacer_shared_observe",
+        None => "pacer_shared_rate_in_force",
+    };
+    let known = outcome.is_none_or(outcome_known);
+    let before = mapped_pacer(h);
+    let mut r = Out::<u32>::new();
+    let s = f(hp, r.ptr_or_null(null_out));
+    let unchanged = before == mapped_pacer(h);
+    let want = match kind {
+        HandleKind::Null => Some(NULL_PARAMETER),
+        HandleKind::Misaligned => Some(MISALIGNED),
+        HandleKind::Open if null_out && known => Some(NULL_PARAMETER),
+        HandleKind::Open if !known && !null_out => Some(INVALID_ENUM),
+        HandleKind::Open => None,
+    };
+    if want.is_some() || null_out || !known {
+        assert_ne!(
+            s, OK,
+            "{what}: OK with {kind:?}, NULL out {null_out}, outcome {outcome:?}"
+        );
+        assert!(r.untouched(), "{what} failed with {s} but wrote its out");
+        assert!(unchanged, "{what} failed with {s} but changed the pacer");
+        match want {
+            Some(want) => assert_eq!(
+                s, want,
+                "{what} ({kind:?}, NULL out {null_out}, outcome {outcome:?})"
+            ),
+            // NULL out and an unknown outcome: either may be reported.
+            None => assert!(
+                s == NULL_PARAMETER || s == INVALID_ENUM,
+                "{what} (NULL out, outcome {outcome:?}): {s}"
+            ),
+        }
+        return;
+    }
+    assert_eq!(s, OK, "{what} on an open handle (outcome {outcome:?})");
+    let rate = r.get();
+    check_rate(cfg, rate, what);
+    match adaptive_bounds(cfg) {
+        None => assert!(unchanged, "{what} changed a non-adaptive shared pacer"),
+        Some(_) if outcome.is_some() => {
+            ADAPTIVE_OBSERVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Some(_) => {}
+    }
+    if outcome.is_none() || outcome == Some(OUTCOME_OPENED) {
+        assert!(
+            unchanged,
+            "{what} (outcome {outcome:?}) changed the shared pacer"
+        );
     }
 }
 
@@ -375,6 +537,9 @@ pub fn run(data: &[u8]) {
     let Ok(input) = Input::arbitrary(&mut u) else {
         return;
     };
+    if crate::trace() {
+        eprintln!("input: {input:?}");
+    }
     clear_dir(&env.dir);
     let path = match &input.name {
         Name::Plain => env.dir.join("p"),
@@ -426,7 +591,7 @@ pub fn run(data: &[u8]) {
                 let mut bytes = env.template.clone();
                 bytes.resize(size.len(), 0);
                 for f in patches.iter().take(8) {
-                    patch(&mut bytes, env.state_at, f);
+                    patch(&mut bytes, env, f);
                 }
                 regular = true;
                 std::fs::write(&path, &bytes)
@@ -587,6 +752,9 @@ pub fn run(data: &[u8]) {
         return;
     }
     OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if adaptive_bounds(&cfg).is_some() {
+        ADAPTIVE_OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     // Opened: the file is a complete shared pacer of ours.
     {
         use std::os::unix::fs::MetadataExt;
@@ -706,15 +874,53 @@ pub fn run(data: &[u8]) {
                 assert_eq!(s, OK);
                 let info = info.get();
                 if pristine {
+                    // An adaptive pacer decides at its rate in force, up
+                    // to the ceiling.
+                    let floor = debt_floor(&cfg, &info);
                     assert!(
-                        -info.max_debt_units <= info.tokens_units
+                        -floor <= info.tokens_units as i128
                             && info.tokens_units <= info.capacity_units,
-                        "shared tokens out of bounds: {} not in [-{}, {}]",
+                        "shared tokens out of bounds: {} not in [-{}, {}] (max_debt_units {})",
                         info.tokens_units,
-                        info.max_debt_units,
-                        info.capacity_units
+                        floor,
+                        info.capacity_units,
+                        info.max_debt_units
                     );
                 }
+            }
+            ShOp::Observe {
+                outcome,
+                handle,
+                null_out,
+            } => {
+                let code = outcome.code();
+                let last = handles.last_mut().unwrap();
+                let (hp, what) = adaptive_handle(last, off, handle);
+                adaptive_call(h, hp, what, null_out, Some(code), &cfg, |hp, rp| {
+                    st(
+                        call!(pacer_shared_observe(hp, code, rp)),
+                        "pacer_shared_observe",
+                    )
+                });
+            }
+            ShOp::RateInForce { handle, null_out } => {
+                let last = handles.last_mut().unwrap();
+                let (hp, what) = adaptive_handle(last, off, handle);
+                adaptive_call(h, hp, what, null_out, None, &cfg, |hp, rp| {
+                    st(
+                        call!(pacer_shared_rate_in_force(hp, rp)),
+                        "pacer_shared_rate_in_force",
+                    )
+                });
+            }
+            ShOp::ScribbleControl(word) => {
+                use std::os::unix::fs::FileExt;
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .expect("the opened file");
+                f.write_all_at(&word.to_le_bytes(), env.control_at as u64)
+                    .expect("writing the control word");
             }
             ShOp::OpenAgain => {
                 if handles.len() >= 3 {
@@ -767,6 +973,18 @@ pub fn run(data: &[u8]) {
         );
         assert_eq!(s, NOT_OPEN, "reserve on a closed handle");
         assert!(d.untouched());
+        let mut r = Out::<u32>::new();
+        let s = st(
+            call!(pacer_shared_observe(h, crate::OUTCOME_THROTTLED, r.ptr())),
+            "pacer_shared_observe(closed)",
+        );
+        assert_eq!(s, NOT_OPEN, "observe on a closed handle");
+        let s = st(
+            call!(pacer_shared_rate_in_force(h, r.ptr())),
+            "pacer_shared_rate_in_force(closed)",
+        );
+        assert_eq!(s, NOT_OPEN, "rate in force on a closed handle");
+        assert!(r.untouched(), "a call on a closed handle wrote its out");
     }
     // Every handle is closed: nothing of the file may stay mapped.
     if let Some(left) = mapped_from(&path) {

@@ -5,8 +5,8 @@
 
 use pacer_core::budget::{ladder_ceiling, MAX_RATE_PER_MIN};
 use pacer_core::{
-    Admission, Booking, BookingDecision, Config, ConfigError, Decision, Params, Redemption,
-    ReleasePolicy, StateView, Ticket, Transition, MAX_BURST, UNITS_PER_TOKEN,
+    Admission, Booking, BookingDecision, Config, ConfigError, ControlView, Decision, Outcome,
+    Params, Redemption, ReleasePolicy, StateView, Ticket, Transition, MAX_BURST, UNITS_PER_TOKEN,
 };
 
 /// The header's length; the spent-ticket bitmap follows it.
@@ -35,6 +35,16 @@ const BOOKED: usize = 2;
 const RELEASED: usize = 3;
 const RELEASE_REFUSED: usize = 4;
 const FIELDS_END: usize = 199;
+/// An adaptive bucket's fields (SPEC §14), in bytes 199–255 that a
+/// fixed-rate bucket leaves spaces: its range, then its control word.
+const FLOOR: (usize, usize) = (200, 3);
+const CEILING: (usize, usize) = (204, 3);
+const ORIGIN: (usize, usize) = (208, 16);
+const SINCE_DECREASE: (usize, usize) = (225, 10);
+const RECOVER: (usize, usize) = (236, 5);
+const PEAK: (usize, usize) = (242, 3);
+const ADAPTIVE_END: usize = 245;
+const ADAPTIVE_GAPS: [usize; 6] = [199, 203, 207, 224, 235, 241];
 
 /// A command's reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,6 +91,8 @@ pub enum Op {
     Redeem(Vec<u8>),
     /// `PACER.INFO`.
     Info,
+    /// `PACER.OBSERVE` with the upstream's answer.
+    Observe(Outcome),
 }
 
 impl Op {
@@ -88,13 +100,15 @@ impl Op {
     pub fn writes(&self) -> bool {
         matches!(
             self,
-            Op::Create(_) | Op::Reserve(_) | Op::Book(..) | Op::Release(_)
+            Op::Create(_) | Op::Reserve(_) | Op::Book(..) | Op::Release(_) | Op::Observe(_)
         )
     }
 }
 
 /// The command names, as the script's `op` argument spells them.
-pub const OPS: [&str; 6] = ["create", "reserve", "book", "release", "redeem", "info"];
+pub const OPS: [&str; 7] = [
+    "create", "reserve", "book", "release", "redeem", "info", "observe",
+];
 
 /// A parsed call: the command and the caller's clock, if given.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -158,7 +172,10 @@ fn to_u32(value: u64) -> u32 {
     u32::try_from(value).unwrap_or(u32::MAX)
 }
 
-fn config(args: &[&[u8]]) -> Result<Config, String> {
+/// The configuration from its five arguments and, when given, `ADAPT
+/// floor ceiling`'s two: each number checked for form in that order, then
+/// the ranges, as [`Params::plan`] checks them.
+fn config(args: &[&[u8]], adapt: Option<&[&[u8]]>) -> Result<Config, String> {
     let rate = argument("rate_per_min", args[0])?;
     let burst = argument("burst", args[1])?;
     let idle = argument("idle_timeout_ms", args[2])?;
@@ -173,12 +190,29 @@ fn config(args: &[&[u8]]) -> Result<Config, String> {
             )))
         }
     };
+    let (floor, ceiling) = match adapt {
+        Some(range) => (
+            argument("adaptive_floor_per_min", range[0])?,
+            argument("adaptive_ceiling_per_min", range[1])?,
+        ),
+        None => (0, 0),
+    };
+    // Stored and compared in one form: a floor of 0 is a fixed-rate bucket
+    // (the ceiling is ignored, as the core ignores it), a ceiling of 0 is
+    // the rate.
+    let (adaptive_floor_per_min, adaptive_ceiling_per_min) = match (floor, ceiling) {
+        (0, _) => (0, 0),
+        (floor, 0) => (to_u32(floor), to_u32(rate)),
+        (floor, ceiling) => (to_u32(floor), to_u32(ceiling)),
+    };
     let config = Config {
         rate_per_min: to_u32(rate),
         burst: if burst == 0 { 1 } else { to_u32(burst) },
         idle_timeout_ms: idle,
         max_retries: to_u32(retries),
         release_policy,
+        adaptive_floor_per_min,
+        adaptive_ceiling_per_min,
     };
     match Params::plan(&config) {
         Ok(_) => Ok(config),
@@ -192,32 +226,55 @@ fn config(args: &[&[u8]]) -> Result<Config, String> {
             "max_retries {retries} is above {}, the most whose backoff ladder fits a {idle} ms idle timeout",
             ladder_ceiling(idle)
         ))),
+        Err(ConfigError::AdaptiveRange) => Err(err(format_args!(
+            "ADAPT {floor} {ceiling} does not fit rate_per_min {rate}: adaptive pacing needs \
+             floor <= rate_per_min <= ceiling <= {MAX_RATE_PER_MIN} (ceiling 0 means rate_per_min)"
+        ))),
     }
 }
 
 /// Parses `op`'s arguments after the key. `test_clock`: whether `AT` is
-/// allowed here.
+/// allowed here. The checks run in one order, which the script keeps too:
+/// the arity, the arguments left to right (the configuration's ranges right
+/// after its numbers), then `AT`'s word, its number and whether it is
+/// allowed.
 pub fn parse(op: &str, args: &[&[u8]], test_clock: bool) -> Result<Call, String> {
     let fixed = match op {
         "create" | "reserve" => 5,
         "book" => 6,
-        "release" | "redeem" => 1,
+        "release" | "redeem" | "observe" => 1,
         "info" => 0,
         other => return Err(err(format_args!("unknown op '{other}'"))),
     };
-    if args.len() != fixed && args.len() != fixed + 2 {
+    let (fixed_args, mut rest) = args.split_at(fixed.min(args.len()));
+    // `ADAPT floor ceiling` after an admission's arguments, before `AT`.
+    let mut adapt = None;
+    if fixed >= 5 && matches!(rest.len(), 3 | 5) && rest[0].eq_ignore_ascii_case(b"ADAPT") {
+        adapt = Some(&rest[1..3]);
+        rest = &rest[3..];
+    }
+    if fixed_args.len() != fixed || !matches!(rest.len(), 0 | 2) {
         return Err(err(format_args!("wrong number of arguments for {op}")));
     }
-    let (fixed_args, rest) = args.split_at(fixed);
     let op_value = match op {
-        "create" => Op::Create(config(fixed_args)?),
-        "reserve" => Op::Reserve(config(fixed_args)?),
+        "create" => Op::Create(config(fixed_args, adapt)?),
+        "reserve" => Op::Reserve(config(fixed_args, adapt)?),
         "book" => {
-            let config = config(&fixed_args[..5])?;
+            let config = config(&fixed_args[..5], adapt)?;
             Op::Book(config, argument("retries_left", fixed_args[5])?)
         }
         "release" => Op::Release(fixed_args[0].to_vec()),
         "redeem" => Op::Redeem(fixed_args[0].to_vec()),
+        "observe" => Op::Observe(match fixed_args[0] {
+            b"opened" => Outcome::Opened,
+            b"throttled" => Outcome::Throttled,
+            other => {
+                return Err(err(format_args!(
+                    "outcome must be opened or throttled, got '{}'",
+                    shown(other)
+                )))
+            }
+        }),
         _ => Op::Info,
     };
     let at = match rest {
@@ -250,6 +307,9 @@ pub struct Header {
     pub serial: u64,
     /// admitted, refused, booked, released, release_refused.
     pub counters: [u64; 5],
+    /// An adaptive bucket's control word (SPEC §14); `None` for a
+    /// fixed-rate bucket.
+    pub control: Option<ControlView>,
 }
 
 /// Writes `value` zero-padded into its field; a value too wide for it (only
@@ -293,6 +353,18 @@ impl Header {
         for (field, value) in COUNTERS.iter().zip(self.counters) {
             put(&mut out, *field, value);
         }
+        if let Some(control) = &self.control {
+            put(&mut out, FLOOR, u64::from(c.adaptive_floor_per_min));
+            put(&mut out, CEILING, u64::from(c.adaptive_ceiling_per_min));
+            put(&mut out, ORIGIN, control.origin_ms);
+            put(
+                &mut out,
+                SINCE_DECREASE,
+                u64::from(control.since_decrease_ms),
+            );
+            put(&mut out, RECOVER, u64::from(control.recover_ds));
+            put(&mut out, PEAK, u64::from(control.peak_per_min));
+        }
         out
     }
 
@@ -306,12 +378,17 @@ impl Header {
             1 => ReleasePolicy::Strict,
             _ => return None,
         };
+        let adaptive = decode_adaptive(bytes)?;
+        let (adaptive_floor_per_min, adaptive_ceiling_per_min) =
+            adaptive.map_or((0, 0), |(floor, ceiling, _)| (floor, ceiling));
         let config = Config {
             rate_per_min: u32::try_from(get(bytes, RATE)?).ok()?,
             burst: u32::try_from(get(bytes, BURST)?).ok()?,
             idle_timeout_ms: get(bytes, IDLE)?,
             max_retries: u32::try_from(get(bytes, RETRIES)?).ok()?,
             release_policy,
+            adaptive_floor_per_min,
+            adaptive_ceiling_per_min,
         };
         let mut secret = [0u8; 16];
         secret.copy_from_slice(&bytes[SECRET.0..SECRET.0 + 16]);
@@ -334,9 +411,8 @@ impl Header {
         let gaps_are_spaces = [
             6, 10, 18, 35, 38, 40, 57, 74, 88, 97, 114, 131, 148, 165, 182,
         ]
-        .into_iter()
-        .chain(FIELDS_END..HEADER_LEN)
-        .all(|i| bytes[i] == b' ');
+        .iter()
+        .all(|&i| bytes[i] == b' ');
         if !gaps_are_spaces {
             return None;
         }
@@ -348,7 +424,7 @@ impl Header {
             .iter()
             .chain(&counters)
             .all(|&n| n < LIMIT);
-        if !in_range || tokens_units > params.capacity_units() {
+        if !in_range || config.burst == 0 || tokens_units > params.capacity_units() {
             return None;
         }
         Some(Header {
@@ -363,20 +439,62 @@ impl Header {
             },
             serial,
             counters,
+            control: adaptive.map(|(_, _, control)| control),
         })
     }
 }
 
-/// `rate_per_min=… burst=… idle_timeout_ms=… max_retries=… release_policy=…`
+/// Bytes 199–255 of a stored header: `Some(None)` when they are spaces (a
+/// fixed-rate bucket), `Some(Some((floor, ceiling, control)))` when they
+/// hold an adaptive bucket's fields in their form and in the ranges the
+/// commands write (a floor and a ceiling of at least 1, as the commands
+/// store them, [`Params::plan`] checking the rest of the range; the origin
+/// below 2^52, each control field within its type, the peak within the
+/// range), `None` for anything else.
+#[allow(clippy::type_complexity)]
+fn decode_adaptive(bytes: &[u8]) -> Option<Option<(u32, u32, ControlView)>> {
+    if bytes[FIELDS_END..HEADER_LEN].iter().all(|&b| b == b' ') {
+        return Some(None);
+    }
+    let spaces = ADAPTIVE_GAPS
+        .iter()
+        .copied()
+        .chain(ADAPTIVE_END..HEADER_LEN)
+        .all(|i| bytes[i] == b' ');
+    let floor = u32::try_from(get(bytes, FLOOR)?).ok()?;
+    let ceiling = u32::try_from(get(bytes, CEILING)?).ok()?;
+    let control = ControlView {
+        origin_ms: get(bytes, ORIGIN)?,
+        since_decrease_ms: u32::try_from(get(bytes, SINCE_DECREASE)?).ok()?,
+        recover_ds: u16::try_from(get(bytes, RECOVER)?).ok()?,
+        peak_per_min: u16::try_from(get(bytes, PEAK)?).ok()?,
+    };
+    let in_range = floor >= 1
+        && ceiling >= 1
+        && control.origin_ms < LIMIT
+        && (floor..=ceiling).contains(&u32::from(control.peak_per_min));
+    (spaces && in_range).then_some(Some((floor, ceiling, control)))
+}
+
+/// `rate_per_min=… burst=… idle_timeout_ms=… max_retries=… release_policy=…`,
+/// then `adaptive_floor_per_min=… adaptive_ceiling_per_min=…` for an
+/// adaptive configuration.
 fn describe(config: &Config) -> String {
-    format!(
+    let mut text = format!(
         "rate_per_min={} burst={} idle_timeout_ms={} max_retries={} release_policy={}",
         config.rate_per_min,
         config.burst,
         config.idle_timeout_ms,
         config.max_retries,
         config.release_policy.name()
-    )
+    );
+    if config.adaptive_floor_per_min > 0 {
+        text.push_str(&format!(
+            " adaptive_floor_per_min={} adaptive_ceiling_per_min={}",
+            config.adaptive_floor_per_min, config.adaptive_ceiling_per_min
+        ));
+    }
+    text
 }
 
 /// A ticket's fields (docs/redis.md "Tickets").
@@ -511,6 +629,7 @@ pub fn execute(
                 state: params.initial_state(now_ms),
                 serial: 0,
                 counters: [0; 5],
+                control: params.is_adaptive().then(|| params.initial_control(now_ms)),
             };
             (header, &[][..])
         }
@@ -518,7 +637,12 @@ pub fn execute(
             return Err(err(format_args!("no bucket at key '{}'", shown(key))));
         }
     };
-    let params = Params::plan(&header.config).map_err(|_| err("invalid config"))?;
+    let planned = Params::plan(&header.config).map_err(|_| err("invalid config"))?;
+    // Every decision on an adaptive bucket is at the rate in force now.
+    let params = match &header.control {
+        Some(control) => planned.in_force(control, now_ms),
+        None => planned,
+    };
     let mut effect = Effect::default();
     let reply = match &call.op {
         Op::Create(_) if !created => return Ok((Reply::Int(0), Effect::default())),
@@ -609,6 +733,18 @@ pub fn execute(
         }
         Op::Info => {
             return Ok((info(&header, &params, now_ms), Effect::default()));
+        }
+        Op::Observe(outcome) => {
+            let Some(control) = &header.control else {
+                let rate = i64::from(planned.rate_per_min());
+                return Ok((Reply::Int(rate), Effect::default()));
+            };
+            let step = planned.observe(control, *outcome, now_ms);
+            let Some(next) = step.next else {
+                return Ok((Reply::Int(i64::from(step.answer)), Effect::default()));
+            };
+            header.control = Some(next);
+            Reply::Int(i64::from(step.answer))
         }
     };
     effect.header = Some(header.encode());
@@ -701,11 +837,18 @@ fn check_ticket(
     Ok(ticket)
 }
 
+/// `PACER.INFO`'s pairs; `params` are those in force at `now_ms`.
 fn info(header: &Header, params: &Params, now_ms: u64) -> Reply {
     let c = &header.config;
     let s = &header.state;
     let n = |v: u64| Item::Int(v as i64);
-    let pairs: [(&str, Item); 20] = [
+    let control = header.control.unwrap_or(ControlView {
+        origin_ms: 0,
+        since_decrease_ms: 0,
+        recover_ds: 0,
+        peak_per_min: 0,
+    });
+    let pairs: [(&str, Item); 27] = [
         ("rate_per_min", n(u64::from(c.rate_per_min))),
         ("burst", n(u64::from(c.burst))),
         ("idle_timeout_ms", n(c.idle_timeout_ms)),
@@ -726,8 +869,21 @@ fn info(header: &Header, params: &Params, now_ms: u64) -> Reply {
         ("released", n(header.counters[RELEASED])),
         ("release_refused", n(header.counters[RELEASE_REFUSED])),
         ("now_ms", n(now_ms)),
+        ("rate_in_force", n(u64::from(params.rate_per_min()))),
+        (
+            "adaptive_floor_per_min",
+            n(u64::from(c.adaptive_floor_per_min)),
+        ),
+        (
+            "adaptive_ceiling_per_min",
+            n(u64::from(c.adaptive_ceiling_per_min)),
+        ),
+        ("peak_per_min", n(u64::from(control.peak_per_min))),
+        ("origin_ms", n(control.origin_ms)),
+        ("since_decrease_ms", n(u64::from(control.since_decrease_ms))),
+        ("recover_ds", n(u64::from(control.recover_ds))),
     ];
-    let mut items = Vec::with_capacity(40);
+    let mut items = Vec::with_capacity(2 * pairs.len());
     for (name, value) in pairs {
         items.push(Item::Str(name.into()));
         items.push(value);
@@ -767,6 +923,8 @@ mod tests {
                 idle_timeout_ms: 30_000,
                 max_retries: 3,
                 release_policy: ReleasePolicy::Strict,
+                adaptive_floor_per_min: 0,
+                adaptive_ceiling_per_min: 0,
             },
             secret: *b"0123456789abcdef",
             state: StateView {
@@ -776,6 +934,7 @@ mod tests {
             },
             serial: 3,
             counters: [3, 1, 0, 2, 1],
+            control: None,
         };
         let bytes = header.encode();
         // Written out by hand from docs/redis.md "The key".
@@ -793,6 +952,131 @@ mod tests {
         spoiled[200] = b'x';
         assert_eq!(Header::decode(&spoiled), None);
         assert_eq!(Header::decode(&bytes[..255]), None);
+    }
+
+    #[test]
+    fn an_adaptive_header_holds_its_range_and_control_word_after_byte_199() {
+        let mut config = Config {
+            rate_per_min: 60,
+            burst: 1,
+            idle_timeout_ms: 30_000,
+            max_retries: 3,
+            release_policy: ReleasePolicy::Refund,
+            adaptive_floor_per_min: 10,
+            adaptive_ceiling_per_min: 90,
+        };
+        let header = Header {
+            config,
+            secret: *b"0123456789abcdef",
+            state: StateView {
+                high_water_ms: 5,
+                tokens_units: 0,
+                seq: 1,
+            },
+            serial: 1,
+            counters: [1, 0, 0, 0, 0],
+            control: Some(ControlView {
+                origin_ms: 1_700_000_000_123,
+                since_decrease_ms: u32::MAX,
+                recover_ds: 2080,
+                peak_per_min: 60,
+            }),
+        };
+        let bytes = header.encode();
+        // Written out by hand from docs/redis.md "The key".
+        let tail = " 010 090 0001700000000123 4294967295 02080 060           ";
+        assert_eq!(&bytes[FIELDS_END..], tail.as_bytes());
+        assert_eq!(Header::decode(&bytes), Some(header.clone()));
+        // What no command writes: each is not a bucket.
+        for (at, text) in [
+            (200, "000"),              // a floor of 0 with the fields present
+            (200, "061"),              // floor above the rate
+            (204, "000"),              // ceiling 0 (stored as the rate)
+            (204, "059"),              // ceiling below the rate
+            (204, "601"),              // ceiling above 600
+            (208, "4503599627370496"), // origin at 2^52
+            (225, "4294967296"),       // since_decrease_ms past u32
+            (236, "65536"),            // recover_ds past u16
+            (242, "009"),              // peak below the floor
+            (242, "091"),              // peak above the ceiling
+            (203, "0"),                // a digit in a gap
+            (245, "x"),                // a letter in the padding
+            (211, "x"),                // a letter in a field
+        ] {
+            let mut spoiled = bytes;
+            spoiled[at..at + text.len()].copy_from_slice(text.as_bytes());
+            assert_eq!(Header::decode(&spoiled), None, "{text} at {at}");
+        }
+        // The same bucket with the fields gone is a fixed-rate one.
+        let mut fixed = bytes;
+        fixed[FIELDS_END..].fill(b' ');
+        config.adaptive_floor_per_min = 0;
+        config.adaptive_ceiling_per_min = 0;
+        let decoded = Header::decode(&fixed).unwrap();
+        assert_eq!((decoded.config, decoded.control), (config, None));
+    }
+
+    #[test]
+    fn adapt_comes_after_the_configuration_and_before_at() {
+        let call = |args: &[&str]| {
+            let op = if args.get(5) == Some(&"2") {
+                "book"
+            } else {
+                "reserve"
+            };
+            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            parse(op, &args, true)
+        };
+        let base = ["60", "1", "30000", "3", "refund"];
+        let with = |extra: &[&'static str]| {
+            let mut v: Vec<&str> = base.to_vec();
+            v.extend_from_slice(extra);
+            v
+        };
+        let range = |c: Result<Call, String>| match c.map(|c| c.op) {
+            Ok(Op::Reserve(c)) | Ok(Op::Book(c, _)) => {
+                Ok((c.adaptive_floor_per_min, c.adaptive_ceiling_per_min))
+            }
+            other => Err(format!("{other:?}")),
+        };
+        assert_eq!(range(call(&with(&[]))), Ok((0, 0)));
+        assert_eq!(range(call(&with(&["ADAPT", "10", "0"]))), Ok((10, 60)));
+        assert_eq!(
+            range(call(&with(&["adapt", "10", "90", "AT", "5"]))),
+            Ok((10, 90))
+        );
+        assert_eq!(range(call(&with(&["ADAPT", "0", "0"]))), Ok((0, 0)));
+        assert_eq!(range(call(&with(&["ADAPT", "0", "90"]))), Ok((0, 0)));
+        assert_eq!(range(call(&with(&["ADAPT", "60", "60"]))), Ok((60, 60)));
+        let mut book = with(&["2", "ADAPT", "10", "0", "AT", "5"]);
+        assert_eq!(range(call(&book)), Ok((10, 60)));
+        book.truncate(7);
+        assert!(call(&book).is_err(), "ADAPT without its ceiling");
+        let range_error = "ERR pacer: ADAPT 61 0 does not fit rate_per_min 60: adaptive pacing \
+                           needs floor <= rate_per_min <= ceiling <= 600 (ceiling 0 means \
+                           rate_per_min)";
+        assert_eq!(call(&with(&["ADAPT", "61", "0"])), Err(range_error.into()));
+        for (extra, message) in [
+            (&["ADAPT", "10"][..], "unknown argument 'ADAPT'"),
+            (
+                &["AT", "5", "ADAPT", "10", "0"],
+                "wrong number of arguments for reserve",
+            ),
+            (
+                &["ADAPT", "x", "0"],
+                "adaptive_floor_per_min must be a whole number below 2^52, got 'x'",
+            ),
+            (
+                &["ADAPT", "10", "-1"],
+                "adaptive_ceiling_per_min must be a whole number below 2^52, got '-1'",
+            ),
+        ] {
+            assert_eq!(
+                call(&with(extra)),
+                Err(format!("ERR pacer: {message}")),
+                "{extra:?}"
+            );
+        }
     }
 
     #[test]

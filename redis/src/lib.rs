@@ -2,7 +2,7 @@
 //!
 //! The pacer's core inside Redis: `libpacer_redis.so`, loaded with
 //! `--loadmodule`, adds `PACER.CREATE`, `PACER.RESERVE`, `PACER.BOOK`, `PACER.RELEASE`,
-//! `PACER.REDEEM` and `PACER.INFO`. One key holds one bucket that every
+//! `PACER.REDEEM`, `PACER.INFO` and `PACER.OBSERVE`. One key holds one bucket that every
 //! proxy of a fleet shares; each command reads the key, runs the core's
 //! pure transition on it with the server's clock, writes the result back
 //! and replicates the written bytes (never the command). Commands, replies,
@@ -181,6 +181,10 @@ fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     guarded(ctx, "info", args)
 }
 
+fn observe(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, "observe", args)
+}
+
 redis_module! {
     name: "pacer",
     version: 1,
@@ -197,5 +201,6 @@ redis_module! {
         ["pacer.release", release, "write deny-oom fast", 1, 1, 1, ""],
         ["pacer.redeem", redeem, "readonly fast", 1, 1, 1, ""],
         ["pacer.info", info, "readonly fast", 1, 1, 1, ""],
+        ["pacer.observe", observe, "write deny-oom fast", 1, 1, 1, ""],
     ],
 }

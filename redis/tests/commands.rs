@@ -326,31 +326,70 @@ fn bad_calls_get_the_same_error_from_every_engine_and_change_nothing() {
     }
 }
 
+/// Each edit of `good` (what, first byte, replacement), stored at
+/// "edited", is "not a pacer bucket" to every engine for every command
+/// (admissions with `config`, a release of `ticket`), and the key stays as
+/// it was.
+fn edits_are_not_buckets(
+    doors: &mut Doors,
+    good: &[u8],
+    edits: &[(&str, usize, &str)],
+    config: &[&str],
+    ticket: &str,
+) {
+    let calls = [
+        ("reserve", config.to_vec()),
+        ("info", vec!["AT", "0"]),
+        ("release", vec![ticket, "AT", "0"]),
+        ("observe", vec!["throttled", "AT", "0"]),
+        ("create", config.to_vec()),
+    ];
+    for &(what, at, replacement) in edits {
+        let mut edited = good.to_vec();
+        edited[at..at + replacement.len()].copy_from_slice(replacement.as_bytes());
+        redis::cmd("SET")
+            .arg("edited")
+            .arg(&edited)
+            .query::<()>(&mut doors.con)
+            .unwrap();
+        for (op, args) in &calls {
+            for engine in ["module", "script", "function"] {
+                assert_eq!(
+                    by(doors, engine, op, "edited", args),
+                    Err("ERR pacer: key 'edited' is not a pacer bucket".to_string()),
+                    "{engine} {op} with {what}"
+                );
+            }
+        }
+        assert_eq!(
+            bytes(&mut doors.con, "edited"),
+            Value::BulkString(edited),
+            "{what}: the key changed"
+        );
+    }
+}
+
 /// A key whose header was edited by hand is "not a pacer bucket" to every
 /// engine, for every command, and stays as it was: each edit below breaks
 /// one rule of the header's form (docs/redis.md, "The key").
 #[test]
 fn an_edited_header_is_not_a_bucket_to_any_engine() {
-    let Doors {
-        server: _server, // the server stops when this is dropped
-        mut con,
-        sha,
-        function,
-        with_at,
-    } = Doors::open();
-    module(&mut con, "create", "good", &with_at).unwrap();
-    let ticket = match module(&mut con, "reserve", "good", &with_at).unwrap() {
+    let mut doors = Doors::open();
+    let with_at = doors.with_at.clone();
+    module(&mut doors.con, "create", "good", &with_at).unwrap();
+    let ticket = match module(&mut doors.con, "reserve", "good", &with_at).unwrap() {
         Value::Array(items) => text(&items[2]),
         other => panic!("{other:?}"),
     };
-    let Value::BulkString(good) = bytes(&mut con, "good") else {
+    let Value::BulkString(good) = bytes(&mut doors.con, "good") else {
         panic!("no bucket bytes")
     };
     assert_eq!(good.len(), 256);
     // (first byte, replacement): byte offsets from the layout table.
-    let edits: [(&str, usize, &str); 12] = [
+    let edits: [(&str, usize, &str); 13] = [
         ("magic", 0, "PACER2"),
         ("rate above 600 (the call's config is valid)", 7, "700"),
+        ("a zero burst", 11, "0000000"),
         ("a space inside idle_timeout_ms", 19, " "),
         ("a sign on max_retries", 36, "+3"),
         ("policy 2", 39, "2"),
@@ -362,39 +401,7 @@ fn an_edited_header_is_not_a_bucket_to_any_engine() {
         ("a letter in the padding", 230, "x"),
         ("a digit in the gap after the last field", 199, "0"),
     ];
-    for (what, at, replacement) in edits {
-        let mut edited = good.clone();
-        edited[at..at + replacement.len()].copy_from_slice(replacement.as_bytes());
-        redis::cmd("SET")
-            .arg("edited")
-            .arg(&edited)
-            .query::<()>(&mut con)
-            .unwrap();
-        let calls: [(&str, Vec<&str>); 4] = [
-            ("reserve", with_at.clone()),
-            ("info", vec!["AT", "0"]),
-            ("release", vec![&ticket, "AT", "0"]),
-            ("create", with_at.clone()),
-        ];
-        for (op, args) in &calls {
-            for (engine, reply) in [
-                ("module", module(&mut con, op, "edited", args)),
-                ("script", eval(&mut con, &sha, "edited", op, args)),
-                ("function", fcall(&mut con, &function, "edited", op, args)),
-            ] {
-                assert_eq!(
-                    reply,
-                    Err("ERR pacer: key 'edited' is not a pacer bucket".to_string()),
-                    "{engine} {op} with {what}"
-                );
-            }
-        }
-        assert_eq!(
-            bytes(&mut con, "edited"),
-            Value::BulkString(edited),
-            "{what}: the key changed"
-        );
-    }
+    edits_are_not_buckets(&mut doors, &good, &edits, &with_at, &ticket);
 }
 
 /// RESP3 (`HELLO 3`) gets the same arrays, integers, strings and nils.
@@ -547,4 +554,465 @@ fn the_shipped_library_is_pacer_on_the_server_clock() {
         before <= high_water && high_water <= after,
         "{before} {high_water} {after}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Adaptive buckets (SPEC §14): `ADAPT floor ceiling` and `PACER.OBSERVE`.
+
+use pacer_core::adaptive::{BETA_DEN, BETA_NUM, DECREASE_SPACING_MS, SCALE};
+
+/// `op` on `key` by one engine, by name.
+fn by(
+    doors: &mut Doors,
+    engine: &str,
+    op: &str,
+    key: &str,
+    args: &[&str],
+) -> Result<Value, String> {
+    match engine {
+        "module" => module(&mut doors.con, op, key, args),
+        "script" => eval(&mut doors.con, &doors.sha, key, op, args),
+        _ => fcall(&mut doors.con, &doors.function, key, op, args),
+    }
+}
+
+/// INFO's value for `name`.
+fn info_value(info: &Value, name: &str) -> Value {
+    let Value::Array(items) = info else {
+        panic!("INFO: {info:?}")
+    };
+    items
+        .chunks(2)
+        .find(|pair| pair[0] == Value::BulkString(name.as_bytes().to_vec()))
+        .map(|pair| pair[1].clone())
+        .unwrap_or_else(|| panic!("INFO has no {name}"))
+}
+
+/// The header with the secret (bytes 41–56) blanked: the same on every
+/// engine for the same calls.
+fn without_secret(value: Value) -> Vec<u8> {
+    let Value::BulkString(mut bytes) = value else {
+        panic!("no bucket: {value:?}")
+    };
+    bytes[41..57].fill(b'-');
+    bytes
+}
+
+/// Hand-derived, whatever SCALE is (β = BETA_NUM/BETA_DEN, 8/10 today):
+/// rate 60, burst 10, idle 120000, retries 5, refund, ADAPT 10 0 (the
+/// ceiling is the rate), created at 0.
+/// - throttled at 1000: the first throttle ever is a decrease; the curve
+///   at 1000 is still at 60 (⌊10³/SEARCH_SCALE⌋ = 0), so ⌊60·β⌋ (48).
+/// - throttled at 1000 again, opened at 1000: 48, nothing written (the same
+///   instant holds nothing; an opened connection changes nothing).
+/// - after it the bucket refills at 48/min: ten admissions empty the burst,
+///   the eleventh waits ⌈60000/48⌉ = 1250 ms.
+/// - throttled at 60999: within 60000 ms of the decrease, a hold: the
+///   curve restarts at 60999 at the same K and W, reading 48.
+/// - throttled at 61000: 60000 ms since the decrease, and 1 ms after the
+///   origin (d = −K: the rate is 48), so a decrease to ⌊48·β⌋ (38); with
+///   ADAPT 40 0 instead, to the floor 40.
+///
+/// INFO after the first throttle: rate_in_force 48, peak 60, origin 1000,
+/// since_decrease_ms 0, recover_ds ⌊∛(12·SCALE)⌋.
+#[test]
+fn observe_follows_the_law_by_hand_on_every_engine() {
+    let mut doors = Doors::open();
+    let beta = |rate: i64| rate * i64::from(BETA_NUM) / i64::from(BETA_DEN);
+    let first = beta(60);
+    let second = beta(first);
+    assert_eq!(DECREASE_SPACING_MS, 60_000, "the times below assume it");
+    // A floor between the two decreases: the second stops there.
+    let high_floor = second + 2;
+    assert!(high_floor < first);
+    let k = (0..)
+        .take_while(|r: &i64| r * r * r <= (60 - first) * SCALE)
+        .last()
+        .unwrap();
+    let mut headers: Vec<Vec<Vec<u8>>> = Vec::new();
+    for engine in ["module", "script", "function"] {
+        for floor in [10, high_floor] {
+            let key = format!("adapt:{engine}:{floor}");
+            let floor_text = floor.to_string();
+            let config = [
+                "60",
+                "10",
+                "120000",
+                "5",
+                "refund",
+                "ADAPT",
+                &floor_text,
+                "0",
+            ];
+            let at = |t: &'static str| {
+                let mut v = config.to_vec();
+                v.extend(["AT", t]);
+                v
+            };
+            let mut run = |op: &str, args: &[&str]| -> Value {
+                by(&mut doors, engine, op, &key, args)
+                    .unwrap_or_else(|e| panic!("{engine} {op} {args:?}: {e}"))
+            };
+            let mut seen = Vec::new();
+            assert_eq!(run("create", &at("0")), Value::Int(1), "{engine}");
+            let throttled = |t: &'static str| vec!["throttled", "AT", t];
+            assert_eq!(
+                run("observe", &throttled("1000")),
+                Value::Int(first),
+                "{engine}"
+            );
+            let key_bytes = |doors: &mut Doors| bytes(&mut doors.con, &key);
+            let after_first = key_bytes(&mut doors);
+            let mut run = |op: &str, args: &[&str]| -> Value {
+                by(&mut doors, engine, op, &key, args)
+                    .unwrap_or_else(|e| panic!("{engine} {op} {args:?}: {e}"))
+            };
+            assert_eq!(
+                run("observe", &throttled("1000")),
+                Value::Int(first),
+                "{engine}"
+            );
+            assert_eq!(
+                run("observe", &["opened", "AT", "1000"]),
+                Value::Int(first),
+                "{engine}"
+            );
+            let info = run("info", &["AT", "1000"]);
+            for (name, value) in [
+                ("rate_in_force", first),
+                ("adaptive_floor_per_min", floor),
+                ("adaptive_ceiling_per_min", 60),
+                ("peak_per_min", 60),
+                ("origin_ms", 1000),
+                ("since_decrease_ms", 0),
+                ("recover_ds", k),
+            ] {
+                assert_eq!(
+                    info_value(&info, name),
+                    Value::Int(value),
+                    "{engine} {name}"
+                );
+            }
+            seen.push(without_secret(after_first.clone()));
+            assert_eq!(
+                key_bytes(&mut doors),
+                after_first,
+                "{engine}: a hold of nothing wrote"
+            );
+            let mut run = |op: &str, args: &[&str]| -> Value {
+                by(&mut doors, engine, op, &key, args)
+                    .unwrap_or_else(|e| panic!("{engine} {op} {args:?}: {e}"))
+            };
+            let waits: Vec<Value> = (0..11)
+                .map(|_| match run("reserve", &at("1000")) {
+                    Value::Array(items) => items[1].clone(),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            assert_eq!(waits[9], Value::Int(0), "{engine}");
+            assert_eq!(waits[10], Value::Int(1250), "{engine}: refilled at 48/min");
+            assert_eq!(
+                run("observe", &throttled("60999")),
+                Value::Int(first),
+                "{engine}"
+            );
+            let expected = second.max(floor);
+            assert_eq!(
+                run("observe", &throttled("61000")),
+                Value::Int(expected),
+                "{engine}"
+            );
+            let info = run("info", &["AT", "61000"]);
+            assert_eq!(info_value(&info, "peak_per_min"), Value::Int(first));
+            assert_eq!(info_value(&info, "rate_in_force"), Value::Int(expected));
+            seen.push(without_secret(key_bytes(&mut doors)));
+            headers.push(seen);
+        }
+    }
+    // The module's, the script's and the function's keys are the same.
+    assert_eq!(headers[0], headers[2]);
+    assert_eq!(headers[0], headers[4]);
+    assert_eq!(headers[1], headers[3]);
+    assert_eq!(headers[1], headers[5]);
+
+    // A fixed-rate bucket: OBSERVE answers the rate and writes nothing.
+    for engine in ["module", "script", "function"] {
+        let key = format!("fixed:{engine}");
+        let config = ["60", "10", "120000", "5", "refund", "AT", "0"];
+        by(&mut doors, engine, "create", &key, &config).unwrap();
+        let before = bytes(&mut doors.con, &key);
+        for outcome in ["throttled", "opened", "throttled"] {
+            let reply = by(
+                &mut doors,
+                engine,
+                "observe",
+                &key,
+                &[outcome, "AT", "1000"],
+            );
+            assert_eq!(reply, Ok(Value::Int(60)), "{engine}");
+        }
+        assert_eq!(
+            bytes(&mut doors.con, &key),
+            before,
+            "{engine}: OBSERVE wrote"
+        );
+        let Value::BulkString(header) = before else {
+            panic!("no bucket")
+        };
+        assert!(header[199..256].iter().all(|&b| b == b' '), "{engine}");
+        let info = by(&mut doors, engine, "info", &key, &["AT", "1000"]).unwrap();
+        for (name, value) in [
+            ("rate_in_force", 60),
+            ("adaptive_floor_per_min", 0),
+            ("adaptive_ceiling_per_min", 0),
+            ("peak_per_min", 0),
+            ("origin_ms", 0),
+            ("since_decrease_ms", 0),
+            ("recover_ds", 0),
+        ] {
+            assert_eq!(
+                info_value(&info, name),
+                Value::Int(value),
+                "{engine} {name}"
+            );
+        }
+    }
+}
+
+/// ADAPT's and OBSERVE's errors, the same from every engine, and nothing
+/// changed; and errors that combine are reported in one order (the
+/// arity, the arguments left to right with a configuration's ranges right
+/// after its numbers, then AT) by every engine.
+#[test]
+fn adaptive_bad_calls_get_the_same_error_from_every_engine() {
+    let mut doors = Doors::open();
+    let config = ["60", "2", "30000", "3", "refund"];
+    let mut setup = |key: &str, extra: &[&str]| {
+        let mut args = config.to_vec();
+        args.extend_from_slice(extra);
+        args.extend(["AT", "0"]);
+        module(&mut doors.con, "create", key, &args).expect("setup");
+    };
+    setup("fixed", &[]);
+    setup("adaptive", &["ADAPT", "10", "0"]);
+    let with = |extra: &[&'static str]| {
+        let mut args: Vec<&str> = config.to_vec();
+        args.extend_from_slice(extra);
+        args
+    };
+    let fixed_text = "rate_per_min=60 burst=2 idle_timeout_ms=30000 max_retries=3 \
+                      release_policy=refund";
+    let adaptive_text =
+        format!("{fixed_text} adaptive_floor_per_min=10 adaptive_ceiling_per_min=60");
+    let mismatch = |key: &str, stored: &str, call: &str| {
+        format!("ERR pacer: bucket '{key}' was created with {stored}; this call has {call}")
+    };
+    let range = |floor: &str, ceiling: &str, rate: &str| {
+        format!(
+            "ERR pacer: ADAPT {floor} {ceiling} does not fit rate_per_min {rate}: adaptive \
+             pacing needs floor <= rate_per_min <= ceiling <= 600 (ceiling 0 means rate_per_min)"
+        )
+    };
+    let number = |name: &str, got: &str| {
+        format!("ERR pacer: {name} must be a whole number below 2^52, got '{got}'")
+    };
+    let cases: Vec<(&str, &str, Vec<&str>, String)> = vec![
+        (
+            "reserve",
+            "fixed",
+            with(&["ADAPT", "10", "0"]),
+            mismatch("fixed", fixed_text, &adaptive_text),
+        ),
+        (
+            "reserve",
+            "adaptive",
+            with(&[]),
+            mismatch("adaptive", &adaptive_text, fixed_text),
+        ),
+        (
+            "book",
+            "adaptive",
+            with(&["3", "ADAPT", "20", "0", "AT", "0"]),
+            mismatch(
+                "adaptive",
+                &adaptive_text,
+                &format!("{fixed_text} adaptive_floor_per_min=20 adaptive_ceiling_per_min=60"),
+            ),
+        ),
+        (
+            "reserve",
+            "new",
+            with(&["ADAPT", "61", "0"]),
+            range("61", "0", "60"),
+        ),
+        (
+            "reserve",
+            "new",
+            with(&["ADAPT", "10", "59"]),
+            range("10", "59", "60"),
+        ),
+        (
+            "reserve",
+            "new",
+            with(&["ADAPT", "10", "601"]),
+            range("10", "601", "60"),
+        ),
+        (
+            "create",
+            "new",
+            vec!["0", "2", "30000", "3", "refund", "ADAPT", "1", "0"],
+            range("1", "0", "0"),
+        ),
+        (
+            "reserve",
+            "new",
+            with(&["ADAPT", "x", "0"]),
+            number("adaptive_floor_per_min", "x"),
+        ),
+        (
+            "reserve",
+            "new",
+            with(&["ADAPT", "10", "-1"]),
+            number("adaptive_ceiling_per_min", "-1"),
+        ),
+        (
+            "reserve",
+            "new",
+            with(&["ADAPT", "10"]),
+            "ERR pacer: unknown argument 'ADAPT'".into(),
+        ),
+        (
+            "reserve",
+            "new",
+            with(&["AT", "0", "ADAPT", "10", "0"]),
+            "ERR pacer: wrong number of arguments for reserve".into(),
+        ),
+        (
+            "info",
+            "adaptive",
+            vec!["ADAPT", "10", "0"],
+            "ERR pacer: wrong number of arguments for info".into(),
+        ),
+        (
+            "observe",
+            "missing",
+            vec!["throttled"],
+            "ERR pacer: no bucket at key 'missing'".into(),
+        ),
+        (
+            "observe",
+            "adaptive",
+            vec!["Throttled"],
+            "ERR pacer: outcome must be opened or throttled, got 'Throttled'".into(),
+        ),
+        (
+            "observe",
+            "adaptive",
+            vec![],
+            "ERR pacer: wrong number of arguments for observe".into(),
+        ),
+        (
+            "observe",
+            "adaptive",
+            vec!["throttled", "NOW", "5"],
+            "ERR pacer: unknown argument 'NOW'".into(),
+        ),
+        (
+            "observe",
+            "adaptive",
+            vec!["throttled", "AT", "01"],
+            number("AT", "01"),
+        ),
+        // Two errors at once: the first in the documented order.
+        (
+            "reserve",
+            "fixed",
+            vec!["x", "2", "30000", "3", "refund", "NOW", "5"],
+            number("rate_per_min", "x"),
+        ),
+        (
+            "book",
+            "fixed",
+            vec!["601", "2", "30000", "3", "refund", "-1"],
+            "ERR pacer: rate_per_min 601 is above 600".into(),
+        ),
+        (
+            "reserve",
+            "fixed",
+            vec!["601", "2", "30000", "3", "refund", "AT", "01"],
+            "ERR pacer: rate_per_min 601 is above 600".into(),
+        ),
+        (
+            "reserve",
+            "fixed",
+            with(&["ADAPT", "61", "0", "AT", "x"]),
+            range("61", "0", "60"),
+        ),
+        (
+            "release",
+            "missing",
+            vec!["nonsense"],
+            "ERR pacer: no bucket at key 'missing'".into(),
+        ),
+        (
+            "observe",
+            "missing",
+            vec!["sideways", "AT", "x"],
+            "ERR pacer: outcome must be opened or throttled, got 'sideways'".into(),
+        ),
+    ];
+    let watched = ["fixed", "adaptive", "new", "missing"];
+    for (op, key, args, expected) in &cases {
+        for engine in ["module", "script", "function"] {
+            let before: Vec<Value> = watched.iter().map(|k| bytes(&mut doors.con, k)).collect();
+            let reply = by(&mut doors, engine, op, key, args);
+            assert_eq!(
+                reply.as_ref(),
+                Err(expected),
+                "{engine}: {op} {key} {args:?}"
+            );
+            let after: Vec<Value> = watched.iter().map(|k| bytes(&mut doors.con, k)).collect();
+            assert_eq!(before, after, "{engine}: {op} {key} {args:?} changed a key");
+        }
+    }
+}
+
+/// An adaptive header edited by hand is "not a pacer bucket" to every
+/// engine and every command, and stays as it was (docs/redis.md, "The key",
+/// bytes 199–255). The zero burst is the fixed-rate test's.
+#[test]
+fn an_edited_adaptive_header_is_not_a_bucket_to_any_engine() {
+    let mut doors = Doors::open();
+    let mut config: Vec<&str> = CONFIG.to_vec(); // rate 60
+    config.extend(["ADAPT", "10", "90", "AT", "0"]);
+    module(&mut doors.con, "create", "good", &config).unwrap();
+    let ticket = match module(&mut doors.con, "reserve", "good", &config).unwrap() {
+        Value::Array(items) => text(&items[2]),
+        other => panic!("{other:?}"),
+    };
+    module(&mut doors.con, "observe", "good", &["throttled", "AT", "5"]).unwrap();
+    let Value::BulkString(good) = bytes(&mut doors.con, "good") else {
+        panic!("no bucket bytes")
+    };
+    // Floor 10, ceiling 90, origin 5, since 0, K, peak 60.
+    assert_eq!(&good[199..225], b" 010 090 0000000000000005 ");
+    assert_eq!(&good[225..236], b"0000000000 ");
+    assert_eq!(&good[241..256], b" 060           ");
+    let edits: [(&str, usize, &str); 14] = [
+        ("floor 0 with the fields there", 200, "000"),
+        ("floor above the rate", 200, "061"),
+        ("ceiling 0 (stored as the rate)", 204, "000"),
+        ("ceiling below the rate", 204, "059"),
+        ("ceiling above 600", 204, "601"),
+        ("origin at 2^52", 208, "4503599627370496"),
+        ("since_decrease_ms past 32 bits", 225, "4294967296"),
+        ("recover_ds past 16 bits", 236, "65536"),
+        ("peak below the floor", 242, "009"),
+        ("peak above the ceiling", 242, "091"),
+        ("a sign in the floor", 200, "+10"),
+        ("a digit in a gap", 203, "0"),
+        ("a letter in the padding", 250, "x"),
+        ("a space inside the origin", 215, " "),
+    ];
+    edits_are_not_buckets(&mut doors, &good, &edits, &config, &ticket);
 }

@@ -19,7 +19,10 @@ mod common;
 use pacer_cli::engine::{Answer, CoreEngine, Engine, RedisEngine, RedisKind};
 use pacer_cli::rng::SplitMix64;
 use pacer_core::budget::ladder_ceiling;
-use pacer_core::{Config, ReleasePolicy};
+use pacer_core::{Config, Outcome as Upstream, ReleasePolicy};
+use pacer_redis::bucket::Header;
+use redis::Value;
+use std::collections::HashMap;
 
 /// 2^52: every time on the wire stays below it (docs/redis.md).
 const LIMIT: u64 = 1 << 52;
@@ -70,6 +73,8 @@ fn config(rng: &mut SplitMix64) -> Config {
         } else {
             ReleasePolicy::Strict
         },
+        adaptive_floor_per_min: 0,
+        adaptive_ceiling_per_min: 0,
     }
 }
 
@@ -220,5 +225,492 @@ fn module_and_script_agree_with_the_core_on_random_traces() {
     assert_eq!(agreed, traces);
     if traces >= 100 {
         assert!(backward > 0 && booked > 0 && released > 0 && strict > 0);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Adaptive buckets (SPEC §14): `ADAPT floor ceiling` and `PACER.OBSERVE`.
+// The engines of pacer_cli know neither, so these traces are driven here
+// with raw commands. The three Redis engines must give byte-identical
+// replies and leave byte-identical keys (each engine has its own database,
+// the same key name and, after creation, the same secret), and the module's
+// answers and the bucket it stores must be the core's: the answers of a
+// `Pacer` with the same configuration and its state and control word.
+
+#[derive(Clone, Copy, Debug)]
+enum AdaptiveOp {
+    Reserve,
+    Book(u32),
+    Release(u64),
+    Redeem(u64),
+    Observe(Upstream),
+    Info,
+}
+
+#[derive(Clone, Debug)]
+struct AdaptiveTrace {
+    config: Config,
+    /// `ADAPT floor ceiling` as sent (`None`: not sent).
+    adapt: Option<(u32, u32)>,
+    start: u64,
+    steps: Vec<(u64, AdaptiveOp)>,
+}
+
+fn adaptive_trace(seed: u64) -> AdaptiveTrace {
+    let mut rng = SplitMix64::new(seed ^ 0xada9_7ade);
+    let mut config = config(&mut rng);
+    let rate = config.rate_per_min;
+    let adapt = if rate == 0 || rng.below(8) == 0 {
+        // Fixed-rate: OBSERVE writes nothing and answers the rate.
+        match rng.below(3) {
+            0 => None,
+            1 => Some((0, 0)),
+            _ => Some((0, rng.below(601) as u32)),
+        }
+    } else {
+        let floor = match rng.below(4) {
+            0 => 1,
+            1 => rate,
+            2 => rate.div_ceil(2),
+            _ => 1 + rng.below(u64::from(rate)) as u32,
+        };
+        let ceiling = match rng.below(4) {
+            0 => 0,
+            1 => rate,
+            2 => 600,
+            _ => rate + rng.below(u64::from(601 - rate)) as u32,
+        };
+        Some((floor, ceiling))
+    };
+    if let Some((floor, ceiling)) = adapt {
+        config = config.adaptive(floor, ceiling);
+    }
+    let start = match rng.below(4) {
+        0 => rng.below(100_000),
+        1 => 1_700_000_000_000 + rng.below(1 << 36),
+        2 => LIMIT - 1 - rng.below(30_000_000),
+        _ => rng.below(LIMIT),
+    };
+    let mut t = start;
+    let steps = (0..1 + rng.below(40))
+        .map(|_| {
+            // Clock jumps of up to minutes (the curve moves over tens of
+            // seconds), now and then hours (past the cube's cap), back.
+            t = match rng.below(12) {
+                0 => t.saturating_sub(rng.below(120_000)),
+                1 | 2 => t,
+                3 => t + rng.below(100),
+                4 | 5 => t + rng.below(300_000),
+                6 => t + rng.below(30_000_000),
+                _ => t + rng.below(5_000),
+            }
+            .min(LIMIT - 1);
+            let op = match rng.below(14) {
+                0..=2 => AdaptiveOp::Reserve,
+                3..=4 => AdaptiveOp::Book(rng.below(u64::from(config.max_retries) + 3) as u32),
+                5 => AdaptiveOp::Release(rng.next_u64()),
+                6 => AdaptiveOp::Redeem(rng.next_u64()),
+                7..=9 => AdaptiveOp::Observe(Upstream::Throttled),
+                10..=11 => AdaptiveOp::Observe(Upstream::Opened),
+                _ => AdaptiveOp::Info,
+            };
+            (t, op)
+        })
+        .collect();
+    AdaptiveTrace {
+        config,
+        adapt,
+        start,
+        steps,
+    }
+}
+
+/// A reply, or the error's text.
+type Reply = Result<Value, String>;
+
+fn text_of(value: &Value) -> String {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        other => panic!("expected a string, got {other:?}"),
+    }
+}
+
+fn int_of(value: &Value) -> i64 {
+    match value {
+        Value::Int(n) => *n,
+        other => panic!("expected an integer, got {other:?}"),
+    }
+}
+
+/// The number pacer_cli's engines give a ticket string: its serial + 1.
+fn ticket_number(text: &str) -> u64 {
+    text.split('.').next().unwrap().parse::<u64>().unwrap() + 1
+}
+
+/// A reply of RESERVE, BOOK, REDEEM or RELEASE as pacer_cli's `Answer`;
+/// ticket strings are kept in `tickets` by number.
+fn answer_of(reply: &Value, tickets: &mut HashMap<u64, String>) -> Answer {
+    let items = match reply {
+        Value::Int(refunded) => {
+            return Answer::Released {
+                refunded: *refunded == 1,
+            }
+        }
+        Value::Array(items) => items,
+        other => panic!("unexpected reply {other:?}"),
+    };
+    let mut ticket = |value: &Value| -> Option<u64> {
+        match value {
+            Value::Nil => None,
+            value => {
+                let text = text_of(value);
+                let n = ticket_number(&text);
+                tickets.insert(n, text);
+                Some(n)
+            }
+        }
+    };
+    let path = |value: &Value| -> &'static str {
+        let name = text_of(value);
+        ["disabled", "paced", "shaped", "overflow", "booked"]
+            .into_iter()
+            .find(|p| *p == name)
+            .unwrap_or_else(|| panic!("unknown path {name}"))
+    };
+    match text_of(&items[0]).as_str() {
+        "admitted" => Answer::Admitted {
+            wait_ms: int_of(&items[1]) as u64,
+            ticket: ticket(&items[2]),
+            path: path(&items[3]),
+            clock_regressed: int_of(&items[4]) == 1,
+        },
+        "refused" => Answer::Refused {
+            retry_after_s: int_of(&items[1]) as u64,
+            required_wait_ms: int_of(&items[2]) as u64,
+            clock_regressed: int_of(&items[3]) == 1,
+        },
+        "booked" => Answer::Booked {
+            retry_after_s: int_of(&items[1]) as u64,
+            booking: ticket(&items[2]).expect("a booking"),
+            slot_ms: int_of(&items[3]) as u64,
+            clock_regressed: int_of(&items[4]) == 1,
+        },
+        "notyet" => Answer::NotYet {
+            retry_after_s: int_of(&items[1]) as u64,
+        },
+        other => panic!("unknown reply {other}"),
+    }
+}
+
+/// INFO's pairs by name.
+fn info_map(reply: &Value) -> HashMap<String, Value> {
+    let Value::Array(items) = reply else {
+        panic!("INFO: {reply:?}")
+    };
+    items
+        .chunks(2)
+        .map(|pair| (text_of(&pair[0]), pair[1].clone()))
+        .collect()
+}
+
+/// One engine's door to its database.
+struct Door {
+    kind: RedisKind,
+    con: redis::Connection,
+    /// The script's SHA1 or the function's name.
+    entry: String,
+}
+
+impl Door {
+    fn open(server: &common::Server, kind: RedisKind, db: i64) -> Door {
+        let mut con = server.connect();
+        redis::cmd("SELECT")
+            .arg(db)
+            .query::<()>(&mut con)
+            .expect("SELECT");
+        let entry = match kind {
+            RedisKind::Module => String::new(),
+            RedisKind::Script => common::load_script(&mut con, &common::test_clock_script()),
+            RedisKind::Function => common::load_function(&mut con, "pacer_adaptive"),
+        };
+        Door { kind, con, entry }
+    }
+
+    /// `op` on `key` with `args`, then the key's bytes, in one round trip.
+    fn call(&mut self, key: &str, op: &str, args: &[String]) -> (Reply, Value) {
+        let mut cmd = match self.kind {
+            RedisKind::Module => redis::cmd(&format!("PACER.{}", op.to_uppercase())),
+            RedisKind::Script => {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(&self.entry).arg(1);
+                cmd
+            }
+            RedisKind::Function => {
+                let mut cmd = redis::cmd("FCALL");
+                cmd.arg(&self.entry).arg(1);
+                cmd
+            }
+        };
+        cmd.arg(key);
+        if self.kind != RedisKind::Module {
+            cmd.arg(op);
+        }
+        for arg in args {
+            cmd.arg(arg);
+        }
+        let mut get = redis::cmd("GET");
+        get.arg(key);
+        let replies: Vec<Value> = redis::pipe()
+            .add_command(cmd)
+            .add_command(get)
+            .ignore_errors()
+            .query(&mut self.con)
+            .expect("pipeline");
+        let reply = match &replies[0] {
+            Value::ServerError(e) => Err(format!("{} {}", e.code(), e.details().unwrap_or(""))),
+            value => Ok(value.clone()),
+        };
+        (reply, replies[1].clone())
+    }
+}
+
+/// The configuration arguments (and retries_left for BOOK), ADAPT, AT.
+fn adaptive_args(trace: &AdaptiveTrace, retries_left: Option<u32>, t: u64) -> Vec<String> {
+    let c = &trace.config;
+    let mut args = vec![
+        c.rate_per_min.to_string(),
+        c.burst.to_string(),
+        c.idle_timeout_ms.to_string(),
+        c.max_retries.to_string(),
+        c.release_policy.name().to_string(),
+    ];
+    args.extend(retries_left.map(|r| r.to_string()));
+    if let Some((floor, ceiling)) = trace.adapt {
+        args.extend(["ADAPT".to_string(), floor.to_string(), ceiling.to_string()]);
+    }
+    args.extend(["AT".to_string(), t.to_string()]);
+    args
+}
+
+#[derive(Default)]
+struct Covered {
+    steps: u64,
+    decreases: u64,
+    holds: u64,
+    observed_fixed: u64,
+    rate_changes: u64,
+    at_floor: u64,
+    above_start: u64,
+    mode_changes: u64,
+}
+
+#[test]
+fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
+    let traces: u64 = std::env::var("PACER_DIFFERENTIAL_ADAPTIVE_TRACES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3_000);
+    let first: u64 = std::env::var("PACER_DIFFERENTIAL_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let server = common::Server::with_module();
+    let mut doors: Vec<Door> = [RedisKind::Module, RedisKind::Script, RedisKind::Function]
+        .into_iter()
+        .zip(1..)
+        .map(|(kind, db)| Door::open(&server, kind, db))
+        .collect();
+    let mut covered = Covered::default();
+    for seed in first..first + traces {
+        let trace = adaptive_trace(seed);
+        let key = format!("adaptive:{seed}");
+        let context = |i: usize| format!("seed {seed}, step {i} of {trace:?}");
+        let mut core = CoreEngine::new(&trace.config, trace.start)
+            .unwrap_or_else(|e| panic!("seed {seed}: an invalid config: {e:?}"));
+        // Created by each engine: the same header but for the secret
+        // (bytes 41–56); then every engine gets the module's bytes.
+        let create = adaptive_args(&trace, None, trace.start);
+        let mut created: Vec<Vec<u8>> = Vec::new();
+        for door in &mut doors {
+            let (reply, bytes) = door.call(&key, "create", &create);
+            assert_eq!(reply, Ok(Value::Int(1)), "seed {seed} {:?}", door.kind);
+            let Value::BulkString(mut bytes) = bytes else {
+                panic!("seed {seed}: no key")
+            };
+            bytes[41..57].copy_from_slice(b"0000000000000000");
+            created.push(bytes);
+        }
+        assert!(
+            created.windows(2).all(|w| w[0] == w[1]),
+            "seed {seed}: {created:?}"
+        );
+        let module_bytes: Vec<u8> = redis::cmd("GET")
+            .arg(&key)
+            .query(&mut doors[0].con)
+            .expect("GET");
+        for door in &mut doors[1..] {
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(&module_bytes)
+                .query::<()>(&mut door.con)
+                .expect("SET");
+        }
+        let mut held: Vec<u64> = Vec::new();
+        let mut bookings: Vec<u64> = Vec::new();
+        let mut tickets: HashMap<u64, String> = HashMap::new();
+        let mut last_rate = core.pacer().params_in_force(trace.start).rate_per_min();
+        let mut last_mode = core.pacer().params_in_force(trace.start).mode();
+        for (i, &(t, op)) in trace.steps.iter().enumerate() {
+            // The op as sent, and the core's answer to it.
+            let (name, args, expected): (&str, Vec<String>, Option<Answer>) = match op {
+                AdaptiveOp::Reserve => (
+                    "reserve",
+                    adaptive_args(&trace, None, t),
+                    Some(core.reserve(t).unwrap()),
+                ),
+                AdaptiveOp::Book(retries) => (
+                    "book",
+                    adaptive_args(&trace, Some(retries), t),
+                    Some(core.book(t, retries).unwrap()),
+                ),
+                AdaptiveOp::Release(n) if !held.is_empty() => {
+                    let id = held.remove((n % held.len() as u64) as usize);
+                    bookings.retain(|b| *b != id);
+                    let args = vec![tickets[&id].clone(), "AT".into(), t.to_string()];
+                    ("release", args, Some(core.release(id, t).unwrap()))
+                }
+                AdaptiveOp::Redeem(n) if !bookings.is_empty() => {
+                    let id = bookings[(n % bookings.len() as u64) as usize];
+                    let answer = core.redeem(id, t).unwrap();
+                    if let Answer::Admitted { .. } = answer {
+                        bookings.retain(|b| *b != id);
+                    }
+                    let args = vec![tickets[&id].clone(), "AT".into(), t.to_string()];
+                    ("redeem", args, Some(answer))
+                }
+                AdaptiveOp::Observe(outcome) => {
+                    let args = vec![outcome.name().to_string(), "AT".into(), t.to_string()];
+                    ("observe", args, None)
+                }
+                AdaptiveOp::Release(_) | AdaptiveOp::Redeem(_) | AdaptiveOp::Info => {
+                    ("info", vec!["AT".into(), t.to_string()], None)
+                }
+            };
+            let before = core.pacer().control();
+            let observed = match op {
+                AdaptiveOp::Observe(outcome) => Some(core.pacer().observe(outcome, t)),
+                _ => None,
+            };
+            let results: Vec<(Reply, Value)> = doors
+                .iter_mut()
+                .map(|d| d.call(&key, name, &args))
+                .collect();
+            for (door, result) in doors.iter().zip(&results).skip(1) {
+                assert_eq!(
+                    &results[0],
+                    result,
+                    "{}: the module and the {:?} differ ({name} {args:?})",
+                    context(i),
+                    door.kind
+                );
+            }
+            let (reply, bytes) = &results[0];
+            let reply = reply
+                .as_ref()
+                .unwrap_or_else(|e| panic!("{}: {name} {args:?}: {e}", context(i)));
+            // The module against the core.
+            if let Some(expected) = expected {
+                let got = answer_of(reply, &mut tickets);
+                assert_eq!(got, expected, "{}: {name} {args:?}", context(i));
+                match got {
+                    Answer::Admitted {
+                        ticket: Some(id), ..
+                    } if !held.contains(&id) => held.push(id),
+                    Answer::Booked { booking, .. } => {
+                        held.push(booking);
+                        bookings.push(booking);
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(rate) = observed {
+                assert_eq!(reply, &Value::Int(i64::from(rate)), "{}", context(i));
+                let after = core.pacer().control();
+                if trace.config.adaptive_floor_per_min == 0 {
+                    covered.observed_fixed += 1;
+                } else if after.since_decrease_ms == 0 && after != before {
+                    covered.decreases += 1;
+                } else if after != before {
+                    covered.holds += 1;
+                }
+            }
+            let in_force = core.pacer().params_in_force(t);
+            if name == "info" {
+                let info = info_map(reply);
+                let level = in_force.level_at(&core.pacer().state(), t);
+                assert_eq!(
+                    (
+                        &info["rate_in_force"],
+                        &info["mode"],
+                        &info["max_debt_units"],
+                        &info["level_units"]
+                    ),
+                    (
+                        &Value::Int(i64::from(in_force.rate_per_min())),
+                        &Value::BulkString(in_force.mode().name().as_bytes().to_vec()),
+                        &Value::Int(in_force.max_debt_units()),
+                        &Value::Int(level)
+                    ),
+                    "{}",
+                    context(i)
+                );
+            }
+            let Value::BulkString(bytes) = bytes else {
+                panic!("{}: no key", context(i))
+            };
+            let header = Header::decode(bytes)
+                .unwrap_or_else(|| panic!("{}: not a bucket after {name}", context(i)));
+            let state = core.pacer().state();
+            assert_eq!(header.state, state, "{}: state after {name}", context(i));
+            let control = trace
+                .config
+                .adaptive_floor_per_min
+                .gt(&0)
+                .then(|| core.pacer().control());
+            assert_eq!(
+                header.control,
+                control,
+                "{}: control after {name}",
+                context(i)
+            );
+            let rate = in_force.rate_per_min();
+            covered.rate_changes += u64::from(rate != last_rate);
+            covered.mode_changes += u64::from(in_force.mode() != last_mode);
+            covered.at_floor +=
+                u64::from(control.is_some() && rate == trace.config.adaptive_floor_per_min);
+            covered.above_start += u64::from(control.is_some() && rate > trace.config.rate_per_min);
+            last_rate = rate;
+            last_mode = in_force.mode();
+            covered.steps += 1;
+        }
+    }
+    println!(
+        "differential (adaptive): {traces} traces, {} steps agree on module, script, function \
+         and core ({} decreases, {} held throttles, {} observations of fixed-rate buckets; \
+         the rate in force changed {} times, was at the floor {} times, above the configured \
+         rate {} times; the mode changed {} times)",
+        covered.steps,
+        covered.decreases,
+        covered.holds,
+        covered.observed_fixed,
+        covered.rate_changes,
+        covered.at_floor,
+        covered.above_start,
+        covered.mode_changes
+    );
+    if traces >= 100 {
+        assert!(covered.decreases > 0 && covered.holds > 0 && covered.observed_fixed > 0);
+        assert!(covered.rate_changes > 0 && covered.at_floor > 0 && covered.above_start > 0);
+        assert!(covered.mode_changes > 0);
     }
 }

@@ -1,7 +1,8 @@
 //! Nothing a client sends crashes the server or changes a bucket by
 //! mistake: random argument vectors — wrong arity, numbers at and past
 //! 2^52, leading zeros, signs, NUL and non-UTF-8 bytes, other keys' and
-//! edited tickets, keys of other types — go to the module's commands, to
+//! edited tickets, keys of other types, `ADAPT` ranges, outcomes — go to the
+//! module's commands, to
 //! the script (`EVALSHA`) and to the script as a function (`FCALL`) on one
 //! live server. After every command the server still
 //! answers, and a command that answered an error left every bucket byte
@@ -15,7 +16,9 @@ use pacer_cli::rng::SplitMix64;
 use redis::Value;
 
 const CONFIG: [&str; 5] = ["60", "3", "120000", "5", "refund"];
-const OPS: [&str; 6] = ["create", "reserve", "book", "release", "redeem", "info"];
+const OPS: [&str; 7] = [
+    "create", "reserve", "book", "release", "redeem", "info", "observe",
+];
 
 struct Fuzzer {
     rng: SplitMix64,
@@ -72,7 +75,15 @@ impl Fuzzer {
             4 => CONFIG[self.rng.below(5) as usize].as_bytes().to_vec(),
             5 => b"AT".to_vec(),
             6 => self.ticket(),
-            7 => [b"strict".as_slice(), b"refund", b"REFUND", b""][self.rng.below(4) as usize]
+            7 => [
+                b"strict".as_slice(),
+                b"refund",
+                b"REFUND",
+                b"",
+                b"ADAPT",
+                b"throttled",
+                b"opened",
+            ][self.rng.below(7) as usize]
                 .to_vec(),
             _ => self.bytes(),
         }
@@ -89,8 +100,22 @@ impl Fuzzer {
                 a
             }
             "release" | "redeem" => vec![self.ticket()],
+            "observe" => vec![[b"throttled".to_vec(), b"opened".to_vec()]
+                [self.rng.below(2) as usize]
+                .clone()],
             _ => vec![],
         };
+        // An adaptive range after a configuration, often a valid one.
+        if matches!(op, "create" | "reserve" | "book") && self.rng.below(3) == 0 {
+            args.push(b"ADAPT".to_vec());
+            if self.rng.below(2) == 0 {
+                args.push(b"10".to_vec());
+                args.push(b"0".to_vec());
+            } else {
+                args.push(self.number());
+                args.push(self.number());
+            }
+        }
         match self.rng.below(6) {
             0 => {
                 let n = self.rng.below(10);
@@ -159,9 +184,21 @@ fn random_commands_never_crash_the_server_and_errors_change_nothing() {
     let mut setup = |args: &[&str]| common::call(&mut con, args).expect("setup");
     setup(&["PACER.CREATE", "fuzz:a", "60", "3", "120000", "5", "refund"]);
     setup(&["PACER.CREATE", "fuzz:b", "600", "1", "30000", "3", "strict"]);
+    setup(&[
+        "PACER.CREATE",
+        "fuzz:c",
+        "60",
+        "3",
+        "120000",
+        "5",
+        "refund",
+        "ADAPT",
+        "10",
+        "0",
+    ]);
     setup(&["RPUSH", "fuzz:list", "x"]);
     setup(&["SET", "fuzz:string", "PACER1 but not a bucket"]);
-    let keys = ["fuzz:a", "fuzz:b", "fuzz:string", "fuzz:missing"];
+    let keys = ["fuzz:a", "fuzz:b", "fuzz:c", "fuzz:string", "fuzz:missing"];
     let mut fuzzer = Fuzzer {
         rng: SplitMix64::new(0x5eed),
         tickets: Vec::new(),
@@ -169,11 +206,13 @@ fn random_commands_never_crash_the_server_and_errors_change_nothing() {
     let (mut errors, mut replies) = (0u64, 0u64);
     for _ in 0..commands {
         let op = OPS[fuzzer.rng.below(OPS.len() as u64) as usize];
-        let key: Vec<u8> = match fuzzer.rng.below(8) {
-            0..=3 => b"fuzz:a".to_vec(),
+        let key: Vec<u8> = match fuzzer.rng.below(9) {
+            0..=2 => b"fuzz:a".to_vec(),
+            3 => b"fuzz:c".to_vec(),
             4 => b"fuzz:b".to_vec(),
             5 => b"fuzz:list".to_vec(),
             6 => b"fuzz:string".to_vec(),
+            7 => b"fuzz:c".to_vec(),
             _ => fuzzer.bytes(),
         };
         let args = fuzzer.arguments(op);

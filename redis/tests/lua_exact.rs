@@ -360,6 +360,14 @@ fn spec7_sequence_replies_and_header() {
         ("released", Int(0)),
         ("release_refused", Int(0)),
         ("now_ms", Int(500)),
+        // A fixed-rate bucket: its rate, and no range or control word.
+        ("rate_in_force", Int(60)),
+        ("adaptive_floor_per_min", Int(0)),
+        ("adaptive_ceiling_per_min", Int(0)),
+        ("peak_per_min", Int(0)),
+        ("origin_ms", Int(0)),
+        ("since_decrease_ms", Int(0)),
+        ("recover_ds", Int(0)),
     ];
     let expected: Vec<Item> = expected
         .into_iter()
@@ -1300,4 +1308,285 @@ fn tickets_expire_after_65536() {
     );
     assert_eq!(lua.run("k", "release", &[&last, "AT", "0"]), vec![Int(1)]);
     assert_eq!(&lua.header("k")[98..114], "0000000000065537");
+}
+
+// ---------------------------------------------------------------------------
+// Adaptive pacing (SPEC §14, core/src/adaptive.rs). The law's constants are
+// tuned on the simulator, so the expectations below are derived from them
+// by hand-written formulas (the core's constants are read, never the code
+// under test): with W the peak, S the scale (SEARCH_SCALE before the first
+// decrease, SCALE after), d the whole deciseconds since the origin less K,
+// rate = clamp(W + ⌊d³/S⌋, floor, ceiling); a decrease sets W to the rate
+// then, target = max(floor, ⌊W·BETA_NUM/BETA_DEN⌋), K = ⌊∛((W − target)·
+// SCALE)⌋, and the rate right after is target (⌈K³/SCALE⌉ = W − target).
+
+use pacer_core::adaptive::{BETA_DEN, BETA_NUM, CUBE_CAP_DS, SCALE};
+
+/// ⌊∛n⌋, by counting (n is at most 600·SCALE here).
+fn cube_root(n: i64) -> i64 {
+    let mut r = 0i64;
+    while (r + 1) * (r + 1) * (r + 1) <= n {
+        r += 1;
+    }
+    r
+}
+
+/// ⌊rate·BETA_NUM/BETA_DEN⌋.
+fn lowered(rate: i64) -> i64 {
+    rate * i64::from(BETA_NUM) / i64::from(BETA_DEN)
+}
+
+/// The script's `local NAME = <digits>` lines, each name once.
+fn lua_constants(source: &str) -> std::collections::HashMap<String, i64> {
+    let mut found = std::collections::HashMap::new();
+    for line in source.lines() {
+        let Some(rest) = line.strip_prefix("local ") else {
+            continue;
+        };
+        let Some((name, value)) = rest.split_once(" = ") else {
+            continue;
+        };
+        let digits = value.split_whitespace().next().unwrap_or("");
+        if let Ok(value) = digits.parse::<i64>() {
+            assert!(
+                found.insert(name.to_string(), value).is_none(),
+                "pacer.lua sets {name} twice"
+            );
+        }
+    }
+    found
+}
+
+/// Each constant of the law stands once in the script, as `local NAME =
+/// value` with the core's value: every `pub const` of core/src/adaptive.rs
+/// (read as text, so one the core adds is caught too), and the ones named
+/// here by the compiler as well. And the bounds that keep the script's
+/// arithmetic exact in doubles hold for these values.
+#[test]
+fn adaptive_constants_are_the_cores() {
+    let lua = lua_constants(&script_source());
+    let core = include_str!("../../core/src/adaptive.rs");
+    let mut compared = Vec::new();
+    for line in core.lines() {
+        let Some(rest) = line.trim().strip_prefix("pub const ") else {
+            continue;
+        };
+        if rest.starts_with("fn ") {
+            continue;
+        }
+        let (name, rest) = rest.split_once(':').expect("pub const NAME: type = value;");
+        let value = rest
+            .split_once('=')
+            .map(|(_, v)| v.trim().trim_end_matches(';').replace('_', ""))
+            .expect("a value");
+        let value: i64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("core constant {name} is not a plain number: {value}"));
+        assert_eq!(
+            lua.get(name),
+            Some(&value),
+            "pacer.lua must say `local {name} = {value}` (core/src/adaptive.rs)"
+        );
+        compared.push(name.to_string());
+    }
+    for (name, value) in [
+        ("SCALE", SCALE),
+        ("BETA_NUM", i64::from(BETA_NUM)),
+        ("BETA_DEN", i64::from(BETA_DEN)),
+        ("CUBE_CAP_DS", CUBE_CAP_DS),
+        (
+            "DECREASE_SPACING_MS",
+            pacer_core::adaptive::DECREASE_SPACING_MS as i64,
+        ),
+    ] {
+        assert_eq!(lua.get(name), Some(&value), "pacer.lua's {name}");
+        assert!(
+            compared.iter().any(|n| n == name),
+            "{name} read from the core"
+        );
+    }
+    // Exact in doubles: a cube in the curve or the bisection, the product
+    // the root is taken of, and K within its 16 bits.
+    let two_53 = 1i64 << 53;
+    assert!(CUBE_CAP_DS.pow(3) < two_53 && 65_535i64.pow(3) < two_53);
+    assert!(600 * SCALE < two_53);
+    assert!(cube_root(600 * SCALE) < 65_536 && cube_root(600 * SCALE) <= CUBE_CAP_DS);
+    // K³ > (W − target − 1)·SCALE for every K the law takes: 3K² + 3K <
+    // SCALE, so a decrease lands on its target exactly.
+    let k = cube_root(600 * SCALE);
+    assert!(3 * k * k + 3 * k < SCALE);
+}
+
+/// The adaptive fields after byte 199 (docs/redis.md, "The key").
+fn adaptive_tail(floor: i64, ceiling: i64, origin: u64, since: u64, k: i64, peak: i64) -> String {
+    format!("{floor:03} {ceiling:03} {origin:016} {since:010} {k:05} {peak:03}           ")
+}
+
+/// Clocks at 2^52 − 1: a bucket created there and throttled at once (d = 0:
+/// the rate is the configured 60), and a bucket created at 0 whose curve
+/// at 2^52 − 1 is at the cube's cap (d = 200000, d³ = 8·10^15 < 2^53,
+/// far above the ceiling 600).
+#[test]
+fn adaptive_at_the_clock_edge() {
+    let mut lua = Lua::start();
+    let max = MAX_ARG.to_string();
+    let config = ["60", "10", "120000", "5", "refund", "ADAPT", "10", "0"];
+    assert_eq!(
+        lua.run("edge", "create", &with_at(&config, &max)),
+        vec![Int(1)]
+    );
+    // Created: W = 60, K = 0, never decreased (since = 2^32 − 1).
+    assert_eq!(
+        &lua.header("edge")[200..],
+        adaptive_tail(10, 60, MAX_ARG, 4_294_967_295, 0, 60)
+    );
+    let first = lowered(60);
+    assert_eq!(
+        lua.run("edge", "observe", &["throttled", "AT", &max]),
+        vec![Int(first)]
+    );
+    let k = cube_root((60 - first) * SCALE);
+    assert_eq!(
+        &lua.header("edge")[200..],
+        adaptive_tail(10, 60, MAX_ARG, 0, k, 60)
+    );
+    assert_eq!(lua.info("edge", MAX_ARG, "rate_in_force"), Int(first));
+    assert_eq!(lua.info("edge", MAX_ARG, "origin_ms"), Int(MAX_ARG as i64));
+
+    // Created at 0, ceiling 600: at 2^52 − 1 the curve is clamped to 600.
+    let wide = ["60", "10", "120000", "5", "refund", "ADAPT", "10", "600"];
+    lua.run("cap", "create", &with_at(&wide, "0"));
+    assert_eq!(lua.info("cap", MAX_ARG, "rate_in_force"), Int(600));
+    // One token refills in ⌈60000/600⌉ = 100 ms at the rate in force: ten
+    // admissions empty the burst of 10, the eleventh waits 100.
+    for _ in 0..10 {
+        lua.run("cap", "reserve", &with_at(&wide, &max));
+    }
+    let reply = lua.run("cap", "reserve", &with_at(&wide, &max));
+    assert_eq!((&reply[0], &reply[1]), (&s("admitted"), &Int(100)));
+    // A throttle there: W = 600, target ⌊600·β⌋.
+    let target = lowered(600);
+    assert_eq!(
+        lua.run("cap", "observe", &["throttled", "AT", &max]),
+        vec![Int(target)]
+    );
+    let k = cube_root((600 - target) * SCALE);
+    assert_eq!(
+        &lua.header("cap")[200..],
+        adaptive_tail(10, 600, MAX_ARG, 0, k, 600)
+    );
+    // Another throttle at the same instant holds (nothing written).
+    let before = lua.value("cap");
+    assert_eq!(
+        lua.run("cap", "observe", &["throttled", "AT", &max]),
+        vec![Int(target)]
+    );
+    assert_eq!(lua.value("cap"), before);
+}
+
+/// floor = ceiling = rate: the rate never moves. A throttle is a decrease
+/// to max(60, ⌊60·β⌋) = 60 with K = ∛0 = 0.
+#[test]
+fn adaptive_floor_equals_ceiling() {
+    let mut lua = Lua::start();
+    let config = ["60", "1", "30000", "3", "refund", "ADAPT", "60", "60"];
+    lua.run("k", "create", &with_at(&config, "0"));
+    assert_eq!(lua.info("k", 86_400_000, "rate_in_force"), Int(60));
+    assert_eq!(
+        lua.run("k", "observe", &["throttled", "AT", "5000"]),
+        vec![Int(60)]
+    );
+    assert_eq!(
+        &lua.header("k")[200..],
+        adaptive_tail(60, 60, 5000, 0, 0, 60)
+    );
+    // The §7 waits at 60/min, as for a fixed-rate bucket: 0, 1000, 2000.
+    for wait in [0, 1000, 2000] {
+        let reply = lua.run("k", "reserve", &with_at(&config, "5000"));
+        assert_eq!(reply[1], Int(wait));
+    }
+}
+
+/// Rate 600, ceiling 600, floor 1: waits at the rate in force, and a
+/// throttle at the floor. Idle 120000, r 5: bound 4833, cap_s 4; refusing
+/// while r·cap_s·1000·rate = 20000·rate ≥ 60000, i.e. at rate 3 and more.
+#[test]
+fn adaptive_rate_600_and_a_throttle_at_the_floor() {
+    let mut lua = Lua::start();
+    let config = ["600", "1", "120000", "5", "refund", "ADAPT", "1", "600"];
+    lua.run("k", "create", &with_at(&config, "0"));
+    // Full: 0; then ⌈60000/600⌉ = 100.
+    assert_eq!(lua.run("k", "reserve", &with_at(&config, "0"))[1], Int(0));
+    assert_eq!(lua.run("k", "reserve", &with_at(&config, "0"))[1], Int(100));
+    // A throttle at 0: the rate drops to ⌊600·β⌋; tokens −60000 now wait
+    // ⌈120000/rate⌉.
+    let rate = lowered(600);
+    assert_eq!(
+        lua.run("k", "observe", &["throttled", "AT", "0"]),
+        vec![Int(rate)]
+    );
+    let wait = (120_000 + rate - 1) / rate;
+    assert_eq!(
+        lua.run("k", "reserve", &with_at(&config, "0"))[1],
+        Int(wait)
+    );
+
+    // Rate 3, floor 2: a throttle at 0 lowers to max(2, ⌊3·β⌋) = 2 (β ≥
+    // 2/3), where the bucket no longer refuses: shaping-low-rate, debt floor
+    // 4833·2 = 9666 units.
+    assert!(lowered(3) <= 2);
+    let low = ["3", "1", "120000", "5", "refund", "ADAPT", "2", "0"];
+    lua.run("low", "create", &with_at(&low, "0"));
+    assert_eq!(lua.info("low", 0, "mode"), s("refusing"));
+    assert_eq!(
+        lua.run("low", "observe", &["throttled", "AT", "0"]),
+        vec![Int(2)]
+    );
+    assert_eq!(lua.info("low", 0, "mode"), s("shaping-low-rate"));
+    assert_eq!(lua.info("low", 0, "max_debt_units"), Int(9666));
+    let k = cube_root(SCALE);
+    assert_eq!(&lua.header("low")[200..], adaptive_tail(2, 3, 0, 0, k, 3));
+    // A throttle every 99 ms holds the rate at the origin (d = −K: rate 2)
+    // and moves the origin; at 60000 ms since the decrease the next one is
+    // a decrease from 2, at the floor: target max(2, ⌊2·β⌋) = 2, K = 0.
+    let mut t = 0;
+    while t + 99 < 60_000 {
+        t += 99;
+        assert_eq!(
+            lua.run("low", "observe", &["throttled", "AT", &t.to_string()]),
+            vec![Int(2)]
+        );
+    }
+    assert_eq!(&lua.header("low")[200..], adaptive_tail(2, 3, t, t, k, 3));
+    assert_eq!(
+        lua.run("low", "observe", &["throttled", "AT", "60000"]),
+        vec![Int(2)]
+    );
+    assert_eq!(
+        &lua.header("low")[200..],
+        adaptive_tail(2, 3, 60000, 0, 0, 2)
+    );
+    assert_eq!(lua.info("low", 60000, "peak_per_min"), Int(2));
+}
+
+/// The bindings ship copies of this script (bindings/node/pacer.lua,
+/// bindings/python/src/pacer/pacer.lua, bindings/go/pacer.lua): each is
+/// redis/pacer.lua byte for byte. Each binding's own tests check its copy
+/// too; this catches a stale copy where the script is changed.
+#[test]
+fn the_bindings_carry_this_script_byte_for_byte() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let script = std::fs::read(format!("{root}/redis/pacer.lua")).expect("redis/pacer.lua");
+    for copy in [
+        "bindings/node/pacer.lua",
+        "bindings/python/src/pacer/pacer.lua",
+        "bindings/go/pacer.lua",
+    ] {
+        let bytes =
+            std::fs::read(format!("{root}/{copy}")).unwrap_or_else(|e| panic!("{copy}: {e}"));
+        assert!(
+            bytes == script,
+            "{copy} differs from redis/pacer.lua: copy it again"
+        );
+    }
 }

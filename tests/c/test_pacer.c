@@ -28,6 +28,8 @@ static pacer_config config_of(const vscenario *s) {
   c.idle_timeout_ms = s->idle;
   c.max_retries = s->retries;
   c.release_policy = s->policy;
+  c.adaptive_floor_per_min = 0;
+  c.adaptive_ceiling_per_min = 0;
   return c;
 }
 
@@ -221,7 +223,7 @@ static void test_notice_keys_and_names(void) {
   CHECK(strcmp(pacer_notice_kind_name(PACER_NOTICE_KIND_NO_REFUSE), "norefuse") == 0, "name 12");
   CHECK(pacer_notice_kind_name(0) == NULL && pacer_notice_kind_name(13) == NULL, "unknown kinds");
 
-  pacer_config c = {1, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND};
+  pacer_config c = {1, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND, 0, 0};
   pacer_notice n;
   bool present = false;
   CHECK(pacer_mode_notice(&c, &n, &present) == PACER_STATUS_OK && present && n.kind == PACER_NOTICE_KIND_NO_REFUSE &&
@@ -254,7 +256,7 @@ static void test_notice_keys_and_names(void) {
  * 15th would wait 5000 > 4833, within the horizon 4833 + 5·4·1000. */
 static void test_bookings(void) {
   pacer p;
-  pacer_config c = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND};
+  pacer_config c = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND, 0, 0};
   CHECK(pacer_init(&p, &c, 0) == PACER_STATUS_OK, "init");
   pacer_decision d;
   pacer_booking b;
@@ -304,7 +306,7 @@ static void test_bookings(void) {
 
 static void test_bad_input(void) {
   pacer p;
-  pacer_config c = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND};
+  pacer_config c = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND, 0, 0};
   pacer_decision d;
   bool refunded = false;
   /* Storage never initialised: zeroed. */
@@ -359,8 +361,8 @@ static void test_bad_input(void) {
   CHECK(pacer_notice_registry_init(NULL) == PACER_STATUS_NULL_PARAMETER, "null registry");
   CHECK(pacer_resolve(NULL, NULL, NULL, NULL, NULL, NULL) == PACER_STATUS_NULL_PARAMETER, "null budget");
 
-  for (uint32_t s = 0; s <= 27; s++) CHECK(strcmp(pacer_status_str(s), "unknown status") != 0, "status %u named", s);
-  CHECK(strcmp(pacer_status_str(28), "unknown status") == 0, "status 28 unknown");
+  for (uint32_t s = 0; s <= 28; s++) CHECK(strcmp(pacer_status_str(s), "unknown status") != 0, "status %u named", s);
+  CHECK(strcmp(pacer_status_str(29), "unknown status") == 0, "status 29 unknown");
   CHECK(strcmp(pacer_status_str(UINT32_MAX), "unknown status") == 0, "status max unknown");
 }
 
@@ -371,7 +373,7 @@ static void test_misaligned(void) {
   _Alignas(16) unsigned char raw[PACER_STORAGE_SIZE + 16];
   memset(raw, 0x5A, sizeof raw);
   pacer *off = (pacer *)(void *)(raw + 8);
-  pacer_config c = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND};
+  pacer_config c = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND, 0, 0};
   pacer_decision d;
   pacer_booking b;
   pacer_info info;
@@ -402,7 +404,7 @@ static void test_misaligned(void) {
  * one (a live state with any other owner) changes nothing. */
 static void test_foreign_tickets(void) {
   pacer a, b;
-  pacer_config c = {60, 1, 120000, 5, PACER_RELEASE_POLICY_REFUND};
+  pacer_config c = {60, 1, 120000, 5, PACER_RELEASE_POLICY_REFUND, 0, 0};
   CHECK(pacer_init(&a, &c, 0) == PACER_STATUS_OK && pacer_init(&b, &c, 0) == PACER_STATUS_OK, "init");
   pacer_decision da, db;
   CHECK(pacer_reserve(&a, 0, &da) == PACER_STATUS_OK && da.ticket.state == PACER_TICKET_STATE_LIVE, "a admits");
@@ -443,6 +445,112 @@ static void test_foreign_tickets(void) {
   CHECK(pacer_redeem(&a, &bk, bk.slot_ms, &d) == PACER_STATUS_OK && d.kind == PACER_DECISION_KIND_ADMITTED &&
             d.ticket.owner == da.ticket.owner,
         "redeemed on a");
+}
+
+/* Adaptive pacing (SPEC §14) at rate 60, burst 10, idle 120000, 5
+ * retries, refund, created at 0. The law (core/src/adaptive.rs): a
+ * throttle at least SPACING_MS after the last decrease lowers the rate to
+ * floor(W * beta), never below the floor; a throttle sooner holds the rate
+ * where the decrease put it; an opened connection changes nothing. A rate
+ * read at the instant of a decrease or a hold is exactly that.
+ *
+ * With beta = 8/10 (SPEC §14): 60 -> floor(60 * 8/10) = 48, then 60000 ms
+ * after that decrease floor(48 * 8/10) = floor(38.4) = 38, or the floor
+ * when that is above it. */
+#define SPACING_MS 60000u
+
+static pacer_config adaptive_config(uint32_t floor, uint32_t ceiling) {
+  pacer_config c = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND, floor, ceiling};
+  return c;
+}
+
+static uint32_t observed(const pacer *p, uint32_t outcome, uint64_t now) {
+  uint32_t rate = 0xDEAD;
+  pacer_status s = pacer_observe(p, outcome, now, &rate);
+  return s == PACER_STATUS_OK ? rate : 1000 + (uint32_t)s;
+}
+
+/* Throttles at 1000 (a decrease), at 1000 again, an opened connection, a
+ * throttle 59999 ms after the decrease (a hold), one at 61000 (the next
+ * decrease, to `second`). Returns the first decrease. */
+static uint32_t adaptive_episode(uint32_t floor, uint32_t second) {
+  pacer p;
+  pacer_config c = adaptive_config(floor, 0);
+  CHECK(pacer_init(&p, &c, 0) == PACER_STATUS_OK, "init floor %u", floor);
+  uint32_t rate = 0;
+  CHECK(pacer_rate_in_force(&p, 0, &rate) == PACER_STATUS_OK && rate == 60, "created at the rate: %u", rate);
+  uint32_t first = observed(&p, PACER_OUTCOME_THROTTLED, 1000);
+  CHECK(first == 48, "first decrease %u, want 48", first);
+  CHECK(observed(&p, PACER_OUTCOME_THROTTLED, 1000) == first, "the same instant again: no second decrease");
+  CHECK(observed(&p, PACER_OUTCOME_OPENED, 1000) == first, "opened: no change");
+  CHECK(pacer_rate_in_force(&p, 1000, &rate) == PACER_STATUS_OK && rate == first, "in force: %u", rate);
+  CHECK(observed(&p, PACER_OUTCOME_THROTTLED, 1000 + SPACING_MS - 1) == first, "inside the spacing: held");
+  uint32_t got = observed(&p, PACER_OUTCOME_THROTTLED, 1000 + SPACING_MS);
+  CHECK(got == second, "floor %u: second decrease %u, want %u (from %u)", floor, got, second, first);
+  CHECK(pacer_rate_in_force(&p, 1000 + SPACING_MS, &rate) == PACER_STATUS_OK && rate == second, "in force: %u", rate);
+  return first;
+}
+
+static void test_adaptive(void) {
+  /* Floor 10: the second decrease is 38. Floor 40 stops it at 40. */
+  CHECK(adaptive_episode(10, 38) == 48, "floor 10");
+  CHECK(adaptive_episode(40, 40) == 48, "floor 40");
+
+  /* Adaptation off: observe answers the rate and changes nothing (the
+   * words' bytes are compared in ffi/tests/adaptive.rs and, through the
+   * file, in tests/c/test_shm.c). */
+  pacer p;
+  pacer_config off = adaptive_config(0, 0);
+  CHECK(pacer_init(&p, &off, 0) == PACER_STATUS_OK, "init off");
+  pacer_info before, now;
+  CHECK(pacer_get_info(&p, &before) == PACER_STATUS_OK, "info");
+  CHECK(observed(&p, PACER_OUTCOME_THROTTLED, 1000) == 60, "off: throttle");
+  CHECK(observed(&p, PACER_OUTCOME_OPENED, 1000) == 60, "off: opened");
+  CHECK(observed(&p, PACER_OUTCOME_THROTTLED, 1000 + SPACING_MS) == 60, "off: throttle later");
+  CHECK(pacer_rate_in_force(&p, 1000 + SPACING_MS, &(uint32_t){0}) == PACER_STATUS_OK, "off: rate");
+  CHECK(pacer_get_info(&p, &now) == PACER_STATUS_OK && now.high_water_ms == before.high_water_ms &&
+            now.tokens_units == before.tokens_units && now.mode == before.mode,
+        "off: the state changed");
+
+  /* Ranges, checked at init; the storage is left as it was. */
+  pacer q;
+  memset(&q, 0, sizeof q);
+  const struct { uint32_t floor, ceiling; const char *what; } bad[] = {
+      {61, 0, "floor above the rate"}, {10, 59, "ceiling below the rate"}, {10, 601, "ceiling above 600"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    pacer_config c = adaptive_config(bad[i].floor, bad[i].ceiling);
+    CHECK(pacer_init(&q, &c, 0) == PACER_STATUS_ADAPTIVE_RANGE, "%s", bad[i].what);
+  }
+  uint32_t rate = 0;
+  CHECK(pacer_rate_in_force(&q, 0, &rate) == PACER_STATUS_NOT_INITIALIZED, "still uninitialised");
+  CHECK(observed(&q, PACER_OUTCOME_THROTTLED, 0) == 1000 + PACER_STATUS_NOT_INITIALIZED, "observe uninitialised");
+  const uint32_t good[][2] = {{60, 0}, {1, 60}, {1, 600}, {0, 601}};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    pacer_config c = adaptive_config(good[i][0], good[i][1]);
+    CHECK(pacer_init(&q, &c, 0) == PACER_STATUS_OK, "floor %u ceiling %u", good[i][0], good[i][1]);
+  }
+  CHECK(PACER_STATUS_ADAPTIVE_RANGE == 28, "status number");
+  CHECK(strstr(pacer_status_str(PACER_STATUS_ADAPTIVE_RANGE), "floor") != NULL, "status text");
+
+  /* Bad arguments: nothing changed, nothing written. */
+  pacer a;
+  pacer_config c = adaptive_config(10, 0);
+  CHECK(pacer_init(&a, &c, 0) == PACER_STATUS_OK, "init");
+  rate = 7;
+  CHECK(pacer_observe(&a, 0, 1000, &rate) == PACER_STATUS_INVALID_ENUM && rate == 7, "outcome 0");
+  CHECK(pacer_observe(&a, 3, 1000, &rate) == PACER_STATUS_INVALID_ENUM && rate == 7, "outcome 3");
+  CHECK(pacer_observe(NULL, PACER_OUTCOME_THROTTLED, 1000, &rate) == PACER_STATUS_NULL_PARAMETER, "NULL pacer");
+  CHECK(pacer_observe(&a, PACER_OUTCOME_THROTTLED, 1000, NULL) == PACER_STATUS_NULL_PARAMETER, "NULL out");
+  CHECK(pacer_rate_in_force(NULL, 1000, &rate) == PACER_STATUS_NULL_PARAMETER, "NULL pacer");
+  CHECK(pacer_rate_in_force(&a, 1000, NULL) == PACER_STATUS_NULL_PARAMETER, "NULL out");
+  CHECK(rate == 7, "a failed call wrote its out-parameter");
+  /* Nothing changed: the first throttle still decreases from 60. */
+  CHECK(observed(&a, PACER_OUTCOME_THROTTLED, 1000) == 48, "after the failed calls");
+  _Alignas(16) unsigned char raw[PACER_STORAGE_SIZE + 16];
+  memcpy(raw + 8, &a, sizeof a);
+  CHECK(pacer_observe((const pacer *)(const void *)(raw + 8), PACER_OUTCOME_THROTTLED, 1000, &rate) ==
+            PACER_STATUS_MISALIGNED,
+        "misaligned");
 }
 
 /* A notice registry that pacer_notice_registry_init never saw. */
@@ -509,6 +617,7 @@ int main(void) {
   test_bad_input();
   test_misaligned();
   test_foreign_tickets();
+  test_adaptive();
   test_registry_guards();
   test_resolve_any_bytes();
   printf("%d passed, %d failed\n", checks - failures, failures);

@@ -51,10 +51,12 @@ static void path_of(char *out, size_t len, const char *what) {
 }
 
 /* SPEC §2 defaults: rate 60, burst 10, idle 120000, 5 retries: bound 4833 ms. */
-static const pacer_config DEFAULTS = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND};
+static const pacer_config DEFAULTS = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND, 0, 0};
 /* rate 600, burst 10, idle 3600000, 5 retries: bound 15000 ms, refusing
  * (5 * 15 s * 600 >= 60000), max_debt = 15000 * 600 / 60000 = 150 tokens. */
-static const pacer_config FAST = {600, 10, 3600000, 5, PACER_RELEASE_POLICY_REFUND};
+static const pacer_config FAST = {600, 10, 3600000, 5, PACER_RELEASE_POLICY_REFUND, 0, 0};
+/* DEFAULTS with adaptive pacing between 10 and 60 (ceiling 0 = the rate). */
+static const pacer_config ADAPTIVE = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND, 10, 0};
 #define FAST_BURST 10u
 #define FAST_DEBT 150u
 #define FAST_RATE 600u
@@ -361,13 +363,16 @@ static void unchanged(const char *path, struct snapshot s, const char *what) {
         "%s: file metadata changed", what);
 }
 
-/* Creates a fresh shared file at `path` with DEFAULTS and closes it. */
-static void fresh(const char *path) {
+/* Creates a fresh shared file at `path` with `c` and closes it. */
+static void fresh_with(const char *path, const pacer_config *c) {
   unlink(path);
   pacer_shared h;
-  if (pacer_shared_open(&h, path, &DEFAULTS) != PACER_STATUS_OK) { fprintf(stderr, "fresh %s\n", path); exit(2); }
+  if (pacer_shared_open(&h, path, c) != PACER_STATUS_OK) { fprintf(stderr, "fresh %s\n", path); exit(2); }
   pacer_shared_close(&h);
 }
+
+/* Creates a fresh shared file at `path` with DEFAULTS and closes it. */
+static void fresh(const char *path) { fresh_with(path, &DEFAULTS); }
 
 static void expect_open(const char *path, const pacer_config *c, pacer_status want, const char *what) {
   struct snapshot s = snap(path);
@@ -401,6 +406,31 @@ static void test_attach_checks(void) {
   other = DEFAULTS;
   other.burst = 11;
   expect_open(path, &other, PACER_STATUS_SHARED_CONFIG_MISMATCH, "burst differs");
+  /* The adaptive fields are configuration like any other: a file made
+   * with DEFAULTS (adaptation off) or ADAPTIVE (floor 10, ceiling 0),
+   * opened with DEFAULTS but for the floor and ceiling given. With
+   * adaptation off the ceiling is not looked at; with it on, ceiling 0 is
+   * the rate. */
+  const struct {
+    const pacer_config *made;
+    uint32_t floor, ceiling;
+    pacer_status want;
+    const char *what;
+  } adaptive_cases[] = {
+      {&DEFAULTS, 10, 0, PACER_STATUS_SHARED_CONFIG_MISMATCH, "adaptation on against off"},
+      {&DEFAULTS, 0, 120, PACER_STATUS_OK, "a ceiling with adaptation off"},
+      {&ADAPTIVE, 0, 0, PACER_STATUS_SHARED_CONFIG_MISMATCH, "adaptation off against on"},
+      {&ADAPTIVE, 11, 0, PACER_STATUS_SHARED_CONFIG_MISMATCH, "floor differs"},
+      {&ADAPTIVE, 10, 61, PACER_STATUS_SHARED_CONFIG_MISMATCH, "ceiling differs"},
+      {&ADAPTIVE, 10, 60, PACER_STATUS_OK, "ceiling 60 is ceiling 0 at rate 60"},
+  };
+  for (size_t i = 0; i < sizeof adaptive_cases / sizeof adaptive_cases[0]; i++) {
+    fresh_with(path, adaptive_cases[i].made);
+    other = DEFAULTS;
+    other.adaptive_floor_per_min = adaptive_cases[i].floor;
+    other.adaptive_ceiling_per_min = adaptive_cases[i].ceiling;
+    expect_open(path, &other, adaptive_cases[i].want, adaptive_cases[i].what);
+  }
 
   /* Truncated: inside the header, and after it. */
   fresh(path);
@@ -418,11 +448,39 @@ static void test_attach_checks(void) {
   write_at(path, 0, "NOTPACER", 8);
   expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_FOREIGN, "bad magic");
 
-  /* Layout version 2, ABI version + 1 (fields at offsets 8 and 12, LE). */
+  /* Layout version + 1, the old layout 2, ABI version + 1 (fields at
+   * offsets 8 and 12, LE). Layout 2 kept the state word alone at 65536,
+   * where layout 3 keeps it, and no control word (zero at 96): its state
+   * offset agrees with this build's, so its version number alone refuses
+   * it. */
   fresh(path);
   uint32_t v = PACER_SHARED_LAYOUT_VERSION + 1;
   write_at(path, 8, &v, 4);
   expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_LAYOUT_VERSION, "layout version");
+  fresh(path);
+  v = 2;
+  uint64_t state_at = 65536, control_at = 65552, no_offset = 0;
+  write_at(path, 8, &v, 4);
+  write_at(path, 16, &state_at, 8);
+  write_at(path, 96, &no_offset, 8);
+  expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_LAYOUT_VERSION, "layout 2");
+  /* Layout 3 with the words' recorded offsets not this build's (state
+   * 65536, control 65552): the swapped pair (the order layout 3 had before
+   * the core put the state word first), each half of it alone, and a
+   * layout 2 header relabelled 3 (no control offset). */
+  fresh(path);
+  write_at(path, 16, &control_at, 8);
+  write_at(path, 96, &state_at, 8);
+  expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_LAYOUT_VERSION, "offsets swapped: state 65552, control 65536");
+  fresh(path);
+  write_at(path, 16, &control_at, 8);
+  expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_LAYOUT_VERSION, "state word offset 65552");
+  fresh(path);
+  write_at(path, 96, &state_at, 8);
+  expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_LAYOUT_VERSION, "control word offset 65536");
+  fresh(path);
+  write_at(path, 96, &no_offset, 8);
+  expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_LAYOUT_VERSION, "control word offset 0");
   fresh(path);
   v = PACER_ABI_VERSION + 1;
   write_at(path, 12, &v, 4);
@@ -496,6 +554,9 @@ static void test_attach_checks(void) {
   bad = DEFAULTS;
   bad.release_policy = 7;
   expect_open(path, &bad, PACER_STATUS_INVALID_ENUM, "policy 7");
+  bad = ADAPTIVE;
+  bad.adaptive_floor_per_min = 61;
+  expect_open(path, &bad, PACER_STATUS_ADAPTIVE_RANGE, "floor above the rate");
   pacer_shared_unlink(path);
 
   /* Names. */
@@ -526,7 +587,7 @@ static void test_attach_checks(void) {
   CHECK(pacer_shared_unlink(NULL) == PACER_STATUS_NULL_PARAMETER, "unlink NULL");
   CHECK(pacer_shared_unlink(path) == PACER_STATUS_OK, "unlink");
 
-  for (uint32_t s = 10; s <= 27; s++)
+  for (uint32_t s = 10; s <= 28; s++)
     CHECK(strcmp(pacer_status_str(s), "unknown status") != 0, "status %u unnamed", s);
   printf("attach checks done\n");
 }
@@ -542,6 +603,16 @@ static int mapped(const char *path) {
   return found;
 }
 
+/* Opens `path` with `c` through two handles, and their pacers. */
+static void open_two(const char *path, const pacer_config *c, pacer_shared *a, pacer_shared *b, const pacer **pa,
+                     const pacer **pb) {
+  *pa = *pb = NULL;
+  CHECK(pacer_shared_open(a, path, c) == PACER_STATUS_OK, "open a");
+  CHECK(pacer_shared_open(b, path, c) == PACER_STATUS_OK, "open b");
+  CHECK(pacer_shared_pacer(a, pa) == PACER_STATUS_OK && *pa != NULL, "pacer a");
+  CHECK(pacer_shared_pacer(b, pb) == PACER_STATUS_OK && *pb != NULL && *pa != *pb, "pacer b");
+}
+
 /* The same bucket through both handles and the plain calls: two handles in
  * one process see each other's debits; pacer_reserve on the mapped pacer
  * and pacer_get_info agree with the shared decision calls. */
@@ -550,11 +621,8 @@ static void test_two_handles(void) {
   path_of(path, sizeof path, "two");
   pacer_shared_unlink(path);
   pacer_shared a, b;
-  CHECK(pacer_shared_open(&a, path, &DEFAULTS) == PACER_STATUS_OK, "open a");
-  CHECK(pacer_shared_open(&b, path, &DEFAULTS) == PACER_STATUS_OK, "open b");
-  const pacer *pa = NULL, *pb = NULL;
-  CHECK(pacer_shared_pacer(&a, &pa) == PACER_STATUS_OK && pa != NULL, "pacer a");
-  CHECK(pacer_shared_pacer(&b, &pb) == PACER_STATUS_OK && pb != NULL && pa != pb, "pacer b");
+  const pacer *pa, *pb;
+  open_two(path, &DEFAULTS, &a, &b, &pa, &pb);
   pacer_decision d;
   int immediate = 0;
   for (int i = 0; i < 10; i++) {
@@ -607,11 +675,128 @@ static void test_two_handles(void) {
   pacer_shared_unlink(path);
 }
 
-/* Bytes of the file outside its header and the state word mean nothing:
- * garbage there (or in the state word itself: the core is total over any
- * state) leaves open and every call working. The private side of the
- * pacer (its magic, owner tag, counters, parameters) is never read from
- * the file. */
+static uint32_t u32_in(const unsigned char *file, size_t at) {
+  uint32_t v;
+  memcpy(&v, file + at, 4);
+  return v;
+}
+
+static uint64_t u64_in(const unsigned char *file, size_t at) {
+  uint64_t v;
+  memcpy(&v, file + at, 8);
+  return v;
+}
+
+/* Adaptive pacing on a shared bucket (SPEC §14): the control word lives in
+ * the file beside the state word, so a throttle reported through one
+ * handle, or by another process, lowers the rate in force every handle
+ * reads. ADAPTIVE is rate 60, floor 10, ceiling 60: a throttle lowers the
+ * rate to floor(60 * beta), `first` below (48 at the core's beta of 8/10,
+ * the core's to tune; tests/c/test_pacer.c checks the value), a rate read
+ * at or before the decrease instant is exactly that, and a throttle within
+ * 60000 ms of the decrease holds the rate there (the same episode) and
+ * answers it. (Header fields are little-endian, the words native: this
+ * test assumes a little-endian machine, as write_at above does.) */
+static void test_adaptive_shared(void) {
+  char path[600];
+  path_of(path, sizeof path, "adaptive");
+  pacer_shared_unlink(path);
+  pacer_shared a, b;
+  const pacer *pa, *pb;
+  open_two(path, &ADAPTIVE, &a, &b, &pa, &pb);
+
+  /* The file: layout 3; the state word at 65536 (header offset 16), the
+   * control word at 65552 (offset 96); floor 10 (84) and the ceiling, 0
+   * stored as the rate, 60 (88). The control word written at creation has
+   * the curve's origin, the creation instant (header offset 72), in its
+   * high 64 bits (65560..65568), and below them (65552..65560) the rest of
+   * the controller (the peak, 60, among it: never all zeroes). The state
+   * word has the creation instant as its clock mark in its high 64 bits
+   * (65544..65552). */
+  CHECK(read_file(path, before, sizeof before) == FILE_BYTES, "read");
+  CHECK(u32_in(before, 8) == 3 && PACER_SHARED_LAYOUT_VERSION == 3, "layout %u", u32_in(before, 8));
+  CHECK(u64_in(before, 16) == 65536 && u64_in(before, 96) == 65552, "offsets: state %" PRIu64 ", control %" PRIu64,
+        u64_in(before, 16), u64_in(before, 96));
+  CHECK(u32_in(before, 84) == 10 && u32_in(before, 88) == 60, "floor %u ceiling %u", u32_in(before, 84),
+        u32_in(before, 88));
+  uint64_t created = u64_in(before, 72);
+  CHECK(u64_in(before, 65560) == created && u64_in(before, 65552) != 0,
+        "control word at creation: origin %" PRIu64 " (created %" PRIu64 "), low half %#" PRIx64, u64_in(before, 65560),
+        created, u64_in(before, 65552));
+  CHECK(u64_in(before, 65544) == created, "state word at creation: clock mark %" PRIu64 " (created %" PRIu64 ")",
+        u64_in(before, 65544), created);
+  unsigned char control_before[16];
+  memcpy(control_before, before + 65552, 16);
+
+  uint32_t rate = 0;
+  uint64_t t0 = pacer_clock_monotonic_ms();
+  CHECK(pacer_shared_rate_in_force(&b, &rate) == PACER_STATUS_OK && rate == 60, "b before: %u", rate);
+  uint32_t first = 0;
+  CHECK(pacer_shared_observe(&a, PACER_OUTCOME_THROTTLED, &first) == PACER_STATUS_OK && first == 48,
+        "a throttled: %u", first);
+  CHECK(pacer_rate_in_force(pb, t0, &rate) == PACER_STATUS_OK && rate == first, "b reads a's decrease: %u", rate);
+  CHECK(pacer_shared_rate_in_force(&b, &rate) == PACER_STATUS_OK && rate >= first && rate < 60, "b now: %u", rate);
+  CHECK(pacer_shared_observe(&b, PACER_OUTCOME_THROTTLED, &rate) == PACER_STATUS_OK && rate == first,
+        "b's throttle in the same episode holds %u: %u", first, rate);
+  CHECK(pacer_shared_observe(&b, PACER_OUTCOME_OPENED, &rate) == PACER_STATUS_OK && rate >= first && rate < 60,
+        "opened: %u", rate);
+  CHECK(read_file(path, after, sizeof after) == FILE_BYTES && memcmp(after + 65552, control_before, 16) != 0,
+        "the decrease was not written to the file");
+  CHECK(u64_in(after, 65560) >= t0, "the origin moved to the decrease: %" PRIu64, u64_in(after, 65560));
+
+  /* Bad arguments. */
+  rate = 7;
+  CHECK(pacer_shared_observe(&a, 0, &rate) == PACER_STATUS_INVALID_ENUM && rate == 7, "outcome 0");
+  CHECK(pacer_shared_observe(&a, 3, &rate) == PACER_STATUS_INVALID_ENUM && rate == 7, "outcome 3");
+  CHECK(pacer_shared_observe(NULL, PACER_OUTCOME_THROTTLED, &rate) == PACER_STATUS_NULL_PARAMETER, "NULL handle");
+  CHECK(pacer_shared_observe(&a, PACER_OUTCOME_THROTTLED, NULL) == PACER_STATUS_NULL_PARAMETER, "NULL out");
+  CHECK(pacer_shared_rate_in_force(NULL, &rate) == PACER_STATUS_NULL_PARAMETER, "NULL handle");
+  CHECK(pacer_shared_rate_in_force(&a, NULL) == PACER_STATUS_NULL_PARAMETER, "NULL out");
+  pacer_shared zeroed;
+  memset(&zeroed, 0, sizeof zeroed);
+  CHECK(pacer_shared_observe(&zeroed, PACER_OUTCOME_THROTTLED, &rate) == PACER_STATUS_SHARED_NOT_OPEN, "zeroed handle");
+  CHECK(pacer_shared_rate_in_force(&zeroed, &rate) == PACER_STATUS_SHARED_NOT_OPEN && rate == 7, "zeroed handle");
+  pacer_shared_close(&a);
+  pacer_shared_close(&b);
+
+  /* Another process reports the throttle; this one's handle sees it. */
+  fresh_with(path, &ADAPTIVE);
+  CHECK(pacer_shared_open(&a, path, &ADAPTIVE) == PACER_STATUS_OK && pacer_shared_pacer(&a, &pa) == PACER_STATUS_OK,
+        "open");
+  t0 = pacer_clock_monotonic_ms();
+  CHECK(pacer_shared_rate_in_force(&a, &rate) == PACER_STATUS_OK && rate == 60, "before: %u", rate);
+  pid_t kid = fork();
+  if (kid == 0) {
+    pacer_shared h;
+    uint32_t r = 0;
+    if (pacer_shared_open(&h, path, &ADAPTIVE) != PACER_STATUS_OK) _exit(2);
+    if (pacer_shared_observe(&h, PACER_OUTCOME_THROTTLED, &r) != PACER_STATUS_OK) _exit(3);
+    _exit(r == first ? 0 : 4);
+  }
+  int st = 0;
+  waitpid(kid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: exit %d", WEXITSTATUS(st));
+  CHECK(pacer_rate_in_force(pa, t0, &rate) == PACER_STATUS_OK && rate == first, "after the child's throttle: %u", rate);
+  pacer_shared_close(&a);
+
+  /* Adaptation off: observe answers the rate and writes nothing. */
+  fresh(path);
+  CHECK(pacer_shared_open(&a, path, &DEFAULTS) == PACER_STATUS_OK, "open off");
+  CHECK(read_file(path, before, sizeof before) == FILE_BYTES, "read");
+  CHECK(pacer_shared_observe(&a, PACER_OUTCOME_THROTTLED, &rate) == PACER_STATUS_OK && rate == 60, "off: %u", rate);
+  CHECK(pacer_shared_rate_in_force(&a, &rate) == PACER_STATUS_OK && rate == 60, "off: %u", rate);
+  CHECK(read_file(path, after, sizeof after) == FILE_BYTES && memcmp(before, after, FILE_BYTES) == 0,
+        "off: the file changed");
+  pacer_shared_close(&a);
+  pacer_shared_unlink(path);
+  printf("adaptive: a throttle through one handle (and from another process) lowers the bucket's rate 60 -> %u\n", first);
+}
+
+/* Bytes of the file outside its header and the two shared words (control,
+ * state) mean nothing: garbage there (or in the words themselves: the core
+ * is total over any state and any control word) leaves open and every call
+ * working. The private side of the pacer (its magic, owner tag, counters,
+ * parameters) is never read from the file. */
 static void test_garbage_in_file(void) {
   char path[600];
   path_of(path, sizeof path, "garbage");
@@ -622,20 +807,38 @@ static void test_garbage_in_file(void) {
   static unsigned char junk[PACER_SHARED_FILE_SIZE];
   for (size_t i = 0; i < sizeof junk; i++) junk[i] = (unsigned char)(i * 131u + 7u);
   write_at(path, PACER_SHARED_HEADER_SIZE, junk, PACER_SHARED_SPLIT_OFFSET - PACER_SHARED_HEADER_SIZE);
-  write_at(path, PACER_SHARED_SPLIT_OFFSET + 16, junk, PACER_SHARED_FILE_SIZE - PACER_SHARED_SPLIT_OFFSET - 16);
-  CHECK(pacer_shared_open(&h, path, &DEFAULTS) == PACER_STATUS_OK, "garbage around the state word");
+  write_at(path, PACER_SHARED_SPLIT_OFFSET + 32, junk, PACER_SHARED_FILE_SIZE - PACER_SHARED_SPLIT_OFFSET - 32);
+  CHECK(pacer_shared_open(&h, path, &DEFAULTS) == PACER_STATUS_OK, "garbage around the shared words");
   pacer_decision d;
   CHECK(pacer_shared_reserve(&h, &d) == PACER_STATUS_OK && d.kind == PACER_DECISION_KIND_ADMITTED, "reserve");
   bool refunded = false;
   CHECK(pacer_shared_release(&h, &d.ticket, &refunded) == PACER_STATUS_OK && refunded, "release");
   pacer_shared_close(&h);
-  /* The state word itself: 16 bytes of 0xFF (high-water u64::MAX, tokens -1 unit, stack all ones). */
+  /* The state word itself, at 65536: 16 bytes of 0xFF (high-water u64::MAX, tokens -1 unit, stack all ones). */
   memset(junk, 0xFF, 16);
-  write_at(path, PACER_SHARED_SPLIT_OFFSET, junk, 16);
+  write_at(path, 65536, junk, 16);
   CHECK(pacer_shared_open(&h, path, &DEFAULTS) == PACER_STATUS_OK, "garbage state word");
   for (int i = 0; i < 20; i++)
     CHECK(pacer_shared_reserve(&h, &d) == PACER_STATUS_OK, "reserve %d over a garbage state", i);
   pacer_shared_close(&h);
+  pacer_shared_unlink(path);
+  /* An adaptive bucket's control word, at 65552: all ones, then all
+   * zeroes. Every call works and the rate in force stays within [10, 60]. */
+  for (int fill = 0xFF; fill >= 0; fill -= 0xFF) {
+    fresh_with(path, &ADAPTIVE);
+    memset(junk, fill, 16);
+    write_at(path, 65552, junk, 16);
+    CHECK(pacer_shared_open(&h, path, &ADAPTIVE) == PACER_STATUS_OK, "garbage control word %#x", fill);
+    for (int i = 0; i < 20; i++) {
+      uint32_t rate = 0;
+      CHECK(pacer_shared_observe(&h, i % 2 ? PACER_OUTCOME_OPENED : PACER_OUTCOME_THROTTLED, &rate) == PACER_STATUS_OK &&
+                rate >= 10 && rate <= 60,
+            "observe %d over a garbage control word: %u", i, rate);
+      CHECK(pacer_shared_rate_in_force(&h, &rate) == PACER_STATUS_OK && rate >= 10 && rate <= 60, "rate %u", rate);
+      CHECK(pacer_shared_reserve(&h, &d) == PACER_STATUS_OK, "reserve %d over a garbage control word", i);
+    }
+    pacer_shared_close(&h);
+  }
   pacer_shared_unlink(path);
 }
 
@@ -689,7 +892,7 @@ static int debit(const char *path, long n) {
  * ms: with tokens t before debit k at (effective) time a, slot_k = a +
  * ceil((60000 - t)/600), and the next debit at a' sees t - 60000 +
  * (a' - a) * 600, so slot_{k+1} - slot_k = 100 whatever a' is. */
-static const pacer_config BOOKCFG = {600, 1, 3600000, 5, PACER_RELEASE_POLICY_REFUND};
+static const pacer_config BOOKCFG = {600, 1, 3600000, 5, PACER_RELEASE_POLICY_REFUND, 0, 0};
 #define BOOK_SLOT_MS 100u
 #define MAX_BOOKINGS 1024
 struct booking_board {
@@ -867,6 +1070,7 @@ int main(int argc, char **argv) {
   if (argc == 2) snprintf(dir, sizeof dir, "%s", argv[1]);
   test_attach_checks();
   test_two_handles();
+  test_adaptive_shared();
   test_garbage_in_file();
   test_other_user();
   test_creation_race();

@@ -1,7 +1,8 @@
 /* Many threads hammer one pacer on a shared clock; admissions never exceed
  * SPEC §6.1's bound: burst + max_debt + rate*W/60000 + 1 (no releases).
  * Then two threads race to release (or redeem) the same ticket (booking)
- * struct, many times over: exactly one of them may use it each time. */
+ * struct, many times over: exactly one of them may use it each time. Then
+ * threads report throttles to one adaptive pacer at once: one decrease. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
@@ -74,7 +75,7 @@ static void *racer(void *arg) {
 /* Returns how many rounds let both threads use the one struct. */
 static uint64_t race(int redeem) {
   race_redeem = redeem;
-  pacer_config c = {60, 1, 120000, 5, PACER_RELEASE_POLICY_REFUND};
+  pacer_config c = {60, 1, 120000, 5, PACER_RELEASE_POLICY_REFUND, 0, 0};
   atomic_store(&race_used[0], 0);
   atomic_store(&race_used[1], 0);
   atomic_store(&race_round, -1);
@@ -100,10 +101,57 @@ static uint64_t race(int redeem) {
   return used - RACES; /* each round must use it exactly once */
 }
 
+/* Adaptive pacing (SPEC §14): rate 60, floor 10, created at 0. Threads
+ * report throttles (and some opened connections) at clock readings in
+ * 1000 .. 1000 + 59998, all within the 60000 ms spacing of whichever
+ * throttle decreases first: exactly one decrease, to the rate one throttle
+ * on a fresh pacer answers (42 at the core's 7/10), and every later
+ * throttle holds it there and answers it; a compare-and-swap lost and not
+ * retried could decrease twice (29). */
+#define OBSERVE_CALLS 20000
+static pacer adaptive_pacer;
+static _Atomic uint64_t observe_ticks;
+static _Atomic uint64_t wrong_rates;
+static uint32_t one_decrease;
+
+static void *observer(void *arg) {
+  (void)arg;
+  for (int i = 0; i < OBSERVE_CALLS; i++) {
+    uint64_t tick = atomic_fetch_add(&observe_ticks, 1);
+    uint64_t now = 1000 + tick % 59999;
+    uint32_t outcome = tick % 5 == 4 ? PACER_OUTCOME_OPENED : PACER_OUTCOME_THROTTLED;
+    uint32_t rate = 0;
+    pacer_status st = pacer_observe(&adaptive_pacer, outcome, now, &rate);
+    /* An opened connection changes nothing and reads the curve at its
+     * clock, anywhere from the decrease back up to 60. */
+    bool ok = outcome == PACER_OUTCOME_THROTTLED ? rate == one_decrease : rate >= one_decrease && rate <= 60;
+    if (st != PACER_STATUS_OK || !ok) atomic_fetch_add(&wrong_rates, 1);
+  }
+  return NULL;
+}
+
+static int observe_race(void) {
+  pacer_config c = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND, 10, 0};
+  pacer probe;
+  if (pacer_init(&probe, &c, 0) != PACER_STATUS_OK) return 1;
+  if (pacer_observe(&probe, PACER_OUTCOME_THROTTLED, 1000, &one_decrease) != PACER_STATUS_OK || one_decrease >= 60)
+    return 1;
+  if (pacer_init(&adaptive_pacer, &c, 0) != PACER_STATUS_OK) return 1;
+  pthread_t threads[THREADS];
+  for (int i = 0; i < THREADS; i++) pthread_create(&threads[i], NULL, observer, NULL);
+  for (int i = 0; i < THREADS; i++) pthread_join(threads[i], NULL);
+  uint32_t rate = 0;
+  /* A reading before the curve's origin reads the origin: the decrease. */
+  int failed = pacer_rate_in_force(&adaptive_pacer, 0, &rate) != PACER_STATUS_OK || rate != one_decrease;
+  printf("observe: %d x %d concurrent observations: %" PRIu64 " wrong answers, rate in force %u (one decrease: %u)\n",
+         THREADS, OBSERVE_CALLS, atomic_load(&wrong_rates), rate, one_decrease);
+  return failed || atomic_load(&wrong_rates) != 0;
+}
+
 int main(void) {
   /* rate 600, burst 10, idle 3600000, 5 retries: bound 15000 ms,
    * max_debt = 15000*600/60000 = 150 tokens. */
-  pacer_config c = {600, 10, 3600000, 5, PACER_RELEASE_POLICY_REFUND};
+  pacer_config c = {600, 10, 3600000, 5, PACER_RELEASE_POLICY_REFUND, 0, 0};
   if (pacer_init(&shared_pacer, &c, 0) != PACER_STATUS_OK) return 2;
   pthread_t threads[THREADS];
   for (int i = 0; i < THREADS; i++) pthread_create(&threads[i], NULL, worker, NULL);
@@ -128,6 +176,7 @@ int main(void) {
   if (atomic_load(&race_errors)) { fprintf(stderr, "FAIL race errors\n"); failed++; }
   printf("races: %d releases and %d redemptions of one struct by two threads; used twice: %" PRIu64 ", %" PRIu64 "\n",
          RACES, RACES, double_releases, double_redeems);
-  printf("%d passed, %d failed\n", 8 - failed, failed);
+  if (observe_race()) { fprintf(stderr, "FAIL concurrent observations\n"); failed++; }
+  printf("%d passed, %d failed\n", 9 - failed, failed);
   return failed ? 1 : 0;
 }

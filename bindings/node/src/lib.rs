@@ -23,7 +23,7 @@ use pacer_core::frame::{write_refusal_body, REFUSAL_CONTENT_TYPE, REFUSAL_STATUS
 use pacer_core::settings::{mode_notice, resolve, resolve_with_idle_override, Settings};
 use pacer_core::{
     budget, AdmitPath, Booking, BookingDecision, Budget, Config, ConfigError, Counters, Decision,
-    Notice, Pacer, Redemption, ReleasePolicy, Ticket, MAX_BURST, UNITS_PER_TOKEN,
+    Notice, Outcome, Pacer, Redemption, ReleasePolicy, Ticket, MAX_BURST, UNITS_PER_TOKEN,
 };
 
 /// The largest integer a JS number holds exactly (2^53 − 1).
@@ -87,7 +87,8 @@ fn encode(decision: Decision) -> f64 {
     }
 }
 
-/// The core config from the JS numbers (`index.js` has range-checked them).
+/// The core config from the JS numbers (`index.js` has range-checked them),
+/// adaptation off (see [`adaptive_of`]).
 fn config_of(
     rate_per_minute: f64,
     burst: f64,
@@ -105,6 +106,28 @@ fn config_of(
         } else {
             ReleasePolicy::Refund
         },
+        adaptive_floor_per_min: 0,
+        adaptive_ceiling_per_min: 0,
+    }
+}
+
+/// `config` with the adaptive bounds (SPEC §14) the constructors take last:
+/// a floor left out (or 0) keeps adaptation off, a ceiling left out (or 0)
+/// is the rate.
+fn adaptive_of(config: Config, floor: Option<f64>, ceiling: Option<f64>) -> Config {
+    config.adaptive(floor.map_or(0, to_u32), ceiling.map_or(0, to_u32))
+}
+
+/// An outcome as `index.js` and `compat.js` pass it (the core's `Outcome`
+/// numbers: 1 opened, 2 throttled).
+fn outcome_of(code: u32) -> Result<Outcome> {
+    match code {
+        1 => Ok(Outcome::Opened),
+        2 => Ok(Outcome::Throttled),
+        _ => Err(Error::new(
+            Status::InvalidArg,
+            format!("OUTCOME: {code} is neither 1 (opened) nor 2 (throttled)"),
+        )),
     }
 }
 
@@ -170,7 +193,10 @@ fn tables() -> Result<Tables> {
 impl NativePacer {
     /// Fails with the core's reason (as `RATE_TOO_HIGH: …`) when the config is
     /// rejected; `index.js` checks ranges first and throws a `RangeError`.
+    /// The last two arguments, the adaptive floor and ceiling per minute
+    /// (SPEC §14), may be left out: adaptation off.
     #[napi(constructor)]
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         rate_per_minute: f64,
         burst: f64,
@@ -178,8 +204,11 @@ impl NativePacer {
         max_retries: f64,
         strict: bool,
         now_ms: f64,
+        floor: Option<f64>,
+        ceiling: Option<f64>,
     ) -> Result<Self> {
         let config = config_of(rate_per_minute, burst, idle_timeout_ms, max_retries, strict);
+        let config = adaptive_of(config, floor, ceiling);
         match Pacer::new(&config, to_u64(now_ms)) {
             Ok(pacer) => Ok(NativePacer {
                 core: Rc::new(Core {
@@ -235,6 +264,21 @@ impl NativePacer {
         let refunded = self.core.pacer.release(ticket, to_u64(now_ms));
         self.core.counters.record_release(refunded);
         refunded
+    }
+
+    /// `Pacer::observe` (SPEC §14) of the outcome numbered `outcome` (1
+    /// opened, 2 throttled): the rate in force after it.
+    #[napi]
+    pub fn observe(&self, outcome: u32, now_ms: f64) -> Result<u32> {
+        let outcome = outcome_of(outcome)?;
+        Ok(self.core.pacer.observe(outcome, to_u64(now_ms)))
+    }
+
+    /// `Pacer::rate_in_force` (SPEC §14): the configured rate unless
+    /// adaptation is on.
+    #[napi]
+    pub fn rate_in_force(&self, now_ms: f64) -> u32 {
+        self.core.pacer.rate_in_force(to_u64(now_ms))
     }
 
     /// `[mode, wait_bound_ms, capacity_units, max_debt_units, strict]`.
@@ -361,6 +405,9 @@ fn config_error_text(error: ConfigError) -> &'static str {
         ConfigError::BurstTooLarge => "BURST_TOO_LARGE: burst is above the maximum",
         ConfigError::RetriesExceedLadder => {
             "RETRIES_EXCEED_LADDER: maxRetries is above the ladder ceiling of idleTimeoutMs"
+        }
+        ConfigError::AdaptiveRange => {
+            "ADAPTIVE_RANGE: adaptive pacing needs 1 <= floor <= ratePerMinute <= ceiling <= 600"
         }
     }
 }
@@ -655,7 +702,10 @@ unsafe extern "C" fn reserve_shared_hot(
 impl NativeSharedPacer {
     /// Opens (or creates) the shared pacer; fails with `CODE: text`, the
     /// code being the C library's status name (`SHARED_CONFIG_MISMATCH`, …).
+    /// The adaptive floor and ceiling per minute (SPEC §14) may be left
+    /// out: adaptation off.
     #[napi(factory)]
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         path_or_name: String,
         rate_per_minute: f64,
@@ -663,8 +713,11 @@ impl NativeSharedPacer {
         idle_timeout_ms: f64,
         max_retries: f64,
         strict: bool,
+        floor: Option<f64>,
+        ceiling: Option<f64>,
     ) -> Result<Self> {
         let config = config_of(rate_per_minute, burst, idle_timeout_ms, max_retries, strict);
+        let config = adaptive_of(config, floor, ceiling);
         if let Err(error) = Pacer::new(&config, 0) {
             return Err(Error::new(Status::InvalidArg, config_error_text(error)));
         }
@@ -738,6 +791,25 @@ impl NativeSharedPacer {
             .map_err(shared_error)?;
         self.core.counters.record_release(refunded);
         Ok(refunded)
+    }
+
+    /// `Pacer::observe` (SPEC §14) at the shared clock, as
+    /// `NativePacer::observe` (a second argument is ignored): the control
+    /// word it moves is the machine's.
+    #[napi]
+    pub fn observe(&self, outcome: u32) -> Result<u32> {
+        let outcome = outcome_of(outcome)?;
+        self.core
+            .with_pacer(|pacer| pacer.observe(outcome, shm::clock_ms()))
+            .map_err(shared_error)
+    }
+
+    /// `Pacer::rate_in_force` at the shared clock (an argument is ignored).
+    #[napi]
+    pub fn rate_in_force(&self) -> Result<u32> {
+        self.core
+            .with_pacer(|pacer| pacer.rate_in_force(shm::clock_ms()))
+            .map_err(shared_error)
     }
 
     /// `[mode, wait_bound_ms, capacity_units, max_debt_units, strict]`.

@@ -384,3 +384,113 @@ test('bookRefusals (opt-in): keyed retries redeem their place in line; off, noth
   assert.deepEqual(await plain.admit(undefined, 'a'), { kind: 'refused', requiredWaitMs: 5000, retryAfterSeconds: 4 });
   assert.equal(plain.forget('a'), false);
 });
+
+// Adaptive pacing (SPEC §14), opt-in. By hand: rate 60 with the default
+// ceiling (the rate) reads 60 until the first throttle, which lowers it at
+// once to ⌊60·8/10⌋ = 48; a throttle within 60000 ms of that decrease
+// holds it at 48 (at that instant), an opened changes nothing, and a
+// throttle 60000 ms after the decrease, reading 48 since a hold 1 ms
+// before, gives ⌊48·8/10⌋ = 38. At 48/min a token refills in
+// ⌈60000/48⌉ = 1250 ms, at 60/min in 1000.
+test('adaptive (opt-in): a throttle lowers the rate in force and the next admission waits at it', async () => {
+  const time = new FakeTime(0);
+  const p = pacer(time, { burst: 1, idleTimeoutMs: 120000, maxRetries: 5, adaptive: { floorPerMinute: 10 } });
+  assert.equal(p.rateInForce(), 60);
+  await time.advance(1000);
+  assert.deepEqual(shape(await p.admit()), admitted(0));
+  assert.equal(p.observe('throttled'), 48);
+  assert.equal(p.observe('throttled'), 48, 'one decrease a minute');
+  assert.equal(p.rateInForce(), 48);
+  let woke = false;
+  const next = p.admit().then((outcome) => { woke = true; return outcome; });
+  await time.advance(1249);
+  await flush();
+  assert.equal(woke, false, 'still waiting after 1249 ms');
+  await time.advance(1);
+  assert.deepEqual(shape(await next), admitted(1250));
+
+  const clock = new FakeTime(1000);
+  const again = pacer(clock, { idleTimeoutMs: 120000, maxRetries: 5, adaptive: { floorPerMinute: 10 } });
+  assert.equal(again.observe('throttled'), 48);
+  assert.equal(again.observe('opened'), 48);
+  clock.nowMs = 60999;
+  assert.equal(again.observe('throttled'), 48, 'held within the minute');
+  clock.nowMs = 61000;
+  assert.equal(again.observe('throttled'), 38);
+  assert.throws(() => again.observe('throttle'), TypeError);
+  assert.throws(() => again.observe(undefined), TypeError);
+});
+
+test('adaptive off (no bounds, or unusable ones): observe changes nothing; the drop-in behaves as before', async () => {
+  const time = new FakeTime(0);
+  const p = pacer(time, { burst: 1, idleTimeoutMs: 120000, maxRetries: 5 });
+  await time.advance(1000);
+  assert.deepEqual(shape(await p.admit()), admitted(0));
+  assert.equal(p.observe('throttled'), 60);
+  assert.equal(p.observe('opened'), 60);
+  const next = p.admit();
+  await time.advance(1000);
+  assert.deepEqual(shape(await next), admitted(1000));
+  // The constructor reads numbers as it reads the rate: a floor that is not
+  // a positive number is no adaptation; one above the rate is held at the
+  // rate, where a throttle lowers nothing (max(60, 48) = 60).
+  for (const adaptive of [{ floorPerMinute: NaN }, { floorPerMinute: -5 }, { floorPerMinute: 0 }, null, 'on', {}]) {
+    const odd = pacer(new FakeTime(0), { idleTimeoutMs: 120000, maxRetries: 5, adaptive });
+    assert.equal(odd.observe('throttled'), 60, JSON.stringify(adaptive));
+  }
+  const high = pacer(new FakeTime(0), { idleTimeoutMs: 120000, maxRetries: 5, adaptive: { floorPerMinute: 100 } });
+  assert.equal(high.observe('throttled'), 60);
+  // Pacing off (rate 0): nothing to adapt, the original's pacing-off admission.
+  const off = pacer(new FakeTime(0), { ratePerMinute: 0, adaptive: { floorPerMinute: 10 } });
+  assert.equal(off.observe('throttled'), 0);
+  assert.deepEqual(await off.admit(), { kind: 'admitted', waitedMs: 0 });
+});
+
+test('wsAdaptivePacing: the floor turns it on, read as the host reads numbers; bad text keeps it off, with a notice once', () => {
+  const warnings = [];
+  const warn = (message) => warnings.push(message);
+  const read = (env) => compat.wsAdaptivePacing(env, warn);
+  assert.equal(compat.WS_ADAPTIVE_FLOOR_PER_MIN_ENV, 'CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN');
+  assert.equal(compat.WS_ADAPTIVE_CEILING_PER_MIN_ENV, 'CLODEX_WS_ADAPTIVE_CEILING_PER_MIN');
+  assert.equal(read({}), undefined);
+  assert.equal(read({ CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN: '  ' }), undefined);
+  assert.equal(read({ CLODEX_WS_ADAPTIVE_CEILING_PER_MIN: '90' }), undefined, 'a ceiling alone turns nothing on');
+  assert.deepEqual(read({ CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN: ' 1e1 ' }), { floorPerMinute: 10, ceilingPerMinute: undefined });
+  assert.deepEqual(read({ CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN: '10', CLODEX_WS_ADAPTIVE_CEILING_PER_MIN: '90' }),
+    { floorPerMinute: 10, ceilingPerMinute: 90 });
+  assert.deepEqual(warnings, []);
+  for (const bad of ['0', '-1', '2.5', 'abc']) {
+    assert.equal(read({ CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN: bad }), undefined, bad);
+    assert.equal(read({ CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN: bad }), undefined, bad);
+  }
+  assert.deepEqual(read({ CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN: '10', CLODEX_WS_ADAPTIVE_CEILING_PER_MIN: 'lots' }),
+    { floorPerMinute: 10, ceilingPerMinute: undefined });
+  assert.deepEqual(warnings, [
+    ...['0', '-1', '2.5', 'abc'].map((bad) => `ignoring CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN=${bad} `
+      + '(expected a positive integer; adaptive pacing stays off)'),
+    'ignoring CLODEX_WS_ADAPTIVE_CEILING_PER_MIN=lots (expected a positive integer; using the rate)',
+  ]);
+});
+
+test('sharedWsUpgradePacer: adaptive when CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN is set, not otherwise', () => {
+  const saved = process.env.CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN;
+  // Hold the default clock still, so the rate read after the throttle is
+  // the lowered one (the curve climbs only with time).
+  const frozen = performance.now();
+  Object.defineProperty(performance, 'now', { value: () => frozen, configurable: true, writable: true });
+  try {
+    delete process.env.CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN;
+    assert.equal(sharedWsUpgradePacer().observe('throttled'), 60);
+    process.env.CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN = '10';
+    resetWsUpgradePacerForTests();
+    const adaptive = sharedWsUpgradePacer();
+    assert.equal(adaptive.rateInForce(), 60);
+    assert.equal(adaptive.observe('throttled'), 48);
+    assert.equal(adaptive.rateInForce(), 48);
+    assert.deepEqual(parentNotices, []);
+  } finally {
+    delete performance.now;
+    if (saved === undefined) delete process.env.CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN;
+    else process.env.CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN = saved;
+  }
+});

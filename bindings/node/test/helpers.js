@@ -1,6 +1,7 @@
 'use strict';
-// Test helpers: a fake clock and scheduler (nothing really sleeps), and the
-// shared vectors.
+// Test helpers: a fake clock and scheduler (nothing really sleeps), the
+// shared vectors, and the check that an error names what was wrong.
+const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
 
@@ -52,4 +53,14 @@ function loadVectors(name) {
 
 const quiet = () => {};
 
-module.exports = { FakeTime, flush, loadVectors, quiet };
+/** Asserts `fn` throws a `type` whose message names `name` (`label` says
+ * which case failed). */
+function throwsNaming(fn, type, name, label) {
+  assert.throws(fn, (e) => {
+    assert.ok(e instanceof type, `${label}: ${e?.constructor?.name} ${e?.message}, expected ${type.name}`);
+    assert.ok(e.message.includes(name), `${label}: "${e.message}" does not name ${name}`);
+    return true;
+  }, label);
+}
+
+module.exports = { FakeTime, flush, loadVectors, quiet, throwsNaming };

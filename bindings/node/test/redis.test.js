@@ -603,4 +603,189 @@ describe('the drop-in module on a fleet bucket (PACER_REDIS_URL)', () => {
     assert.match(lines[0], /^clodex: ignoring PACER_REDIS_FLEET_SIZE=three/);
     assert.match(lines[1], /^clodex: Redis is unavailable for the bucket .*'closed'/);
   });
+
+  test('with CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN its observe() reports to the bucket and never rejects', async () => {
+    const key = freshKey();
+    configure({ PACER_REDIS_URL: functionServer.url, PACER_REDIS_KEY: key });
+    process.env.CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN = '10';
+    try {
+      const pacer = compat.sharedWsUpgradePacer();
+      assert.equal((await pacer.admit()).kind, 'admitted');
+      // Rate 60, floor 10: the bucket's first throttle gives ⌊60·8/10⌋ = 48.
+      assert.equal(await pacer.observe('throttled'), 48);
+      const info = await serverInfo(functionServer, key);
+      assert.equal(info.adaptive_floor_per_min, 10);
+      assert.equal(info.adaptive_ceiling_per_min, 60);
+      assert.throws(() => pacer.observe('throttle'), TypeError);
+      // An error reply (the key holds a list) is said once and resolves to the rate.
+      const wrong = freshKey();
+      const admin = await adminOf(functionServer);
+      await admin.sendCommand(['LPUSH', wrong, 'x']);
+      await admin.close();
+      configure({ PACER_REDIS_URL: functionServer.url, PACER_REDIS_KEY: wrong });
+      const broken = compat.sharedWsUpgradePacer();
+      assert.equal(await broken.observe('throttled'), 60);
+      assert.equal(await broken.observe('throttled'), 60);
+      assert.equal(lines.length, 1, lines.join('\n'));
+      assert.match(lines[0], /^clodex: could not report an upgrade's answer to the fleet bucket: WRONGTYPE/);
+    } finally {
+      delete process.env.CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN;
+    }
+  });
+});
+
+// ---------------------------------------------------------------- adaptive pacing (SPEC §14)
+
+// By hand, as test/adaptive.test.js: rate 60 with the default ceiling reads
+// 60 until the first throttle, which lowers it at once to ⌊60·8/10⌋ = 48;
+// a throttle within the minute after holds it there (48 at that instant);
+// an opened changes nothing. The rate climbs back from 48 with time, but
+// not to 60 within a test.
+const ADAPTIVE = { ...CONFIG, adaptive: { floorPerMinute: 10 } };
+
+/** A node-redis stand-in that records each command and answers `reply(args)`. */
+function recordingClient(reply) {
+  const sent = [];
+  return {
+    sent,
+    isOpen: true,
+    isReady: true,
+    on() {},
+    off() {},
+    connect: async () => {},
+    sendCommand: async (args) => {
+      sent.push(args.map(String));
+      return reply(args.map(String));
+    },
+  };
+}
+
+describe('adaptive pacing (SPEC §14)', () => {
+  const sha = require('node:crypto').createHash('sha1').update(SCRIPT).digest('hex');
+  /** Canned answers: an admission to RESERVE and BOOK, 48 to OBSERVE. */
+  function canned(args) {
+    if (args[0] === 'SCRIPT') return sha;
+    const op = args[0].startsWith('PACER.') ? args[0].slice(6).toLowerCase() : args[4];
+    return op === 'observe' ? 48 : ['admitted', 0, '1.1.60000.0.0123456789abcdef', 'paced', 0];
+  }
+
+  test('the wire: ADAPT floor ceiling after the configuration (and BOOK\'s retries_left); OBSERVE key outcome', async () => {
+    const config = ['60', '2', '30000', '3', 'refund'];
+    const prefixes = {
+      module: (op) => [`PACER.${op.toUpperCase()}`, 'k'],
+      function: (op) => ['FCALL', 'pacer', '1', 'k', op],
+      script: (op) => ['EVALSHA', sha, '1', 'k', op],
+    };
+    for (const [engine, prefix] of Object.entries(prefixes)) {
+      for (const [adaptive, adapt] of [
+        [{ floorPerMinute: 10 }, ['ADAPT', '10', '0']],
+        [{ floorPerMinute: 10, ceilingPerMinute: 90 }, ['ADAPT', '10', '90']],
+      ]) {
+        const client = recordingClient(canned);
+        const pacer = await RedisPacer.connect({ client, key: 'k', ...CONFIG, adaptive, engine });
+        assert.deepEqual(pacer.adaptive, { floorPerMinute: 10, ceilingPerMinute: adaptive.ceilingPerMinute ?? 60 });
+        await pacer.reserve();
+        await pacer.reserveOrBook(3);
+        assert.equal(await pacer.observe('throttled'), 48);
+        await pacer.observe('opened');
+        const calls = client.sent.filter((args) => args[0] !== 'SCRIPT');
+        assert.deepEqual(calls, [
+          [...prefix('reserve'), ...config, ...adapt],
+          [...prefix('book'), ...config, '3', ...adapt],
+          [...prefix('observe'), 'throttled'],
+          [...prefix('observe'), 'opened'],
+        ], `${engine} ${JSON.stringify(adaptive)}`);
+        await pacer.close();
+      }
+    }
+  });
+
+  test('adaptation off: no ADAPT, and observe sends nothing and resolves to the configured rate', async () => {
+    const client = recordingClient(canned);
+    const pacer = await RedisPacer.connect({ client, key: 'k', ...CONFIG, engine: 'module' });
+    assert.equal(pacer.adaptive, null);
+    await pacer.reserve();
+    assert.equal(await pacer.observe('throttled'), 60);
+    assert.equal(await pacer.observe('opened'), 60);
+    assert.deepEqual(client.sent, [['PACER.RESERVE', 'k', '60', '2', '30000', '3', 'refund']]);
+    await pacer.close();
+  });
+
+  test('a bad adaptive option rejects, naming it, and nothing is sent; a bad outcome rejects with a TypeError', async () => {
+    const client = recordingClient(canned);
+    for (const [adaptive, type, name] of [
+      [null, TypeError, 'adaptive'],
+      [{}, TypeError, 'adaptive.floorPerMinute'],
+      [{ floorPerMinute: 0 }, RangeError, 'adaptive.floorPerMinute'],
+      [{ floorPerMinute: 61 }, RangeError, 'adaptive.floorPerMinute'],
+      [{ floorPerMinute: 1.5 }, RangeError, 'adaptive.floorPerMinute'],
+      [{ floorPerMinute: 10, ceilingPerMinute: 59 }, RangeError, 'adaptive.ceilingPerMinute'],
+      [{ floorPerMinute: 10, ceilingPerMinute: 601 }, RangeError, 'adaptive.ceilingPerMinute'],
+      [{ floorPerMinute: 10, ceilingPerMinute: NaN }, RangeError, 'adaptive.ceilingPerMinute'],
+    ]) {
+      await assert.rejects(RedisPacer.connect({ client, key: 'k', ...CONFIG, adaptive }), (e) => {
+        assert.ok(e instanceof type && e.message.includes(name), `${JSON.stringify(adaptive)}: ${e.message}`);
+        return true;
+      });
+    }
+    assert.deepEqual(client.sent, []);
+    const pacer = await RedisPacer.connect({ client, key: 'k', ...ADAPTIVE, engine: 'module' });
+    for (const bad of ['throttle', 'OPENED', '', undefined, 2]) {
+      await assert.rejects(pacer.observe(bad), TypeError, String(bad));
+    }
+    assert.deepEqual(client.sent, []);
+    await pacer.close();
+    await assert.rejects(pacer.observe('opened'), { code: 'ERR_PACER_CLOSED' });
+  });
+
+  test('during an outage: local observes on its fallback (its share of the rate), open and closed learn nothing', async () => {
+    const url = `redis://127.0.0.1:${await freePort()}`;
+    // fleetSize 2: the fallback paces at 30/min between ⌊10/2⌋ = 5 and
+    // ⌊60/2⌋ = 30; a throttle gives ⌊30·8/10⌋ = 24, and one just after holds it.
+    const local = await RedisPacer.connect({ url, key: freshKey(), ...ADAPTIVE, fleetSize: 2, onNotice: () => {} });
+    assert.equal(await local.observe('throttled'), 24);
+    assert.equal(await local.observe('throttled'), 24);
+    await local.close();
+    for (const onFailure of ['open', 'closed']) {
+      const pacer = await RedisPacer.connect({ url, key: freshKey(), ...ADAPTIVE, onFailure, onNotice: () => {} });
+      assert.equal(await pacer.observe('throttled'), 60, onFailure);
+      await pacer.close();
+    }
+  });
+
+  for (const [name, server, engine] of [
+    ['module', () => moduleServer, 'module'],
+    ['function', () => functionServer, 'function'],
+    ['script', () => plainServer, 'script'],
+  ]) {
+    test(`${name}: one bucket's rate in force: a throttle through one client is seen through another`,
+      { skip: engine === 'module' && moduleSkip }, async () => {
+        const key = freshKey();
+        const a = await RedisPacer.connect({ url: server().url, key, ...ADAPTIVE });
+        const b = await RedisPacer.connect({ url: server().url, key, ...ADAPTIVE });
+        const fixed = await RedisPacer.connect({ url: server().url, key, ...CONFIG });
+        try {
+          assert.equal((await a.reserve()).kind, 'admitted');
+          assert.equal(a.engine, engine);
+          // The bounds are the bucket's configuration: BOOK sends them too,
+          // and a client without them is another configuration.
+          assert.notEqual((await b.reserveOrBook(3)).kind, undefined);
+          await assert.rejects(fixed.reserve(), { code: 'ERR_PACER_REDIS' });
+          assert.equal(await a.observe('throttled'), 48);
+          const seen = (await b.info()).rateInForce;
+          assert.ok(seen >= 48 && seen < 60, `b reads ${seen} after a's throttle`);
+          assert.equal(await b.observe('throttled'), 48, 'within the minute of the decrease: held');
+          const opened = await b.observe('opened');
+          assert.ok(opened >= 48 && opened < 60, `b's opened gave ${opened}`);
+          const info = await a.info();
+          assert.equal(info.adaptiveFloorPerMin, 10);
+          assert.equal(info.adaptiveCeilingPerMin, 60, 'the ceiling left out is the rate');
+          assert.equal(info.peakPerMin, 60, 'the rate when the upstream throttled');
+          assert.ok(info.rateInForce >= 48 && info.rateInForce < 60);
+          assert.equal(a.counters().fallbacks + b.counters().fallbacks, 0);
+        } finally {
+          await Promise.all([a.close(), b.close(), fixed.close()]);
+        }
+      });
+  }
 });

@@ -3,14 +3,15 @@
 import {
   Pacer, refusalResponse, resolveBudget, NoticeRegistry, type AdmitOutcome, type Decision, type Notice,
   type Booking, type BookingDecision, type PacerClosedError, Ticket, type SharedPacer,
-  RedisPacer, RedisTicket, type RedisAdmitOutcome, type RedisInfo,
+  RedisPacer, RedisTicket, type RedisAdmitOutcome, type RedisInfo, type Outcome, type AdaptiveOptions,
 } from 'connpacer';
 import { createClient } from 'redis';
 import {
   WsUpgradePacer, sharedWsUpgradePacer, resetWsUpgradePacerForTests, upstreamRequestBudget,
   wsNewConnectionMaxWaitMs, pacedRetryAfterSeconds, refusalScheduleMs, canRefuseAtRate,
   wsNewConnectionsPerMinute, resolvedPacingBudget, type ConnectionPacer, type UpgradeAdmission,
-  WS_NEW_CONNECTIONS_PER_MIN_ENV, REDIS_URL_ENV,
+  WS_NEW_CONNECTIONS_PER_MIN_ENV, REDIS_URL_ENV, WS_ADAPTIVE_FLOOR_PER_MIN_ENV, wsAdaptivePacing,
+  type UpgradeOutcome,
 } from 'connpacer/compat';
 
 async function idiomatic(signal: AbortSignal): Promise<Response | null> {
@@ -137,3 +138,35 @@ async function fleet(signal: AbortSignal): Promise<number> {
   return (info?.admitted ?? 0) + pacer.counters().fallbacks;
 }
 void fleet;
+
+// Adaptive pacing (SPEC §14): the option, observe and the rate in force on
+// every pacer; the drop-in's observe on its pacer objects.
+async function adaptive(shared: SharedPacer, signal?: AbortSignal): Promise<number> {
+  const bounds: AdaptiveOptions = { floorPerMinute: 10 };
+  const pacer = new Pacer({ ratePerMinute: 60, adaptive: bounds });
+  const outcome: Outcome = 'throttled';
+  const lowered: number = pacer.observe(outcome, 1000) + pacer.observe('opened') + pacer.rateInForce();
+  const floor: number | undefined = pacer.adaptive?.floorPerMinute;
+  // @ts-expect-error outcomes are named
+  pacer.observe('throttle');
+  // @ts-expect-error the floor is required
+  new Pacer({ adaptive: { ceilingPerMinute: 90 } });
+  const machine: number = shared.observe('throttled') + shared.rateInForce();
+  // @ts-expect-error a shared pacer takes no clock
+  shared.observe('opened', 1000);
+  const fleet = await RedisPacer.connect({ url: 'redis://127.0.0.1:6379', key: 'k', adaptive: { floorPerMinute: 10,
+    ceilingPerMinute: 90 } });
+  const fleetRate: number = await fleet.observe('throttled');
+  const dropIn = new WsUpgradePacer({ adaptive: { floorPerMinute: 10 } });
+  const host: ConnectionPacer = sharedWsUpgradePacer();
+  const answer: UpgradeOutcome = 'opened';
+  void host.observe?.(answer);
+  const admission = await host.admit(signal);
+  void admission;
+  const envName: 'CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN' = WS_ADAPTIVE_FLOOR_PER_MIN_ENV;
+  void envName;
+  const fromEnv = wsAdaptivePacing(process.env, console.warn);
+  return lowered + (floor ?? 0) + machine + fleetRate + dropIn.observe('throttled') + dropIn.rateInForce()
+    + (fromEnv?.ceilingPerMinute ?? 0);
+}
+void adaptive;

@@ -12,15 +12,7 @@ const path = require('node:path');
 const {
   Pacer, SharedPacer, Ticket, Booking, NoticeRegistry, resolveBudget, refusalResponse,
 } = require('../index.js');
-const { FakeTime, quiet } = require('./helpers.js');
-
-function throwsNaming(fn, type, name, label) {
-  assert.throws(fn, (e) => {
-    assert.ok(e instanceof type, `${label}: ${e?.constructor?.name} ${e?.message}, expected ${type.name}`);
-    assert.ok(e.message.includes(name), `${label}: "${e.message}" does not name ${name}`);
-    return true;
-  }, label);
-}
+const { FakeTime, quiet, throwsNaming } = require('./helpers.js');
 
 // Every numeric option, with its default and a value of each bad kind.
 const NUMERIC_OPTIONS = {

@@ -80,6 +80,14 @@ def plain_server() -> Iterator[RedisServer]:
         yield server
 
 
+@pytest.fixture(params=["module_server", "function_server", "plain_server"])
+def each_engine(request: pytest.FixtureRequest) -> RedisServer:
+    """Each engine's server, in turn: with the module, with only the
+    function library, plain (the script)."""
+    server: RedisServer = request.getfixturevalue(request.param)
+    return server
+
+
 @pytest.fixture
 def own_server() -> Iterator[RedisServer]:
     """A server of the test's own, to pause, kill and restart (with the
@@ -317,10 +325,8 @@ def test_disabled_mode_never_asks_redis(d: Driver, caplog: pytest.LogCaptureFixt
 # ------------------------------------------------------------ errors of the pacer
 
 
-@pytest.mark.parametrize("server_name", ["module_server", "function_server", "plain_server"])
-def test_a_configuration_mismatch_is_an_error_naming_both(d: Driver, server_name: str,
-                                                          request: pytest.FixtureRequest) -> None:
-    server: RedisServer = request.getfixturevalue(server_name)
+def test_a_configuration_mismatch_is_an_error_naming_both(d: Driver, each_engine: RedisServer) -> None:
+    server = each_engine
     key = fresh_key("mismatch")
     first = d.pacer(url=server.url, key=key, **CONFIG)
     assert d(first.create()) is True
@@ -689,6 +695,108 @@ def test_a_due_booking_is_admitted(d: Driver, module_server: RedisServer) -> Non
     assert isinstance(admitted, RedisAdmitted) and admitted.path is AdmitPath.BOOKED
     assert admitted.ticket.text == outcome.booking.ticket.text and outcome.booking.spent
     assert d(fleet.release(admitted.ticket)) is True
+
+
+# ------------------------------------------------------------ adaptive pacing
+#
+# SPEC §14 on the fleet's bucket. The server's clock runs, so only what holds
+# for a few seconds after a throttle is expected: the first decrease takes
+# 60/min to ⌊60·8/10⌋ = 48 and sets K = ⌊∛(12·400000000)⌋ = 1686 ds (1686³ =
+# 4792616856 ≤ 4.8·10⁹ < 1687³); the curve reads 48 until 4.7 s after it, and
+# a throttle within the minute holds it there.
+
+ADAPTIVE = {**CONFIG, "adaptive_floor_per_min": 10}
+
+
+def test_a_throttle_one_proxy_reports_slows_the_fleet(d: Driver, each_engine: RedisServer) -> None:
+    server = each_engine
+    key = fresh_key("adaptive")
+    one = d.pacer(url=server.url, key=key, **ADAPTIVE)
+    two = d.pacer(url=server.url, key=key, **ADAPTIVE)
+    assert d(one.create()) is True
+    info = d(one.info())
+    # ADAPT 10 0 is stored with the ceiling as the rate, at the peak, never decreased.
+    assert (info["rate_in_force"], info["adaptive_floor_per_min"], info["adaptive_ceiling_per_min"],
+            info["peak_per_min"], info["since_decrease_ms"], info["recover_ds"]) == (60, 10, 60, 60, 2**32 - 1, 0)
+    assert d(two.rate_in_force()) == 60
+    assert d(one.observe("throttled")) == 48
+    assert d(two.rate_in_force()) == 48
+    assert d(two.observe(pacer.Outcome.THROTTLED)) == 48  # within the minute: a hold
+    assert d(two.observe("opened")) == 48
+    info = d(two.info())
+    assert (info["peak_per_min"], info["recover_ds"], info["rate_in_force"]) == (60, 1686, 48)
+    assert info["since_decrease_ms"] < 60_000
+    # The adaptive settings are the bucket's configuration.
+    for other in ({}, {"adaptive_floor_per_min": 20}):
+        mismatched = d.pacer(url=server.url, key=key, **{**CONFIG, **other})
+        with pytest.raises(RedisPacerError, match="adaptive_floor_per_min=10"):
+            d(mismatched.reserve())
+    # A bad outcome raises and sends nothing.
+    with pytest.raises(ValueError, match="outcome"):
+        d(one.observe("slow"))
+    with pytest.raises(TypeError, match="outcome"):
+        d(one.observe(None))
+    # OBSERVE needs the bucket.
+    missing = d.pacer(url=server.url, key=fresh_key("adaptive-missing"), **ADAPTIVE)
+    with pytest.raises(RedisPacerError, match="no bucket"):
+        d(missing.observe("throttled"))
+
+
+def test_reserve_and_book_carry_adapt(d: Driver, each_engine: RedisServer) -> None:
+    """Burst 1: a reservation after a throttle waits ⌈60000/48⌉ = 1250 ms less
+    the time since the first debit, more than any wait at 60/min (1000 ms)."""
+    fleet = d.pacer(url=each_engine.url, key=fresh_key("adaptive-refill"), **{**ADAPTIVE, "burst": 1})
+    first = d(fleet.reserve())
+    assert isinstance(first, RedisAdmitted) and first.wait_ms == 0 and first.fallback is None
+    assert d(fleet.observe("throttled")) == 48
+    second = d(fleet.reserve())
+    assert isinstance(second, RedisAdmitted) and 1000 < second.wait_ms <= 1250
+    # BOOK … retries_left ADAPT floor ceiling on the same bucket: a refusal past
+    # the bound books (or refuses), never a configuration error.
+    booked = d(fleet.reserve_or_book(3))
+    assert isinstance(booked, (RedisBooked, RedisRefused, RedisAdmitted)) and booked.fallback is None
+    assert d(fleet.info())["rate_in_force"] == 48
+
+
+def test_adaptation_off_asks_nothing(d: Driver, plain_server: RedisServer) -> None:
+    key = fresh_key("adaptive-off")
+    fleet = d.pacer(url=plain_server.url, key=key, **CONFIG)
+    assert d(fleet.observe("throttled")) == 60 and d(fleet.observe("opened")) == 60
+    assert d(fleet.rate_in_force()) == 60
+    with plain_server.client() as admin:
+        assert admin.exists(key) == 0  # nothing was sent: the key was never made
+    d(fleet.close())
+    with pytest.raises(RuntimeError, match="closed"):
+        d(fleet.observe("opened"))
+
+
+def test_observe_while_redis_fails(d: Driver) -> None:
+    """local reports to its fallback pacer, adaptive at ⌊rate/N⌋ between
+    ⌊floor/N⌋ and ⌊ceiling/N⌋: N = 2 gives 30 between 5 and 30, so a throttle
+    gives ⌊30·8/10⌋ = 24; open and closed learn nothing and answer 60.
+    rate_in_force needs Redis, as info."""
+    import redis
+
+    url = f"redis://127.0.0.1:{free_port()}"
+    local = d.pacer(url=url, key="k", fleet_size=2, **ADAPTIVE)
+    assert d(local.observe("throttled")) == 24
+    assert d(local.observe("opened")) == 24
+    fallback = local.fallback_pacer
+    assert fallback is not None
+    assert (fallback.config.adaptive_floor_per_min, fallback.config.adaptive_ceiling_per_min) == (5, 30)
+    with pytest.raises(redis.exceptions.ConnectionError):
+        d(local.rate_in_force())
+    for policy in ("open", "closed"):
+        fleet = d.pacer(url=url, key="k", on_failure=policy, **ADAPTIVE)
+        assert d(fleet.observe("throttled")) == 60
+
+
+def test_the_adaptive_settings_are_checked_by_the_fleet_pacer() -> None:
+    with pytest.raises(ValueError, match="adaptive_floor_per_min"):
+        RedisPacer(url="redis://127.0.0.1:1", key="k", adaptive_floor_per_min=61)
+    with pytest.raises(TypeError, match="adaptive_ceiling_per_min"):
+        AsyncRedisPacer(url="redis://127.0.0.1:1", key="k", adaptive_floor_per_min=1,
+                        adaptive_ceiling_per_min=True)
 
 
 # ------------------------------------------------------------ README

@@ -722,6 +722,73 @@ def test_a_library_fault_in_a_shared_call_is_a_shared_pacer_error(shm_path: str,
         s.close()
 
 
+# ---------------------------------------------------------------- adaptive pacing
+#
+# The rate in force lives in the file (SPEC §14). The shared clock runs, so
+# only what holds for a few seconds after a throttle is expected: the first
+# decrease takes the defaults' 60/min to ⌊60·8/10⌋ = 48 with K =
+# ⌊∛(12·400000000)⌋ = 1686 ds, and the curve 60 + ⌊(d − 1686)³/400000000⌋
+# stays at 48 until d = 48 ds (4.8 s) after it; a throttle within the minute
+# holds it there. Before any throttle the default ceiling keeps it at 60.
+
+ADAPTIVE = {"adaptive_floor_per_min": 10}
+
+
+def test_a_throttle_through_one_handle_slows_another(shm_path: str) -> None:
+    with open_quiet(shm_path, **ADAPTIVE) as one, open_quiet(shm_path, **ADAPTIVE) as two:
+        assert two.rate_in_force() == 60
+        assert one.observe("throttled") == 48
+        assert two.rate_in_force() == 48
+        assert two.observe(pacer.Outcome.THROTTLED) == 48  # within the minute: a hold
+        assert two.observe("opened") == 48
+        assert one.rate_in_force() == 48
+        # A bad outcome raises before any call and changes nothing.
+        with pytest.raises(ValueError, match="outcome"):
+            one.observe("slow")
+        with pytest.raises(TypeError, match="outcome"):
+            one.observe(2)  # type: ignore[arg-type]
+        # No clock but the shared one, even through the Pacer underneath.
+        with pytest.raises(TypeError, match="takes no clock"):
+            one._pacer.observe("opened", 0)
+        with pytest.raises(TypeError, match="takes no clock"):
+            one._pacer.rate_in_force(0)
+        # The adaptive settings are the file's configuration.
+        for other in ({}, {"adaptive_floor_per_min": 20}, {"adaptive_floor_per_min": 10,
+                                                           "adaptive_ceiling_per_min": 90}):
+            assert status_of(lambda: open_quiet(shm_path, **other)) == "SHARED_CONFIG_MISMATCH"  # noqa: B023
+        assert "adaptive_floor_per_min=10" in repr(one)
+    assert status_of(lambda: one.observe("throttled")) == "SHARED_NOT_OPEN"
+    assert status_of(one.rate_in_force) == "SHARED_NOT_OPEN"
+
+
+def test_another_python_process_sees_the_throttle(shm_path: str) -> None:
+    child = (
+        "import sys, pacer\n"
+        "with pacer.SharedPacer.open(sys.argv[1], adaptive_floor_per_min=10) as s:\n"
+        "    print(s.rate_in_force(), s.observe('throttled'))\n"
+    )
+    with open_quiet(shm_path, **ADAPTIVE) as s:
+        assert s.rate_in_force() == 60
+        done = subprocess.run([sys.executable, "-c", child, shm_path], capture_output=True, text=True,
+                              timeout=60, check=True)
+        assert done.stdout.split() == ["60", "48"]
+        assert s.rate_in_force() == 48
+
+
+def test_a_fixed_rate_shared_pacer_observes_nothing(shm_path: str) -> None:
+    with open_quiet(shm_path) as s:
+        assert s.observe("throttled") == 60 and s.observe("opened") == 60
+        assert s.rate_in_force() == 60
+
+
+def test_the_adaptive_settings_are_checked(shm_path: str) -> None:
+    with pytest.raises(ValueError, match="adaptive_floor_per_min"):
+        SharedPacer.open(shm_path, adaptive_floor_per_min=61)
+    with pytest.raises(TypeError, match="adaptive_ceiling_per_min"):
+        SharedPacer.open(shm_path, adaptive_floor_per_min=10, adaptive_ceiling_per_min=70.0)  # type: ignore[arg-type]
+    assert not os.path.exists(shm_path)
+
+
 # ---------------------------------------------------------------- other processes
 
 

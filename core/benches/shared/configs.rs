@@ -15,6 +15,8 @@ pub const ADMIT: Config = Config {
     idle_timeout_ms: 120_000,
     max_retries: 5,
     release_policy: ReleasePolicy::Refund,
+    adaptive_floor_per_min: 0,
+    adaptive_ceiling_per_min: 0,
 };
 
 /// Refuse-path config: 60/min, burst 1, bound 2000 ms; three reservations
@@ -25,4 +27,6 @@ pub const REFUSE: Config = Config {
     idle_timeout_ms: 30_000,
     max_retries: 3,
     release_policy: ReleasePolicy::Refund,
+    adaptive_floor_per_min: 0,
+    adaptive_ceiling_per_min: 0,
 };

@@ -282,6 +282,22 @@ impl Model {
         }
     }
 
+    /// SPEC §14: the parameters at `rate` (the rate in force of an adaptive
+    /// pacer): the rate, the debt floor and the mode follow it; the level,
+    /// the mark and the bound stay.
+    #[allow(dead_code)]
+    pub fn set_rate(&mut self, rate: u32, retries: u32) {
+        self.rate = rate;
+        self.max_debt = Q::new(self.bound * rate as i128, 60_000);
+        self.mode = if !enabled(rate, self.bound) {
+            MMode::Disabled
+        } else if can_refuse(rate, retries, self.bound) {
+            MMode::Refusing
+        } else {
+            MMode::Shaping
+        };
+    }
+
     /// Refill per ms, in tokens.
     pub fn refill_per_ms(&self) -> Q {
         Q::new(self.rate as i128, 60_000)

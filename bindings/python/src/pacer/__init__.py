@@ -16,6 +16,13 @@ client's retries instead of competing with fresh arrivals:
     outcome = await pacer.admit(key=request_id)  # refused: booked, answer 429 as usual
     ...                                          # pacer.forget(request_id) if it ends unadmitted
 
+With adaptive pacing (SPEC §14, opt-in), the upstream's own answers move the
+rate in force between a floor and a ceiling:
+
+    pacer = Pacer(adaptive_floor_per_min=10)    # 60/min, down to 10/min when throttled
+    pacer.observe("throttled")                  # the upstream answered its rate limit (429)
+    pacer.observe("opened")                     # the connection opened
+
 A shared pacer keeps its bucket in a shared-memory file, so every process on
 the machine that opens the same name paces against one bucket:
 
@@ -49,6 +56,7 @@ from ._pacer import (
     Decision,
     Key,
     Mode,
+    Outcome,
     Pacer,
     PacerConfig,
     PacerState,
@@ -129,6 +137,7 @@ __all__ = [
     "Notice",
     "NoticeKind",
     "NoticeRegistry",
+    "Outcome",
     "Pacer",
     "PacerConfig",
     "PacerError",

@@ -73,6 +73,20 @@ class AdmitPath(enum.Enum):
     BOOKED = "booked"  #: a redeemed booking (SPEC §11): the token debited when it was booked
 
 
+class Outcome(enum.Enum):
+    """What the upstream answered to a new connection, reported with
+    ``observe`` (adaptive pacing, SPEC §14). ``observe`` also takes the
+    values as strings, ``"opened"`` and ``"throttled"``."""
+
+    #: The upstream opened the connection. It changes nothing in the rate
+    #: in force (the law learns from throttles only).
+    OPENED = "opened"
+    #: The upstream refused it with its own rate limit (not the pacer's
+    #: refusal): lowers the rate in force, at most once a minute, never
+    #: below the floor.
+    THROTTLED = "throttled"
+
+
 class Mode(enum.Enum):
     """What a pacer does with overflow."""
 
@@ -89,6 +103,28 @@ _PATHS = {
     lib.PACER_ADMIT_PATH_OVERFLOW: AdmitPath.OVERFLOW,
     lib.PACER_ADMIT_PATH_BOOKED: AdmitPath.BOOKED,
 }
+_OUTCOMES = {
+    Outcome.OPENED: lib.PACER_OUTCOME_OPENED,
+    Outcome.THROTTLED: lib.PACER_OUTCOME_THROTTLED,
+}
+
+
+def _outcome_code(outcome: Any) -> int:
+    """The ``pacer_outcome`` of an ``Outcome`` or its value (``"opened"``,
+    ``"throttled"``); anything else is a TypeError (not an Outcome or a
+    str) or a ValueError (another str), before any C call."""
+    if isinstance(outcome, Outcome):
+        return int(_OUTCOMES[outcome])
+    if not isinstance(outcome, str):
+        raise TypeError(
+            f"pacer: outcome must be an Outcome or 'opened' or 'throttled', got {_check.describe(outcome)}"
+        )
+    try:
+        return int(_OUTCOMES[Outcome(outcome)])
+    except ValueError:
+        raise ValueError(f"pacer: outcome must be 'opened' or 'throttled', got {outcome!r}") from None
+
+
 _MODES = {
     lib.PACER_MODE_DISABLED: Mode.DISABLED,
     lib.PACER_MODE_REFUSING: Mode.REFUSING,
@@ -258,6 +294,11 @@ class PacerConfig:
     idle_timeout_ms: int
     max_retries: int
     release_policy: ReleasePolicy
+    #: Adaptive pacing (SPEC §14): the lowest rate a throttle may lower the
+    #: rate in force to; 0 = adaptation off.
+    adaptive_floor_per_min: int = 0
+    #: The highest rate the rate in force may climb back to; 0 = the rate.
+    adaptive_ceiling_per_min: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +324,14 @@ class PacerState:
     max_debt_units: int
     high_water_ms: int
     tokens_units: int
+
+
+def _adaptive_text(config: PacerConfig) -> str:
+    """The adaptive settings for a repr: nothing when adaptation is off."""
+    if config.adaptive_floor_per_min == 0:
+        return ""
+    return (f" adaptive_floor_per_min={config.adaptive_floor_per_min}"
+            f" adaptive_ceiling_per_min={config.adaptive_ceiling_per_min}")
 
 
 class RefusalResponse(NamedTuple):
@@ -314,6 +363,10 @@ class NativeCalls:
     reserve_or_book: Callable[[Any, int, int, Any, Any], int]
     #: ``pacer_redeem(storage, booking, now_ms, out_decision)``.
     redeem: Callable[[Any, Any, int, Any], int]
+    #: ``pacer_observe(storage, outcome, now_ms, out_rate_per_min)``.
+    observe: Callable[[Any, int, int, Any], int]
+    #: ``pacer_rate_in_force(storage, now_ms, out_rate_per_min)``.
+    rate_in_force: Callable[[Any, int, Any], int]
     #: Whether the pacer is shared: no clock argument anywhere.
     shared: bool
 
@@ -325,6 +378,8 @@ _LOCAL_CALLS = NativeCalls(
     get_info=lib.pacer_get_info,
     reserve_or_book=lib.pacer_reserve_or_book,
     redeem=lib.pacer_redeem,
+    observe=lib.pacer_observe,
+    rate_in_force=lib.pacer_rate_in_force,
     shared=False,
 )
 #: pacer_reserve's address in the cffi module, for the C ``reserve`` (pacer._fast).
@@ -332,7 +387,13 @@ _RESERVE_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "pacer_reserve")
 
 
 def _settings(
-    rate_per_minute: Any, burst: Any, idle_timeout_ms: Any, max_retries: Any, release_policy: Any
+    rate_per_minute: Any,
+    burst: Any,
+    idle_timeout_ms: Any,
+    max_retries: Any,
+    release_policy: Any,
+    adaptive_floor_per_min: Any = 0,
+    adaptive_ceiling_per_min: Any = 0,
 ) -> tuple[PacerConfig, Any]:
     """Checks a pacer's settings (TypeError/ValueError naming the field):
     the ``PacerConfig`` with the defaults filled in, and its
@@ -356,14 +417,25 @@ def _settings(
         )
     if release_policy not in _POLICIES:
         raise ValueError(f"pacer: release_policy must be 'refund' or 'strict', got {release_policy!r}")
+    floor = _check.whole("adaptive_floor_per_min", adaptive_floor_per_min, 0, int(lib.PACER_MAX_RATE_PER_MIN))
+    if floor > rate:
+        raise ValueError(f"pacer: adaptive_floor_per_min must be between 0 (adaptation off) and "
+                         f"rate_per_minute ({rate}), got {floor}")
+    top = _check.whole("adaptive_ceiling_per_min", adaptive_ceiling_per_min, 0, int(lib.PACER_MAX_RATE_PER_MIN))
+    if floor > 0 and 0 < top < rate:
+        raise ValueError(f"pacer: adaptive_ceiling_per_min must be 0 (the rate) or between rate_per_minute "
+                         f"({rate}) and {int(lib.PACER_MAX_RATE_PER_MIN)}, got {top}")
+    # ffi.new zeroes the struct: no field is left unset.
     c_config = ffi.new("struct pacer_config *", {
         "rate_per_min": rate,
         "burst": burst,
         "idle_timeout_ms": idle,
         "max_retries": retries,
         "release_policy": _POLICIES[release_policy],
+        "adaptive_floor_per_min": floor,
+        "adaptive_ceiling_per_min": top,
     })
-    return PacerConfig(rate, burst, idle, retries, release_policy), c_config
+    return PacerConfig(rate, burst, idle, retries, release_policy, floor, top), c_config
 
 
 class Pacer(fast.Core):
@@ -387,7 +459,7 @@ class Pacer(fast.Core):
 
     __slots__ = ("_owner", "_storage", "_now", "_sleep", "_config", "_mode", "_wait_bound_ms",
                  "_c_reserve", "_c_release", "_c_counters", "_c_info", "_c_reserve_or_book",
-                 "_c_redeem", "_shared",
+                 "_c_redeem", "_c_observe", "_c_rate_in_force", "_shared",
                  "_release_lock", "_keyed_lock", "_pending", "__weakref__")
 
     def __init__(
@@ -398,6 +470,8 @@ class Pacer(fast.Core):
         idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
         max_retries: int | None = None,
         release_policy: ReleasePolicy = "refund",
+        adaptive_floor_per_min: int = 0,
+        adaptive_ceiling_per_min: int = 0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[Any]] | None = None,
         notice_registry: NoticeRegistry | None = None,
@@ -408,11 +482,16 @@ class Pacer(fast.Core):
         :param idle_timeout_ms: the request's no-data deadline, ms; sizes the wait bound
         :param max_retries: the client's retry count; default min(5, ladder ceiling)
         :param release_policy: ``"refund"`` (always refund) or ``"strict"``
+        :param adaptive_floor_per_min: adaptive pacing (SPEC §14, ``observe``): the lowest
+            rate a throttle may lower the rate in force to, 1..rate_per_minute; 0 = off
+        :param adaptive_ceiling_per_min: the highest rate it may climb back to,
+            rate_per_minute..600; 0 = rate_per_minute (ignored when adaptation is off)
         :param clock: monotonic clock in seconds (float), like ``time.monotonic``
         :param sleep: the coroutine ``admit`` waits with; default ``asyncio.sleep``
         :param notice_registry: remembers the notices logged; default module-wide
         """
-        config, c_config = _settings(rate_per_minute, burst, idle_timeout_ms, max_retries, release_policy)
+        config, c_config = _settings(rate_per_minute, burst, idle_timeout_ms, max_retries, release_policy,
+                                     adaptive_floor_per_min, adaptive_ceiling_per_min)
         clock = _check.callable_or("clock", clock, time.monotonic)
         sleep = _check.callable_or("sleep", sleep, asyncio.sleep)
         registry = _check_registry(notice_registry)
@@ -456,6 +535,8 @@ class Pacer(fast.Core):
         self._c_info = calls.get_info
         self._c_reserve_or_book = calls.reserve_or_book
         self._c_redeem = calls.redeem
+        self._c_observe = calls.observe
+        self._c_rate_in_force = calls.rate_in_force
         self._shared = calls.shared
         self._release_lock = threading.Lock()
         self._keyed_lock = threading.Lock()
@@ -480,6 +561,8 @@ class Pacer(fast.Core):
         names: Mapping[str, str] = ENV_NAMES,
         burst: int = DEFAULT_BURST,
         release_policy: ReleasePolicy = "refund",
+        adaptive_floor_per_min: int = 0,
+        adaptive_ceiling_per_min: int = 0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[Any]] | None = None,
         notice_registry: NoticeRegistry | None = None,
@@ -492,6 +575,8 @@ class Pacer(fast.Core):
             idle_timeout_ms=budget.idle_timeout_ms,
             max_retries=budget.max_retries,
             release_policy=release_policy,
+            adaptive_floor_per_min=adaptive_floor_per_min,
+            adaptive_ceiling_per_min=adaptive_ceiling_per_min,
             clock=clock,
             sleep=sleep,
             notice_registry=notice_registry,
@@ -667,6 +752,47 @@ class Pacer(fast.Core):
             return Admitted(out.wait_ms, _PATHS[out.path], out.clock_regressed, _ticket_of(self, out.ticket))
         return Booked(booking, out.required_wait_ms, out.retry_after_s, out.clock_regressed)
 
+    # ------------------------------------------------------------ adaptive pacing
+
+    def _clock_argument(self, now_ms: Any) -> int:
+        """The time of a call that defaults to the pacer's clock: ``now_ms``
+        checked, or the clock (a shared pacer takes none: its calls read the
+        shared clock themselves)."""
+        if now_ms is None:
+            return self._now()
+        if self._shared:
+            raise TypeError(_NO_CLOCK)
+        return _check.u64("now_ms", now_ms)
+
+    def observe(self, outcome: Outcome | str, now_ms: int | None = None) -> int:
+        """Reports what the upstream answered to a new connection (adaptive
+        pacing, SPEC §14), at ``now_ms`` (default the pacer's clock), and
+        returns the rate in force after it, new connections per minute.
+
+        ``Outcome.THROTTLED`` (``"throttled"``: the upstream's own rate
+        limit) lowers the rate in force to ``max(floor, ⌊rate·8/10⌋)`` when
+        the last decrease is a minute or more ago (or there was none), and
+        otherwise holds it where that decrease put it; ``Outcome.OPENED``
+        (``"opened"``) changes nothing. Between throttles the rate climbs
+        back with time, up to the ceiling; ``reserve`` refills at it. With
+        adaptation off it changes nothing and returns ``rate_per_minute``.
+        A bad outcome or time raises (TypeError/ValueError) and changes
+        nothing. Thread-safe and lock-free."""
+        code = _outcome_code(outcome)
+        now = self._clock_argument(now_ms)
+        out = _new("uint32_t *")
+        _ok("pacer_observe", self._c_observe(self._storage, code, now, out))
+        return int(out[0])
+
+    def rate_in_force(self, now_ms: int | None = None) -> int:
+        """The rate ``reserve`` decides at, at ``now_ms`` (default the
+        pacer's clock), new connections per minute (SPEC §14):
+        ``rate_per_minute`` unless adaptation is on. Reads only."""
+        now = self._clock_argument(now_ms)
+        out = _new("uint32_t *")
+        _ok("pacer_rate_in_force", self._c_rate_in_force(self._storage, now, out))
+        return int(out[0])
+
     # ------------------------------------------------------------ keyed bookings
 
     @property
@@ -802,7 +928,7 @@ class Pacer(fast.Core):
         c = self._config
         return (f"<pacer.Pacer rate_per_minute={c.rate_per_minute} burst={c.burst} "
                 f"idle_timeout_ms={c.idle_timeout_ms} max_retries={c.max_retries} "
-                f"release_policy={c.release_policy!r} mode={self._mode.value}>")
+                f"release_policy={c.release_policy!r}{_adaptive_text(c)} mode={self._mode.value}>")
 
 
 def refusal_response(retry_after_s: int, *, message_prefix: str = DEFAULT_MESSAGE_PREFIX) -> RefusalResponse:

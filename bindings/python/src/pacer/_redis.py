@@ -28,11 +28,14 @@ from ._pacer import (
     Booked,
     Booking,
     Mode,
+    Outcome,
     Pacer,
     PacerConfig,
     Refused,
     ReleasePolicy,
     Ticket,
+    _adaptive_text,
+    _outcome_code,
 )
 from ._settings import NoticeRegistry, _check_registry, hint_cap_s, logger
 
@@ -314,6 +317,8 @@ class _FleetCore:
         idle_timeout_ms: int,
         max_retries: int | None,
         release_policy: ReleasePolicy,
+        adaptive_floor_per_min: int,
+        adaptive_ceiling_per_min: int,
         engine: Any,
         on_failure: Any,
         fleet_size: Any,
@@ -344,6 +349,8 @@ class _FleetCore:
             idle_timeout_ms=idle_timeout_ms,
             max_retries=max_retries,
             release_policy=release_policy,
+            adaptive_floor_per_min=adaptive_floor_per_min,
+            adaptive_ceiling_per_min=adaptive_ceiling_per_min,
             notice_registry=self._registry,
         )
         bound = self._local_pacer.wait_bound_ms
@@ -365,6 +372,11 @@ class _FleetCore:
             str(config.max_retries),
             config.release_policy,
         )
+        # ADAPT floor ceiling (docs/redis.md) when adaptation is on, after the
+        # configuration arguments (after BOOK's retries_left); the ceiling
+        # as given, 0 for the rate.
+        self._adapt_args: tuple[str, ...] = () if config.adaptive_floor_per_min == 0 else (
+            "ADAPT", str(config.adaptive_floor_per_min), str(config.adaptive_ceiling_per_min))
         self._engine: str | None = None
         self._script = script_text()
         self._sha: str | None = None
@@ -453,6 +465,11 @@ class _FleetCore:
         if engine == "function":
             return ("FCALL", "pacer", 1, self._key, op, *args)
         return ("EVALSHA", self._sha, 1, self._key, op, *args)
+
+    def _configured(self, *extra: str) -> tuple[str, ...]:
+        """The configuration arguments of create, reserve and book: the
+        five, then ``extra`` (book's retries_left), then ADAPT's three."""
+        return (*self._config_args, *extra, *self._adapt_args)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -581,12 +598,17 @@ class _FleetCore:
             if self._fallback_pacer is None:
                 config, n = self.config, self._fleet_size
                 rate = config.rate_per_minute
+                floor, ceiling = config.adaptive_floor_per_min, config.adaptive_ceiling_per_min
+                # Adaptive between the bounds so divided (the ceiling 0 is
+                # the rate), each at least 1.
                 self._fallback_pacer = Pacer(
                     rate_per_minute=max(1, rate // n) if rate > 0 else 0,
                     burst=max(1, config.burst // n),
                     idle_timeout_ms=config.idle_timeout_ms,
                     max_retries=config.max_retries,
                     release_policy=config.release_policy,
+                    adaptive_floor_per_min=max(1, floor // n) if floor > 0 else 0,
+                    adaptive_ceiling_per_min=max(1, (ceiling or rate) // n) if floor > 0 else 0,
                     notice_registry=self._registry,
                 )
             return self._fallback_pacer
@@ -632,6 +654,24 @@ class _FleetCore:
         if isinstance(answer, Admitted):
             return self._from_local(answer)
         return RedisBooked(booking, answer.required_wait_ms, answer.retry_after_s, answer.clock_regressed, "local")
+
+    def _observes_locally(self) -> bool:
+        """Adaptation off, or pacing disabled: observe asks nothing of Redis
+        and answers the configured rate."""
+        return self.config.adaptive_floor_per_min == 0 or not self.enabled
+
+    def _observe_by_policy(self, outcome: Outcome | str) -> int:
+        """An observation while Redis fails: the local pacer learns it and
+        answers its rate in force; open and closed learn nothing."""
+        if self._policy != "local":
+            return self.config.rate_per_minute
+        return self._fallback().observe(outcome)
+
+    @staticmethod
+    def _rate_reply(reply: Any) -> int:
+        if isinstance(reply, bool) or not isinstance(reply, int) or reply < 0:
+            raise RedisPacerError(f"pacer: unexpected reply {reply!r}")
+        return reply
 
     def _redeem_local(self, booking: RedisBooking) -> Any:
         local_booking = booking._local_booking
@@ -686,7 +726,8 @@ class _FleetCore:
         c = self.config
         return (f"<pacer.{type(self).__name__} key={self._key!r} rate_per_minute={c.rate_per_minute} "
                 f"burst={c.burst} idle_timeout_ms={c.idle_timeout_ms} max_retries={c.max_retries} "
-                f"release_policy={c.release_policy!r} engine={self._engine or self._engine_option} "
+                f"release_policy={c.release_policy!r}{_adaptive_text(c)} "
+                f"engine={self._engine or self._engine_option} "
                 f"on_failure={self._policy}>")
 
 
@@ -740,6 +781,8 @@ class RedisPacer(_FleetCore):
         idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
         max_retries: int | None = None,
         release_policy: ReleasePolicy = "refund",
+        adaptive_floor_per_min: int = 0,
+        adaptive_ceiling_per_min: int = 0,
         engine: Engine = "auto",
         on_failure: FailurePolicy = "local",
         fleet_size: int = 1,
@@ -750,7 +793,9 @@ class RedisPacer(_FleetCore):
         redis_py = _redis_py()
         _check_source(url, client)
         self._setup(key=key, rate_per_minute=rate_per_minute, burst=burst, idle_timeout_ms=idle_timeout_ms,
-                    max_retries=max_retries, release_policy=release_policy, engine=engine,
+                    max_retries=max_retries, release_policy=release_policy,
+                    adaptive_floor_per_min=adaptive_floor_per_min,
+                    adaptive_ceiling_per_min=adaptive_ceiling_per_min, engine=engine,
                     on_failure=on_failure, fleet_size=fleet_size, timeout_ms=timeout_ms,
                     retry_after_ms=retry_after_ms, notice_registry=notice_registry)
         kwargs = _client_kwargs(self._timeout_ms / 1000)
@@ -838,7 +883,7 @@ class RedisPacer(_FleetCore):
         at start-up): True when it created it, False when the same bucket
         was there. A failure raises ``redis.exceptions.RedisError``."""
         try:
-            return bool(self._ask("create", *self._config_args))
+            return bool(self._ask("create", *self._configured()))
         except _Down as down:
             raise _cause(down) from None
 
@@ -848,7 +893,7 @@ class RedisPacer(_FleetCore):
         if not self.enabled:
             return self._disabled()
         try:
-            reply = self._ask("reserve", *self._config_args)
+            reply = self._ask("reserve", *self._configured())
         except _Down:
             return self._by_policy(None)  # type: ignore[no-any-return]
         return self._decision(reply)  # type: ignore[return-value]
@@ -861,7 +906,7 @@ class RedisPacer(_FleetCore):
         if not self.enabled:
             return self._disabled()
         try:
-            reply = self._ask("book", *self._config_args, str(retries_left))
+            reply = self._ask("book", *self._configured(str(retries_left)))
         except _Down:
             return self._by_policy(retries_left)  # type: ignore[no-any-return]
         return self._decision(reply)
@@ -908,12 +953,48 @@ class RedisPacer(_FleetCore):
     def info(self) -> dict[str, int | str]:
         """The bucket as the server reports it (``PACER.INFO``: the
         configuration, mode, level, counters such as ``admitted``,
-        ``released``, and ``now_ms``). A failure raises
+        ``released``, and ``now_ms``; the rate in force, ``rate_in_force``,
+        and the adaptive state). A failure raises
         ``redis.exceptions.RedisError``; a missing bucket ``RedisPacerError``."""
         try:
             return self._info(self._ask("info"))
         except _Down as down:
             raise _cause(down) from None
+
+    # ------------------------------------------------------------ adaptive pacing
+
+    def observe(self, outcome: Outcome | str) -> int:
+        """Reports what the upstream answered to a new connection to the
+        fleet's bucket (adaptive pacing, SPEC §14; ``Pacer.observe``):
+        ``PACER.OBSERVE key opened|throttled`` (the function's and the
+        script's ``observe``) on the server's clock, so a throttle one proxy
+        sees slows the whole fleet. Returns the bucket's rate in force after
+        it. The bucket must exist (the first reserve or ``create`` makes
+        it): a missing key raises ``RedisPacerError``. With adaptation off
+        (or pacing disabled) nothing is sent and it returns
+        ``rate_per_minute``. While Redis fails, ``local`` reports it to the
+        fallback pacer and returns that pacer's rate in force; ``open`` and
+        ``closed`` learn nothing and return ``rate_per_minute``. A bad
+        outcome raises TypeError/ValueError and sends nothing."""
+        _outcome_code(outcome)
+        self._check_open()
+        if self._observes_locally():
+            return self._local_pacer.observe(outcome)
+        try:
+            reply = self._ask("observe", Outcome(outcome).value)
+        except _Down:
+            return self._observe_by_policy(outcome)
+        return self._rate_reply(reply)
+
+    def rate_in_force(self) -> int:
+        """The bucket's rate in force (``PACER.INFO``'s ``rate_in_force``),
+        per minute; ``rate_per_minute`` without asking when adaptation is
+        off. As ``info``: a failure raises ``redis.exceptions.RedisError``,
+        a missing bucket ``RedisPacerError``."""
+        self._check_open()
+        if self._observes_locally():
+            return self._local_pacer.rate_in_force()
+        return self._rate_reply(self.info().get("rate_in_force"))
 
     # ------------------------------------------------------------ keyed bookings
 
@@ -999,6 +1080,8 @@ class AsyncRedisPacer(_FleetCore):
         idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
         max_retries: int | None = None,
         release_policy: ReleasePolicy = "refund",
+        adaptive_floor_per_min: int = 0,
+        adaptive_ceiling_per_min: int = 0,
         engine: Engine = "auto",
         on_failure: FailurePolicy = "local",
         fleet_size: int = 1,
@@ -1010,7 +1093,9 @@ class AsyncRedisPacer(_FleetCore):
         aioredis = _redis_py().asyncio
         _check_source(url, client)
         self._setup(key=key, rate_per_minute=rate_per_minute, burst=burst, idle_timeout_ms=idle_timeout_ms,
-                    max_retries=max_retries, release_policy=release_policy, engine=engine,
+                    max_retries=max_retries, release_policy=release_policy,
+                    adaptive_floor_per_min=adaptive_floor_per_min,
+                    adaptive_ceiling_per_min=adaptive_ceiling_per_min, engine=engine,
                     on_failure=on_failure, fleet_size=fleet_size, timeout_ms=timeout_ms,
                     retry_after_ms=retry_after_ms, notice_registry=notice_registry)
         self._sleep = _check.callable_or("sleep", sleep, asyncio.sleep)
@@ -1098,7 +1183,7 @@ class AsyncRedisPacer(_FleetCore):
     async def create(self) -> bool:
         """As ``RedisPacer.create``."""
         try:
-            return bool(await self._ask("create", *self._config_args))
+            return bool(await self._ask("create", *self._configured()))
         except _Down as down:
             raise _cause(down) from None
 
@@ -1108,7 +1193,7 @@ class AsyncRedisPacer(_FleetCore):
         if not self.enabled:
             return self._disabled()
         try:
-            reply = await self._ask("reserve", *self._config_args)
+            reply = await self._ask("reserve", *self._configured())
         except _Down:
             return self._by_policy(None)  # type: ignore[no-any-return]
         return self._decision(reply)  # type: ignore[return-value]
@@ -1120,7 +1205,7 @@ class AsyncRedisPacer(_FleetCore):
         if not self.enabled:
             return self._disabled()
         try:
-            reply = await self._ask("book", *self._config_args, str(retries_left))
+            reply = await self._ask("book", *self._configured(str(retries_left)))
         except _Down:
             return self._by_policy(retries_left)  # type: ignore[no-any-return]
         return self._decision(reply)
@@ -1162,6 +1247,27 @@ class AsyncRedisPacer(_FleetCore):
             return self._info(await self._ask("info"))
         except _Down as down:
             raise _cause(down) from None
+
+    # ------------------------------------------------------------ adaptive pacing
+
+    async def observe(self, outcome: Outcome | str) -> int:
+        """As ``RedisPacer.observe``."""
+        _outcome_code(outcome)
+        self._check_open()
+        if self._observes_locally():
+            return self._local_pacer.observe(outcome)
+        try:
+            reply = await self._ask("observe", Outcome(outcome).value)
+        except _Down:
+            return self._observe_by_policy(outcome)
+        return self._rate_reply(reply)
+
+    async def rate_in_force(self) -> int:
+        """As ``RedisPacer.rate_in_force``."""
+        self._check_open()
+        if self._observes_locally():
+            return self._local_pacer.rate_in_force()
+        return self._rate_reply((await self.info()).get("rate_in_force"))
 
     # ------------------------------------------------------------ keyed bookings
 

@@ -29,11 +29,13 @@ from ._pacer import (
     Key,
     Mode,
     NativeCalls,
+    Outcome,
     Pacer,
     PacerConfig,
     PacerState,
     ReleasePolicy,
     Ticket,
+    _adaptive_text,
     _settings,
 )
 from ._settings import NoticeRegistry, _check_registry
@@ -52,6 +54,8 @@ _shared_reserve = lib.pacer_shared_reserve
 _shared_release = lib.pacer_shared_release
 _shared_reserve_or_book = lib.pacer_shared_reserve_or_book
 _shared_redeem = lib.pacer_shared_redeem
+_shared_observe = lib.pacer_shared_observe
+_shared_rate_in_force = lib.pacer_shared_rate_in_force
 _get_counters = lib.pacer_get_counters
 _get_info = lib.pacer_get_info
 
@@ -176,6 +180,8 @@ class _Handle:
             get_info=self._get_info,
             reserve_or_book=self._reserve_or_book,
             redeem=self._redeem,
+            observe=self._observe,
+            rate_in_force=self._rate_in_force,
             shared=True,
         )
 
@@ -246,6 +252,12 @@ class _Handle:
     def _redeem(self, _storage: Any, booking: Any, _now_ms: int, out: Any) -> int:
         return self._call("pacer_shared_redeem", _shared_redeem, self.ptr, booking, out)
 
+    def _observe(self, _storage: Any, outcome: int, _now_ms: int, out: Any) -> int:
+        return self._call("pacer_shared_observe", _shared_observe, self.ptr, outcome, out)
+
+    def _rate_in_force(self, _storage: Any, _now_ms: int, out: Any) -> int:
+        return self._call("pacer_shared_rate_in_force", _shared_rate_in_force, self.ptr, out)
+
     def _get_counters(self, _storage: Any, out: Any) -> int:
         return self._call("pacer_get_counters", _get_counters, self.pacer, out)
 
@@ -294,6 +306,8 @@ class SharedPacer:
         idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
         max_retries: int | None = None,
         release_policy: ReleasePolicy = "refund",
+        adaptive_floor_per_min: int = 0,
+        adaptive_ceiling_per_min: int = 0,
         sleep: Callable[[float], Awaitable[Any]] | None = None,
         notice_registry: NoticeRegistry | None = None,
         clock: Any = _UNSET,
@@ -311,11 +325,15 @@ class SharedPacer:
         permissions, a foreign file, another layout or ABI version, a wrong
         size, an incomplete file): each raises ``SharedPacerError`` naming
         its status and changes nothing. ``clock`` is refused (TypeError):
-        a shared pacer always reads ``shared_clock_ms()``."""
+        a shared pacer always reads ``shared_clock_ms()``. The adaptive
+        settings (``Pacer``'s, SPEC §14) are part of the file's
+        configuration too: the rate in force lives in the file, so a
+        throttle one process reports (``observe``) slows every process."""
         if clock is not _UNSET:
             raise TypeError(_NO_CLOCK)
         path, encoded = _path_text(path_or_name)
-        config, c_config = _settings(rate_per_minute, burst, idle_timeout_ms, max_retries, release_policy)
+        config, c_config = _settings(rate_per_minute, burst, idle_timeout_ms, max_retries, release_policy,
+                                     adaptive_floor_per_min, adaptive_ceiling_per_min)
         sleep = _check.callable_or("sleep", sleep, asyncio.sleep)
         registry = _check_registry(notice_registry)
         handle = _Handle(path, encoded, c_config)
@@ -430,6 +448,18 @@ class SharedPacer:
         with self._handle.hold("pacer_shared_release"):
             return self._pacer.forget(key)
 
+    def observe(self, outcome: Outcome | str) -> int:
+        """As ``Pacer.observe``, now on the shared clock
+        (``pacer_shared_observe``): the rate in force after it. The rate in
+        force is the bucket's, machine-wide: a throttle reported through one
+        handle, in any process, lowers it for every process on the file."""
+        return self._pacer.observe(outcome)
+
+    def rate_in_force(self) -> int:
+        """The bucket's rate in force now, on the shared clock
+        (``pacer_shared_rate_in_force``); see ``Pacer.rate_in_force``."""
+        return self._pacer.rate_in_force()
+
     @property
     def pending_keys(self) -> int:
         """How many keyed requests (``admit(key=...)``) this object refused
@@ -469,7 +499,7 @@ class SharedPacer:
         state = "closed" if self.closed else f"mode={self._pacer.mode.value}"
         return (f"<pacer.SharedPacer {self.path!r} rate_per_minute={c.rate_per_minute} burst={c.burst} "
                 f"idle_timeout_ms={c.idle_timeout_ms} max_retries={c.max_retries} "
-                f"release_policy={c.release_policy!r} {state}>")
+                f"release_policy={c.release_policy!r}{_adaptive_text(c)} {state}>")
 
 
 __all__ = ["SharedPacer", "SharedPacerError", "shared_clock_ms", "status_name"]

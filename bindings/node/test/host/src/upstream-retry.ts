@@ -28,3 +28,14 @@ export function upstreamRequestBudget(): UpstreamRequestBudget {
     maxRetries: setting('CLODEX_UPSTREAM_MAX_RETRIES', 5),
   };
 }
+
+/** How the host reads the upstream's answer to a websocket upgrade: 101
+ * switched protocols; 403 and 429 are the upstream's rate limit, retried
+ * with backoff; anything else failed. */
+export type UpgradeAnswer = 'upgraded' | 'rate-limited' | 'failed';
+
+export function classifyUpgradeAnswer(status: number): UpgradeAnswer {
+  if (status === 101) return 'upgraded';
+  if (status === 403 || status === 429) return 'rate-limited';
+  return 'failed';
+}

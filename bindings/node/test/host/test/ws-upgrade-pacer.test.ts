@@ -16,7 +16,7 @@ import {
   wsNewConnectionsPerMinute,
   type UpgradeAdmission,
 } from '../src/oauth/ws-upgrade-pacer.js';
-import { openUpstream } from '../src/oauth/responses-websocket.js';
+import { openUpstream, upgradeUpstream } from '../src/oauth/responses-websocket.js';
 import { installParentNoticeSink } from '../src/parent-notice.js';
 import { budgetCalls } from '../src/upstream-retry.js';
 
@@ -277,4 +277,76 @@ test('the shared pacer sizes its bound by the host request budget', async () => 
   const defaults = sharedWsUpgradePacer() as InstanceType<typeof WsUpgradePacer>;
   assert.equal(defaults.maxWaitMs, 4_833, 'bound(120000, 5): the fixture budget ignored "many"');
   assert.deepEqual(lines, ['clodex: fixture budget ignores CLODEX_UPSTREAM_MAX_RETRIES=many\n']);
+});
+
+/** A fake upstream: answers each upgrade with the next status given. */
+function upstream(...statuses: number[]): () => Promise<{ status: number }> {
+  return async () => {
+    const status = statuses.shift();
+    if (status === undefined) throw new Error('the fake upstream ran out of answers');
+    return { status };
+  };
+}
+
+// Adaptive pacing (opt-in), worked out by hand: at 60/minute with the
+// default ceiling (the rate) the rate in force reads 60 until the upstream
+// first throttles; the host's classification of a 429 or 403 reports it
+// and the rate drops at once to max(floor, ⌊60·8/10⌋) = 48, where a token
+// takes ⌈60000/48⌉ = 1250 ms to refill, not 1000. A throttle within a
+// minute of that decrease holds the rate where it put it (48 at that
+// instant) and lowers nothing; a 101 changes nothing. A throttle 60000 ms
+// after the decrease, 1 ms after such a hold, drops it to ⌊48·8/10⌋ = 38.
+test('adaptive: the upgrade answers the host classifies reach the pacer; a 429 or 403 lowers the rate in force', async () => {
+  const time = new FakeTime();
+  const p = new WsUpgradePacer({
+    now: time.now, schedule: time.schedule, burst: 2, idleTimeoutMs: 120_000, maxRetries: 5,
+    adaptive: { floorPerMinute: 10 },
+  });
+  const upgrade = upstream(429, 429, 101, 429, 403);
+  assert.equal(p.rateInForce(), 60);
+  assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 429 });
+  assert.equal(p.rateInForce(), 48);
+  // The burst's second token: admitted at once; its 429 lowers nothing.
+  assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 429 });
+  assert.equal(p.rateInForce(), 48);
+  // The bucket is empty: the third waits a token at 48/minute.
+  const third = watch(upgradeUpstream({ pacer: p, upgrade }));
+  await time.advance(1_249);
+  assert.equal(third.value, undefined, 'still waiting after 1249 ms');
+  await time.advance(1);
+  assert.deepEqual(third.value, { outcome: 'upgraded' });
+  // 1 ms short of a minute after the decrease (the bucket full again): held.
+  await time.advance(60_000 - 1 - 1_250);
+  assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 429 });
+  assert.equal(p.rateInForce(), 48);
+  await time.advance(1);
+  assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 403 });
+  assert.equal(p.rateInForce(), 38);
+});
+
+test('adaptive off (no settings): the same answers change nothing', async () => {
+  const time = new FakeTime();
+  const p = new WsUpgradePacer({ now: time.now, schedule: time.schedule, burst: 1, idleTimeoutMs: 120_000, maxRetries: 5 });
+  const upgrade = upstream(429, 101);
+  assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 429 });
+  assert.equal(p.rateInForce(), 60);
+  const second = watch(upgradeUpstream({ pacer: p, upgrade }));
+  await time.advance(1_000);
+  assert.deepEqual(second.value, { outcome: 'upgraded' }, 'waited 1000 ms, the rate as configured');
+});
+
+test('adaptive: the shared pacer turns it on from CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN; the call site reports to it', async () => {
+  process.env.CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN = '10';
+  try {
+    const shared = sharedWsUpgradePacer() as InstanceType<typeof WsUpgradePacer>;
+    assert.equal(shared.rateInForce(), 60);
+    assert.deepEqual(await upgradeUpstream({ upgrade: upstream(429) }), { outcome: 'rate-limited', status: 429 });
+    // The real clock moves on: the rate climbs back from 48, but not to 60
+    // within this test.
+    const rate = shared.rateInForce();
+    assert.ok(rate >= 48 && rate < 60, `the shared pacer's rate in force is ${rate}`);
+    assert.deepEqual(lines, []);
+  } finally {
+    delete process.env.CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN;
+  }
 });

@@ -1,0 +1,191 @@
+package pacer_test
+
+// Adaptive pacing (SPEC §14) on the fleet's bucket, against real
+// redis-servers, on every engine. The server's clock runs, so only what
+// holds for a few seconds after a throttle is expected: the first decrease
+// takes the rate from 60 to ⌊60·8/10⌋ = 48 and sets K = ⌊∛(12·400000000)⌋
+// = 1686 ds (1686³ = 4792616856 ≤ 4.8·10⁹ < 1687³); the curve then reads 48
+// until 4.7 s after it, and a throttle within the minute holds it there.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+
+	"pacer"
+)
+
+// adaptiveFleetConfig is fleetConfig (rate 60, burst 2, idle 30 s, 3
+// retries: bound 2000 ms) adapting between floor and the rate.
+func adaptiveFleetConfig(floor int) pacer.Config {
+	cfg := fleetConfig()
+	cfg.AdaptiveFloorPerMin = floor
+	return cfg
+}
+
+func mustRedisObserve(t *testing.T, r *pacer.RedisPacer, o pacer.Outcome) int {
+	t.Helper()
+	rate, err := r.Observe(context.Background(), o)
+	if err != nil {
+		t.Fatalf("Observe(%v): %v", o, err)
+	}
+	return rate
+}
+
+func TestRedisAdaptive(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(string(engine), func(t *testing.T) {
+			s := engineServer(t, engine)
+			ctx := context.Background()
+			a, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "fleet", Config: adaptiveFleetConfig(10)})
+			b, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "fleet", Config: adaptiveFleetConfig(10)})
+			if created, err := a.Create(ctx); err != nil || !created {
+				t.Fatalf("Create = %v, %v", created, err)
+			}
+			info := mustRedisInfo(t, a)
+			// ADAPT 10 0 is stored with the ceiling as the rate, at the
+			// peak (the rate), never decreased.
+			if info.RateInForce != 60 || info.AdaptiveFloorPerMin != 10 || info.AdaptiveCeilingPerMin != 60 ||
+				info.PeakPerMin != 60 || info.SinceDecreaseMs != 4294967295 || info.RecoverDs != 0 {
+				t.Fatalf("a new adaptive bucket: %+v", info)
+			}
+			if rate, err := b.RateInForce(ctx); rate != 60 || err != nil {
+				t.Fatalf("b.RateInForce = %d, %v", rate, err)
+			}
+			// One proxy's throttle slows the other.
+			if got := mustRedisObserve(t, a, pacer.OutcomeThrottled); got != 48 {
+				t.Fatalf("a throttled: %d, want 48", got)
+			}
+			if rate, err := b.RateInForce(ctx); rate != 48 || err != nil {
+				t.Fatalf("b.RateInForce after a's throttle = %d, %v", rate, err)
+			}
+			if got := mustRedisObserve(t, b, pacer.OutcomeThrottled); got != 48 {
+				t.Fatalf("b throttled within the minute (a hold): %d, want 48", got)
+			}
+			if got := mustRedisObserve(t, b, pacer.OutcomeOpened); got != 48 {
+				t.Fatalf("b opened: %d, want 48", got)
+			}
+			info = mustRedisInfo(t, b)
+			if info.PeakPerMin != 60 || info.RecoverDs != 1686 || info.SinceDecreaseMs >= 60000 || info.RateInForce != 48 {
+				t.Fatalf("after the decrease and the hold: %+v", info)
+			}
+			// The adaptive settings are the bucket's configuration: a
+			// fixed-rate client, or another floor, is the mismatch error.
+			for _, floor := range []int{0, 20} {
+				c, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "fleet", Config: adaptiveFleetConfig(floor)})
+				if _, err := c.Reserve(ctx); !errors.Is(err, pacer.ErrRedisPacer) {
+					t.Fatalf("floor %d on an adaptive bucket: %v", floor, err)
+				}
+			}
+			// A bad outcome sends nothing and changes nothing.
+			if _, err := a.Observe(ctx, 9); !errors.Is(err, pacer.ErrInvalidInput) {
+				t.Fatalf("Observe(9): %v", err)
+			}
+			var nilCtx context.Context // nil: the bad input under test
+			if _, err := a.Observe(nilCtx, pacer.OutcomeOpened); !errors.Is(err, pacer.ErrInvalidInput) {
+				t.Fatalf("Observe(nil ctx): %v", err)
+			}
+			if _, err := a.RateInForce(nilCtx); !errors.Is(err, pacer.ErrInvalidInput) {
+				t.Fatalf("RateInForce(nil ctx): %v", err)
+			}
+			// Observe on a missing bucket is the server's error.
+			m, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "missing", Config: adaptiveFleetConfig(10)})
+			if _, err := m.Observe(ctx, pacer.OutcomeThrottled); !errors.Is(err, pacer.ErrRedisPacer) {
+				t.Fatalf("Observe on a missing key: %v", err)
+			}
+		})
+	}
+}
+
+// RESERVE and BOOK carry ADAPT (after BOOK's retries_left): with burst 1 a
+// reservation after a throttle waits ⌈60000/48⌉ = 1250 ms less the time
+// since the first debit, more than the 1000 ms any wait at 60/min is.
+func TestRedisAdaptiveRefill(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(string(engine), func(t *testing.T) {
+			s := engineServer(t, engine)
+			cfg := adaptiveFleetConfig(10)
+			cfg.Burst = 1
+			r, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "refill", Config: cfg})
+			if d := mustRedisReserve(t, r); !d.Admitted || d.WaitMs != 0 {
+				t.Fatalf("first: %+v", d)
+			}
+			if got := mustRedisObserve(t, r, pacer.OutcomeThrottled); got != 48 {
+				t.Fatalf("throttle: %d", got)
+			}
+			d := mustRedisReserve(t, r)
+			if !d.Admitted || d.WaitMs <= 1000 || d.WaitMs > 1250 {
+				t.Fatalf("after the throttle: %+v, want admitted after 1000 < w <= 1250 ms", d)
+			}
+			// A keyed request books through BOOK … ADAPT on the same bucket.
+			k, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "refill", Config: cfg})
+			if _, err := k.AdmitKey(context.Background(), "req"); err != nil {
+				var refused *pacer.RefusedError
+				if !errors.As(err, &refused) {
+					t.Fatalf("AdmitKey on the adaptive bucket: %v", err)
+				}
+				_, _ = k.Forget(context.Background(), "req")
+			}
+		})
+	}
+}
+
+// Adaptation off: Observe and RateInForce send nothing (a missing key is
+// no error) and answer the rate.
+func TestRedisAdaptiveOffAsksNothing(t *testing.T) {
+	s := startRedis(t, "")
+	r, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "never-made", Config: fleetConfig()})
+	ctx := context.Background()
+	for _, o := range []pacer.Outcome{pacer.OutcomeThrottled, pacer.OutcomeOpened} {
+		if got := mustRedisObserve(t, r, o); got != 60 {
+			t.Fatalf("Observe(%v) = %d", o, got)
+		}
+	}
+	if rate, err := r.RateInForce(ctx); rate != 60 || err != nil {
+		t.Fatalf("RateInForce = %d, %v", rate, err)
+	}
+	if n, err := s.client(t).Exists(ctx, "never-made").Result(); n != 0 || err != nil {
+		t.Fatalf("the key exists: %d, %v", n, err)
+	}
+	_ = r.Close()
+	if _, err := r.Observe(ctx, pacer.OutcomeOpened); !errors.Is(err, pacer.ErrClosed) {
+		t.Fatalf("Observe after Close: %v", err)
+	}
+	if _, err := r.RateInForce(ctx); !errors.Is(err, pacer.ErrClosed) {
+		t.Fatalf("RateInForce after Close: %v", err)
+	}
+}
+
+// While Redis fails, local reports to its fallback pacer, adaptive at
+// ⌊rate/N⌋ between ⌊floor/N⌋ and ⌊ceiling/N⌋: with N = 2, 30 between 5
+// and 30, so a throttle gives ⌊30·8/10⌋ = 24; open and closed learn
+// nothing and answer the configured rate. RateInForce needs Redis, as Info.
+func TestRedisAdaptiveDuringAnOutage(t *testing.T) {
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	ctx := context.Background()
+	local, _ := openRedis(t, pacer.RedisOptions{Addr: addr, Config: adaptiveFleetConfig(10), FleetSize: 2})
+	if got := mustRedisObserve(t, local, pacer.OutcomeThrottled); got != 24 {
+		t.Fatalf("local: %d, want 24", got)
+	}
+	if got := mustRedisObserve(t, local, pacer.OutcomeOpened); got != 24 {
+		t.Fatalf("local opened: %d, want 24", got)
+	}
+	if _, err := local.RateInForce(ctx); !errors.Is(err, pacer.ErrRedisUnavailable) {
+		t.Fatalf("RateInForce during an outage: %v", err)
+	}
+	for _, policy := range []pacer.FailurePolicy{pacer.FailOpen, pacer.FailClosed} {
+		r, _ := openRedis(t, pacer.RedisOptions{Addr: addr, Config: adaptiveFleetConfig(10), OnFailure: policy})
+		if got := mustRedisObserve(t, r, pacer.OutcomeThrottled); got != 60 {
+			t.Fatalf("%s: %d, want 60", policy, got)
+		}
+	}
+}
+
+// OpenRedis checks the adaptive fields as New does.
+func TestRedisAdaptiveBadConfig(t *testing.T) {
+	cfg := adaptiveFleetConfig(61)
+	if _, err := pacer.OpenRedis(pacer.RedisOptions{Addr: "127.0.0.1:1", Key: "k", Config: cfg}); !errors.Is(err, pacer.ErrInvalidConfig) {
+		t.Fatalf("floor above the rate: %v", err)
+	}
+}

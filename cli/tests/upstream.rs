@@ -1,0 +1,191 @@
+//! `simulate --upstream-limit-per-min` and `--adaptive` (SPEC §14): the
+//! hidden upstream limit and adaptive pacing in the simulator. Expectations
+//! are derived by hand from the model's statement (a sliding window of 60 s
+//! counting opened connections) or are relations that hold for any seed.
+
+use pacer_cli::sim::{self, Arrivals, Design, Load, OnRefusal, SimConfig, SimReport};
+use pacer_cli::upstream_sweep;
+use pacer_core::{Budget, ReleasePolicy};
+
+fn closed(rate: u32, duration_ms: u64) -> SimConfig {
+    SimConfig {
+        budget: Budget {
+            rate_per_min: rate,
+            ..Budget::DEFAULT
+        },
+        burst: 10,
+        release_policy: ReleasePolicy::Refund,
+        design: Design::Paced,
+        load: Load::Closed {
+            agents: 20,
+            think_ms: 0,
+            stagger_ms: 0,
+        },
+        turn_ms: 3000,
+        turn_jitter_ms: 1000,
+        first_byte_ms: 0,
+        duration_ms,
+        seed: 1,
+        cancel_percent: 0,
+        booking: false,
+        machines: 1,
+        upstream_limit_per_min: None,
+        adaptive: None,
+    }
+}
+
+fn run(cfg: &SimConfig) -> SimReport {
+    sim::run(cfg, &mut |_| {}).unwrap()
+}
+
+/// Pacing off, one request a second for two minutes, each given up at its
+/// first failure (`drop`), against a limit of 30 a minute: the requests at
+/// 0 … 29 s open; 30 … 59 s find 30 openings in the last 60 s and are
+/// throttled; at 60 s the opening at 0 s has left the window (0 + 60000 ≤
+/// 60000), so 60 … 89 s open and 90 … 119 s are throttled. 60 open, 60
+/// throttled, each throttle a terminal error; 30 of each per minute.
+#[test]
+fn the_hidden_limit_is_a_sliding_minute() {
+    let cfg = SimConfig {
+        budget: Budget {
+            rate_per_min: 0,
+            ..Budget::DEFAULT
+        },
+        load: Load::Open {
+            arrivals: Arrivals::Periodic {
+                every_num: 1000,
+                every_den: 1,
+            },
+            on_refusal: OnRefusal::Drop,
+        },
+        duration_ms: 120_000,
+        upstream_limit_per_min: Some(30),
+        ..closed(0, 120_000)
+    };
+    let r = run(&cfg);
+    assert_eq!(r.turns_started, 120);
+    assert_eq!(r.upstream_throttled, Some(60));
+    assert_eq!(r.turns_completed, 60);
+    assert_eq!(r.terminal_rate_limit_errors, 60);
+    let rows: Vec<(u64, Option<u64>)> = r
+        .per_minute
+        .iter()
+        .map(|row| (row.admitted, row.throttled))
+        .collect();
+    assert_eq!(rows, [(30, Some(30)), (30, Some(30))]);
+    assert!(r.rate_in_force_trace.is_empty(), "no adaptation, no trace");
+
+    // The window is (now − 60 s, now]: with a limit of 1, requests exactly
+    // 60 s apart all open.
+    let spaced = SimConfig {
+        load: Load::Open {
+            arrivals: Arrivals::Periodic {
+                every_num: 60_000,
+                every_den: 1,
+            },
+            on_refusal: OnRefusal::Drop,
+        },
+        duration_ms: 180_000,
+        upstream_limit_per_min: Some(1),
+        ..cfg
+    };
+    let r = run(&spaced);
+    assert_eq!((r.turns_started, r.upstream_throttled), (3, Some(0)));
+}
+
+/// Without the flags the report has none of the new keys, so every figure
+/// made before them reads the same.
+#[test]
+fn without_the_flags_the_report_is_unchanged() {
+    let r = run(&closed(60, 120_000));
+    let json = serde_json::to_value(&r).unwrap();
+    for key in ["upstream_throttled", "rate_in_force_trace"] {
+        assert!(json.get(key).is_none(), "{key}");
+    }
+    for key in [
+        "upstream_limit_per_min",
+        "adaptive_floor_per_min",
+        "adaptive_ceiling_per_min",
+    ] {
+        assert!(json["settings"].get(key).is_none(), "{key}");
+    }
+    for row in json["per_minute"].as_array().unwrap() {
+        assert!(row.get("throttled").is_none() && row.get("rate_in_force").is_none());
+    }
+}
+
+/// With the ceiling at the configured rate, adaptation only ever lowers the
+/// rate: the trace starts at 60, never leaves [floor, 60], and drops to 48
+/// (⌊60·8/10⌋) at the first throttle. Against a limit of 20 it throttles
+/// less than the fixed rate of 60 does on the same load.
+#[test]
+fn adaptation_lowers_the_rate_and_the_throttles() {
+    let fixed = SimConfig {
+        upstream_limit_per_min: Some(20),
+        ..closed(60, 600_000)
+    };
+    let adaptive = SimConfig {
+        adaptive: Some((5, 60)),
+        ..fixed
+    };
+    let (f, a) = (run(&fixed), run(&adaptive));
+    let rates: Vec<u64> = a.rate_in_force_trace.iter().map(|p| p[1]).collect();
+    assert_eq!(rates.first(), Some(&60));
+    assert!(rates.iter().all(|r| (5..=60).contains(r)), "{rates:?}");
+    assert!(rates.contains(&48), "the first decrease: {rates:?}");
+    assert!(
+        *rates.iter().min().unwrap() <= 20,
+        "it finds the limit: {rates:?}"
+    );
+    assert!(
+        a.upstream_throttled.unwrap() < f.upstream_throttled.unwrap() / 2,
+        "adaptive {:?} vs fixed {:?}",
+        a.upstream_throttled,
+        f.upstream_throttled
+    );
+    // Samples every 5 s from 0 to the end of the run.
+    assert_eq!(a.rate_in_force_trace.len(), 600_000 / 5_000 + 1);
+}
+
+/// The sweep runs each fixed rate and the adaptive pacer per limit and
+/// judges the goals from the runs' own numbers.
+#[test]
+fn the_sweep_tables_every_limit() {
+    let cfg = SimConfig {
+        adaptive: Some((1, 600)),
+        ..closed(30, 600_000)
+    };
+    let sweep = upstream_sweep::run(&cfg, &[20, 240], &[30, 120]).unwrap();
+    assert_eq!(sweep.rows.len(), 2);
+    for row in &sweep.rows {
+        let best = row
+            .fixed
+            .iter()
+            .map(|(_, r)| r.turns_completed)
+            .max()
+            .unwrap();
+        let single = run(&SimConfig {
+            budget: Budget {
+                rate_per_min: row.fixed[0].0,
+                ..Budget::DEFAULT
+            },
+            adaptive: None,
+            upstream_limit_per_min: Some(row.upstream_limit_per_min),
+            ..cfg
+        });
+        assert_eq!(row.fixed[0].1.turns_completed, single.turns_completed);
+        let percent = 100.0 * row.adaptive.turns_completed as f64 / best as f64;
+        assert!((row.turns_percent_of_best_fixed - percent).abs() < 1e-9);
+        assert_eq!(
+            row.goals_met,
+            percent >= 90.0
+                && (100.0 * row.adaptive.upstream_throttled as f64
+                    / row.adaptive.turns_completed as f64)
+                    < 5.0
+        );
+    }
+    // At 240/min the fixed 120 is the best fixed rate and adaptive pacing,
+    // free to climb to 600, passes it.
+    let high = &sweep.rows[1];
+    assert!(high.adaptive.turns_completed > high.fixed[1].1.turns_completed);
+}

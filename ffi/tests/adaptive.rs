@@ -1,0 +1,443 @@
+//! Adaptive pacing through the C ABI (SPEC §14): pacer_observe,
+//! pacer_rate_in_force, their shared-pacer forms, the config fields and
+//! their status. Every expected rate is worked out by hand next to its
+//! check from the law in core/src/adaptive.rs: a throttle at least
+//! `DECREASE_SPACING_MS` after the last decrease lowers the rate to
+//! `⌊W · BETA_NUM / BETA_DEN⌋` (never below the floor); a throttle sooner
+//! holds the rate where the decrease put it; an opened connection changes
+//! nothing. A rate read at the instant of a decrease or a hold is exactly
+//! that, whatever the curve's scale. The law's two parameters are the
+//! core's to tune, so they are read from it; at 8/10 and 60 s the rates
+//! are 60 → 48 → 38 (40 with floor 40).
+
+use std::mem::{size_of, MaybeUninit};
+
+use pacer::pacer::{
+    pacer as PacerStorage, pacer_config, pacer_init, pacer_observe, pacer_outcome,
+    pacer_rate_in_force, pacer_release_policy,
+};
+use pacer::shm::{
+    clock_ms, pacer_shared, pacer_shared_observe, pacer_shared_open, pacer_shared_rate_in_force,
+    unlink, SharedPacer, PACER_SHARED_LAYOUT_VERSION,
+};
+use pacer::status::pacer_status;
+use pacer::version::PACER_ABI_VERSION;
+use pacer_core::{Config, Counters, Outcome, ReleasePolicy};
+
+const OPENED: u32 = pacer_outcome::Opened as u32;
+const THROTTLED: u32 = pacer_outcome::Throttled as u32;
+/// The least time between two decreases, ms.
+const SPACING_MS: u64 = pacer_core::adaptive::DECREASE_SPACING_MS;
+
+/// A decrease from `rate`, before the floor: `⌊rate · β⌋`.
+fn lowered(rate: u32) -> u32 {
+    use pacer_core::adaptive::{BETA_DEN, BETA_NUM};
+    rate * BETA_NUM / BETA_DEN
+}
+
+/// The first decrease from the configured 60 (48 at 8/10).
+fn first() -> u32 {
+    lowered(60)
+}
+
+/// tests/c/test_pacer.c takes the first decrease as answered and works the
+/// second out as `⌊first² / 60⌋`: true when `60 · β` is a whole number.
+#[test]
+fn the_c_tests_derivation_holds_for_this_law() {
+    use pacer_core::adaptive::{BETA_DEN, BETA_NUM};
+    assert_eq!(60 * BETA_NUM % BETA_DEN, 0);
+    assert_eq!(lowered(first()), first() * first() / 60);
+    assert!(lowered(first()) + 1 < first() && first() < 60);
+}
+
+/// Rate 60, burst 10, idle 120000, 5 retries, refund; adaptation between
+/// `floor` and `ceiling`.
+fn config(floor: u32, ceiling: u32) -> pacer_config {
+    pacer_config {
+        rate_per_min: 60,
+        burst: 10,
+        idle_timeout_ms: 120_000,
+        max_retries: 5,
+        release_policy: pacer_release_policy::Refund as u32,
+        adaptive_floor_per_min: floor,
+        adaptive_ceiling_per_min: ceiling,
+    }
+}
+
+fn storage() -> Box<PacerStorage> {
+    // SAFETY: a `pacer` is plain bytes; all zeroes is a valid value.
+    Box::new(unsafe { MaybeUninit::<PacerStorage>::zeroed().assume_init() })
+}
+
+/// The pacer's state and control words as bytes: the state word in
+/// `[..16]`, the control word in `[16..]`, each read from where the core
+/// keeps it (`STATE_OFFSET`, `CONTROL_OFFSET`). In the storage, the
+/// library's slot (magic 8 bytes, owner tag and reserved 16, the counters)
+/// ends with the core pacer, which ends with the two words.
+fn words(p: &PacerStorage) -> [u8; 32] {
+    let pacer_at = 24 + size_of::<Counters>();
+    let mut out = [0; 32];
+    for (i, offset) in [pacer_core::STATE_OFFSET, pacer_core::CONTROL_OFFSET]
+        .into_iter()
+        .enumerate()
+    {
+        let at = pacer_at + offset;
+        assert!(at + 16 <= size_of::<PacerStorage>());
+        // SAFETY: the 16 bytes lie within the storage and are one of the
+        // atomic words pacer_init wrote.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                (p as *const PacerStorage).cast::<u8>().add(at),
+                out[16 * i..].as_mut_ptr(),
+                16,
+            )
+        };
+    }
+    out
+}
+
+fn init(c: &pacer_config, now_ms: u64) -> Result<Box<PacerStorage>, pacer_status> {
+    let mut p = storage();
+    // SAFETY: valid storage and config.
+    match unsafe { pacer_init(&mut *p, c, now_ms) } {
+        pacer_status::Ok => Ok(p),
+        status => Err(status),
+    }
+}
+
+fn observe(p: &PacerStorage, outcome: u32, now_ms: u64) -> Result<u32, pacer_status> {
+    let mut rate = u32::MAX;
+    // SAFETY: an initialised pacer and a writable out-parameter.
+    match unsafe { pacer_observe(p, outcome, now_ms, &mut rate) } {
+        pacer_status::Ok => Ok(rate),
+        status => {
+            assert_eq!(rate, u32::MAX, "out-parameter written on failure");
+            Err(status)
+        }
+    }
+}
+
+fn rate_in_force(p: &PacerStorage, now_ms: u64) -> u32 {
+    let mut rate = 0;
+    // SAFETY: an initialised pacer and a writable out-parameter.
+    assert_eq!(
+        unsafe { pacer_rate_in_force(p, now_ms, &mut rate) },
+        pacer_status::Ok
+    );
+    rate
+}
+
+/// Throttles at 1000 (a decrease), 1000 again, an opened connection, one
+/// just inside the spacing (a hold) and one at the spacing (the next
+/// decrease): the rates answered.
+fn episode(floor: u32) -> [Result<u32, pacer_status>; 5] {
+    let p = init(&config(floor, 0), 0).unwrap();
+    // Created at 0 on the curve's peak, the configured rate (ceiling 0 = 60).
+    assert_eq!(rate_in_force(&p, 0), 60);
+    let t = 1000;
+    let answers = [
+        observe(&p, THROTTLED, t),
+        observe(&p, THROTTLED, t),
+        observe(&p, OPENED, t),
+        observe(&p, THROTTLED, t + SPACING_MS - 1),
+        observe(&p, THROTTLED, t + SPACING_MS),
+    ];
+    assert_eq!(rate_in_force(&p, t + SPACING_MS), answers[4].unwrap());
+    answers
+}
+
+#[test]
+fn a_throttle_lowers_the_rate_once_per_episode() {
+    // ⌊60 · β⌋ (48); the same instant again: no change; opened: no change;
+    // 1 ms short of the spacing after the decrease: held there (and the
+    // curve restarts there); 1 ms later the spacing is reached, measured
+    // from the decrease: ⌊first · β⌋ (⌊38.4⌋ = 38), above the floor 10.
+    let (f, second) = (first(), lowered(first()));
+    assert!(second > 10);
+    assert_eq!(episode(10), [Ok(f), Ok(f), Ok(f), Ok(f), Ok(second)]);
+}
+
+#[test]
+fn the_floor_stops_a_decrease() {
+    // As above, with a floor between the two decreases (40 at 8/10): the
+    // second stops at the floor.
+    let (f, floor) = (first(), (first() + lowered(first())) / 2);
+    assert!(lowered(f) < floor && floor < f);
+    assert_eq!(episode(floor), [Ok(f), Ok(f), Ok(f), Ok(f), Ok(floor)]);
+}
+
+#[test]
+fn adaptation_off_changes_nothing() {
+    let p = init(&config(0, 0), 0).unwrap();
+    let before = words(&p);
+    for (outcome, now) in [
+        (THROTTLED, 1000),
+        (OPENED, 1000),
+        (THROTTLED, 1000 + SPACING_MS),
+    ] {
+        assert_eq!(observe(&p, outcome, now), Ok(60));
+    }
+    assert_eq!(rate_in_force(&p, 1000), 60);
+    assert_eq!(words(&p), before, "an observation changed a byte");
+}
+
+#[test]
+fn a_decrease_writes_the_control_word_alone() {
+    let p = init(&config(10, 0), 0).unwrap();
+    let before = words(&p);
+    assert_eq!(observe(&p, THROTTLED, 1000), Ok(first()));
+    let after = words(&p);
+    assert_ne!(after[16..], before[16..], "the control word");
+    assert_eq!(after[..16], before[..16], "the state word");
+    // The control word's high 64 bits (native byte order): the curve's
+    // origin, the decrease instant.
+    let control = u128::from_ne_bytes(after[16..].try_into().unwrap());
+    assert_eq!((control >> 64) as u64, 1000);
+}
+
+#[test]
+fn adaptive_ranges_are_checked_at_init() {
+    let cases = [
+        (61, 0, "floor above the rate"),
+        (10, 59, "ceiling below the rate"),
+        (10, 601, "ceiling above 600"),
+    ];
+    for (floor, ceiling, what) in cases {
+        assert_eq!(
+            init(&config(floor, ceiling), 0).err(),
+            Some(pacer_status::AdaptiveRange),
+            "{what}"
+        );
+    }
+    // The edges are accepted: floor = rate, ceiling = rate and 600; with
+    // adaptation off the ceiling is not looked at.
+    for (floor, ceiling) in [(60, 0), (1, 60), (1, 600), (0, 601)] {
+        assert!(
+            init(&config(floor, ceiling), 0).is_ok(),
+            "{floor}..{ceiling}"
+        );
+    }
+    assert_eq!(pacer_status::AdaptiveRange as u32, 28);
+    let text = pacer::status::pacer_status_str(28);
+    // SAFETY: a static NUL-terminated string.
+    let text = unsafe { std::ffi::CStr::from_ptr(text) }.to_str().unwrap();
+    assert!(text.contains("floor"), "{text}");
+}
+
+#[test]
+fn bad_arguments_change_nothing() {
+    let p = init(&config(10, 0), 0).unwrap();
+    let before = words(&p);
+    for outcome in [0, 3, u32::MAX] {
+        assert_eq!(
+            observe(&p, outcome, 1000),
+            Err(pacer_status::InvalidEnum),
+            "{outcome}"
+        );
+    }
+    let mut rate = 7;
+    // SAFETY: NULL pointers are the cases under test.
+    unsafe {
+        assert_eq!(
+            pacer_observe(core::ptr::null(), THROTTLED, 1000, &mut rate),
+            pacer_status::NullParameter
+        );
+        assert_eq!(
+            pacer_observe(&*p, THROTTLED, 1000, core::ptr::null_mut()),
+            pacer_status::NullParameter
+        );
+        assert_eq!(
+            pacer_rate_in_force(core::ptr::null(), 1000, &mut rate),
+            pacer_status::NullParameter
+        );
+        assert_eq!(
+            pacer_rate_in_force(&*p, 1000, core::ptr::null_mut()),
+            pacer_status::NullParameter
+        );
+    }
+    assert_eq!(rate, 7);
+    assert_eq!(words(&p), before);
+    let zeroed = storage();
+    // SAFETY: zeroed storage, never initialised.
+    unsafe {
+        assert_eq!(
+            pacer_observe(&*zeroed, THROTTLED, 0, &mut rate),
+            pacer_status::NotInitialized
+        );
+        assert_eq!(
+            pacer_rate_in_force(&*zeroed, 0, &mut rate),
+            pacer_status::NotInitialized
+        );
+    }
+}
+
+// ------------------------------------------------------------ shared pacers
+
+/// A test file's path, removed when the guard drops (a failing test too).
+struct TestFile(String);
+
+impl Drop for TestFile {
+    fn drop(&mut self) {
+        let _ = unlink(&self.0);
+    }
+}
+
+/// A fresh test file name and its path.
+fn shm_path(what: &str) -> (TestFile, String) {
+    let path = format!("/dev/shm/pacer-rust-test-{}-{what}", std::process::id());
+    let _ = unlink(&path);
+    (TestFile(path.clone()), path)
+}
+
+/// pacer_shared_open into a zeroed handle: the handle and the status.
+fn open_handle(path: &str, c: &pacer_config) -> (Box<pacer_shared>, pacer_status) {
+    // SAFETY: an all-zero handle is valid storage for pacer_shared_open.
+    let mut h: Box<pacer_shared> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+    let name = std::ffi::CString::new(path).unwrap();
+    // SAFETY: valid handle storage, NUL-terminated path, valid config.
+    let status = unsafe { pacer_shared_open(&mut *h, name.as_ptr(), c) };
+    (h, status)
+}
+
+fn core_config(floor: u32, ceiling: u32) -> Config {
+    Config {
+        rate_per_min: 60,
+        burst: 10,
+        idle_timeout_ms: 120_000,
+        max_retries: 5,
+        release_policy: ReleasePolicy::Refund,
+        adaptive_floor_per_min: floor,
+        adaptive_ceiling_per_min: ceiling,
+    }
+}
+
+fn file(path: &str) -> Vec<u8> {
+    std::fs::read(path).unwrap()
+}
+
+fn u32_at(f: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(f[at..at + 4].try_into().unwrap())
+}
+
+fn u64_at(f: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(f[at..at + 8].try_into().unwrap())
+}
+
+#[test]
+fn a_throttle_through_one_handle_slows_the_other() {
+    let (_file, path) = shm_path("two");
+    let a = SharedPacer::open(&path, &core_config(10, 0)).unwrap();
+    let b = SharedPacer::open(&path, &core_config(10, 0)).unwrap();
+    let t0 = clock_ms();
+    assert_eq!(b.pacer().rate_in_force(clock_ms()), 60);
+    // The decrease happens at a's clock reading (≥ t0): `first` (48)
+    // there, and b reads it at t0 (a reading before the decrease instant
+    // reads it).
+    assert_eq!(a.pacer().observe(Outcome::Throttled, clock_ms()), first());
+    assert_eq!(b.pacer().rate_in_force(t0), first());
+    // One episode for the machine: b's throttle, within the spacing of a's
+    // decrease, holds the rate there rather than lowering it again (38).
+    assert_eq!(b.pacer().observe(Outcome::Throttled, clock_ms()), first());
+    assert_eq!(a.pacer().observe(Outcome::Opened, t0), first());
+    assert_eq!(a.pacer().rate_in_force(t0), first());
+    drop(a);
+    drop(b);
+
+    // The header: layout and ABI versions, both words' offsets, the
+    // adaptive fields (ceiling 0 stored as the rate, 60).
+    let f = file(&path);
+    assert_eq!(u32_at(&f, 8), PACER_SHARED_LAYOUT_VERSION);
+    assert_eq!(PACER_SHARED_LAYOUT_VERSION, 3);
+    assert_eq!(u32_at(&f, 12), PACER_ABI_VERSION);
+    assert_eq!(u64_at(&f, 16), 65536, "state word offset");
+    assert_eq!(u64_at(&f, 96), 65552, "control word offset");
+    assert_eq!((u32_at(&f, 84), u32_at(&f, 88)), (10, 60));
+    unlink(&path).unwrap();
+}
+
+#[test]
+fn the_file_holds_the_initial_state_and_control_words() {
+    let (_file, path) = shm_path("control");
+    let shared = SharedPacer::open(&path, &core_config(10, 120)).unwrap();
+    drop(shared);
+    let f = file(&path);
+    let created_at = u64_at(&f, 72);
+    // The control word at 65552, native byte order: the curve's origin,
+    // the creation instant, in the high 64 bits; below it the rest of the
+    // controller (the peak, the configured rate, among it: never 0).
+    let word = u128::from_ne_bytes(f[65552..65568].try_into().unwrap());
+    assert_eq!((word >> 64) as u64, created_at);
+    assert_ne!(word as u64, 0);
+    // The state word before it, at 65536: its clock mark (the high 64
+    // bits) the creation instant too.
+    let state = u128::from_ne_bytes(f[65536..65552].try_into().unwrap());
+    assert_eq!((state >> 64) as u64, created_at);
+    assert_eq!((u32_at(&f, 84), u32_at(&f, 88)), (10, 120));
+    unlink(&path).unwrap();
+}
+
+#[test]
+fn shared_adaptive_fields_must_match() {
+    let (_file, path) = shm_path("mismatch");
+    let open = |c: &pacer_config| {
+        let (mut h, status) = open_handle(&path, c);
+        if status == pacer_status::Ok {
+            // SAFETY: an open handle.
+            unsafe { pacer::shm::pacer_shared_close(&mut *h) };
+        }
+        status
+    };
+    assert_eq!(open(&config(10, 0)), pacer_status::Ok);
+    // Ceiling 0 means the rate: the same configuration.
+    assert_eq!(open(&config(10, 60)), pacer_status::Ok);
+    assert_eq!(open(&config(0, 0)), pacer_status::SharedConfigMismatch);
+    assert_eq!(open(&config(11, 0)), pacer_status::SharedConfigMismatch);
+    assert_eq!(open(&config(10, 61)), pacer_status::SharedConfigMismatch);
+    // An invalid range is refused before the file is looked at.
+    assert_eq!(open(&config(61, 0)), pacer_status::AdaptiveRange);
+    unlink(&path).unwrap();
+
+    // Adaptation off: the ceiling is not part of the configuration.
+    assert_eq!(open(&config(0, 0)), pacer_status::Ok);
+    assert_eq!(open(&config(0, 601)), pacer_status::Ok);
+    unlink(&path).unwrap();
+}
+
+#[test]
+fn shared_calls_read_the_machine_clock() {
+    let (_file, path) = shm_path("calls");
+    let (mut h, status) = open_handle(&path, &config(10, 0));
+    assert_eq!(status, pacer_status::Ok);
+    let h = &mut *h;
+    let mut rate = 0;
+    // SAFETY: an open handle and valid out-parameters; NULL and unknown
+    // values are the cases under test.
+    unsafe {
+        assert_eq!(pacer_shared_rate_in_force(h, &mut rate), pacer_status::Ok);
+        assert_eq!(rate, 60);
+        assert_eq!(
+            pacer_shared_observe(h, 0, &mut rate),
+            pacer_status::InvalidEnum
+        );
+        assert_eq!(
+            pacer_shared_observe(h, THROTTLED, core::ptr::null_mut()),
+            pacer_status::NullParameter
+        );
+        assert_eq!(
+            pacer_shared_observe(core::ptr::null(), THROTTLED, &mut rate),
+            pacer_status::NullParameter
+        );
+        assert_eq!(rate, 60);
+        assert_eq!(
+            pacer_shared_observe(h, THROTTLED, &mut rate),
+            pacer_status::Ok
+        );
+        assert_eq!(rate, first());
+        assert_eq!(pacer::shm::pacer_shared_close(h), pacer_status::Ok);
+        assert_eq!(
+            pacer_shared_rate_in_force(h, &mut rate),
+            pacer_status::SharedNotOpen
+        );
+    }
+    unlink(&path).unwrap();
+}
