@@ -43,11 +43,11 @@ SURVIVORS = {
         "the high 64 bits above both: the bit ranges are disjoint, and `|` "
         "and `^` agree on disjoint bits."
     ),
-    "core/src/pacer.rs: replace < with <= in Params::step": (
+    "core/src/pacer.rs: replace < with <= in Params::decide": (
         "Equivalent. `units = min(tokens + max_debt, one token)`: a tie "
         "yields one token on either branch."
     ),
-    "core/src/pacer.rs: replace < with <= in Pacer::release": (
+    "core/src/pacer.rs: replace < with <= in Params::release": (
         "Equivalent. The refund cap `min(tokens + debit, capacity)`: a tie "
         "yields capacity on either branch."
     ),
@@ -64,6 +64,50 @@ SURVIVORS = {
     ),
     "core/src/pacer.rs: replace > with >= in Params::booking_hint_s": (
         "Equivalent. The cap: at `wanted == cap` both branches return the cap."
+    ),
+    "core/src/pacer.rs: replace && with || in Params::in_force": (
+        "Equivalent. With adaptation off, or pacing disabled, the rate in "
+        "force is the configured rate, and `at_rate` of the configured rate "
+        "gives back the same parameters, so both branches agree "
+        "(`observe_without_adaptation_writes_nothing` compares them)."
+    ),
+    "core/src/adaptive.rs: replace | with ^ in ControlView::pack": (
+        "Equivalent (all three joins). The origin, the time since the "
+        "decrease, K and the peak occupy disjoint bit ranges (64 + 32 + 16 "
+        "+ 16), and `|` and `^` agree on disjoint bits."
+    ),
+    "core/src/adaptive.rs: replace > with >= in Range::observe": (
+        "Equivalent (both comparisons). `max(now, origin)` and `max(lowered, "
+        "floor)`: a tie yields the same value on either branch."
+    ),
+    "core/src/adaptive.rs: replace < with <= in cube_root": (
+        "Caught as a timeout. The bisection's `low < high` as `<=` never "
+        "ends (at `low == high` the midpoint is `low` again): every test "
+        "that decreases the rate hangs."
+    ),
+    "core/src/adaptive.rs: replace / with % in cube_root": (
+        "Caught as a timeout. The midpoint `(low + high + 1) % 2` is 0 or 1, "
+        "so the bisection stops moving: every test that decreases the rate "
+        "hangs."
+    ),
+    "core/src/adaptive.rs: replace + with - in cube_root": (
+        "Caught as a timeout (both additions of the midpoint). The midpoint "
+        "leaves `[low, high]`, so the interval never shrinks: every test "
+        "that decreases the rate hangs."
+    ),
+    "core/src/adaptive.rs: replace + with * in cube_root": (
+        "Caught as a timeout (both additions of the midpoint). The midpoint "
+        "leaves `[low, high]`, so the interval never shrinks: every test "
+        "that decreases the rate hangs."
+    ),
+    "core/src/adaptive.rs: replace - with + in cube_root": (
+        "Caught as a timeout. `high = mid + 1` when the cube is too big "
+        "never lowers `high`: every test that decreases the rate hangs."
+    ),
+    "core/src/adaptive.rs: replace - with / in cube_root": (
+        "Caught as a timeout. `high = mid / 1` when the cube is too big "
+        "keeps `high` at `mid`: the bisection repeats it forever, and every "
+        "test that decreases the rate hangs."
     ),
     "core/src/settings.rs: replace < with <= in resolve_inner": (
         "Equivalent. `min(DEFAULT_RETRIES, ceiling)`: a tie yields the same "
@@ -142,7 +186,7 @@ def main():
     w("")
     w("| | |")
     w("|---|---|")
-    w("| command | `JOBS=1 bash scripts/mutants.sh` (cargo-mutants %s, `.cargo/mutants.toml`) |"
+    w("| command | `bash scripts/mutants.sh` (cargo-mutants %s, `.cargo/mutants.toml`) |"
       % data.get("cargo_mutants_version", "?"))
     w("| started | %s |" % data.get("start_time", "?")[:19].replace("T", " "))
     w("| mutated | `core/src/**` except the loom model and the loom-only atomic shim |")

@@ -174,7 +174,7 @@ struct SimulateArgs {
     /// Adaptive pacing (SPEC §14): the pacer lowers its rate when the
     /// upstream throttles and climbs back along a cubic curve, between
     /// --adaptive-floor and --adaptive-ceiling. Needs --upstream-limit-per-min
-    /// (only throttles move the rate).
+    /// or --sweep-upstream (only throttles move the rate).
     #[arg(long)]
     adaptive: bool,
     /// Adaptive pacing's lowest rate, per minute [default: 1].

@@ -1195,6 +1195,113 @@ mod tests {
         .unwrap()
     }
 
+    /// The text names of SPEC §3's modes, §4's paths and the release
+    /// policies, as the text interfaces print them.
+    #[test]
+    fn names_are_the_documented_ones() {
+        let modes = [
+            Mode::Disabled,
+            Mode::Refusing,
+            Mode::ShapingLowRate,
+            Mode::ShapingNoRetry,
+        ];
+        let names = modes.map(Mode::name);
+        assert_eq!(
+            names,
+            [
+                "disabled",
+                "refusing",
+                "shaping-low-rate",
+                "shaping-no-retry"
+            ]
+        );
+        let paths = [
+            AdmitPath::Disabled,
+            AdmitPath::Paced,
+            AdmitPath::Shaped,
+            AdmitPath::Overflow,
+            AdmitPath::Booked,
+        ];
+        assert_eq!(
+            paths.map(AdmitPath::name),
+            ["disabled", "paced", "shaped", "overflow", "booked"]
+        );
+        assert_eq!(
+            [ReleasePolicy::Refund, ReleasePolicy::Strict].map(ReleasePolicy::name),
+            ["refund", "strict"]
+        );
+    }
+
+    /// The accessors of an adaptive pacer's parameters: the configured
+    /// (starting) rate and the range, `None` with adaptation off.
+    #[test]
+    fn adaptive_accessors() {
+        let config = Config {
+            rate_per_min: 30,
+            ..Config::DEFAULT
+        };
+        let on = Params::plan(&config.adaptive(5, 240)).unwrap();
+        assert_eq!(
+            (on.rate_per_min(), on.adaptive_range()),
+            (30, Some((5, 240)))
+        );
+        let ceiling_default = Params::plan(&config.adaptive(5, 0)).unwrap();
+        assert_eq!(ceiling_default.adaptive_range(), Some((5, 30)));
+        let off = Params::plan(&config).unwrap();
+        assert_eq!((off.rate_per_min(), off.adaptive_range()), (30, None));
+    }
+
+    /// The derived quantities at the defaults (SPEC §3, §4): capacity 10
+    /// tokens, bound 4833 ms, debt floor 4833 · 60 = 289980 units, hint cap
+    /// 4 s; the level refilled 60 units a ms and capped at capacity.
+    #[test]
+    fn params_report_the_derived_quantities() {
+        let p = params(60);
+        assert_eq!(p.capacity_units(), 600_000);
+        assert_eq!(p.wait_bound_ms(), 4833);
+        assert_eq!(p.max_debt_units(), 289_980);
+        assert_eq!(p.refusal_hint_s(), 4);
+        let empty = StateView {
+            high_water_ms: 1000,
+            tokens_units: -60_000,
+            seq: 0,
+        };
+        assert_eq!(p.level_at(&empty, 1500), -60_000 + 500 * 60);
+        assert_eq!(
+            p.level_at(&empty, 500),
+            -60_000,
+            "a reading behind the mark"
+        );
+        assert_eq!(p.level_at(&empty, 1_000_000), 600_000, "capped at capacity");
+    }
+
+    /// `Params::observe` with adaptation off, or with pacing disabled (a
+    /// bound of 0: idle 14001, 3 retries), answers the configured rate and
+    /// writes nothing.
+    #[test]
+    fn observe_without_adaptation_writes_nothing() {
+        let control = Params::plan(&Config::DEFAULT).unwrap().initial_control(0);
+        let off = Params::plan(&Config::DEFAULT).unwrap();
+        let disabled = Params::plan(
+            &Config {
+                idle_timeout_ms: 14_001,
+                max_retries: 3,
+                ..Config::DEFAULT
+            }
+            .adaptive(10, 0),
+        )
+        .unwrap();
+        assert_eq!(disabled.mode(), Mode::Disabled);
+        for p in [off, disabled] {
+            for outcome in [Outcome::Throttled, Outcome::Opened] {
+                let step = p.observe(&control, outcome, 1000);
+                assert_eq!((step.next, step.answer), (None, 60));
+            }
+            assert_eq!(p.rate_in_force(&control, 1000), 60);
+            assert_eq!(p.in_force(&control, 1000), p);
+        }
+    }
+
     /// The multiply agrees with the division for every rate, at the edges
     /// of the range the state word can reach and at every multiple ± 1.
     #[test]
