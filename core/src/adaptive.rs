@@ -28,9 +28,10 @@
 //! - **A throttle sooner than that holds the rate:** `t₀` moves to now, `W`
 //!   and `K` stay, so the rate reads `target` again and does not climb while
 //!   the upstream still throttles. A limit counted per minute reflects a
-//!   decrease only after up to a minute; decreasing on every throttle of that
-//!   minute would drive the rate to the floor (measured: the simulator's
-//!   interleaved throttles at a 60/min limit took it from 60 to 6).
+//!   decrease only after up to a minute; decreasing on the throttles of that
+//!   minute drives the rate to the floor (measured: allowing a decrease after
+//!   every opened connection, the simulator's interleaved throttles and
+//!   openings at a 60/min limit took it from 60 to 6).
 //! - **An opened connection changes nothing:** the law learns only from
 //!   throttles, and grows with time, not with traffic (the AWS SDKs' success
 //!   path likewise only reads the curve). `observe(opened)` returns the rate
