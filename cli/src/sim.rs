@@ -74,7 +74,7 @@ use serde::Serialize;
 use crate::client::{Client, ClientStep, RetryHeaders};
 use crate::gate::{AdmitAnywayGate, BookingGate, CoreGate, Gate, GateDecision};
 use crate::rng::SplitMix64;
-use crate::stats::{count_in, percentile, PerMinute};
+use crate::stats::{count_in, percent, percentile, PerMinute};
 
 /// The most requests (turns, offers) one run starts. With at most
 /// `max retries + 5 ≤ 15` events per request (start, deadline, retries,
@@ -705,16 +705,7 @@ impl<'a> Sim<'a> {
                 if request.refused == 1 {
                     self.refused_requests += 1;
                 }
-                let attempts = request.attempts;
-                match self
-                    .client
-                    .after_failure(attempts, RetryHeaders::pacer_refusal(retry_after_s))
-                {
-                    ClientStep::Retry { delay_ms } => {
-                        self.push(now.saturating_add(delay_ms), Event::Attempt(id))
-                    }
-                    ClientStep::GiveUp => self.finish(id, Outcome::RateLimited, now),
-                }
+                self.retry_or_fail(id, RetryHeaders::pacer_refusal(retry_after_s), now);
             }
         }
     }
@@ -797,10 +788,16 @@ impl<'a> Sim<'a> {
         if self.cfg.adaptive.is_some() {
             self.gates[machine].observe(Upstream::Throttled, now);
         }
-        let request = &mut self.requests[id];
-        request.phase = Phase::Backoff;
-        let attempts = request.attempts;
-        match self.client.after_failure(attempts, RetryHeaders::default()) {
+        self.requests[id].phase = Phase::Backoff;
+        self.retry_or_fail(id, RetryHeaders::default(), now);
+    }
+
+    /// Request `id`'s attempt failed with a retryable rate limit carrying
+    /// `headers` at `now`: the client retries after its delay (SPEC §8),
+    /// or, with its retries spent, the turn ends in a rate-limit error.
+    fn retry_or_fail(&mut self, id: usize, headers: RetryHeaders, now: u64) {
+        let attempts = self.requests[id].attempts;
+        match self.client.after_failure(attempts, headers) {
             ClientStep::Retry { delay_ms } => {
                 self.push(now.saturating_add(delay_ms), Event::Attempt(id))
             }
@@ -1346,8 +1343,10 @@ fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64, events: u64) -> SimReport {
                 throttled: cfg.upstream_limit_per_min.map(|_| sim.throttled_pm.get(m)),
                 rate_in_force: sim
                     .rate_trace
-                    .iter()
-                    .find(|(t, _)| *t >= minute * 60_000)
+                    .get(
+                        sim.rate_trace
+                            .partition_point(|&(t, _)| t < minute * 60_000),
+                    )
                     .map(|&(_, rate)| rate),
             }
         })
@@ -1457,11 +1456,7 @@ fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64, events: u64) -> SimReport {
         terminal_rate_limit_errors: sim.rate_limited,
         deadline_overruns: sim.overruns,
         cancelled: sim.cancelled,
-        terminal_error_percent: if started == 0 {
-            0.0
-        } else {
-            100.0 * sim.rate_limited as f64 / started as f64
-        },
+        terminal_error_percent: percent(sim.rate_limited, started),
         latency_p50_ms: percentile(&latencies, 50),
         latency_p90_ms: percentile(&latencies, 90),
         latency_max_ms: latencies.last().copied(),
@@ -1605,11 +1600,7 @@ pub fn render(report: &SimReport, per_minute: bool) -> String {
         line(format!(
             "  upstream throttles         {:>8}  ({:.1}% of completed turns)",
             throttled,
-            if report.turns_completed == 0 {
-                0.0
-            } else {
-                100.0 * throttled as f64 / report.turns_completed as f64
-            }
+            percent(throttled, report.turns_completed)
         ));
     }
     line(format!(

@@ -33,6 +33,15 @@ impl PerMinute {
     }
 }
 
+/// `part` as a percentage of `whole`; 0 when `whole` is 0.
+pub fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
 /// Events with time in `[from_ms, to_ms)`.
 pub fn count_in(times: &[u64], from_ms: u64, to_ms: u64) -> u64 {
     times.iter().filter(|&&t| t >= from_ms && t < to_ms).count() as u64
@@ -65,5 +74,11 @@ mod tests {
             (2, 1, 0, 1, 0)
         );
         assert_eq!(count_in(&[0, 5, 10, 15], 5, 15), 2);
+    }
+
+    #[test]
+    fn percentages() {
+        assert_eq!(percent(1, 4), 25.0);
+        assert_eq!(percent(3, 0), 0.0);
     }
 }

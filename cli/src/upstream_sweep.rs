@@ -9,6 +9,7 @@
 use serde::Serialize;
 
 use crate::sim::{self, SimConfig, SimReport};
+use crate::stats::percent;
 
 /// Adaptive pacing completes at least this share of the best fixed rate's
 /// turns, percent.
@@ -66,14 +67,6 @@ fn run_of(report: &SimReport) -> Run {
         turns_completed: report.turns_completed,
         upstream_throttled: report.upstream_throttled.unwrap_or(0),
         terminal_rate_limit_errors: report.terminal_rate_limit_errors,
-    }
-}
-
-fn percent(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        100.0 * part as f64 / whole as f64
     }
 }
 

@@ -566,6 +566,12 @@ impl Params {
         self.range.floor > 0
     }
 
+    /// Whether the rate in force moves: adaptation on and pacing enabled
+    /// (a disabled pacer decides nothing a rate could change).
+    const fn adapts(&self) -> bool {
+        self.is_adaptive() && !matches!(self.mode, Mode::Disabled)
+    }
+
     /// The configured rate (for an adaptive pacer, its starting rate).
     pub const fn rate_per_min(&self) -> u32 {
         self.rate as u32
@@ -590,7 +596,7 @@ impl Params {
     /// The rate in force at `now_ms` under `control`: the configured rate
     /// when adaptation is off (or pacing is, for want of a bound).
     pub fn rate_in_force(&self, control: &ControlView, now_ms: u64) -> u32 {
-        if self.is_adaptive() && !matches!(self.mode, Mode::Disabled) {
+        if self.adapts() {
             self.range.rate_at(control, now_ms)
         } else {
             self.rate as u32
@@ -601,8 +607,8 @@ impl Params {
     /// adaptation is off).
     #[inline]
     pub fn in_force(&self, control: &ControlView, now_ms: u64) -> Params {
-        if self.is_adaptive() && !matches!(self.mode, Mode::Disabled) {
-            self.at_rate(self.rate_in_force(control, now_ms))
+        if self.adapts() {
+            self.at_rate(self.range.rate_at(control, now_ms))
         } else {
             *self
         }
@@ -618,7 +624,7 @@ impl Params {
         outcome: Outcome,
         now_ms: u64,
     ) -> Transition<u32, ControlView> {
-        if !self.is_adaptive() || matches!(self.mode, Mode::Disabled) {
+        if !self.adapts() {
             return Transition::read_only(self.rate as u32);
         }
         let (next, rate) = self.range.observe(control, outcome, now_ms);
@@ -862,9 +868,6 @@ impl Pacer {
     /// rate in force after it. With adaptation off it changes nothing and
     /// returns the configured rate.
     pub fn observe(&self, outcome: Outcome, now_ms: u64) -> u32 {
-        if !self.params.is_adaptive() {
-            return self.params.rate as u32;
-        }
         Self::swap(&self.control, |control| {
             self.params.observe(control, outcome, now_ms)
         })
