@@ -97,7 +97,15 @@ done
 
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$BENCH_OUT/meta.json" <<PY
-import json, sys
+import json, sys, tomllib
+
+def rustflags_from_config():
+    """The flags .cargo/config.toml gives x86_64 builds (RUSTFLAGS unset)."""
+    with open(".cargo/config.toml", "rb") as f:
+        config = tomllib.load(f)
+    flags = config.get("target", {}).get('cfg(target_arch = "x86_64")', {}).get("rustflags", [])
+    return " ".join(flags) + " (.cargo/config.toml)" if flags else ""
+
 json.dump({
     "command": "ROUNDS=$ROUNDS WARMUP=$WARMUP MEASURE=$MEASURE EXHAUSTIVE=$EXHAUSTIVE LAYERS=\"$LAYERS\" bash scripts/bench.sh",
     "layers": "$LAYERS".split(),
@@ -112,7 +120,7 @@ json.dump({
     "cpu": "$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')",
     "cpu_flags": "$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'cx16|avx|avx2|hypervisor' | tr '\n' ' ' | sed 's/ $//')",
     "rustc": "$(rustc --version)",
-    "rustflags": "${RUSTFLAGS:-}",
+    "rustflags": "${RUSTFLAGS:-}" or rustflags_from_config(),
 }, open(sys.argv[1], "w"), indent=1)
 PY
 python3 scripts/bench-report.py "$BENCH_OUT" "$OUT"

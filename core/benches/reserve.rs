@@ -31,6 +31,10 @@
 //!   2000 ms, three reservations at 0), so every call refuses: a load and
 //!   arithmetic, no write. Baselines `load_u128` (the same
 //!   `portable_atomic::AtomicU128` load) and `load_u64`.
+//! - `rule_admit`, `rule_refuse`: the rule alone, [`pacer_core::Params::reserve`]
+//!   inline on a copy of the state word (no atomic, no call), admitting and
+//!   refusing: what the decision's arithmetic costs by itself, so
+//!   `pacer_refuse − load_u128 − rule_refuse` is the call and the return.
 //! - `cas_u64`: the same token bucket (clock high-water mark, refill capped
 //!   at capacity, wait bound, refusal) packed into one `AtomicU64` (32-bit
 //!   wrapping clock in ticks of 1024 ms, 32-bit tokens) with a 64-bit
@@ -395,6 +399,26 @@ fn reserve(c: &mut Criterion) {
         let pacer = isolate(drained_pacer());
         let pacer = &pacer.0;
         run_1t(iters, |_| !admitted(black_box(pacer).reserve(black_box(0))))
+    });
+    bench_1t(&mut g, "rule_admit", |iters| {
+        let pacer = isolate(admit_pacer());
+        let params = pacer.0.params_in_force(0);
+        let state = pacer.0.state();
+        run_1t(iters, |i| {
+            let step = black_box(&params).reserve(black_box(&state), black_box(i * STEP_MS));
+            black_box(step.next);
+            admitted(step.answer)
+        })
+    });
+    bench_1t(&mut g, "rule_refuse", |iters| {
+        let pacer = isolate(drained_pacer());
+        let params = pacer.0.params_in_force(0);
+        let state = pacer.0.state();
+        run_1t(iters, |_| {
+            let step = black_box(&params).reserve(black_box(&state), black_box(0));
+            black_box(step.next);
+            !admitted(step.answer)
+        })
     });
     bench_1t(&mut g, "load_u128", |iters| {
         let word = isolate(AtomicU128::new(7));
