@@ -451,9 +451,10 @@ MISSES = {
     ("core", "admit path within 1.5× of the bare `AtomicU64` CAS"): lambda layers: (
         "The pacer's state word is 128 bits, updated with `lock cmpxchg16b` (compiled in: "
         "`.cargo/config.toml`). The same bucket on a bare 128-bit word takes %s the 64-bit one in this run "
-        "(`cas_u128 / cas_u64`, 1t): most of the gap is the width of the compare-and-swap. The rest is the "
-        "rule, whose arithmetic alone (`rule_admit`, inline, no atomic) takes %s. " % (
+        "(`cas_u128 / cas_u64`, 1t; %s at 2t): much of the gap is the width of the compare-and-swap. The "
+        "rest is the rule, whose arithmetic alone (`rule_admit`, inline, no atomic) takes %s. " % (
             times(ratio(layers["core"], ("cas_u128", 1), ("cas_u64", 1))),
+            times(ratio(layers["core"], ("cas_u128", 2), ("cas_u64", 2))),
             fmt(layers["core"].figure("rule_admit", 1), "ns") if layers["core"].has("rule_admit", 1) else "not measured")
         + STATE_64_WHY),
     ("core", "admit path no slower than governor's, fake clock"): lambda layers: (

@@ -65,12 +65,6 @@ SURVIVORS = {
     "core/src/pacer.rs: replace > with >= in Params::booking_hint_s": (
         "Equivalent. The cap: at `wanted == cap` both branches return the cap."
     ),
-    "core/src/pacer.rs: replace && with || in Params::in_force": (
-        "Equivalent. With adaptation off, or pacing disabled, the rate in "
-        "force is the configured rate, and `at_rate` of the configured rate "
-        "gives back the same parameters, so both branches agree "
-        "(`observe_without_adaptation_writes_nothing` compares them)."
-    ),
     "core/src/adaptive.rs: replace | with ^ in ControlView::pack": (
         "Equivalent (all three joins). The origin, the time since the "
         "decrease, K and the peak occupy disjoint bit ranges (64 + 32 + 16 "
