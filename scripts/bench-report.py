@@ -425,12 +425,15 @@ GO_WHY = ("Above the cgo floor (fixed by the Go runtime's switch to the system s
           "change: the at-most-once refund rests on that shared pointer), or a crossing cheaper than cgo, "
           "which Go does not offer.")
 
+def measured(core: Layer, id: str) -> str:
+    """A 1t core figure in ns, or "not measured"."""
+    return fmt(core.figure(id, 1), "ns") if core.has(id, 1) else "not measured"
+
+
 def rule_share(core: Layer, id: str) -> str:
     """The rule's own figure, and how it compares with the refuse allowance."""
-    if not core.has(id, 1):
-        return "not measured"
-    figure = core.figure(id, 1)
-    return fmt(figure, "ns") + (": more than the whole allowance" if figure[0] > FEW_NS else "")
+    over = core.has(id, 1) and core.figure(id, 1)[0] > FEW_NS
+    return measured(core, id) + (": more than the whole allowance" if over else "")
 
 
 STATE_64_WHY = (
@@ -455,7 +458,7 @@ MISSES = {
         "rest is the rule, whose arithmetic alone (`rule_admit`, inline, no atomic) takes %s. " % (
             times(ratio(layers["core"], ("cas_u128", 1), ("cas_u64", 1))),
             times(ratio(layers["core"], ("cas_u128", 2), ("cas_u64", 2))),
-            fmt(layers["core"].figure("rule_admit", 1), "ns") if layers["core"].has("rule_admit", 1) else "not measured")
+            measured(layers["core"], "rule_admit"))
         + STATE_64_WHY),
     ("core", "admit path no slower than governor's, fake clock"): lambda layers: (
         "governor's GCRA state is one `u64` (theoretical arrival time): one 64-bit `lock cmpxchg` and three "
