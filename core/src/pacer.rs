@@ -910,6 +910,7 @@ impl Pacer {
     }
 
     /// Asks to open one new connection at `now_ms` ([`Params::reserve`]).
+    #[inline]
     pub fn reserve(&self, now_ms: u64) -> Decision {
         if let Mode::Disabled = self.params.mode {
             return Decision::Admitted(Admission::DISABLED);
@@ -923,6 +924,7 @@ impl Pacer {
     /// [`Booking`] for the retry to [`redeem`](Pacer::redeem). Beyond the
     /// horizon it is a plain refusal with nothing debited. Opt-in: a caller
     /// that never calls it gets the §4 behaviour.
+    #[inline]
     pub fn reserve_or_book(&self, now_ms: u64, retries_left: u32) -> BookingDecision {
         if let Mode::Disabled = self.params.mode {
             return BookingDecision::Admitted(Admission::DISABLED);
@@ -934,6 +936,7 @@ impl Pacer {
 
     /// Presents a booking on the request's retry at `now_ms`. Pure: reads
     /// only the pacer's parameters, changes nothing ([`Params::redeem`]).
+    #[inline]
     pub fn redeem(&self, booking: Booking, now_ms: u64) -> Redemption {
         self.params.redeem(booking, now_ms)
     }
@@ -942,6 +945,7 @@ impl Pacer {
     /// connection), capped at capacity. Returns whether the policy allowed
     /// the refund — `true` even when the cap absorbed it; `false`, with
     /// nothing changed, for a refused strict refund or an invalid ticket.
+    #[inline]
     pub fn release(&self, ticket: Ticket, now_ms: u64) -> bool {
         self.apply(now_ms, |params, state| {
             params.release(state, &ticket, now_ms)

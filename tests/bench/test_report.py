@@ -46,8 +46,7 @@ FIXTURE = {
                    "state_bytes": 16}),
     # c_admit - rust_admit: 3, 1, 2 -> median +2 (met: <= 2)
     "c": layer("c", [row("rust_admit", [10, 10, 10]), row("c_admit", [13, 11, 12]),
-                     row("rust_refuse", [5, 5, 5]), row("c_refuse", [9, 8, 10]),
-                     row("rust_counted_admit", [12, 12, 12]), row("rust_counted_refuse", [7, 7, 7])]),
+                     row("rust_refuse", [5, 5, 5]), row("c_refuse", [9, 8, 10])]),
     "cli": {"layer": "cli", "title": "CLI", "versions": {"pacer": "pacer 0.1.0"},
             "rows": [{"id": "matrix", "command": "pacer matrix --json", "rounds_s": [0.03, 0.02, 0.04],
                       "cpu_s": [0.05, 0.05, 0.05], "cases": 52800, "counterexamples": 0}]},
@@ -143,6 +142,11 @@ class ReportTest(unittest.TestCase):
             self.assertNotIn("No explanation recorded", miss)
         # the refuse reason quotes the rule's own cost from the same run: median of 3, 3.5, 4
         self.assertIn("(`rule_refuse`), takes 3.5 ns [3.0, 4.0]: more than the whole allowance", misses[0])
+        # the C reason quotes both paths' differences from the same run
+        c_miss = [m for m in misses if "C call within 2 ns" in m]
+        self.assertEqual(len(c_miss), 1)
+        self.assertIn("adds +2.00 ns [+1.00, +3.00] on the admit path and +4.00 ns [+3.00, +5.00] on the "
+                      "refuse path", c_miss[0])
 
     def test_missing_layer_fails(self):
         with tempfile.TemporaryDirectory() as folder:
