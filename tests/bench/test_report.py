@@ -147,6 +147,10 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(len(c_miss), 1)
         self.assertIn("adds +2.00 ns [+1.00, +3.00] on the admit path and +4.00 ns [+3.00, +5.00] on the "
                       "refuse path", c_miss[0])
+        # the Go reason quotes the C call it makes from the same run: c_admit 13, 11, 12
+        go_miss = [m for m in misses if "`Reserve` at most 75 ns" in m]
+        self.assertEqual(len(go_miss), 1)
+        self.assertIn("(`c_admit`, C ABI section) 12.0 ns [11.0, 13.0]", go_miss[0])
 
     def test_missing_layer_fails(self):
         with tempfile.TemporaryDirectory() as folder:
