@@ -37,8 +37,52 @@ pub struct CounterSnapshot {
     pub clock_regressions: u64,
 }
 
-fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
+/// One of the [`Counters`].
+#[derive(Clone, Copy)]
+enum Tally {
+    Admitted,
+    AdmittedAfterWait,
+    Refused,
+    Shaped,
+    Released,
+    Refunded,
+    ClockRegressions,
+}
+
+/// The counters one admission adds one to: `add` is called once for each.
+/// The one place that says which counters a decision moves; the shared
+/// ([`Counters::record`]) and the exclusive ([`Counters::record_mut`])
+/// recordings differ only in how they add.
+#[inline(always)]
+fn tally_admission(admission: &Admission, add: &mut impl FnMut(Tally)) {
+    add(Tally::Admitted);
+    if admission.wait_ms > 0 {
+        add(Tally::AdmittedAfterWait);
+    }
+    if matches!(admission.path, AdmitPath::Shaped | AdmitPath::Overflow) {
+        add(Tally::Shaped);
+    }
+    if admission.clock_regressed {
+        add(Tally::ClockRegressions);
+    }
+}
+
+/// The counters a refusal adds one to.
+#[inline(always)]
+fn tally_refusal(clock_regressed: bool, add: &mut impl FnMut(Tally)) {
+    add(Tally::Refused);
+    if clock_regressed {
+        add(Tally::ClockRegressions);
+    }
+}
+
+/// The counters one decision of [`crate::Pacer::reserve`] adds one to.
+#[inline(always)]
+fn tally_decision(decision: &Decision, add: &mut impl FnMut(Tally)) {
+    match decision {
+        Decision::Admitted(admission) => tally_admission(admission, add),
+        Decision::Refused(refusal) => tally_refusal(refusal.clock_regressed, add),
+    }
 }
 
 impl Counters {
@@ -56,57 +100,82 @@ impl Counters {
         }
     }
 
+    #[inline(always)]
+    fn counter(&self, which: Tally) -> &AtomicU64 {
+        match which {
+            Tally::Admitted => &self.admitted,
+            Tally::AdmittedAfterWait => &self.admitted_after_wait,
+            Tally::Refused => &self.refused,
+            Tally::Shaped => &self.shaped,
+            Tally::Released => &self.released,
+            Tally::Refunded => &self.refunded,
+            Tally::ClockRegressions => &self.clock_regressions,
+        }
+    }
+
+    /// Adds one to a counter (a relaxed atomic increment).
+    #[inline(always)]
+    fn bump(&self, which: Tally) {
+        self.counter(which).fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts one decision of [`crate::Pacer::reserve`].
     pub fn record(&self, decision: &Decision) {
-        match decision {
-            Decision::Admitted(admission) => self.record_admission(admission),
-            Decision::Refused(refusal) => self.record_refusal(refusal.clock_regressed),
+        tally_decision(decision, &mut |which| self.bump(which));
+    }
+
+    /// [`Counters::record`] through an exclusive borrow: plain additions,
+    /// no locked instruction (the counters of a pacer only one thread
+    /// reaches; see [`crate::Pacer::reserve_mut`]). Wraps like the atomic
+    /// increments.
+    #[cfg(not(loom))]
+    #[inline]
+    pub fn record_mut(&mut self, decision: &Decision) {
+        tally_decision(decision, &mut |which| {
+            let counter = self.counter_mut(which);
+            *counter = counter.wrapping_add(1);
+        });
+    }
+
+    #[cfg(not(loom))]
+    #[inline(always)]
+    fn counter_mut(&mut self, which: Tally) -> &mut u64 {
+        match which {
+            Tally::Admitted => self.admitted.get_mut(),
+            Tally::AdmittedAfterWait => self.admitted_after_wait.get_mut(),
+            Tally::Refused => self.refused.get_mut(),
+            Tally::Shaped => self.shaped.get_mut(),
+            Tally::Released => self.released.get_mut(),
+            Tally::Refunded => self.refunded.get_mut(),
+            Tally::ClockRegressions => self.clock_regressions.get_mut(),
         }
     }
 
     /// Counts one decision of [`crate::Pacer::reserve_or_book`]: a booking
     /// is a refusal on the wire.
     pub fn record_booking(&self, decision: &BookingDecision) {
+        let add = &mut |which| self.bump(which);
         match decision {
-            BookingDecision::Admitted(admission) => self.record_admission(admission),
-            BookingDecision::Booked(booked) => self.record_refusal(booked.clock_regressed),
-            BookingDecision::Refused(refusal) => self.record_refusal(refusal.clock_regressed),
+            BookingDecision::Admitted(admission) => tally_admission(admission, add),
+            BookingDecision::Booked(booked) => tally_refusal(booked.clock_regressed, add),
+            BookingDecision::Refused(refusal) => tally_refusal(refusal.clock_regressed, add),
         }
     }
 
     /// Counts one [`crate::Pacer::redeem`]: not yet is a refusal again.
     pub fn record_redemption(&self, redemption: &Redemption) {
+        let add = &mut |which| self.bump(which);
         match redemption {
-            Redemption::Admitted(admission) => self.record_admission(admission),
-            Redemption::NotYet { .. } => self.record_refusal(false),
-        }
-    }
-
-    fn record_admission(&self, admission: &Admission) {
-        bump(&self.admitted);
-        if admission.wait_ms > 0 {
-            bump(&self.admitted_after_wait);
-        }
-        if matches!(admission.path, AdmitPath::Shaped | AdmitPath::Overflow) {
-            bump(&self.shaped);
-        }
-        if admission.clock_regressed {
-            bump(&self.clock_regressions);
-        }
-    }
-
-    fn record_refusal(&self, clock_regressed: bool) {
-        bump(&self.refused);
-        if clock_regressed {
-            bump(&self.clock_regressions);
+            Redemption::Admitted(admission) => tally_admission(admission, add),
+            Redemption::NotYet { .. } => tally_refusal(false, add),
         }
     }
 
     /// Counts one [`crate::Pacer::release`] and whether it refunded.
     pub fn record_release(&self, refunded: bool) {
-        bump(&self.released);
+        self.bump(Tally::Released);
         if refunded {
-            bump(&self.refunded);
+            self.bump(Tally::Refunded);
         }
     }
 

@@ -918,6 +918,32 @@ impl Pacer {
         self.apply(now_ms, |params, state| params.reserve(state, now_ms))
     }
 
+    /// [`Pacer::reserve`] through an exclusive borrow, for a pacer only one
+    /// thread reaches (one a JavaScript thread owns, say): the same rule
+    /// and the same answers, with the state word read and written by plain
+    /// loads and stores instead of a compare-and-swap, so no locked
+    /// instruction. A pacer others share keeps to [`Pacer::reserve`].
+    #[cfg(not(loom))]
+    #[inline]
+    pub fn reserve_mut(&mut self, now_ms: u64) -> Decision {
+        if let Mode::Disabled = self.params.mode {
+            return Decision::Admitted(Admission::DISABLED);
+        }
+        let in_force;
+        let params = if self.params.is_adaptive() {
+            in_force = self.params_in_force(now_ms);
+            &in_force
+        } else {
+            &self.params
+        };
+        let word = self.state.get_mut();
+        let step = params.reserve(&StateView::unpack(*word), now_ms);
+        if let Some(next) = step.next {
+            *word = next.pack();
+        }
+        step.answer
+    }
+
     /// [`Pacer::reserve`], except that a refusal whose wait is within the
     /// horizon of the request's `retries_left` retries books a place in
     /// line (SPEC §11): one token is debited now and the refusal carries a

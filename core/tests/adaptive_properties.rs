@@ -163,8 +163,9 @@ fn run(
     burst: u32,
     start: u64,
     ops: &[Op],
+    exclusive: bool,
 ) -> Result<Vec<(u64, u64, i128)>, TestCaseError> {
-    let pacer = Pacer::new(&config(floor, rate, ceiling, burst), start).unwrap();
+    let mut pacer = Pacer::new(&config(floor, rate, ceiling, burst), start).unwrap();
     let mut law = Law::new(rate, floor, ceiling, start);
     let mut bucket = Model::new(
         &MConfig {
@@ -205,7 +206,12 @@ fn run(
                 let in_force = law.rate(now);
                 bucket.set_rate(in_force as u32, Config::DEFAULT.max_retries);
                 let expected = bucket.reserve(now);
-                match (pacer.reserve(now), expected) {
+                let decision = if exclusive {
+                    pacer.reserve_mut(now)
+                } else {
+                    pacer.reserve(now)
+                };
+                match (decision, expected) {
                     (
                         Decision::Admitted(a),
                         MOutcome::Admitted {
@@ -265,8 +271,9 @@ proptest! {
         burst in 1u32..=12,
         start in 0u64..=10_000_000,
         ops in prop::collection::vec(op(), 1..160),
+        exclusive in any::<bool>(),
     ) {
-        run(range, burst, start, &ops)?;
+        run(range, burst, start, &ops, exclusive)?;
     }
 
     /// SPEC §6.1 for the rate in force: in any window of `W` ms the grants
@@ -292,7 +299,7 @@ proptest! {
                 Op::Probe(d) => Op::Probe(d.max(0)),
             })
             .collect();
-        let grants = run(range, burst, start, &ops)?;
+        let grants = run(range, burst, start, &ops, false)?;
         let bound = 4833i128;
         for window in [0u64, 1_000, 4_833, 60_000, random_window] {
             for &(t1, _, _) in &grants {

@@ -96,19 +96,27 @@ fn reserve_release_and_refuse_never_allocate() {
             ..Config::DEFAULT
         }, // disabled
     ];
-    let counters = Counters::new();
+    let mut counters = Counters::new();
     let mut admitted = 0u64;
     let mut refused = 0u64;
     let mut refunded = 0u64;
     let n = allocations_in(|| {
         for config in &configs {
-            let pacer = Pacer::new(config, 1_000).expect("valid config");
+            let mut pacer = Pacer::new(config, 1_000).expect("valid config");
             for step in 0..20_000u64 {
                 // Mostly bursts at one instant, a clock regression now and
-                // then, and time moving on: every path of §4 and §5.
+                // then, and time moving on: every path of §4 and §5. Every
+                // other call takes the exclusive path.
                 let now = 1_000 + (step / 50) * 250 - if step % 97 == 0 { 500 } else { 0 };
-                let decision = pacer.reserve(now);
-                counters.record(&decision);
+                let decision = if step % 2 == 0 {
+                    let decision = pacer.reserve(now);
+                    counters.record(&decision);
+                    decision
+                } else {
+                    let decision = pacer.reserve_mut(now);
+                    counters.record_mut(&decision);
+                    decision
+                };
                 match decision {
                     Decision::Admitted(admission) => {
                         admitted += 1;

@@ -214,6 +214,8 @@ struct Run {
     /// Feed the pacer the running maximum of the clock instead of the clock.
     running_max: bool,
     max_seen: u64,
+    /// Reserve through an exclusive borrow (`Pacer::reserve_mut`).
+    exclusive: bool,
 }
 
 impl Run {
@@ -226,6 +228,7 @@ impl Run {
             now: start,
             running_max: false,
             max_seen: start,
+            exclusive: false,
         }
     }
 
@@ -241,7 +244,12 @@ impl Run {
     fn reserve(&mut self) -> Event {
         let now = self.reading();
         let before = self.pacer.state();
-        let (outcome, id) = match self.pacer.reserve(now) {
+        let decision = if self.exclusive {
+            self.pacer.reserve_mut(now)
+        } else {
+            self.pacer.reserve(now)
+        };
+        let (outcome, id) = match decision {
             Decision::Admitted(a) => {
                 let debit_units = a.ticket.as_ref().map(|t| t.debit_units());
                 let id = a.ticket.map(|t| {
@@ -380,8 +388,10 @@ proptest! {
         cfg in config_strategy(),
         start in start_strategy(),
         ops in prop::collection::vec(op_strategy(), 1..160),
+        exclusive in any::<bool>(),
     ) {
         let mut run = Run::new(&cfg, start);
+        run.exclusive = exclusive;
         let mut model = Model::new(&cfg, start);
         prop_assert!(model_mode_matches(model.mode, run.pacer.mode()), "mode {:?} vs {:?}", model.mode, run.pacer.mode());
         prop_assert_eq!(run.pacer.wait_bound_ms() as i128, model.bound);

@@ -253,6 +253,31 @@ fn refusal_frame_reports_needed_length() {
 
 #[test]
 fn counters_count_each_path() {
+    for exclusive in [false, true] {
+        count_each_path(exclusive);
+    }
+}
+
+/// `reserve` and `record`, or with `exclusive` their exclusive forms
+/// (`reserve_mut`, `record_mut`): the same counts either way.
+fn decide(
+    pacer: &mut Pacer,
+    counters: &mut Counters,
+    now_ms: u64,
+    exclusive: bool,
+) -> pacer_core::Decision {
+    if exclusive {
+        let decision = pacer.reserve_mut(now_ms);
+        counters.record_mut(&decision);
+        decision
+    } else {
+        let decision = pacer.reserve(now_ms);
+        counters.record(&decision);
+        decision
+    }
+}
+
+fn count_each_path(exclusive: bool) {
     // rate 60, burst 1, bound 2000: now, 1000, 2000, then refusals.
     let config = Config {
         burst: 1,
@@ -260,17 +285,17 @@ fn counters_count_each_path() {
         max_retries: 3,
         ..Config::DEFAULT
     };
-    let pacer = Pacer::new(&config, 100).unwrap();
-    let counters = Counters::new();
+    let mut pacer = Pacer::new(&config, 100).unwrap();
+    let mut counters = Counters::new();
     let mut tickets = Vec::new();
     for _ in 0..5 {
-        let decision = pacer.reserve(100);
-        counters.record(&decision);
+        let decision = decide(&mut pacer, &mut counters, 100, exclusive);
         if let pacer_core::Decision::Admitted(a) = decision {
             tickets.push(a.ticket.unwrap());
         }
     }
-    counters.record(&pacer.reserve(50)); // behind the mark: refused, regressed
+    // behind the mark: refused, regressed
+    decide(&mut pacer, &mut counters, 50, exclusive);
     let refunded = pacer.release(tickets.pop().unwrap(), 100);
     counters.record_release(refunded);
     assert_eq!(
@@ -283,10 +308,11 @@ fn counters_count_each_path() {
             released: 1,
             refunded: 1,
             clock_regressions: 1,
-        }
+        },
+        "exclusive: {exclusive}"
     );
     // Shaping at 1/min: #10 is shaped (waits the bound), #11 passes the floor.
-    let pacer = Pacer::new(
+    let mut pacer = Pacer::new(
         &Config {
             rate_per_min: 1,
             ..Config::DEFAULT
@@ -294,9 +320,9 @@ fn counters_count_each_path() {
         0,
     )
     .unwrap();
-    let counters = Counters::new();
+    let mut counters = Counters::new();
     for _ in 0..12 {
-        counters.record(&pacer.reserve(0));
+        decide(&mut pacer, &mut counters, 0, exclusive);
     }
     let snap = counters.snapshot();
     assert_eq!(
@@ -306,7 +332,8 @@ fn counters_count_each_path() {
             snap.shaped,
             snap.refused
         ),
-        (12, 1, 2, 0)
+        (12, 1, 2, 0),
+        "exclusive: {exclusive}"
     );
 }
 

@@ -33,6 +33,8 @@ fn config_from(value: &Value) -> Config {
 /// admissions that debited anything; a released ticket is spent.
 struct Replayer {
     pacer: Pacer,
+    /// Reserve through an exclusive borrow (`Pacer::reserve_mut`).
+    exclusive: bool,
     tickets: HashMap<u64, Ticket>,
     issued: u64,
 }
@@ -41,7 +43,11 @@ impl Replayer {
     fn step(&mut self, step: &Value) -> Value {
         let t = step["t"].as_u64().unwrap();
         match step["op"].as_str().unwrap() {
-            "reserve" => match self.pacer.reserve(t) {
+            "reserve" => match if self.exclusive {
+                self.pacer.reserve_mut(t)
+            } else {
+                self.pacer.reserve(t)
+            } {
                 Decision::Admitted(admission) => {
                     let ticket = admission.ticket.map(|ticket| {
                         self.issued += 1;
@@ -73,7 +79,10 @@ fn scenarios_replay() {
     let doc = load("scenarios.json");
     let scenarios = doc["scenarios"].as_array().unwrap();
     assert!(scenarios.len() >= 12);
-    for scenario in scenarios {
+    for (scenario, exclusive) in scenarios
+        .iter()
+        .flat_map(|scenario| [(scenario, false), (scenario, true)])
+    {
         let name = scenario["name"].as_str().unwrap();
         let config = config_from(&scenario["config"]);
         let pacer = Pacer::new(&config, scenario["t"].as_u64().unwrap()).unwrap();
@@ -85,6 +94,7 @@ fn scenarios_replay() {
         assert_eq!(header, scenario["expect_pacer"], "{name}: pacer header");
         let mut replayer = Replayer {
             pacer,
+            exclusive,
             tickets: HashMap::new(),
             issued: 0,
         };
@@ -92,7 +102,7 @@ fn scenarios_replay() {
             assert_eq!(
                 replayer.step(step),
                 step["expect"],
-                "{name}: step {index}: {step}"
+                "{name} (exclusive: {exclusive}): step {index}: {step}"
             );
         }
     }

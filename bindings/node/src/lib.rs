@@ -132,18 +132,40 @@ fn outcome_of(code: u32) -> Result<Outcome> {
 }
 
 /// The core pacer and its counters: shared by a `NativePacer` and the table
-/// slots of its handles (only ever used on its env's JS thread).
+/// slots of its handles, and only ever used on its env's JS thread (an
+/// `Rc`). Each call borrows them for its own span and never across a call
+/// into JavaScript, so a borrow is never refused, and the hot call may take
+/// them exclusively: `Pacer::reserve_mut` and `Counters::record_mut`, with
+/// no locked instruction.
 struct Core {
+    parts: RefCell<Parts>,
+}
+
+struct Parts {
     pacer: Pacer,
     counters: Counters,
 }
 
+/// A borrow of a pacer refused: a call on it is already running, which the
+/// addon never does (no call into JavaScript while a pacer is borrowed).
+const BUSY: &str = "pacer: called again while a call on this pacer was running";
+
 impl Core {
-    /// `Pacer::reserve`, counted and encoded by [`encode`].
-    fn reserve(&self, now_ms: f64) -> f64 {
-        let decision = self.pacer.reserve(to_u64(now_ms));
-        self.counters.record(&decision);
-        encode(decision)
+    /// The pacer and its counters, for one call.
+    fn parts(&self) -> Result<std::cell::Ref<'_, Parts>> {
+        self.parts
+            .try_borrow()
+            .map_err(|_| Error::new(Status::GenericFailure, BUSY))
+    }
+
+    /// `Pacer::reserve_mut`, counted by `Counters::record_mut` and encoded
+    /// by [`encode`].
+    fn reserve(&self, now_ms: f64) -> std::result::Result<f64, String> {
+        let mut parts = self.parts.try_borrow_mut().map_err(|_| BUSY.to_string())?;
+        let Parts { pacer, counters } = &mut *parts;
+        let decision = pacer.reserve_mut(to_u64(now_ms));
+        counters.record_mut(&decision);
+        Ok(encode(decision))
     }
 }
 
@@ -162,7 +184,7 @@ unsafe extern "C" fn reserve_hot(
 ) -> sys::napi_value {
     // SAFETY: Node-API calls this with its env and info; `init` made this
     // function over the env's `Table<Core>`.
-    unsafe { hot::call::<Core>(env, info, true, |core, now_ms| Ok(core.reserve(now_ms))) }
+    unsafe { hot::call::<Core>(env, info, true, |core, now_ms| core.reserve(now_ms)) }
 }
 
 /// One env's pacer tables: plain and shared pacers.
@@ -212,8 +234,10 @@ impl NativePacer {
         match Pacer::new(&config, to_u64(now_ms)) {
             Ok(pacer) => Ok(NativePacer {
                 core: Rc::new(Core {
-                    pacer,
-                    counters: Counters::new(),
+                    parts: RefCell::new(Parts {
+                        pacer,
+                        counters: Counters::new(),
+                    }),
                 }),
             }),
             Err(error) => Err(Error::new(Status::InvalidArg, config_error_text(error))),
@@ -222,8 +246,10 @@ impl NativePacer {
 
     /// `Pacer::reserve`, encoded by [`encode`].
     #[napi]
-    pub fn reserve(&self, now_ms: f64) -> f64 {
-        self.core.reserve(now_ms)
+    pub fn reserve(&self, now_ms: f64) -> Result<f64> {
+        self.core
+            .reserve(now_ms)
+            .map_err(|message| Error::new(Status::GenericFailure, message))
     }
 
     /// This pacer's handle for `reserveHot(handle, nowMs)`, which does what
@@ -236,34 +262,34 @@ impl NativePacer {
     /// `Pacer::reserve_or_book` (SPEC §11), as [`booking_result`]. Not the
     /// hot path.
     #[napi]
-    pub fn reserve_or_book(&self, now_ms: f64, retries_left: f64) -> Vec<f64> {
+    pub fn reserve_or_book(&self, now_ms: f64, retries_left: f64) -> Result<Vec<f64>> {
         let now_ms = to_u64(now_ms);
-        let decision = self
-            .core
-            .pacer
-            .reserve_or_book(now_ms, to_u32(retries_left));
-        self.core.counters.record_booking(&decision);
-        booking_result(decision, now_ms)
+        let parts = self.core.parts()?;
+        let decision = parts.pacer.reserve_or_book(now_ms, to_u32(retries_left));
+        parts.counters.record_booking(&decision);
+        Ok(booking_result(decision, now_ms))
     }
 
     /// `Pacer::redeem` of the booking `(seq, slot_ms)`, as
     /// [`redemption_result`]. Changes nothing but the counters.
     #[napi]
-    pub fn redeem(&self, seq: f64, slot_ms: f64, now_ms: f64) -> Vec<f64> {
+    pub fn redeem(&self, seq: f64, slot_ms: f64, now_ms: f64) -> Result<Vec<f64>> {
         let now_ms = to_u64(now_ms);
-        let redemption = self.core.pacer.redeem(booking_of(seq, slot_ms), now_ms);
-        self.core.counters.record_redemption(&redemption);
-        redemption_result(redemption, now_ms)
+        let parts = self.core.parts()?;
+        let redemption = parts.pacer.redeem(booking_of(seq, slot_ms), now_ms);
+        parts.counters.record_redemption(&redemption);
+        Ok(redemption_result(redemption, now_ms))
     }
 
     /// `Pacer::release` of the ticket `(seq, debit_units)`; whether the
     /// policy refunded it.
     #[napi]
-    pub fn release(&self, seq: f64, debit_units: f64, now_ms: f64) -> bool {
+    pub fn release(&self, seq: f64, debit_units: f64, now_ms: f64) -> Result<bool> {
         let ticket = Ticket::from_raw(to_u32(seq), to_u32(debit_units));
-        let refunded = self.core.pacer.release(ticket, to_u64(now_ms));
-        self.core.counters.record_release(refunded);
-        refunded
+        let parts = self.core.parts()?;
+        let refunded = parts.pacer.release(ticket, to_u64(now_ms));
+        parts.counters.record_release(refunded);
+        Ok(refunded)
     }
 
     /// `Pacer::observe` (SPEC §14) of the outcome numbered `outcome` (1
@@ -271,33 +297,33 @@ impl NativePacer {
     #[napi]
     pub fn observe(&self, outcome: u32, now_ms: f64) -> Result<u32> {
         let outcome = outcome_of(outcome)?;
-        Ok(self.core.pacer.observe(outcome, to_u64(now_ms)))
+        Ok(self.core.parts()?.pacer.observe(outcome, to_u64(now_ms)))
     }
 
     /// `Pacer::rate_in_force` (SPEC §14): the configured rate unless
     /// adaptation is on.
     #[napi]
-    pub fn rate_in_force(&self, now_ms: f64) -> u32 {
-        self.core.pacer.rate_in_force(to_u64(now_ms))
+    pub fn rate_in_force(&self, now_ms: f64) -> Result<u32> {
+        Ok(self.core.parts()?.pacer.rate_in_force(to_u64(now_ms)))
     }
 
     /// `[mode, wait_bound_ms, capacity_units, max_debt_units, strict]`.
     #[napi]
-    pub fn info(&self) -> Vec<f64> {
-        info_of(&self.core.pacer)
+    pub fn info(&self) -> Result<Vec<f64>> {
+        Ok(info_of(&self.core.parts()?.pacer))
     }
 
     /// `[high_water_ms, tokens_units, seq]`.
     #[napi]
-    pub fn state(&self) -> Vec<f64> {
-        state_of(&self.core.pacer)
+    pub fn state(&self) -> Result<Vec<f64>> {
+        Ok(state_of(&self.core.parts()?.pacer))
     }
 
     /// `[admitted, admitted_after_wait, refused, shaped, released, refunded,
     /// clock_regressions]`.
     #[napi]
-    pub fn counters(&self) -> Vec<f64> {
-        counters_of(&self.core.counters)
+    pub fn counters(&self) -> Result<Vec<f64>> {
+        Ok(counters_of(&self.core.parts()?.counters))
     }
 }
 
