@@ -120,6 +120,7 @@ impl Counters {
     }
 
     /// Counts one decision of [`crate::Pacer::reserve`].
+    #[inline]
     pub fn record(&self, decision: &Decision) {
         tally_decision(decision, &mut |which| self.bump(which));
     }
@@ -153,6 +154,7 @@ impl Counters {
 
     /// Counts one decision of [`crate::Pacer::reserve_or_book`]: a booking
     /// is a refusal on the wire.
+    #[inline]
     pub fn record_booking(&self, decision: &BookingDecision) {
         let add = &mut |which| self.bump(which);
         match decision {
@@ -163,6 +165,7 @@ impl Counters {
     }
 
     /// Counts one [`crate::Pacer::redeem`]: not yet is a refusal again.
+    #[inline]
     pub fn record_redemption(&self, redemption: &Redemption) {
         let add = &mut |which| self.bump(which);
         match redemption {
@@ -172,6 +175,7 @@ impl Counters {
     }
 
     /// Counts one [`crate::Pacer::release`] and whether it refunded.
+    #[inline]
     pub fn record_release(&self, refunded: bool) {
         self.bump(Tally::Released);
         if refunded {
