@@ -1,11 +1,13 @@
 //! Counters of what a pacer decided, kept apart from the pacer so the
 //! admission path stays a load and a compare-and-swap: whoever wants them
-//! records each decision (one relaxed increment per call).
+//! records each decision (one relaxed increment per call, or a plain
+//! addition through an exclusive borrow: [`Counters::record_mut`]).
 
 use crate::pacer::{Admission, AdmitPath, BookingDecision, Decision, Redemption};
 use crate::sync::{AtomicU64, Ordering};
 
-/// Live counters, updated with relaxed atomic increments.
+/// Live counters, updated with relaxed atomic increments (plain additions
+/// through `&mut`).
 #[derive(Debug, Default)]
 pub struct Counters {
     admitted: AtomicU64,
