@@ -426,9 +426,9 @@ PYTHON_WHY = ("`Pacer.reserve` is a C method (`pacer._fast`); what is left above
               "the binding's API documents.")
 GO_WHY = ("Above the cgo floor (fixed by the Go runtime's switch to the system stack for every C call) and "
           "the C call are the Go around them: the closed check, filling the `Decision` in place and handing "
-          "out a `*Ticket` (one atomic add; tickets come 16 to an allocation). What it would take: a `Reserve` that hands back no ticket pointer (an API "
-          "change: the at-most-once refund rests on that shared pointer), or a crossing cheaper than cgo, "
-          "which Go does not offer.")
+          "out a `*Ticket` (one atomic add; tickets come 16 to an allocation). What it would take: a "
+          "`Reserve` that hands back no ticket pointer (an API change: the at-most-once refund rests on that "
+          "shared pointer), or a crossing cheaper than cgo, which Go does not offer.")
 
 def measured(core: Layer, id: str) -> str:
     """A 1t core figure in ns, or "not measured"."""

@@ -13,6 +13,9 @@ use pacer_core::{
     ReleasePolicy, Settings,
 };
 
+mod support;
+use support::decide;
+
 struct Counting;
 
 thread_local! {
@@ -108,16 +111,7 @@ fn reserve_release_and_refuse_never_allocate() {
                 // then, and time moving on: every path of §4 and §5. Every
                 // other call takes the exclusive path.
                 let now = 1_000 + (step / 50) * 250 - if step % 97 == 0 { 500 } else { 0 };
-                let decision = if step % 2 == 0 {
-                    let decision = pacer.reserve(now);
-                    counters.record(&decision);
-                    decision
-                } else {
-                    let decision = pacer.reserve_mut(now);
-                    counters.record_mut(&decision);
-                    decision
-                };
-                match decision {
+                match decide(&mut pacer, &mut counters, now, step % 2 == 1) {
                     Decision::Admitted(admission) => {
                         admitted += 1;
                         if let Some(ticket) = admission.ticket {

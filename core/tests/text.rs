@@ -5,6 +5,9 @@ use pacer_core::frame::{write_refusal_body, REFUSAL_CONTENT_TYPE, REFUSAL_STATUS
 use pacer_core::settings::{parse_setting, resolve, Parsed, Settings};
 use pacer_core::{Config, CounterSnapshot, Counters, Notice, NoticeKind, NoticeRegistry, Pacer};
 
+mod support;
+use support::decide;
+
 fn render(notice: &Notice<'_>) -> String {
     let mut buf = [0u8; 512];
     let n = notice.render(&mut buf).unwrap();
@@ -255,25 +258,6 @@ fn refusal_frame_reports_needed_length() {
 fn counters_count_each_path() {
     for exclusive in [false, true] {
         count_each_path(exclusive);
-    }
-}
-
-/// `reserve` and `record`, or with `exclusive` their exclusive forms
-/// (`reserve_mut`, `record_mut`): the same counts either way.
-fn decide(
-    pacer: &mut Pacer,
-    counters: &mut Counters,
-    now_ms: u64,
-    exclusive: bool,
-) -> pacer_core::Decision {
-    if exclusive {
-        let decision = pacer.reserve_mut(now_ms);
-        counters.record_mut(&decision);
-        decision
-    } else {
-        let decision = pacer.reserve(now_ms);
-        counters.record(&decision);
-        decision
     }
 }
 
