@@ -44,6 +44,11 @@
 //! - `cas_u128`: the same bucket on a bare `portable_atomic::AtomicU128`
 //!   (64-bit ms, 64-bit tokens), the pacer's compare-and-swap without the
 //!   pacer: `cas_u128 / cas_u64` is the price of the width alone.
+//! - `gcra_u64`: the pacer's rule (refill capped at capacity, wait bound,
+//!   refusal) as GCRA on one `AtomicU64` in exact units, without the clock
+//!   high-water mark and the refund counter that do not fit beside the
+//!   arrival time ([`GcraBucket`]): the closest 64-bit design to the
+//!   pacer's state.
 //! - `mutex`: the same bucket in a `std::sync::Mutex<(u64, i64)>`.
 //! - `governor_fake`: `governor`'s direct `RateLimiter::check` (GCRA on one
 //!   `AtomicU64`) with its `FakeRelativeClock`, never advanced: the clock
@@ -67,7 +72,7 @@ use governor::clock::{Clock, FakeRelativeClock};
 use governor::middleware::NoOpMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use pacer_core::{Decision, Pacer, Ticket, MAX_BURST, UNITS_PER_TOKEN};
+use pacer_core::{Config, Decision, Pacer, Ticket, MAX_BURST, UNITS_PER_TOKEN};
 use portable_atomic::AtomicU128;
 
 #[path = "shared/configs.rs"]
@@ -233,6 +238,112 @@ impl Cas128Bucket {
     }
 }
 
+/// The pacer's admission rule as GCRA on one `AtomicU64`, the closest
+/// 64-bit design to the pacer's own: the word is the theoretical arrival
+/// time in units of 1/rate ms (one token is `unit` of them, so the
+/// arithmetic is exact, as SPEC §4 allows), the level at `now` is
+/// `capacity − (max(tat, now) − now)` (refill capped at capacity), and the
+/// wait bound and the refusal are the pacer's. What it drops is what does
+/// not fit beside the arrival time: the clock's high-water mark (a reading
+/// behind the others drains here instead of being held and flagged, SPEC
+/// §5) and the refund counter (strict releases, SPEC §4). `gcra_u64 /
+/// governor_fake` is what the rule costs over governor's on the same word
+/// width; `pacer_admit / gcra_u64` is what the 128-bit state costs.
+struct GcraBucket {
+    params: Bucket,
+    tat: AtomicU64,
+}
+
+impl GcraBucket {
+    /// At `config`'s rate and burst, full at clock 0; `bound_ms` is the
+    /// config's wait bound (SPEC §3; 4833 ms for `ADMIT`'s budget).
+    fn new(config: &Config, bound_ms: u64) -> Self {
+        Self::with_capacity(config, bound_ms, config.burst as i64 * UNITS_PER_TOKEN)
+    }
+
+    /// As [`new`](Self::new), holding `capacity` units. The benches give it
+    /// [`LAG_PROOF_UNITS`]: with no high-water mark, a `2t` thread whose clock
+    /// lags the other's reads the gap as tokens owed, and a descheduled
+    /// thread can lag by millions of calls (see [`run_2t`]); the pacer holds
+    /// such a reading at its mark instead.
+    fn with_capacity(config: &Config, bound_ms: u64, capacity: i64) -> Self {
+        GcraBucket {
+            params: Bucket {
+                rate: config.rate_per_min as i64,
+                unit: UNITS_PER_TOKEN,
+                capacity,
+                bound_ms,
+            },
+            tat: AtomicU64::new(0),
+        }
+    }
+
+    #[inline(never)]
+    fn reserve(&self, now_ms: u64) -> Option<u64> {
+        let b = &self.params;
+        let (rate, unit, capacity) = (b.rate as u64, b.unit as u64, b.capacity as u64);
+        let now = now_ms.saturating_mul(rate);
+        let mut tat = self.tat.load(Ordering::Relaxed);
+        loop {
+            let from = tat.max(now);
+            // Units the level is below capacity; a token is there while
+            // this is at most capacity − unit.
+            let owed = from - now;
+            let wait_ms = owed.saturating_sub(capacity - unit).div_ceil(rate);
+            if wait_ms > b.bound_ms {
+                return None;
+            }
+            match self.tat.compare_exchange_weak(
+                tat,
+                from.saturating_add(unit),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(wait_ms),
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+}
+
+/// [`GcraBucket`]'s capacity in the benches: 2^60 units (about 1.9·10^13
+/// tokens), so that no lag between the `2t` threads' clocks drains it. The
+/// capacity changes no instruction of its admit path.
+const LAG_PROOF_UNITS: i64 = 1 << 60;
+
+/// `ADMIT`'s wait bound: idle 120000 ms, 5 retries (SPEC §3's defaults row).
+const ADMIT_BOUND_MS: u64 = 4833;
+
+/// Checks, before anything is timed, that [`GcraBucket`] is the pacer's
+/// rule: on a clock that never goes back, a small-burst pacer and the
+/// bucket at the same settings answer alike (admitted with the same wait,
+/// or refused) over a run that drains, waits, refuses and refills.
+fn check_gcra_is_the_rule() {
+    // 70/min: a token every 857.1 ms, so waits round up (SPEC §4's ceiling).
+    let config = Config {
+        rate_per_min: 70,
+        burst: 3,
+        ..ADMIT
+    };
+    let pacer = Pacer::new(&config, 0).expect("valid config");
+    let bucket = GcraBucket::new(&config, ADMIT_BOUND_MS);
+    let (mut now_ms, mut seed, mut refused) = (0u64, 1u64, 0u32);
+    for call in 0..20_000 {
+        let expected = match pacer.reserve(now_ms) {
+            Decision::Admitted(admission) => Some(admission.wait_ms),
+            Decision::Refused(_) => None,
+        };
+        let got = bucket.reserve(now_ms);
+        assert_eq!(got, expected, "call {call} at {now_ms} ms");
+        refused += u32::from(got.is_none());
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        now_ms += (seed >> 33) % 1500;
+    }
+    assert!(refused > 0, "the check never reached a refusal");
+}
+
 /// The bucket behind a mutex: `(high-water ms, tokens in pacer units)`.
 struct MutexBucket {
     params: Bucket,
@@ -379,6 +490,7 @@ fn bench_2t(g: &mut BenchmarkGroup<'_, WallTime>, name: &str, mut f: impl FnMut(
 }
 
 fn reserve(c: &mut Criterion) {
+    check_gcra_is_the_rule();
     let mut g = c.benchmark_group("reserve");
 
     // One thread.
@@ -458,6 +570,17 @@ fn reserve(c: &mut Criterion) {
             black_box(black_box(bucket).reserve(black_box(i * STEP_MS))).is_some()
         })
     });
+    bench_1t(&mut g, "gcra_u64", |iters| {
+        let bucket = isolate(GcraBucket::with_capacity(
+            &ADMIT,
+            ADMIT_BOUND_MS,
+            LAG_PROOF_UNITS,
+        ));
+        let bucket = &bucket.0;
+        run_1t(iters, |i| {
+            black_box(black_box(bucket).reserve(black_box(i * STEP_MS))).is_some()
+        })
+    });
     bench_1t(&mut g, "cas_u128", |iters| {
         let bucket = isolate(Cas128Bucket::new());
         let bucket = &bucket.0;
@@ -525,6 +648,17 @@ fn reserve(c: &mut Criterion) {
     });
     bench_2t(&mut g, "cas_u64", |iters| {
         let bucket = isolate(CasBucket::new());
+        let bucket = &bucket.0;
+        run_2t(iters, |now| {
+            black_box(black_box(bucket).reserve(black_box(now))).is_some()
+        })
+    });
+    bench_2t(&mut g, "gcra_u64", |iters| {
+        let bucket = isolate(GcraBucket::with_capacity(
+            &ADMIT,
+            ADMIT_BOUND_MS,
+            LAG_PROOF_UNITS,
+        ));
         let bucket = &bucket.0;
         run_2t(iters, |now| {
             black_box(black_box(bucket).reserve(black_box(now))).is_some()
