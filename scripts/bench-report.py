@@ -417,19 +417,19 @@ def binding_miss(layer: Layer, floor: str, native: str | None, why: str, threads
     return split + why
 
 
-NODE_WHY = ("Measured while developing, by cutting the call down step by step (before the core's `reserve` "
-            "was inlined into the addon and the addon took its pacer exclusively): entering the addon about "
-            "8 ns, Node-API's argument and result handling (`napi_get_cb_info`, `napi_get_value_external`, "
-            "`napi_get_value_double`, `napi_create_double`) about 19 ns, the handle lookup about 4 ns, the "
-            "core's decision with its counter about 17 ns (7-8 ns in a Rust loop: the locked instructions wait "
-            "for V8's pending stores), and about 18 ns of JavaScript building the result object and its "
-            "`Ticket`. Since then the addon's pacer, which only its JavaScript thread reaches, decides through "
-            "an exclusive borrow (`Pacer::reserve_mut`, `Counters::record_mut`: plain loads and stores, no "
-            "locked instruction), and `Pacer::reserve` is inlined into it; in alternating runs of two builds "
-            "the exclusive path took the public reserve from 65.1 and 65.2 ns to 59.5 and 61.1 ns. What is "
-            "left would take V8's Fast API calls, which skip most of the crossing but are not reachable "
-            "through Node-API (a C++ addon against V8 itself, giving up Node-API's stable ABI), or a result "
-            "with no object per call (an API change).")
+NODE_WHY = ("The public reserve is the raw call (`native_reserve`) and the JavaScript that builds its result "
+            "object and `Ticket`, the shapes the binding's users (and the drop-in's) see. Measured while "
+            "developing, by cutting the call down step by step: entering the addon about 8 ns, "
+            "`napi_get_cb_info` about 5 ns, `napi_get_value_external` for the handle about 5 ns, the handle "
+            "lookup about 3 ns, the decision with its counters about 4 ns (the addon's pacer, which only its "
+            "JavaScript thread reaches, decides through an exclusive borrow: plain loads and stores, no locked "
+            "instruction), and the result object with its `Ticket` about 18 ns. The clock and the code pass "
+            "through a `Float64Array` over memory the addon owns, not as an argument and a return value, "
+            "which saves `napi_get_value_double`, `napi_create_double` and a heap number per code past 2^30 "
+            "(public reserve 60.4 ns before, 44.1 ns after, in interleaved runs of one build). What is left "
+            "would take V8's Fast API calls, which skip most of the crossing but are not reachable through "
+            "Node-API (a C++ addon against V8 itself, giving up Node-API's stable ABI), or a result with no "
+            "object per call (an API change).")
 PYTHON_WHY = ("`Pacer.reserve` is a C method (`pacer._fast`); what is left above the C extension's floor "
               "(`floor_c_noop`) is the core call and CPython creating the `Admitted`/`Refused` and `Ticket` "
               "objects. Making the results C types would save more, but they would stop being the dataclasses "

@@ -26,7 +26,7 @@
 // rate in force follows the upstream's throttles. Without them nothing
 // changes.
 
-const { native, constants, decodeDecision, outcomeCode } = require('./native.js');
+const { native, constants, decodeDecision, outcomeCode, reserveCode } = require('./native.js');
 const { sleep } = require('./wait.js');
 const { KeyedBookings, checkKey } = require('./bookings.js');
 const { RedisPacer } = require('./redis.js');
@@ -463,7 +463,7 @@ class WsUpgradePacer {
     const keyed = this.#bookings !== null && key !== undefined;
     const d = keyed
       ? this.#bookings.attempt(checkKey(key), this.#clock(), this.maxWaitMs)
-      : decodeDecision(native.reserveHot(this.#handle, this.#clock()), this.maxWaitMs);
+      : decodeDecision(reserveCode(this.#handle, this.#clock()), this.maxWaitMs);
     if (!d.admitted) {
       return { kind: 'refused', requiredWaitMs: d.requiredWaitMs, retryAfterSeconds: d.retryAfterSeconds };
     }

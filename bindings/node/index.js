@@ -14,8 +14,9 @@ const { KeyedBookings, checkKey } = require('./bookings.js');
 // when first used, so it can be required before they are defined.
 const { RedisPacer, RedisTicket, RedisBooking } = require('./redis.js');
 
-// The hot calls (src/hot.rs): one function for every pacer, given its handle.
-const { reserveHot, reserveSharedHot } = native;
+// The hot calls (src/hot.rs): one function for every pacer, given its handle;
+// the clock and the code pass through `exchange`.
+const { reserveHot, reserveSharedHot, exchange } = native;
 
 const MODES = ['disabled', 'refusing', 'shaping-low-rate', 'shaping-no-retry'];
 const PATHS = ['disabled', 'paced', 'shaped', 'overflow', 'booked'];
@@ -607,13 +608,22 @@ class Pacer {
     if (this.#closed) throw closedError(this.#shared);
     // One test for the common case; anything else gets wholeNumber's error.
     if (!(Number.isSafeInteger(nowMs) && nowMs >= 0)) wholeNumber('nowMs', nowMs, 0, Number.MAX_SAFE_INTEGER);
-    return this.#decode(this.#shared ? reserveSharedHot(this.#handle) : reserveHot(this.#handle, nowMs));
+    // The clock goes in and the code comes out through `exchange`
+    // (native.js, `reserveCode`), written out here to keep the call inline.
+    if (this.#shared) {
+      reserveSharedHot(this.#handle);
+    } else {
+      exchange[0] = nowMs;
+      reserveHot(this.#handle);
+    }
+    return this.#decode(exchange[1]);
   }
 
   /** `reserve` of a shared pacer, which reads the machine-wide clock itself. */
   [RESERVE_AT_NATIVE_CLOCK]() {
     if (this.#closed) throw closedError(true);
-    return this.#decode(reserveSharedHot(this.#handle));
+    reserveSharedHot(this.#handle);
+    return this.#decode(exchange[1]);
   }
 
   /** Throws the closed error once close() was called. */

@@ -38,6 +38,10 @@ const PATH_SHAPED = 2;
  * waits the bound, which the caller passes in.
  */
 function decodeDecision(code, waitBoundMs) {
+  if (typeof code !== 'number') {
+    // Only when `exchange` lost its memory (its buffer transferred away).
+    throw new Error('pacer: the addon answered no decision (its exchange buffer is gone)');
+  }
   // Codes pass 2^31, but `&` on a whole double keeps its low 32 bits, so
   // the low fields come out with `&` and the high ones by exact division.
   if (code >= 0) {
@@ -68,6 +72,28 @@ function decodeDecision(code, waitBoundMs) {
   };
 }
 
+/**
+ * The hot calls' exchange (src/hot.rs): a caller writes the clock to
+ * `exchange[0]`, calls `reserveHot(handle)` (or `reserveSharedHot(handle)`,
+ * which reads its own clock), and reads the decision's code from
+ * `exchange[1]`. Numbers passed that way cost the call no Node-API
+ * conversions and no heap number.
+ */
+const { exchange } = native;
+
+/** `reserveHot(handle)` at `nowMs`: the decision's code. */
+function reserveCode(handle, nowMs) {
+  exchange[0] = nowMs;
+  native.reserveHot(handle);
+  return exchange[1];
+}
+
+/** `reserveSharedHot(handle)`: the decision's code at the shared clock. */
+function reserveSharedCode(handle) {
+  native.reserveSharedHot(handle);
+  return exchange[1];
+}
+
 /** What the upstream answered to a new connection (SPEC §14), as the
  * addon's `observe` takes it: the core's `Outcome` numbers. */
 const OUTCOME_CODES = Object.freeze({ opened: 1, throttled: 2 });
@@ -84,5 +110,6 @@ function outcomeCode(outcome) {
 }
 
 module.exports = {
-  native, constants, decodeDecision, outcomeCode, PACED_WAIT_SPAN, REFUSAL_HINT_SPAN, PATH_PACED,
+  native, constants, decodeDecision, outcomeCode, reserveCode, reserveSharedCode, PACED_WAIT_SPAN,
+  REFUSAL_HINT_SPAN, PATH_PACED,
 };

@@ -4,12 +4,20 @@
 //! private-property lookup on `this`) and converts every argument and result
 //! through checked helpers; together that costs several times the decision
 //! itself. The hot calls are instead plain module functions,
-//! `reserveHot(handle, nowMs)`, whose first argument is a pacer's handle: an
-//! External holding the pacer's key in a [`Table`]. One `napi_get_cb_info`
-//! yields the arguments and the table (the function's own data),
-//! `napi_get_value_external` the key, `napi_get_value_double` the clock,
-//! and `napi_create_double` returns the code. Being one function for every
-//! pacer, each call site in `index.js` stays monomorphic.
+//! `reserveHot(handle)`, whose one argument is a pacer's handle: an External
+//! holding the pacer's key in a [`Table`]. One `napi_get_cb_info` yields the
+//! argument and the table (the function's own data), and
+//! `napi_get_value_external` the key. Being one function for every pacer,
+//! each call site in `index.js` stays monomorphic.
+//!
+//! The clock goes in and the decision's code comes out through the env's
+//! [`Exchange`], two numbers JavaScript sees as a `Float64Array`: the caller
+//! writes `exchange[0]`, calls, and reads `exchange[1]`. Passing them as an
+//! argument and a result instead costs a `napi_get_value_double`, a
+//! `napi_create_double` and, for a code past 2^30 (every admission after
+//! the 8192nd), a heap number: together about 15 of the 40 ns the call
+//! took that way (measured while developing; the Node binding's notes in
+//! docs/benchmarks.md).
 //!
 //! The External holds a key, never a pointer: any External passed in
 //! (another addon's, say) is looked up and, unknown, refused with a
@@ -19,28 +27,164 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_void, CString};
-use std::ptr;
+use std::ptr::{self, NonNull};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use napi::bindgen_prelude::*;
 use napi::sys;
 
+/// The memory behind an [`Exchange`]: the two cells JavaScript sees
+/// (`clock`, then `answer`: a `Float64Array` of length 2 over the first 16
+/// bytes) and how many owners it has left.
+#[repr(C)]
+struct Cells {
+    clock: AtomicU64,
+    answer: AtomicU64,
+    owners: AtomicUsize,
+}
+
+/// Bytes of [`Cells`] JavaScript sees: `clock` and `answer`.
+const EXCHANGED_BYTES: usize = 16;
+
+/// One env's exchange cells: the clock a hot call reads and the code it
+/// writes. The addon owns the memory, and so does every `ArrayBuffer` that
+/// holds it: it is freed when the env is torn down and the buffer
+/// collected, whichever comes last. So no script can free it under the
+/// addon, not even by transferring the buffer to another thread; and the
+/// addon reads and writes the cells as atomics, so a script writing them
+/// from such a thread makes wrong numbers, never undefined behaviour.
+#[derive(Clone, Copy)]
+pub struct Exchange {
+    cells: NonNull<Cells>,
+}
+
+impl Exchange {
+    /// New cells for `env`, and the `Float64Array` over them that the env's
+    /// scripts use. The env's count is given back by a cleanup hook when the
+    /// env is torn down, the buffer's by its finalizer.
+    pub fn new(env: &Env) -> Result<(Exchange, sys::napi_value)> {
+        let raw_env = env.raw();
+        let cells = NonNull::from(Box::leak(Box::new(Cells {
+            clock: AtomicU64::new(0),
+            answer: AtomicU64::new(0),
+            owners: AtomicUsize::new(2),
+        })));
+        let failed = |owners: usize| {
+            for _ in 0..owners {
+                // SAFETY: each call gives back a count this function holds.
+                unsafe { release_cells(cells.as_ptr()) };
+            }
+            Error::new(
+                Status::GenericFailure,
+                "pacer: cannot create the hot calls' exchange",
+            )
+        };
+        let mut buffer = ptr::null_mut();
+        // SAFETY: `raw_env` is the live env of this call; the buffer's data
+        // is the cells' first 16 bytes, which live until `release_cells`
+        // gives back the count the finalizer receives.
+        let status = unsafe {
+            sys::napi_create_external_arraybuffer(
+                raw_env,
+                cells.as_ptr().cast(),
+                EXCHANGED_BYTES,
+                Some(finalize_cells),
+                ptr::null_mut(),
+                &mut buffer,
+            )
+        };
+        if status != sys::Status::napi_ok {
+            return Err(failed(2));
+        }
+        let mut array = ptr::null_mut();
+        // SAFETY: `buffer` is a live ArrayBuffer of this env, 16 bytes long
+        // and 8-aligned (the cells' alignment).
+        let status = unsafe {
+            sys::napi_create_typedarray(
+                raw_env,
+                sys::TypedarrayType::float64_array,
+                2,
+                buffer,
+                0,
+                &mut array,
+            )
+        };
+        if status != sys::Status::napi_ok {
+            return Err(failed(1));
+        }
+        // SAFETY: as above; the hook receives the cells pointer once.
+        let status = unsafe {
+            sys::napi_add_env_cleanup_hook(raw_env, Some(cleanup_cells), cells.as_ptr().cast())
+        };
+        if status != sys::Status::napi_ok {
+            return Err(failed(1));
+        }
+        Ok((Exchange { cells }, array))
+    }
+
+    fn cells(&self) -> &Cells {
+        // SAFETY: the env's count keeps the cells alive until the env's
+        // cleanup hook runs, after which no hot call can.
+        unsafe { self.cells.as_ref() }
+    }
+
+    /// The clock the caller wrote, ms.
+    fn clock(&self) -> f64 {
+        f64::from_bits(self.cells().clock.load(Ordering::Relaxed))
+    }
+
+    /// Hands `code` back to the caller.
+    fn answer(&self, code: f64) {
+        self.cells().answer.store(code.to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// Gives back one count of the cells; the last frees them.
+///
+/// # Safety
+///
+/// `cells` came from [`Exchange::new`] and the caller holds a count.
+unsafe fn release_cells(cells: *mut Cells) {
+    // SAFETY: the caller's count keeps the cells alive until this decrement.
+    if unsafe { &*cells }.owners.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // SAFETY: no count is left, so nothing else reaches the cells; they
+        // came from `Box::leak`.
+        drop(unsafe { Box::from_raw(cells) });
+    }
+}
+
+/// Finalizer of the exchange's ArrayBuffer: gives back the buffer's count.
+unsafe extern "C" fn finalize_cells(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
+    // SAFETY: `data` is the cells pointer, and the buffer holds a count.
+    unsafe { release_cells(data.cast()) };
+}
+
+/// The env's cleanup hook: gives back the env's count.
+unsafe extern "C" fn cleanup_cells(data: *mut c_void) {
+    // SAFETY: `data` is the cells pointer, and the env holds a count.
+    unsafe { release_cells(data.cast()) };
+}
+
 /// The pacers one env's hot calls can reach, by key: `2·slot + tag`, the
 /// tag (0 or 1) telling the tables apart. Slot 0 stays empty, so no key is
-/// a null External. Lives on the env's JS thread only.
+/// a null External. Lives on the env's JS thread only, with the env's
+/// [`Exchange`].
 pub struct Table<T> {
     tag: usize,
     slots: RefCell<Vec<Option<Rc<T>>>>,
     free: RefCell<Vec<usize>>,
+    exchange: Exchange,
 }
 
 impl<T> Table<T> {
-    pub fn new(tag: usize) -> Self {
+    pub fn new(tag: usize, exchange: Exchange) -> Self {
         debug_assert!(tag < 2);
         Table {
             tag,
             slots: RefCell::new(vec![None]),
             free: RefCell::new(Vec::new()),
+            exchange,
         }
     }
 
@@ -188,10 +332,13 @@ unsafe extern "C" fn drop_rc<T>(_env: sys::napi_env, data: *mut c_void, _hint: *
     drop(unsafe { Rc::from_raw(data as *const T) });
 }
 
-/// Runs `f` on the value whose handle is the first argument, in the table
-/// that is the callback's data, with the second argument as a number when
-/// `with_number` (else 0). Throws a TypeError (and returns null) for a bad
-/// handle or a non-number.
+/// Runs `f` on the value whose handle is the one argument, in the table
+/// that is the callback's data, with the exchange's clock when `with_clock`
+/// (else 0), and writes its code to the exchange; returns `undefined`.
+/// Throws a TypeError (and writes nothing) for a bad handle, or for a clock
+/// that is NaN, negative or infinite; a finite clock is taken whole
+/// (fraction dropped, saturating at `u64::MAX`, as the core's clock is any
+/// `u64`). An error from `f` is thrown as an Error.
 ///
 /// # Safety
 ///
@@ -200,21 +347,20 @@ unsafe extern "C" fn drop_rc<T>(_env: sys::napi_env, data: *mut c_void, _hint: *
 pub unsafe fn call<T>(
     env: sys::napi_env,
     info: sys::napi_callback_info,
-    with_number: bool,
+    with_clock: bool,
     f: impl FnOnce(&T, f64) -> std::result::Result<f64, String>,
 ) -> sys::napi_value {
-    let mut argc = 2usize;
-    let mut argv = [ptr::null_mut(); 2];
+    let mut argc = 1usize;
+    let mut handle = ptr::null_mut();
     let mut data = ptr::null_mut();
     let mut key = ptr::null_mut();
-    let mut value = 0.0;
-    // SAFETY: the caller's env and info; room for two arguments.
+    // SAFETY: the caller's env and info; room for one argument.
     let got = unsafe {
         sys::napi_get_cb_info(
             env,
             info,
             &mut argc,
-            argv.as_mut_ptr(),
+            &mut handle,
             ptr::null_mut(),
             &mut data,
         )
@@ -222,42 +368,39 @@ pub unsafe fn call<T>(
     // SAFETY: as above; a missing argument reads as `undefined`, which
     // these calls reject.
     if got != sys::Status::napi_ok
-        || unsafe { sys::napi_get_value_external(env, argv[0], &mut key) } != sys::Status::napi_ok
+        || unsafe { sys::napi_get_value_external(env, handle, &mut key) } != sys::Status::napi_ok
     {
         // SAFETY: the caller's env.
         return unsafe { throw_type_error(env, c"pacer: not a pacer handle") };
     }
-    if with_number
-        // SAFETY: the caller's env; `argv[1]` is an argument of this call.
-        && unsafe { sys::napi_get_value_double(env, argv[1], &mut value) } != sys::Status::napi_ok
-    {
-        // SAFETY: the caller's env.
-        return unsafe { throw_type_error(env, c"pacer: nowMs must be a number") };
-    }
     // SAFETY: the function was made by `table_function` with a `Table<T>`,
     // which it keeps alive while it can be called.
     let table = unsafe { &*(data as *const Table<T>) };
-    match table.with(key as usize, |target| f(target, value)) {
-        // SAFETY: the caller's env.
-        Some(Ok(code)) => unsafe { number(env, code) },
+    let now_ms = if with_clock {
+        let now_ms = table.exchange.clock();
+        if now_ms.is_nan() || now_ms < 0.0 || now_ms == f64::INFINITY {
+            // SAFETY: the caller's env.
+            return unsafe {
+                throw_type_error(
+                    env,
+                    c"pacer: nowMs must be a finite number of ms, 0 or more",
+                )
+            };
+        }
+        now_ms
+    } else {
+        0.0
+    };
+    match table.with(key as usize, |target| f(target, now_ms)) {
+        Some(Ok(code)) => {
+            table.exchange.answer(code);
+            ptr::null_mut()
+        }
         // SAFETY: the caller's env.
         Some(Err(message)) => unsafe { throw_error(env, &message) },
         // SAFETY: the caller's env.
         None => unsafe { throw_type_error(env, c"pacer: not a pacer handle") },
     }
-}
-
-/// `value` as a JS number (null, which JS sees as `undefined`, if Node-API
-/// fails, which it does only for a broken env).
-///
-/// # Safety
-///
-/// `env` is the env of a running napi callback.
-unsafe fn number(env: sys::napi_env, value: f64) -> sys::napi_value {
-    let mut result = ptr::null_mut();
-    // SAFETY: the caller's env.
-    unsafe { sys::napi_create_double(env, value, &mut result) };
-    result
 }
 
 /// Throws a TypeError; the callback then returns null.

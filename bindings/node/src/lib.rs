@@ -176,8 +176,9 @@ pub struct NativePacer {
     core: Rc<Core>,
 }
 
-/// `reserveHot(handle, nowMs)`: [`Core::reserve`] of the pacer whose
-/// handle ([`NativePacer::handle`]) is given.
+/// `reserveHot(handle)`: [`Core::reserve`] of the pacer whose handle
+/// ([`NativePacer::handle`]) is given, at the clock in `exchange[0]`; the
+/// code goes to `exchange[1]` (`src/hot.rs`).
 unsafe extern "C" fn reserve_hot(
     env: sys::napi_env,
     info: sys::napi_callback_info,
@@ -252,7 +253,7 @@ impl NativePacer {
             .map_err(|message| Error::new(Status::GenericFailure, message))
     }
 
-    /// This pacer's handle for `reserveHot(handle, nowMs)`, which does what
+    /// This pacer's handle for `reserveHot(handle)`, which does what
     /// [`Self::reserve`] does at a fraction of the cost (`src/hot.rs`).
     #[napi]
     pub fn handle<'env>(&self, env: &'env Env) -> Result<Unknown<'env>> {
@@ -709,8 +710,9 @@ impl SharedCore {
 }
 
 /// `reserveSharedHot(handle)`: [`SharedCore::reserve`] of the shared pacer
-/// whose handle ([`NativeSharedPacer::handle`]) is given; after `close` it
-/// throws `SHARED_NOT_OPEN: …` as the class method does.
+/// whose handle ([`NativeSharedPacer::handle`]) is given, the code written
+/// to `exchange[1]`; after `close` it throws `SHARED_NOT_OPEN: …` as the
+/// class method does.
 unsafe extern "C" fn reserve_shared_hot(
     env: sys::napi_env,
     info: sys::napi_callback_info,
@@ -876,18 +878,21 @@ pub fn unlink_shared(path_or_name: String) -> Result<()> {
     shm::unlink(&path_or_name).map_err(shared_error)
 }
 
-/// Adds the hot calls to the exports, over this env's pacer tables:
-/// `reserveHot(handle, nowMs)`, `reserveSharedHot(handle)`, and
+/// Adds the hot calls to the exports, over this env's pacer tables and
+/// exchange: `reserveHot(handle)`, `reserveSharedHot(handle)`, `exchange`
+/// (the `Float64Array` they read the clock from and write the code to), and
 /// `floorNoop()`, an empty call made the same way: the crossing floor the
 /// benchmarks (bench/node) compare them with.
 #[napi(module_exports)]
 pub fn init(mut exports: Object, env: Env) -> Result<()> {
+    let (exchange, exchange_array) = hot::Exchange::new(&env)?;
     let tables = Tables {
-        pacers: Rc::new(Table::new(0)),
-        shared: Rc::new(Table::new(1)),
+        pacers: Rc::new(Table::new(0, exchange)),
+        shared: Rc::new(Table::new(1, exchange)),
     };
     TABLES.with(|slot| *slot.borrow_mut() = Some(tables.clone()));
     let functions = [
+        ("exchange", exchange_array),
         (
             "reserveHot",
             hot::table_function(&env, "reserveHot", reserve_hot, tables.pacers)?,

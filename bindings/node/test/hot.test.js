@@ -1,7 +1,8 @@
 'use strict';
-// The addon's hand-written hot calls (src/hot.rs): `reserveHot(handle,
-// nowMs)` and `reserveSharedHot(handle)` over the handles pacers give out,
-// and the `floorNoop` benchmark floor.
+// The addon's hand-written hot calls (src/hot.rs): `reserveHot(handle)` and
+// `reserveSharedHot(handle)` over the handles pacers give out, with the
+// clock and the code passing through `exchange`, and the `floorNoop`
+// benchmark floor.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const os = require('node:os');
@@ -9,6 +10,15 @@ const path = require('node:path');
 const v8 = require('node:v8');
 const vm = require('node:vm');
 const { native, decodeDecision } = require('../native.js');
+
+// The call as `reserveCode` in native.js makes it, written out here so the
+// test reads the exchange itself.
+function hot(handle, nowMs) {
+  native.exchange[0] = nowMs;
+  const returned = native.reserveHot(handle);
+  assert.equal(returned, undefined);
+  return native.exchange[1];
+}
 
 v8.setFlagsFromString('--expose-gc');
 const gc = vm.runInNewContext('gc');
@@ -25,21 +35,21 @@ function twoBurst() {
 
 test('reserveHot gives the encoded decision', () => {
   const handle = twoBurst().handle();
-  assert.equal(native.reserveHot(handle, 0), 8 * (1 * 16384 + 0) + 1);
-  assert.equal(native.reserveHot(handle, 0), 8 * (2 * 16384 + 0) + 1);
+  assert.equal(hot(handle, 0), 8 * (1 * 16384 + 0) + 1);
+  assert.equal(hot(handle, 0), 8 * (2 * 16384 + 0) + 1);
   for (let seq = 3; seq <= 6; seq++) {
-    assert.equal(native.reserveHot(handle, 0), 8 * (seq * 16384 + (seq - 2) * 1000) + 1);
+    assert.equal(hot(handle, 0), 8 * (seq * 16384 + (seq - 2) * 1000) + 1);
   }
-  assert.equal(native.reserveHot(handle, 0), -(1 + 32 * 5000 + 2 * 4 + 0));
-  assert.equal(native.reserveHot(handle, 0), -(1 + 32 * 5000 + 2 * 4 + 0));
+  assert.equal(hot(handle, 0), -(1 + 32 * 5000 + 2 * 4 + 0));
+  assert.equal(hot(handle, 0), -(1 + 32 * 5000 + 2 * 4 + 0));
 });
 
 test('the hot call and the class method act on one pacer and one set of counters', () => {
   const pacer = twoBurst();
   const handle = pacer.handle();
-  for (let i = 0; i < 3; i++) assert.ok(native.reserveHot(handle, 0) > 0);
+  for (let i = 0; i < 3; i++) assert.ok(hot(handle, 0) > 0);
   for (let i = 0; i < 3; i++) assert.ok(pacer.reserve(0) > 0);
-  assert.ok(native.reserveHot(handle, 0) < 0);
+  assert.ok(hot(handle, 0) < 0);
   assert.ok(pacer.reserve(0) < 0);
   // [admitted, admitted after a wait, refused]; the state's seq counts debits.
   assert.deepEqual(pacer.counters().slice(0, 3), [6, 4, 2]);
@@ -50,9 +60,9 @@ test('each handle reaches its own pacer', () => {
   const a = twoBurst();
   const b = twoBurst();
   const [ha, hb] = [a.handle(), b.handle()];
-  for (let i = 0; i < 6; i++) native.reserveHot(ha, 0);
-  assert.equal(native.reserveHot(hb, 0), 8 * 16384 + 1);
-  assert.ok(native.reserveHot(ha, 0) < 0);
+  for (let i = 0; i < 6; i++) hot(ha, 0);
+  assert.equal(hot(hb, 0), 8 * 16384 + 1);
+  assert.ok(hot(ha, 0) < 0);
   assert.deepEqual([a.state()[2], b.state()[2]], [6, 1]);
 });
 
@@ -60,17 +70,21 @@ test('bad arguments throw a TypeError and change nothing', () => {
   const pacer = twoBurst();
   const handle = pacer.handle();
   const before = pacer.state();
-  for (const bad of [undefined, null, '5', 5n, {}]) {
-    assert.throws(() => native.reserveHot(handle, bad), (e) => e instanceof TypeError && /nowMs must be a number/.test(e.message));
+  // The exchange holds doubles: anything written there is a number already.
+  // Negative, infinite or NaN (which a non-number becomes) is a TypeError.
+  native.exchange[1] = 12345;
+  for (const bad of [NaN, -1, -0.5, Infinity, -Infinity, undefined, {}]) {
+    assert.throws(() => hot(handle, bad), (e) => e instanceof TypeError && /nowMs must be a finite number of ms, 0 or more/.test(e.message));
+    assert.equal(native.exchange[1], 12345, 'nothing written back');
   }
-  assert.throws(() => native.reserveHot(handle), TypeError);
+  assert.throws(() => native.reserveHot(), (e) => e instanceof TypeError && /not a pacer handle/.test(e.message));
   for (const notHandle of [undefined, 1, {}, pacer, () => {}]) {
-    assert.throws(() => native.reserveHot(notHandle, 0), (e) => e instanceof TypeError && /not a pacer handle/.test(e.message));
+    assert.throws(() => hot(notHandle, 0), (e) => e instanceof TypeError && /not a pacer handle/.test(e.message));
   }
   // A handle of the other kind indexes the other table: unknown there.
   const shared = native.NativeSharedPacer.open(path.join(os.tmpdir(), `pacer-hot-${process.pid}`), 60, 2, 120000, 5, false);
   try {
-    assert.throws(() => native.reserveHot(shared.handle(), 0), /not a pacer handle/);
+    assert.throws(() => hot(shared.handle(), 0), /not a pacer handle/);
     assert.throws(() => native.reserveSharedHot(handle), /not a pacer handle/);
   } finally {
     shared.close();
@@ -82,13 +96,13 @@ test('bad arguments throw a TypeError and change nothing', () => {
 
 test('a handle keeps its pacer alive after the class object is gone', async () => {
   let handle = twoBurst().handle();
-  assert.ok(native.reserveHot(handle, 0) > 0);
+  assert.ok(hot(handle, 0) > 0);
   for (let i = 0; i < 3; i++) {
     gc();
     await new Promise((resolve) => setImmediate(resolve));
   }
-  assert.equal(native.reserveHot(handle, 0), 8 * (2 * 16384) + 1);
-  assert.equal(native.reserveHot(handle, 0), 8 * (3 * 16384 + 1000) + 1);
+  assert.equal(hot(handle, 0), 8 * (2 * 16384) + 1);
+  assert.equal(hot(handle, 0), 8 * (3 * 16384 + 1000) + 1);
   handle = null;
   gc();
 });
@@ -98,7 +112,8 @@ test('reserveSharedHot decides at the shared clock and throws SHARED_NOT_OPEN on
   const shared = native.NativeSharedPacer.open(file, 60, 2, 120000, 5, false);
   try {
     const handle = shared.handle();
-    const first = decodeDecision(native.reserveSharedHot(handle), 4833);
+    assert.equal(native.reserveSharedHot(handle), undefined);
+    const first = decodeDecision(native.exchange[1], 4833);
     assert.equal(first.admitted, true);
     assert.equal(first.seq, 1);
     assert.equal(shared.state()[2], 1);
@@ -146,4 +161,42 @@ test('Pacer tickets stay exact once codes pass 2^32 (strict release checks the s
   assert.equal(pacer.release(previous.ticket, 40000 * 1000), false);
   assert.equal(pacer.release(last.ticket, 40000 * 1000), true);
   assert.equal(pacer.state().seq, 39999);
+});
+
+test("each thread has its own exchange, and it outlives a transfer of its buffer", async () => {
+  const { Worker } = require('node:worker_threads');
+  const { once } = require('node:events');
+  const { Pacer } = require('../index.js');
+  // In a worker (its own env, so its own exchange): the buffer is
+  // transferred away and the copy collected; the addon owns the cells, so
+  // the worker's pacer keeps deciding. 60/min, burst 2, as twoBurst().
+  const script = `
+    const { parentPort } = require('node:worker_threads');
+    require('node:v8').setFlagsFromString('--expose-gc');
+    const collect = require('node:vm').runInNewContext('gc');
+    const { native } = require(${JSON.stringify(path.join(__dirname, '..', 'native.js'))});
+    const { Pacer } = require(${JSON.stringify(path.join(__dirname, '..', 'index.js'))});
+    const pacer = new Pacer({ ratePerMinute: 60, burst: 2, now: () => 0 });
+    let copy = structuredClone(native.exchange.buffer, { transfer: [native.exchange.buffer] });
+    copy = null;
+    collect();
+    const answers = [];
+    for (let i = 0; i < 8; i++) {
+      try {
+        const d = pacer.reserve(0);
+        answers.push(d.kind + ' ' + (d.kind === 'admitted' ? d.waitMs : d.requiredWaitMs));
+      } catch (error) {
+        answers.push('error ' + error.message);
+      }
+    }
+    parentPort.postMessage(answers);`;
+  const mine = new Pacer({ ratePerMinute: 60, burst: 2, now: () => 0 });
+  assert.equal(mine.reserve(0).kind, 'admitted');
+  const worker = new Worker(script, { eval: true });
+  const [answers] = await once(worker, 'message');
+  await once(worker, 'exit');
+  assert.deepEqual(answers, ['admitted 0', 'admitted 0', 'admitted 1000', 'admitted 2000', 'admitted 3000',
+    'admitted 4000', 'refused 5000', 'refused 5000']);
+  // This thread's pacer saw none of the worker's calls: its second admission.
+  assert.deepEqual([mine.reserve(0).kind, mine.reserve(0).waitMs], ['admitted', 1000]);
 });

@@ -5,7 +5,7 @@
 // integer through the public Pacer.
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { native, decodeDecision } = require('../native.js');
+const { native, decodeDecision, reserveCode } = require('../native.js');
 const { Pacer, NoticeRegistry } = require('../index.js');
 const { loadVectors, quiet } = require('./helpers.js');
 
@@ -63,7 +63,7 @@ test('every scenario through the native pacer', () => {
   }
 });
 
-test('every scenario through the native hot call (reserveHot)', () => {
+test('every scenario through the native hot call (reserveHot, via reserveCode)', () => {
   for (const scenario of scenarios) {
     const c = scenario.config;
     const pacer = new native.NativePacer(c.rate_per_min, c.burst, c.idle_timeout_ms, c.max_retries,
@@ -72,7 +72,7 @@ test('every scenario through the native hot call (reserveHot)', () => {
     const bound = pacer.info()[1];
     replay(scenario, {
       reserve(t) {
-        const d = decodeDecision(native.reserveHot(handle, t), bound);
+        const d = decodeDecision(reserveCode(handle, t), bound);
         return d.admitted ? { ...d, ticket: d.debitUnits > 0 ? [d.seq, d.debitUnits] : null } : d;
       },
       release(ticket, t) {
