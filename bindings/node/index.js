@@ -636,14 +636,20 @@ class Pacer {
     // here as `decodeDecision` (native.js) would, straight into the result
     // without its intermediate object.
     if (code < 0) {
-      const flat = -code - 1;
-      const low = flat & (REFUSAL_HINT_SPAN - 1);
-      return {
-        kind: 'refused',
-        requiredWaitMs: (flat - low) / REFUSAL_HINT_SPAN,
-        retryAfterSeconds: low >> 1,
-        clockRegressed: (low & 1) === 1,
-      };
+      // `~code` is `-code - 1` for a code above −2^31 (a required wait under
+      // 2^26 ms, as every real one is), in integer operations: no field of
+      // the result becomes a heap number. Larger codes go the long way.
+      if (code > -0x80000000) {
+        const flat = ~code;
+        const low = flat & (REFUSAL_HINT_SPAN - 1);
+        return {
+          kind: 'refused',
+          requiredWaitMs: flat >> 5,
+          retryAfterSeconds: low >> 1,
+          clockRegressed: (low & 1) === 1,
+        };
+      }
+      return this.#result(decodeDecision(code, this.#waitBoundMs));
     }
     if ((code & 3) === PATH_PACED) {
       const payload = (code - (code & 7)) / 8;
