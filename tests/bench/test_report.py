@@ -166,6 +166,28 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(len(go_miss), 1)
         self.assertIn("(`c_admit`, C ABI section) 12.0 ns [11.0, 13.0]", go_miss[0])
 
+    def test_go_contended_miss_quotes_both_sides(self):
+        # Go 2t rounds: pacer 110, 120, 95 over allow 100 -> 1.10, 1.20, 0.95 -> median 1.10 (missed);
+        # both sides' medians with [min, max]; 1t: pacer 70, 80, 90 over allow 100 -> 0.80 [0.70, 0.90]
+        fixture = json.loads(json.dumps(FIXTURE))
+        rows = [r for r in fixture["go"]["rows"] if not (r["id"] == "pacer_reserve" and r["threads"] == 2)]
+        rows += [row("pacer_reserve", [110, 120, 95], threads=2), row("rate_allow", [100, 100, 100])]
+        fixture["go"]["rows"] = rows
+        with tempfile.TemporaryDirectory() as folder:
+            results = Path(folder)
+            for name, data in fixture.items():
+                (results / ("%s.json" % name)).write_text(json.dumps(data))
+            subprocess.run([sys.executable, str(REPORT), str(results), str(results / "out.md")],
+                           check=True, capture_output=True)
+            text = (results / "out.md").read_text()
+        section = text.split("## Targets missed")[1]
+        go = [l for l in section.splitlines() if l.startswith("- **") and "at 2 goroutines" in l]
+        self.assertEqual(len(go), 1, section)
+        self.assertIn("(2t): 1.10× [0.95, 1.20].**", go[0])
+        self.assertIn("`pacer_reserve` takes 110.0 ns [95.0, 120.0] and `rate_allow` 100.0 ns [100.0, 100.0]",
+                      go[0])
+        self.assertIn("`Reserve` takes 0.80× [0.70, 0.90] of `Allow`'s time", go[0])
+
     def test_missing_layer_fails(self):
         with tempfile.TemporaryDirectory() as folder:
             results = Path(folder)
