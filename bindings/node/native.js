@@ -39,7 +39,8 @@ const PATH_SHAPED = 2;
  */
 function decodeDecision(code, waitBoundMs) {
   if (typeof code !== 'number') {
-    // Only when `exchange` lost its memory (its buffer transferred away).
+    // A read from a detached `exchange` (its buffer moved away by a
+    // script) gives `undefined`: fail clearly rather than decode it.
     throw new Error('pacer: the addon answered no decision (its exchange buffer is gone)');
   }
   // Codes pass 2^31, but `&` on a whole double keeps its low 32 bits, so
@@ -77,7 +78,8 @@ function decodeDecision(code, waitBoundMs) {
  * `exchange[0]`, calls `reserveHot(handle)` (or `reserveSharedHot(handle)`,
  * which reads its own clock), and reads the decision's code from
  * `exchange[1]`. Numbers passed that way cost the call no Node-API
- * conversions and no heap number.
+ * conversions and no heap number. (`index.js` writes the same steps out in
+ * `Pacer.reserve`.)
  */
 const { exchange } = native;
 
@@ -85,12 +87,6 @@ const { exchange } = native;
 function reserveCode(handle, nowMs) {
   exchange[0] = nowMs;
   native.reserveHot(handle);
-  return exchange[1];
-}
-
-/** `reserveSharedHot(handle)`: the decision's code at the shared clock. */
-function reserveSharedCode(handle) {
-  native.reserveSharedHot(handle);
   return exchange[1];
 }
 
@@ -110,6 +106,6 @@ function outcomeCode(outcome) {
 }
 
 module.exports = {
-  native, constants, decodeDecision, outcomeCode, reserveCode, reserveSharedCode, PACED_WAIT_SPAN,
-  REFUSAL_HINT_SPAN, PATH_PACED,
+  native, constants, decodeDecision, outcomeCode, reserveCode, PACED_WAIT_SPAN, REFUSAL_HINT_SPAN,
+  PATH_PACED,
 };

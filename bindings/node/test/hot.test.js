@@ -125,6 +125,14 @@ test('reserveSharedHot decides at the shared clock and throws SHARED_NOT_OPEN on
   }
 });
 
+test('a code that is not a number (a detached exchange reads undefined) fails clearly', () => {
+  for (const code of [undefined, null, '5', 5n]) {
+    assert.throws(() => decodeDecision(code, 4833), (e) => /answered no decision/.test(e.message));
+  }
+  assert.deepEqual(decodeDecision(-(1 + 32 * 5000 + 2 * 4), 4833),
+    { admitted: false, requiredWaitMs: 5000, retryAfterSeconds: 4, clockRegressed: false });
+});
+
 test('floorNoop takes nothing and returns undefined', () => {
   assert.equal(typeof native.floorNoop, 'function');
   assert.equal(native.floorNoop(), undefined);
