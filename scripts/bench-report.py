@@ -494,6 +494,18 @@ STATE_64_WHY = (
     "the Node addon), but this bench calls it out of line like every contender, so its figures do not "
     "show that.")
 
+def state_64_pointer(core: Layer) -> str:
+    """Why the state is 128 bits: a pointer to the governor target's reason
+    when that target is missed at both thread counts in this run (so its
+    reason is printed below), else the reason itself."""
+    shown = all(r is not None and r[0] > 1.0
+                for r in (ratio(core, ("pacer_admit", t), ("governor_fake", t)) for t in (1, 2)))
+    if shown:
+        return ("Meeting it would take a 64-bit state word; why the state does not fit one, and what was "
+                "tried, is under the governor target below.")
+    return STATE_64_WHY
+
+
 # Why a target is missed and what it would take, keyed by (layer, the
 # target's text up to its first parenthesis).
 MISSES = {
@@ -508,9 +520,7 @@ MISSES = {
             measured(layers["core"], "rule_admit"),
             times(ratio(layers["core"], ("gcra_u64", 1), ("cas_u64", 1))),
             times(ratio(layers["core"], ("gcra_u64", 2), ("cas_u64", 2))))
-        + "Meeting it would take a 64-bit state word; why the state does not fit one, and what was tried, "
-        "is under the governor target below (missed whenever this one is: the bare 64-bit CAS is itself "
-        "slower than governor)."),
+        + state_64_pointer(layers["core"])),
     ("core", "admit path no slower than governor's, fake clock"): lambda layers: (
         "governor's GCRA state is one `u64` (theoretical arrival time): one 64-bit `lock cmpxchg` and three "
         "comparisons. The closest design tried is the pacer's own rule as GCRA on one such word (`gcra_u64`: "

@@ -68,6 +68,17 @@ FIXTURE = {
 }
 
 
+def report_of(fixture) -> str:
+    """The report generated from `fixture` (one JSON file per key)."""
+    with tempfile.TemporaryDirectory() as folder:
+        results = Path(folder)
+        for name, data in fixture.items():
+            (results / ("%s.json" % name)).write_text(json.dumps(data))
+        subprocess.run([sys.executable, str(REPORT), str(results), str(results / "out.md")],
+                       check=True, capture_output=True)
+        return (results / "out.md").read_text()
+
+
 class ReportTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -173,20 +184,25 @@ class ReportTest(unittest.TestCase):
         rows = [r for r in fixture["go"]["rows"] if not (r["id"] == "pacer_reserve" and r["threads"] == 2)]
         rows += [row("pacer_reserve", [110, 120, 95], threads=2), row("rate_allow", [100, 100, 100])]
         fixture["go"]["rows"] = rows
-        with tempfile.TemporaryDirectory() as folder:
-            results = Path(folder)
-            for name, data in fixture.items():
-                (results / ("%s.json" % name)).write_text(json.dumps(data))
-            subprocess.run([sys.executable, str(REPORT), str(results), str(results / "out.md")],
-                           check=True, capture_output=True)
-            text = (results / "out.md").read_text()
-        section = text.split("## Targets missed")[1]
+        section = report_of(fixture).split("## Targets missed")[1]
         go = [l for l in section.splitlines() if l.startswith("- **") and "at 2 goroutines" in l]
         self.assertEqual(len(go), 1, section)
         self.assertIn("(2t): 1.10× [0.95, 1.20].**", go[0])
         self.assertIn("`pacer_reserve` takes 110.0 ns [95.0, 120.0] and `rate_allow` 100.0 ns [100.0, 100.0]",
                       go[0])
         self.assertIn("`Reserve` takes 0.80× [0.70, 0.90] of `Allow`'s time", go[0])
+
+    def test_state_reason_is_printed_where_it_is_read(self):
+        # admit/cas 2t: 30/10 every round -> 3.0 (missed); admit/governor 2t stays 1.0 (met), so the
+        # governor reason is printed for 1t only and the cas reason must carry the state's reason itself
+        fixture = json.loads(json.dumps(FIXTURE))
+        rows = [r for r in fixture["core"]["rows"] if not (r["id"] == "cas_u64" and r["threads"] == 2)]
+        fixture["core"]["rows"] = rows + [row("cas_u64", [10, 10, 10], threads=2)]
+        section = report_of(fixture).split("## Targets missed")[1]
+        cas = [l for l in section.splitlines() if l.startswith("- **") and "`pacer_admit / cas_u64`" in l]
+        self.assertEqual(len(cas), 1, section)
+        self.assertIn("the high-water mark is a full `u64` of milliseconds", cas[0])
+        self.assertNotIn("is under the governor target below", cas[0])
 
     def test_missing_layer_fails(self):
         with tempfile.TemporaryDirectory() as folder:
