@@ -475,9 +475,9 @@ def rule_against_governor(core: Layer) -> str:
     if value is None:
         return ""
     if value[0] <= 1.15:
-        return (": on the same word width the rule costs about what governor's check does, and the gap "
-                "is the state that does not fit beside one arrival time")
-    return ": even on the same word width the rule costs more than governor's check"
+        return (": at one thread, on the same word width, the rule costs about what governor's check "
+                "does, and the gap is the state that does not fit beside one arrival time")
+    return ": even on the same word width the rule costs more than governor's check at one thread"
 
 
 STATE_64_WHY = (

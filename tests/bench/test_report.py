@@ -163,8 +163,8 @@ class ReportTest(unittest.TestCase):
         governor = [m for m in misses if "no slower than governor" in m]
         self.assertEqual(len(governor), 1)
         self.assertIn("it takes 1.00× [0.67, 1.00] governor's time (1t; 0.67× [0.33, 1.33] at 2t), and the "
-                      "pacer takes 1.50× [1.00, 3.00] its time (1t; 1.50× [1.50, 1.50] at 2t): on the same word "
-                      "width the rule costs about what governor's check does", governor[0])
+                      "pacer takes 1.50× [1.00, 3.00] its time (1t; 1.50× [1.50, 1.50] at 2t): at one thread, on "
+                      "the same word width, the rule costs about what governor's check does", governor[0])
         # and, the 1.5× target being met here, it carries the reason the state is 128 bits itself
         self.assertIn("the high-water mark is a full `u64` of milliseconds", governor[0])
         # the C reason quotes both paths' differences from the same run
