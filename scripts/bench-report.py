@@ -426,7 +426,7 @@ NODE_WHY = ("The public reserve is the raw call (`native_reserve`) and the JavaS
             "instruction), and the result object with its `Ticket` about 18 ns. The clock and the code pass "
             "through a `Float64Array` over memory the addon owns, not as an argument and a return value, "
             "which saves `napi_get_value_double`, `napi_create_double` and a heap number per code past 2^30 "
-            "(public reserve 60.4 ns before, 44.1 ns after, in interleaved runs of one build). What is left "
+            "(public reserve 60.4 ns before, 44.1 ns after, in back-to-back runs while developing). What is left "
             "would take V8's Fast API calls, which skip most of the crossing but are not reachable through "
             "Node-API (a C++ addon against V8 itself, giving up Node-API's stable ABI), or a result with no "
             "object per call (an API change).")
@@ -487,8 +487,8 @@ STATE_64_WHY = (
     "9·10^6 units and a shared file may hold any level), and the strict release policy's counter 24 bits. "
     "GCRA's one arrival time can carry the level (that design is `gcra_u64`, measured above), but not "
     "the mark, nor the flag, nor the counter that makes a refund at-most-once; a second word beside it "
-    "would need a 128-bit compare-and-swap again or give up a single linearizable step (the loom models). Tried: compiling "
-    "`cmpxchg16b` in rather than choosing it at run time (kept; about 1 ns less per admission and "
+    "would need a 128-bit compare-and-swap again or give up a single linearizable step (the loom "
+    "models). Tried: compiling `cmpxchg16b` in rather than choosing it at run time (kept; about 1 ns less per admission and "
     "release in alternating rounds here), the adaptive branch and the retry loop moved out of line "
     "(no gain; not kept). `Pacer::reserve` is `#[inline]` (kept: it removes a stall from the C call and "
     "the Node addon), but this bench calls it out of line like every contender, so its figures do not "
@@ -560,8 +560,8 @@ MISSES = {
         "+1.5 ns after). The closest design tried, a per-pacer switch turning the counters off "
         "(`pacer_set_counting`), saved about 0.4 ns per call in the same rounds, enough to meet this "
         "target by a few tenths of a nanosecond; it was not kept, because it is a second way of counting "
-        "in the C ABI (the bindings stay thin: a change that adds a mechanism removes one) and every binding's "
-        "`counters()` would read nothing while it is off." % (
+        "in the C ABI (the bindings stay thin: a change that adds a mechanism removes one) and every "
+        "binding's `counters()` would read nothing while it is off." % (
             signed(diff(layers["c"], ("c_admit", 1), ("rust_admit", 1))),
             signed(diff(layers["c"], ("c_refuse", 1), ("rust_refuse", 1))))),
     ("node", "`Pacer.reserve` at most 50 ns"): lambda layers: binding_miss(
