@@ -718,7 +718,8 @@ class RedisPacer {
   /**
    * Presents a booking on the request's retry; changes nothing in the
    * bucket. `{kind: 'admitted', waitMs, queued, path: 'booked', ticket}`
-   * when the slot is within the bound, else `{kind: 'booked', booking,
+   * when the slot is within the bound (`ticket` is the one the reply
+   * carries; the booking is spent), else `{kind: 'booked', booking,
    * retryAfterSeconds}`. A booking already redeemed or released is a
    * RangeError. When Redis fails, the policy answers (the booking stays).
    */
@@ -746,9 +747,11 @@ class RedisPacer {
     }
     if (!Array.isArray(reply)) throw unexpected(reply);
     if (text(reply[0]) === 'admitted') {
+      // The redemption spent the booking; the admission's ticket is the
+      // reply's (item 3), on the booking's key.
       RedisBooking.markRedeemed(booking);
-      const d = admittedFrom(ticket.key, reply);
-      return this.#count({ ...d, ticket });
+      RedisTicket.spend(ticket);
+      return this.#count(admittedFrom(ticket.key, reply));
     }
     if (text(reply[0]) === 'notyet') {
       return { kind: 'booked', booking, retryAfterSeconds: Number(reply[1]) };

@@ -789,3 +789,42 @@ describe('adaptive pacing (SPEC §14)', () => {
       });
   }
 });
+
+// ---------------------------------------------------------------- redeem issues a fresh ticket
+
+test('an admitting redeem carries the ticket of the reply\'s item 3 (same key); the spent booking is not released', async () => {
+  // Canned replies shaped as docs/redis.md gives them: BOOK books, REDEEM
+  // admits with a ticket text other than the booking's, RELEASE refunds.
+  const BOOKING = '7.3.60000.5000.0123456789abcdef';
+  const FRESH = '8.4.60000.0.fedcba9876543210';
+  const client = recordingClient((args) => {
+    const op = args[0].slice('PACER.'.length);
+    if (op === 'BOOK') return ['booked', 2, BOOKING, 5000, 0];
+    if (op === 'REDEEM') return ['admitted', 0, FRESH, 'booked', 0];
+    if (op === 'RELEASE') return 1;
+    throw new Error(`unexpected ${args.join(' ')}`);
+  });
+  const pacer = await RedisPacer.connect({ client, key: 'k', ...CONFIG, engine: 'module' });
+  try {
+    const booked = await pacer.reserveOrBook(3);
+    assert.equal(booked.kind, 'booked');
+    assert.equal(booked.booking.ticket.text, BOOKING);
+    const admitted = await pacer.redeem(booked.booking);
+    assert.equal(admitted.kind, 'admitted');
+    assert.equal(admitted.path, 'booked');
+    assert.ok(RedisTicket.isRedisTicket(admitted.ticket));
+    assert.equal(admitted.ticket.text, FRESH);
+    assert.equal(admitted.ticket.key, 'k');
+    assert.notEqual(admitted.ticket, booked.booking.ticket);
+    // The booking was spent by the redemption: refused here, nothing sent.
+    const sentBefore = client.sent.length;
+    assert.equal(await pacer.release(booked.booking.ticket), false);
+    await assert.rejects(pacer.redeem(booked.booking), RangeError);
+    assert.equal(client.sent.length, sentBefore);
+    // The admission's own ticket is released on the server, by its text.
+    assert.equal(await pacer.release(admitted.ticket), true);
+    assert.deepEqual(client.sent.at(-1), ['PACER.RELEASE', 'k', FRESH]);
+  } finally {
+    await pacer.close();
+  }
+});
