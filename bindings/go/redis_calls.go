@@ -79,8 +79,9 @@ type RedisBooking struct {
 	// SlotMs is when the connection may open: ms on the server's clock (on
 	// the fallback pacer's clock for a fallback booking).
 	SlotMs uint64
-	// Ticket is the booked token's refund right; Redeem moves it into the
-	// admission.
+	// Ticket is the booked token's refund right until the booking is
+	// redeemed: Redeem spends it, and the admission carries the ticket the
+	// server's reply gives.
 	Ticket *RedisTicket
 
 	local    *Booking
@@ -204,8 +205,10 @@ func (r *RedisPacer) reserveOrBook(ctx context.Context, retriesLeft uint32) (Red
 
 // Redeem presents a booking on the request's retry. The server's answer
 // changes nothing in the bucket (only its counters): admitted with Path
-// PathBooked after a wait within the bound, the booking's Ticket moving
-// into the decision; or not yet, with the next hint, the booking kept. A
+// PathBooked after a wait within the bound, the booking spent (its Ticket
+// then reports Spent and a Release of it refunds nothing) and the
+// decision's Ticket the one the server's reply carries; or not yet, with
+// the next hint, the booking kept. A
 // fallback booking is redeemed by the fallback pacer that made it. While
 // Redis fails, a Redis booking is answered by the failure policy as a
 // Reserve would be (its token in Redis is not refunded: it passes with
@@ -265,13 +268,20 @@ func (r *RedisPacer) redeem(ctx context.Context, b *RedisBooking) (RedisDecision
 		if len(items) < 5 {
 			return RedisDecision{}, badReply("redeem", reply)
 		}
+		text, ok := items[2].(string)
+		if !ok || text == "" {
+			return RedisDecision{}, badReply("redeem", reply)
+		}
 		if !b.redeemed.CompareAndSwap(false, true) {
 			return RedisDecision{}, ErrBookingSpent
 		}
+		// The redemption spent the booking; the admission's ticket is the
+		// one the reply carries (item 3), on the same key.
+		b.Ticket.spent.Store(true)
 		wait := num(items[1])
 		return RedisDecision{
 			Admitted: true, Path: PathBooked, WaitMs: wait, Queued: wait > 0,
-			Ticket: b.Ticket, ClockRegressed: num(items[4]) != 0,
+			Ticket: &RedisTicket{Key: r.key, Value: text}, ClockRegressed: num(items[4]) != 0,
 		}, nil
 	case "notyet":
 		return RedisDecision{RetryAfterSeconds: num(items[1])}, nil
