@@ -693,8 +693,31 @@ def test_a_due_booking_is_admitted(d: Driver, module_server: RedisServer) -> Non
             break
         time.sleep(0.05)
     assert isinstance(admitted, RedisAdmitted) and admitted.path is AdmitPath.BOOKED
-    assert admitted.ticket.text == outcome.booking.ticket.text and outcome.booking.spent
+    # The admission's ticket is the reply's (a fresh one from an engine that
+    # issues one), not the booking's object; the booking is spent.
+    assert admitted.ticket is not outcome.booking.ticket and outcome.booking.spent
+    assert d(outcome.booking.release()) is False  # refused here: nothing sent
     assert d(fleet.release(admitted.ticket)) is True
+    assert d(fleet.info())["released"] == 1
+
+
+def test_a_redemption_admits_with_the_ticket_the_reply_carries(d: Driver) -> None:
+    """REDEEM's admitted reply is ["admitted", wait_ms, ticket, "booked", 0]
+    (docs/redis.md): the admission's ticket is built from item 3, on the
+    same key, whatever the booking's text was, and the booking is spent:
+    releasing it is refused here, without asking Redis (nothing listens, and
+    no outage starts)."""
+    fleet = d.pacer(url=f"redis://127.0.0.1:{free_port()}", key="k", on_failure="closed", **CONFIG)
+    booking = _redis.RedisBooking(_redis.RedisTicket(fleet, "k", "7.3.60000.123456.0123456789abcdef"), 123456)
+    fresh = "8.4.60000.0.fedcba9876543210"
+    admitted = fleet._redemption(booking, [b"admitted", b"0", fresh.encode(), b"booked", b"0"])
+    assert isinstance(admitted, RedisAdmitted) and admitted.path is AdmitPath.BOOKED
+    assert (admitted.wait_ms, admitted.fallback, admitted.clock_regressed) == (0, None, False)
+    assert (admitted.ticket.text, admitted.ticket.key, admitted.ticket.spent) == (fresh, "k", False)
+    assert booking.spent
+    assert d(booking.release()) is False
+    assert d(fleet.release(booking.ticket)) is False
+    assert not fleet.in_outage
 
 
 # ------------------------------------------------------------ adaptive pacing
