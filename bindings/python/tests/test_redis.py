@@ -284,6 +284,27 @@ def test_an_existing_client_is_accepted(module_server: RedisServer) -> None:
     asyncio.run(main())
 
 
+def test_the_asyncio_pacer_constructs_without_warnings() -> None:
+    """The asyncio pacer's own connections get redis.asyncio's Retry: given a
+    synchronous one, redis-py 8 warns on construction (an error under
+    ``python -W error``)."""
+    import warnings
+
+    import redis.asyncio
+
+    url = f"redis://127.0.0.1:{free_port()}"
+
+    async def main() -> None:
+        client = redis.asyncio.Redis.from_url(url)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for fleet in (AsyncRedisPacer(url=url, key="k", **CONFIG), AsyncRedisPacer(client=client, key="k")):
+                await fleet.close()
+        await client.aclose()
+
+    asyncio.run(main())
+
+
 def test_settings_are_checked() -> None:
     with pytest.raises(TypeError, match="exactly one of url= and client="):
         RedisPacer(key="k")

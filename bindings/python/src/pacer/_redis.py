@@ -743,11 +743,17 @@ def _redis_py() -> Any:
     return redis
 
 
-def _client_kwargs(timeout_s: float) -> dict[str, Any]:
+def _client_kwargs(timeout_s: float, *, asyncio_client: bool = False) -> dict[str, Any]:
     """What the pacer's own connections use: its timeout for connecting and
-    for each reply, and no retries (a failure is answered by the policy)."""
+    for each reply, and no retries (a failure is answered by the policy),
+    with the Retry of redis.asyncio for the asyncio client (given the
+    synchronous one, redis-py 8 warns)."""
     from redis.backoff import NoBackoff
-    from redis.retry import Retry
+
+    if asyncio_client:
+        from redis.asyncio.retry import Retry
+    else:
+        from redis.retry import Retry  # type: ignore[assignment]
 
     return {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, "retry": Retry(NoBackoff(), 0)}
 
@@ -1099,7 +1105,7 @@ class AsyncRedisPacer(_FleetCore):
                     on_failure=on_failure, fleet_size=fleet_size, timeout_ms=timeout_ms,
                     retry_after_ms=retry_after_ms, notice_registry=notice_registry)
         self._sleep = _check.callable_or("sleep", sleep, asyncio.sleep)
-        kwargs = _client_kwargs(self._timeout_ms / 1000)
+        kwargs = _client_kwargs(self._timeout_ms / 1000, asyncio_client=True)
         if url is not None:
             self._client = aioredis.Redis.from_url(url, **kwargs)
         else:
