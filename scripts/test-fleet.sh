@@ -48,4 +48,8 @@ clients=(
 )
 
 python3 tests/fleet/check.py --module "$module" "${clients[@]}"
+
+# The replies of tests/fleet/replies.json, produced again on real servers.
+python3 tests/fleet/capture_replies.py --module "$module"
+
 echo "test-fleet: ok"

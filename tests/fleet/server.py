@@ -25,8 +25,11 @@ def free_port():
 
 
 class FleetServer:
-    def __init__(self, module):
-        self.module = os.path.abspath(module)  # the server runs in its own directory
+    def __init__(self, module, extra=()):
+        # The server runs in its own directory; None: no module (the
+        # function and the script only).
+        self.module = None if module is None else os.path.abspath(module)
+        self.extra = list(extra)  # more redis-server arguments
         self.port = None
         self.proc = None
         self.scratch = None
@@ -61,7 +64,8 @@ class FleetServer:
             self.proc = subprocess.Popen(
                 ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                  "--appendonly", "no", "--dir", self.scratch,
-                 "--logfile", os.path.join(self.scratch, "redis.log"), "--loadmodule", self.module],
+                 "--logfile", os.path.join(self.scratch, "redis.log"),
+                 *([] if self.module is None else ["--loadmodule", self.module]), *self.extra],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
             for _ in range(100):
