@@ -1049,6 +1049,17 @@ local function spent_bit(serial)
   return SPENT_BITMAP_BIT + math.fmod(serial, SPENT_WINDOW)
 end
 
+-- Numbers a debit with the bucket's next serial: its ticket text. The
+-- serial's bit is cleared when the ring has wrapped onto an older ticket's.
+local function issue_ticket(key, bucket, seq, debit_units, slot_ms)
+  local serial = bucket.serial
+  bucket.serial = serial + 1
+  if serial >= SPENT_WINDOW then
+    redis.call('SETBIT', key, spent_bit(serial), 0) -- a new ticket is unspent
+  end
+  return ticket_text(key, bucket.secret, serial, seq, debit_units, slot_ms)
+end
+
 -- The checks a release or redeem makes, in the documented order.
 local function check_ticket(key, bucket, ticket)
   local expected = mac(key, bucket.secret, ticket.serial, ticket.seq, ticket.debit_units, ticket.slot_ms)
@@ -1184,12 +1195,7 @@ local function admission_command(key, op, argv)
   local ticket = false
   local slot_ms = answer.slot_ms or 0
   if answer.seq then
-    local serial = bucket.serial
-    bucket.serial = serial + 1
-    ticket = ticket_text(key, bucket.secret, serial, answer.seq, answer.debit_units, slot_ms)
-    if serial >= SPENT_WINDOW then
-      redis.call('SETBIT', key, spent_bit(serial), 0) -- a new ticket is unspent
-    end
+    ticket = issue_ticket(key, bucket, answer.seq, answer.debit_units, slot_ms)
   end
   set_state(bucket, next_state)
   bucket[answer.kind] = bucket[answer.kind] + 1 -- its counter: admitted, refused or booked
@@ -1234,17 +1240,23 @@ local function release_command(key, argv)
   return flag(refunded)
 end
 
--- PACER.REDEEM: the ticket is a booking. Pure.
+-- PACER.REDEEM: the ticket is a booking. Admitted, the booking is spent
+-- and the admission gets a ticket of its own (the booking's seq and debit,
+-- slot 0), counted in admitted; not yet, nothing is written.
 local function redeem_command(key, argv)
-  local ticket, now_ms, _, params = ticket_command('redeem', key, argv)
+  local ticket, now_ms, bucket, params = ticket_command('redeem', key, argv)
   if ticket.slot_ms == 0 then
     fail('not a booking')
   end
   local answer = redeem(params, ticket.slot_ms, now_ms)
-  if answer.kind == 'admitted' then
-    return { 'admitted', answer.wait_ms, argv[2], 'booked', 0 }
+  if answer.kind ~= 'admitted' then
+    return { 'notyet', answer.retry_after_s, argv[2] }
   end
-  return { 'notyet', answer.retry_after_s, argv[2] }
+  redis.call('SETBIT', key, spent_bit(ticket.serial), 1)
+  local admission = issue_ticket(key, bucket, ticket.seq, ticket.debit_units, 0)
+  bucket.admitted = bucket.admitted + 1
+  store_bucket(key, bucket)
+  return { 'admitted', answer.wait_ms, admission, 'booked', 0 }
 end
 
 -- PACER.INFO: argv is the op, then [AT ms]. Read-only; the mode, the debt

@@ -1,10 +1,11 @@
 //! Where a trace's bucket lives: the core in this process, or a Redis
 //! server running the module or the script (docs/redis.md). Each engine
-//! numbers tickets and bookings 1, 2, 3 … in the order it issues them, so
-//! the same trace gives the same answers on every engine, and a
-//! differential test compares them answer by answer and state by state.
+//! numbers tickets and bookings 1, 2, 3 … in the order it issues them (a
+//! redeemed booking's admission keeps the booking's number), so the same
+//! trace gives the same answers on every engine, and a differential test
+//! compares them answer by answer and state by state.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use pacer_core::{
@@ -77,10 +78,24 @@ pub trait Engine {
     fn book(&mut self, t: u64, retries_left: u32) -> Result<Answer, String>;
     /// Gives back ticket or booking number `ticket`.
     fn release(&mut self, ticket: u64, t: u64) -> Result<Answer, String>;
-    /// Presents booking number `booking`.
+    /// Presents booking number `booking`. Admitted, the booking is spent and
+    /// its number names the admission's ticket from then on; a booking not
+    /// held, or spent (redeemed or released), is an error ([`no_booking`],
+    /// [`spent_booking`]) that changes nothing.
     fn redeem(&mut self, booking: u64, t: u64) -> Result<Answer, String>;
     /// The stored state (read at `t`, which changes nothing).
     fn state(&mut self, t: u64) -> Result<State, String>;
+}
+
+/// The error of a redemption of a number that names no booking.
+pub fn no_booking(booking: u64) -> String {
+    format!("no booking {booking} is held")
+}
+
+/// The error of a redemption of a booking already redeemed or released
+/// (on Redis, the server's `ERR pacer: ticket already released`).
+pub fn spent_booking(booking: u64) -> String {
+    format!("booking {booking} was already redeemed or released")
 }
 
 /// The core in this process.
@@ -89,6 +104,8 @@ pub struct CoreEngine {
     pacer: Pacer,
     tickets: HashMap<u64, Ticket>,
     bookings: HashMap<u64, Booking>,
+    /// Bookings redeemed or released.
+    spent_bookings: HashSet<u64>,
     next: u64,
 }
 
@@ -99,6 +116,7 @@ impl CoreEngine {
             pacer: Pacer::new(config, t)?,
             tickets: HashMap::new(),
             bookings: HashMap::new(),
+            spent_bookings: HashSet::new(),
             next: 1,
         })
     }
@@ -166,7 +184,10 @@ impl Engine for CoreEngine {
     fn release(&mut self, ticket: u64, t: u64) -> Result<Answer, String> {
         let held = match self.tickets.remove(&ticket) {
             Some(ticket) => Some(ticket),
-            None => self.bookings.remove(&ticket).map(|booking| booking.ticket),
+            None => self.bookings.remove(&ticket).map(|booking| {
+                self.spent_bookings.insert(ticket);
+                booking.ticket
+            }),
         };
         Ok(Answer::Released {
             refunded: held.is_some_and(|ticket| self.pacer.release(ticket, t)),
@@ -174,16 +195,20 @@ impl Engine for CoreEngine {
     }
 
     fn redeem(&mut self, booking: u64, t: u64) -> Result<Answer, String> {
+        if self.spent_bookings.contains(&booking) {
+            return Err(spent_booking(booking));
+        }
         let held = self
             .bookings
             .remove(&booking)
-            .ok_or_else(|| format!("no booking {booking} is held"))?;
+            .ok_or_else(|| no_booking(booking))?;
         Ok(match self.pacer.redeem(held, t) {
             Redemption::Admitted(admission) => {
                 let ticket = admission
                     .ticket
                     .expect("a redeemed booking carries its ticket");
                 self.tickets.insert(booking, ticket);
+                self.spent_bookings.insert(booking);
                 Answer::Admitted {
                     wait_ms: admission.wait_ms,
                     ticket: Some(booking),
@@ -279,8 +304,13 @@ pub struct RedisEngine {
     entry: String,
     key: String,
     config: [String; 5],
-    /// Ticket strings by number (the bucket's serial + 1).
+    /// Ticket strings by number (a redeemed booking's number: its
+    /// admission's ticket).
     tickets: HashMap<u64, String>,
+    /// Booking strings by number.
+    bookings: HashMap<u64, String>,
+    /// The next ticket's or booking's number.
+    next: u64,
     /// Send `INFO` with every operation, in one round trip (for a caller
     /// that reads the state after each step).
     read_back: bool,
@@ -297,6 +327,9 @@ fn config_args(config: &Config) -> [String; 5] {
         config.release_policy.name().into(),
     ]
 }
+
+/// The server's answer to a ticket or booking already spent.
+const SPENT: &str = "ERR pacer: ticket already released";
 
 fn redis_error(e: redis::RedisError) -> String {
     match (e.code(), e.detail()) {
@@ -331,16 +364,6 @@ fn path_of(text: &str) -> Result<&'static str, String> {
         .ok_or_else(|| format!("unknown path '{text}'"))
 }
 
-/// The number of a ticket string: its serial + 1.
-fn ticket_number(ticket: &str) -> Result<u64, String> {
-    ticket
-        .split('.')
-        .next()
-        .and_then(|s| s.parse::<u64>().ok())
-        .map(|serial| serial + 1)
-        .ok_or_else(|| format!("malformed ticket '{ticket}'"))
-}
-
 impl RedisEngine {
     /// Connects to `url`, loads the script (`Script`) or the library
     /// (`Function`) unless the server has it, and
@@ -359,6 +382,8 @@ impl RedisEngine {
             key: String::new(),
             config: config_args(config),
             tickets: HashMap::new(),
+            bookings: HashMap::new(),
+            next: 1,
             read_back: false,
             stashed_info: None,
         };
@@ -462,16 +487,35 @@ impl RedisEngine {
                 .map_err(redis_error);
         }
         let info = self.command("info", &[], t);
+        // Each reply on its own: an error reply to the operation is its
+        // answer, as it is without the INFO beside it.
         let (reply, info): (redis::Value, redis::Value) = redis::pipe()
             .add_command(cmd)
             .add_command(info)
+            .ignore_errors()
             .query(&mut self.con)
             .map_err(redis_error)?;
         self.stashed_info = Some((t, info));
-        Ok(reply)
+        match reply {
+            redis::Value::ServerError(e) => Err(match e.details() {
+                Some(detail) => format!("{} {detail}", e.code()),
+                None => e.code().to_string(),
+            }),
+            reply => Ok(reply),
+        }
     }
 
-    fn answer(&mut self, reply: redis::Value) -> Result<Answer, String> {
+    /// The next number, for a ticket or booking string the server issued.
+    fn number(&mut self, text: String) -> u64 {
+        let n = self.next;
+        self.next += 1;
+        self.tickets.insert(n, text);
+        n
+    }
+
+    /// The reply as an answer; a ticket in it is numbered anew, or, for
+    /// the redemption of booking `redeemed`, takes the booking's number.
+    fn answer(&mut self, reply: redis::Value, redeemed: Option<u64>) -> Result<Answer, String> {
         let redis::Value::Array(items) = reply else {
             return Err(format!("expected an array, got {reply:?}"));
         };
@@ -479,14 +523,13 @@ impl RedisEngine {
         let at = |i: usize| items.get(i).ok_or_else(|| format!("short reply {items:?}"));
         match kind.as_str() {
             "admitted" => {
-                let ticket = match at(2)? {
-                    redis::Value::Nil => None,
-                    value => {
-                        let ticket = text(value)?;
-                        let n = ticket_number(&ticket)?;
-                        self.tickets.insert(n, ticket);
+                let ticket = match (at(2)?, redeemed) {
+                    (redis::Value::Nil, _) => None,
+                    (value, Some(n)) => {
+                        self.tickets.insert(n, text(value)?);
                         Some(n)
                     }
+                    (value, None) => Some(self.number(text(value)?)),
                 };
                 Ok(Answer::Admitted {
                     wait_ms: int(at(1)?)?,
@@ -502,8 +545,8 @@ impl RedisEngine {
             }),
             "booked" => {
                 let booking = text(at(2)?)?;
-                let n = ticket_number(&booking)?;
-                self.tickets.insert(n, booking);
+                let n = self.number(booking.clone());
+                self.bookings.insert(n, booking);
                 Ok(Answer::Booked {
                     retry_after_s: int(at(1)?)?,
                     booking: n,
@@ -541,14 +584,14 @@ impl Engine for RedisEngine {
     fn reserve(&mut self, t: u64) -> Result<Answer, String> {
         let args = self.config.to_vec();
         let reply = self.call("reserve", &args, t)?;
-        self.answer(reply)
+        self.answer(reply, None)
     }
 
     fn book(&mut self, t: u64, retries_left: u32) -> Result<Answer, String> {
         let mut args = self.config.to_vec();
         args.push(retries_left.to_string());
         let reply = self.call("book", &args, t)?;
-        self.answer(reply)
+        self.answer(reply, None)
     }
 
     fn release(&mut self, ticket: u64, t: u64) -> Result<Answer, String> {
@@ -559,21 +602,22 @@ impl Engine for RedisEngine {
             Ok(reply) => Ok(Answer::Released {
                 refunded: int(&reply)? == 1,
             }),
-            Err(e) if e.contains("ticket already released") => {
-                Ok(Answer::Released { refunded: false })
-            }
+            Err(e) if e == SPENT => Ok(Answer::Released { refunded: false }),
             Err(e) => Err(e),
         }
     }
 
     fn redeem(&mut self, booking: u64, t: u64) -> Result<Answer, String> {
         let text = self
-            .tickets
+            .bookings
             .get(&booking)
             .cloned()
-            .ok_or_else(|| format!("no booking {booking} is held"))?;
-        let reply = self.call("redeem", &[text], t)?;
-        self.answer(reply)
+            .ok_or_else(|| no_booking(booking))?;
+        match self.call("redeem", &[text], t) {
+            Ok(reply) => self.answer(reply, Some(booking)),
+            Err(e) if e == SPENT => Err(spent_booking(booking)),
+            Err(e) => Err(e),
+        }
     }
 
     fn state(&mut self, t: u64) -> Result<State, String> {

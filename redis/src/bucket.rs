@@ -66,14 +66,15 @@ pub enum Item {
     Nil,
 }
 
-/// What a command writes: the header (bytes 0..256), and at most one bit
-/// of the bitmap (absolute bit offset, value).
+/// What a command writes: the header (bytes 0..256), and bits of the
+/// bitmap (absolute bit offset, value), in order: at most two (a redemption
+/// spends its booking, then issues a ticket).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Effect {
     /// The new header, when anything in it changed.
     pub header: Option<[u8; HEADER_LEN]>,
-    /// A bit to set or clear: `SETBIT key offset value`.
-    pub bit: Option<(u64, bool)>,
+    /// Bits to set or clear, in this order: `SETBIT key offset value`.
+    pub bits: Vec<(u64, bool)>,
 }
 
 /// A command, parsed.
@@ -96,12 +97,10 @@ pub enum Op {
 }
 
 impl Op {
-    /// Whether the command may write.
+    /// Whether the command may write: all but `PACER.INFO` (a redemption
+    /// writes when it admits).
     pub fn writes(&self) -> bool {
-        matches!(
-            self,
-            Op::Create(_) | Op::Reserve(_) | Op::Book(..) | Op::Release(_) | Op::Observe(_)
-        )
+        !matches!(self, Op::Info)
     }
 }
 
@@ -703,7 +702,7 @@ pub fn execute(
                 }],
             );
             settle(&mut header, step.next);
-            effect.bit = Some((spent_bit(ticket.serial), true));
+            effect.bits.push((spent_bit(ticket.serial), true));
             Reply::Int(i64::from(step.answer))
         }
         Op::Redeem(text) => {
@@ -712,24 +711,24 @@ pub fn execute(
                 ticket: Ticket::from_raw(ticket.seq, ticket.debit_units),
                 slot_ms: ticket.slot_ms,
             };
-            let shown_text = shown(text);
-            return Ok((
-                match params.redeem(booking, now_ms) {
-                    Redemption::Admitted(admission) => Reply::Array(vec![
-                        Item::Str("admitted".into()),
-                        Item::Int(admission.wait_ms as i64),
-                        Item::Str(shown_text),
-                        Item::Str(admission.path.name().into()),
-                        Item::Int(0),
-                    ]),
-                    Redemption::NotYet { retry_after_s, .. } => Reply::Array(vec![
+            match params.redeem(booking, now_ms) {
+                // Admitted: the booking is spent and the admission gets a
+                // ticket of its own (the booking's debit), counted as an
+                // admission.
+                Redemption::Admitted(admission) => {
+                    effect.bits.push((spent_bit(ticket.serial), true));
+                    bump(&mut header.counters[ADMITTED]);
+                    admitted(&mut header, &mut effect, key, admission)
+                }
+                Redemption::NotYet { retry_after_s, .. } => {
+                    let reply = Reply::Array(vec![
                         Item::Str("notyet".into()),
                         Item::Int(retry_after_s as i64),
-                        Item::Str(shown_text),
-                    ]),
-                },
-                Effect::default(),
-            ));
+                        Item::Str(shown(text)),
+                    ]);
+                    return Ok((reply, Effect::default()));
+                }
+            }
         }
         Op::Info => {
             return Ok((info(&header, &params, now_ms), Effect::default()));
@@ -775,7 +774,7 @@ fn issue(
     let serial = header.serial;
     bump(&mut header.serial);
     if serial >= RING {
-        effect.bit = Some((spent_bit(serial), false));
+        effect.bits.push((spent_bit(serial), false));
     }
     TicketText {
         serial,

@@ -111,7 +111,7 @@ fn run(ctx: &Context, op: &str, args: &[RedisString]) -> RedisResult {
 }
 
 /// Writes `effect` into the key in place and replicates the same bytes:
-/// `SETRANGE key 0 <header>`, then `SETBIT` for the bitmap.
+/// `SETRANGE key 0 <header>`, then `SETBIT` for each bit of the bitmap.
 fn apply(
     ctx: &Context,
     key: &redis_module::key::RedisKeyWritable,
@@ -127,13 +127,13 @@ fn apply(
         }
         ctx.replicate("SETRANGE", &[key_name, b"0", &header[..]]);
     }
-    if let Some((offset, value)) = effect.bit {
+    for &(offset, value) in &effect.bits {
         let byte = (offset / 8) as usize;
         let mask = 0x80u8 >> (offset % 8);
         if byte >= dma.len() {
             if !value {
                 // Past the end reads as 0 already; nothing to write.
-                return Ok(());
+                continue;
             }
             let grow = vec![0u8; byte + 1 - dma.len()];
             dma.append(&grow)?;
@@ -199,7 +199,7 @@ redis_module! {
         ["pacer.reserve", reserve, "write deny-oom fast", 1, 1, 1, ""],
         ["pacer.book", book, "write deny-oom fast", 1, 1, 1, ""],
         ["pacer.release", release, "write deny-oom fast", 1, 1, 1, ""],
-        ["pacer.redeem", redeem, "readonly fast", 1, 1, 1, ""],
+        ["pacer.redeem", redeem, "write deny-oom fast", 1, 1, 1, ""],
         ["pacer.info", info, "readonly fast", 1, 1, 1, ""],
         ["pacer.observe", observe, "write deny-oom fast", 1, 1, 1, ""],
     ],

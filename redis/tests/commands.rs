@@ -326,6 +326,106 @@ fn bad_calls_get_the_same_error_from_every_engine_and_change_nothing() {
     }
 }
 
+/// A booking admits once (docs/redis.md, "Tickets"), on every engine. With
+/// CONFIG (burst 2, bound 2000) at 0: four admissions (serials 0–3, seq
+/// 1–4, waits 0, 0, 1000, 2000), then a booking: wait 3000 within the
+/// horizon 2000 + 3·2·1000 → serial 4, seq 5, slot 3000. Redeemed at 500
+/// (slot 2500 ms away, past the bound): not yet, nothing written. At 1000:
+/// admitted after 2000 with a fresh ticket (serial 5, seq 5, slot 0);
+/// admitted 5, serial 6. The booking, redeemed or released after that, is
+/// spent and writes nothing; the fresh ticket releases once.
+#[test]
+fn a_redeemed_booking_is_spent_and_its_admission_releases_once() {
+    let mut doors = Doors::open();
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    for engine in ["module", "script", "function"] {
+        let key = format!("redeem:{engine}");
+        let with_at = doors.with_at.clone();
+        let run = |doors: &mut Doors, op: &str, args: &[&str]| by(doors, engine, op, &key, args);
+        for wait in [0, 0, 1000, 2000] {
+            let Ok(Value::Array(items)) = run(&mut doors, "reserve", &with_at) else {
+                panic!("{engine}: reserve")
+            };
+            assert_eq!(items[1], Value::Int(wait), "{engine}");
+        }
+        let mut book = CONFIG.to_vec();
+        book.extend(["3", "AT", "0"]);
+        let Ok(Value::Array(items)) = run(&mut doors, "book", &book) else {
+            panic!("{engine}: book")
+        };
+        assert_eq!(items[0], Value::BulkString(b"booked".to_vec()), "{engine}");
+        let booking = text(&items[2]);
+        assert!(
+            booking.starts_with("4.5.60000.3000."),
+            "{engine}: {booking}"
+        );
+        let before = bytes(&mut doors.con, &key);
+        assert_eq!(
+            run(&mut doors, "redeem", &[&booking, "AT", "500"]),
+            Ok(Value::Array(vec![
+                Value::BulkString(b"notyet".to_vec()),
+                Value::Int(1),
+                Value::BulkString(booking.clone().into_bytes()),
+            ])),
+            "{engine}"
+        );
+        assert_eq!(
+            bytes(&mut doors.con, &key),
+            before,
+            "{engine}: not yet wrote"
+        );
+        let Ok(Value::Array(items)) = run(&mut doors, "redeem", &[&booking, "AT", "1000"]) else {
+            panic!("{engine}: redeem")
+        };
+        let admission = text(&items[2]);
+        assert_eq!(
+            items,
+            vec![
+                Value::BulkString(b"admitted".to_vec()),
+                Value::Int(2000),
+                Value::BulkString(admission.clone().into_bytes()),
+                Value::BulkString(b"booked".to_vec()),
+                Value::Int(0),
+            ],
+            "{engine}"
+        );
+        assert!(
+            admission.starts_with("5.5.60000.0."),
+            "{engine}: {admission}"
+        );
+        let info = run(&mut doors, "info", &["AT", "1000"]).unwrap();
+        assert_eq!(info_value(&info, "admitted"), Value::Int(5), "{engine}");
+        assert_eq!(info_value(&info, "serial"), Value::Int(6), "{engine}");
+        assert_eq!(info_value(&info, "booked"), Value::Int(1), "{engine}");
+        let redeemed = bytes(&mut doors.con, &key);
+        for (op, at) in [("redeem", "1000"), ("redeem", "3000"), ("release", "1000")] {
+            assert_eq!(
+                run(&mut doors, op, &[&booking, "AT", at]),
+                Err("ERR pacer: ticket already released".to_string()),
+                "{engine}: {op} of the redeemed booking"
+            );
+        }
+        assert_eq!(
+            bytes(&mut doors.con, &key),
+            redeemed,
+            "{engine}: a spent booking wrote"
+        );
+        assert_eq!(
+            run(&mut doors, "release", &[&admission, "AT", "1000"]),
+            Ok(Value::Int(1)),
+            "{engine}"
+        );
+        assert_eq!(
+            run(&mut doors, "release", &[&admission, "AT", "1000"]),
+            Err("ERR pacer: ticket already released".to_string()),
+            "{engine}"
+        );
+        keys.push(without_secret(bytes(&mut doors.con, &key)));
+    }
+    assert_eq!(keys[0], keys[1], "the module and the script");
+    assert_eq!(keys[0], keys[2], "the module and the function");
+}
+
 /// Each edit of `good` (what, first byte, replacement), stored at
 /// "edited", is "not a pacer bucket" to every engine for every command
 /// (admissions with `config`, a release of `ticket`), and the key stays as

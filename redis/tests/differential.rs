@@ -1,7 +1,9 @@
 //! The script is a second implementation of the rule, and the module a new
 //! home for the first: neither is trusted. Random traces — backward clocks,
 //! epoch-scale and near-2^52 times, both release policies, bookings,
-//! redemptions, releases — run through the core in this process, the module,
+//! redemptions, releases, and spent ones presented again (a redeemed
+//! booking redeemed again, a released ticket released or redeemed again,
+//! each an error or a refusal that changes nothing) — run through the core in this process, the module,
 //! the script by `EVALSHA` and the same script loaded as a function library
 //! (`FCALL`) on one real redis-server (test clock), and every answer
 //! and the stored state after every operation must agree. The expected
@@ -35,6 +37,9 @@ enum Op {
     Release(u64),
     /// Redeems the `n`-th held booking (mod the count).
     Redeem(u64),
+    /// Presents the `n`-th spent number (a released ticket or booking, a
+    /// redeemed booking) again: redeemed when `true`, else released.
+    Again(u64, bool),
 }
 
 #[derive(Clone, Debug)]
@@ -101,6 +106,7 @@ fn trace(seed: u64) -> Trace {
                 0..=3 => Op::Reserve,
                 4..=6 => Op::Book(rng.below(u64::from(config.max_retries) + 3) as u32),
                 7 => Op::Release(rng.next_u64()),
+                8 if rng.below(3) == 0 => Op::Again(rng.next_u64(), rng.below(2) == 0),
                 _ => Op::Redeem(rng.next_u64()),
             };
             (t, op)
@@ -113,34 +119,70 @@ fn trace(seed: u64) -> Trace {
     }
 }
 
-/// What a step did on one engine: its answer, then the state.
-type Outcome = Result<(Answer, pacer_cli::engine::State), String>;
+/// What a step did on one engine: its answer (an error is an answer too:
+/// it must be the same everywhere), then the state.
+type Outcome = (
+    Result<Answer, String>,
+    Result<pacer_cli::engine::State, String>,
+);
 
-/// Runs `trace` on `engine`. Held tickets and bookings are tracked from
-/// the answers, so a step names "the n-th held one" the same way on every
-/// engine as long as the answers agree.
-fn run(trace: &Trace, engine: &mut dyn Engine) -> Vec<Outcome> {
+/// What a step was, as far as the answers before it tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Other,
+    /// The release of a redeemed booking's number (its admission's ticket).
+    ReleaseAfterRedemption,
+    /// A redeemed booking presented again, or released again.
+    SpentBookingAgain,
+}
+
+/// Runs `trace` on `engine`. Held, spent tickets and bookings are tracked
+/// from the answers, so a step names "the n-th held one" the same way on
+/// every engine as long as the answers agree.
+fn run(trace: &Trace, engine: &mut dyn Engine) -> (Vec<Outcome>, Vec<Step>) {
     let mut held: Vec<u64> = Vec::new();
     let mut bookings: Vec<u64> = Vec::new();
-    let mut out = Vec::new();
+    let mut redeemed: Vec<u64> = Vec::new();
+    let mut spent: Vec<u64> = Vec::new();
+    let (mut out, mut steps) = (Vec::new(), Vec::new());
     for &(t, op) in &trace.steps {
+        let mut step = Step::Other;
         let answer = match op {
             Op::Reserve => engine.reserve(t),
             Op::Book(retries_left) => engine.book(t, retries_left),
             Op::Release(n) if !held.is_empty() => {
                 let id = held.remove((n % held.len() as u64) as usize);
                 bookings.retain(|b| *b != id);
+                spent.push(id);
+                if redeemed.contains(&id) {
+                    step = Step::ReleaseAfterRedemption;
+                }
                 engine.release(id, t)
             }
             Op::Redeem(n) if !bookings.is_empty() => {
                 let id = bookings[(n % bookings.len() as u64) as usize];
                 let answer = engine.redeem(id, t);
                 if let Ok(Answer::Admitted { .. }) = answer {
+                    // The booking is spent; its number is the admission's
+                    // ticket, still held.
                     bookings.retain(|b| *b != id);
+                    redeemed.push(id);
+                    spent.push(id);
                 }
                 answer
             }
-            Op::Release(_) | Op::Redeem(_) => engine.reserve(t),
+            Op::Again(n, redeem) if !spent.is_empty() => {
+                let id = spent[(n % spent.len() as u64) as usize];
+                if redeemed.contains(&id) {
+                    step = Step::SpentBookingAgain;
+                }
+                if redeem {
+                    engine.redeem(id, t)
+                } else {
+                    engine.release(id, t)
+                }
+            }
+            Op::Release(_) | Op::Redeem(_) | Op::Again(..) => engine.reserve(t),
         };
         match &answer {
             Ok(Answer::Admitted {
@@ -152,14 +194,15 @@ fn run(trace: &Trace, engine: &mut dyn Engine) -> Vec<Outcome> {
             }
             _ => {}
         }
-        let outcome = answer.and_then(|a| engine.state(t).map(|s| (a, s)));
-        let failed = outcome.is_err();
-        out.push(outcome);
+        let state = engine.state(t);
+        let failed = state.is_err();
+        out.push((answer, state));
+        steps.push(step);
         if failed {
             break;
         }
     }
-    out
+    (out, steps)
 }
 
 #[test]
@@ -182,16 +225,17 @@ fn module_and_script_agree_with_the_core_on_random_traces() {
     let url = server.url();
     let (mut steps, mut agreed, mut backward, mut booked, mut released, mut strict) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut redeemed, mut spent_again, mut released_after) = (0u64, 0u64, 0u64);
     for seed in first..first + traces {
         let trace = trace(seed);
         let mut core = CoreEngine::new(&trace.config, trace.start)
             .unwrap_or_else(|e| panic!("seed {seed}: generated an invalid config: {e:?}"));
-        let expected = run(&trace, &mut core);
+        let (expected, kinds) = run(&trace, &mut core);
         for &kind in &engines {
             let mut engine = RedisEngine::new(&url, kind, &trace.config, trace.start)
                 .unwrap_or_else(|e| panic!("seed {seed} {kind:?}: {e}"));
             engine.read_back_state(true);
-            let got = run(&trace, &mut engine);
+            let (got, _) = run(&trace, &mut engine);
             for (i, (want, have)) in expected.iter().zip(&got).enumerate() {
                 assert_eq!(
                     want, have,
@@ -203,15 +247,20 @@ fn module_and_script_agree_with_the_core_on_random_traces() {
         // What the traces covered, so a generator that stops producing a
         // case shows up in the output.
         let mut last = trace.start;
-        for (&(t, op), outcome) in trace.steps.iter().zip(&expected) {
+        for ((&(t, _), (answer, _)), kind) in trace.steps.iter().zip(&expected).zip(&kinds) {
             backward += u64::from(t < last);
             last = last.max(t);
-            match outcome {
-                Ok((Answer::Booked { .. }, _)) => booked += 1,
-                Ok((Answer::Released { refunded: true }, _)) => released += 1,
+            match answer {
+                Ok(Answer::Booked { .. }) => booked += 1,
+                Ok(Answer::Admitted { path: "booked", .. }) => redeemed += 1,
+                Ok(Answer::Released { refunded: true }) => released += 1,
                 _ => {}
             }
-            let _ = op;
+            match kind {
+                Step::ReleaseAfterRedemption => released_after += 1,
+                Step::SpentBookingAgain => spent_again += 1,
+                Step::Other => {}
+            }
         }
         strict += u64::from(trace.config.release_policy == ReleasePolicy::Strict);
         steps += expected.len() as u64;
@@ -220,11 +269,14 @@ fn module_and_script_agree_with_the_core_on_random_traces() {
     println!(
         "differential: {agreed} of {traces} traces agree on core, module, script and function \
          ({steps} steps each; {backward} steps behind the latest clock reading, {booked} bookings, \
-         {released} refunds, {strict} strict traces)"
+         {redeemed} redeemed, {released_after} of them released, {spent_again} redeemed bookings \
+         presented again, {released} refunds, \
+         {strict} strict traces)"
     );
     assert_eq!(agreed, traces);
     if traces >= 100 {
         assert!(backward > 0 && booked > 0 && released > 0 && strict > 0);
+        assert!(redeemed > 0 && released_after > 0 && spent_again > 0);
     }
 }
 
@@ -245,6 +297,9 @@ enum AdaptiveOp {
     Redeem(u64),
     Observe(Upstream),
     Info,
+    /// Sends the `n`-th spent ticket or booking text (released, or a
+    /// booking redeemed) again: redeemed when `true`, else released.
+    Again(u64, bool),
 }
 
 #[derive(Clone, Debug)]
@@ -309,6 +364,7 @@ fn adaptive_trace(seed: u64) -> AdaptiveTrace {
                 0..=2 => AdaptiveOp::Reserve,
                 3..=4 => AdaptiveOp::Book(rng.below(u64::from(config.max_retries) + 3) as u32),
                 5 => AdaptiveOp::Release(rng.next_u64()),
+                6 if rng.below(3) == 0 => AdaptiveOp::Again(rng.next_u64(), rng.below(2) == 0),
                 6 => AdaptiveOp::Redeem(rng.next_u64()),
                 7..=9 => AdaptiveOp::Observe(Upstream::Throttled),
                 10..=11 => AdaptiveOp::Observe(Upstream::Opened),
@@ -342,14 +398,29 @@ fn int_of(value: &Value) -> i64 {
     }
 }
 
-/// The number pacer_cli's engines give a ticket string: its serial + 1.
-fn ticket_number(text: &str) -> u64 {
-    text.split('.').next().unwrap().parse::<u64>().unwrap() + 1
+/// Ticket and booking strings by the numbers pacer_cli's engines give
+/// them: 1, 2, 3 … as issued; a redeemed booking's admission takes the
+/// booking's number (its ticket replaces the booking's string in
+/// `tickets`; `bookings` keeps the booking's).
+#[derive(Default)]
+struct Numbered {
+    tickets: HashMap<u64, String>,
+    bookings: HashMap<u64, String>,
+    issued: u64,
+}
+
+impl Numbered {
+    fn number(&mut self, text: String) -> u64 {
+        self.issued += 1;
+        self.tickets.insert(self.issued, text);
+        self.issued
+    }
 }
 
 /// A reply of RESERVE, BOOK, REDEEM or RELEASE as pacer_cli's `Answer`;
-/// ticket strings are kept in `tickets` by number.
-fn answer_of(reply: &Value, tickets: &mut HashMap<u64, String>) -> Answer {
+/// ticket strings are numbered in `numbered` (a redemption's under the
+/// booking's number, `redeemed`).
+fn answer_of(reply: &Value, numbered: &mut Numbered, redeemed: Option<u64>) -> Answer {
     let items = match reply {
         Value::Int(refunded) => {
             return Answer::Released {
@@ -360,14 +431,13 @@ fn answer_of(reply: &Value, tickets: &mut HashMap<u64, String>) -> Answer {
         other => panic!("unexpected reply {other:?}"),
     };
     let mut ticket = |value: &Value| -> Option<u64> {
-        match value {
-            Value::Nil => None,
-            value => {
-                let text = text_of(value);
-                let n = ticket_number(&text);
-                tickets.insert(n, text);
+        match (value, redeemed) {
+            (Value::Nil, _) => None,
+            (value, Some(n)) => {
+                numbered.tickets.insert(n, text_of(value));
                 Some(n)
             }
+            (value, None) => Some(numbered.number(text_of(value))),
         }
     };
     let path = |value: &Value| -> &'static str {
@@ -389,12 +459,16 @@ fn answer_of(reply: &Value, tickets: &mut HashMap<u64, String>) -> Answer {
             required_wait_ms: int_of(&items[2]) as u64,
             clock_regressed: int_of(&items[3]) == 1,
         },
-        "booked" => Answer::Booked {
-            retry_after_s: int_of(&items[1]) as u64,
-            booking: ticket(&items[2]).expect("a booking"),
-            slot_ms: int_of(&items[3]) as u64,
-            clock_regressed: int_of(&items[4]) == 1,
-        },
+        "booked" => {
+            let booking = ticket(&items[2]).expect("a booking");
+            numbered.bookings.insert(booking, text_of(&items[2]));
+            Answer::Booked {
+                retry_after_s: int_of(&items[1]) as u64,
+                booking,
+                slot_ms: int_of(&items[3]) as u64,
+                clock_regressed: int_of(&items[4]) == 1,
+            }
+        }
         "notyet" => Answer::NotYet {
             retry_after_s: int_of(&items[1]) as u64,
         },
@@ -502,6 +576,7 @@ struct Covered {
     at_floor: u64,
     above_start: u64,
     mode_changes: u64,
+    spent_again: u64,
 }
 
 #[test]
@@ -557,11 +632,14 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
         }
         let mut held: Vec<u64> = Vec::new();
         let mut bookings: Vec<u64> = Vec::new();
-        let mut tickets: HashMap<u64, String> = HashMap::new();
+        let mut numbered = Numbered::default();
+        // Texts the bucket has spent: released tickets, redeemed bookings.
+        let mut spent: Vec<String> = Vec::new();
         let mut last_rate = core.pacer().params_in_force(trace.start).rate_per_min();
         let mut last_mode = core.pacer().params_in_force(trace.start).mode();
         for (i, &(t, op)) in trace.steps.iter().enumerate() {
             // The op as sent, and the core's answer to it.
+            let mut redeemed = None;
             let (name, args, expected): (&str, Vec<String>, Option<Answer>) = match op {
                 AdaptiveOp::Reserve => (
                     "reserve",
@@ -576,25 +654,36 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
                 AdaptiveOp::Release(n) if !held.is_empty() => {
                     let id = held.remove((n % held.len() as u64) as usize);
                     bookings.retain(|b| *b != id);
-                    let args = vec![tickets[&id].clone(), "AT".into(), t.to_string()];
+                    let text = numbered.tickets[&id].clone();
+                    spent.push(text.clone());
+                    let args = vec![text, "AT".into(), t.to_string()];
                     ("release", args, Some(core.release(id, t).unwrap()))
                 }
                 AdaptiveOp::Redeem(n) if !bookings.is_empty() => {
                     let id = bookings[(n % bookings.len() as u64) as usize];
                     let answer = core.redeem(id, t).unwrap();
+                    let text = numbered.bookings[&id].clone();
                     if let Answer::Admitted { .. } = answer {
                         bookings.retain(|b| *b != id);
+                        spent.push(text.clone());
                     }
-                    let args = vec![tickets[&id].clone(), "AT".into(), t.to_string()];
+                    redeemed = Some(id);
+                    let args = vec![text, "AT".into(), t.to_string()];
                     ("redeem", args, Some(answer))
+                }
+                AdaptiveOp::Again(n, redeem) if !spent.is_empty() => {
+                    let text = spent[(n % spent.len() as u64) as usize].clone();
+                    let args = vec![text, "AT".into(), t.to_string()];
+                    (if redeem { "redeem" } else { "release" }, args, None)
                 }
                 AdaptiveOp::Observe(outcome) => {
                     let args = vec![outcome.name().to_string(), "AT".into(), t.to_string()];
                     ("observe", args, None)
                 }
-                AdaptiveOp::Release(_) | AdaptiveOp::Redeem(_) | AdaptiveOp::Info => {
-                    ("info", vec!["AT".into(), t.to_string()], None)
-                }
+                AdaptiveOp::Release(_)
+                | AdaptiveOp::Redeem(_)
+                | AdaptiveOp::Again(..)
+                | AdaptiveOp::Info => ("info", vec!["AT".into(), t.to_string()], None),
             };
             let before = core.pacer().control();
             let observed = match op {
@@ -615,12 +704,28 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
                 );
             }
             let (reply, bytes) = &results[0];
-            let reply = reply
-                .as_ref()
-                .unwrap_or_else(|e| panic!("{}: {name} {args:?}: {e}", context(i)));
+            let again = matches!(op, AdaptiveOp::Again(..)) && name != "info";
+            if again {
+                // docs/redis.md "Tickets": spent, whatever the op; nothing
+                // changes (the state is compared with the core's below).
+                assert_eq!(
+                    reply,
+                    &Err("ERR pacer: ticket already released".to_string()),
+                    "{}: {name} {args:?}",
+                    context(i)
+                );
+                covered.spent_again += 1;
+            }
+            // (An error answers nothing more below: no answer is expected.)
+            let reply = match reply {
+                Err(_) if again => &Value::Nil,
+                reply => reply
+                    .as_ref()
+                    .unwrap_or_else(|e| panic!("{}: {name} {args:?}: {e}", context(i))),
+            };
             // The module against the core.
             if let Some(expected) = expected {
-                let got = answer_of(reply, &mut tickets);
+                let got = answer_of(reply, &mut numbered, redeemed);
                 assert_eq!(got, expected, "{}: {name} {args:?}", context(i));
                 match got {
                     Answer::Admitted {
@@ -698,7 +803,7 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
         "differential (adaptive): {traces} traces, {} steps agree on module, script, function \
          and core ({} decreases, {} held throttles, {} observations of fixed-rate buckets; \
          the rate in force changed {} times, was at the floor {} times, above the configured \
-         rate {} times; the mode changed {} times)",
+         rate {} times; the mode changed {} times; {} spent tickets or bookings sent again)",
         covered.steps,
         covered.decreases,
         covered.holds,
@@ -706,11 +811,12 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
         covered.rate_changes,
         covered.at_floor,
         covered.above_start,
-        covered.mode_changes
+        covered.mode_changes,
+        covered.spent_again
     );
     if traces >= 100 {
         assert!(covered.decreases > 0 && covered.holds > 0 && covered.observed_fixed > 0);
         assert!(covered.rate_changes > 0 && covered.at_floor > 0 && covered.above_start > 0);
-        assert!(covered.mode_changes > 0);
+        assert!(covered.mode_changes > 0 && covered.spent_again > 0);
     }
 }

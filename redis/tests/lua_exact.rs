@@ -414,8 +414,9 @@ fn spec7_sequence_replies_and_header() {
     );
 }
 
-/// SPEC §11 on the §7 bucket: a booking, its redemption, its release, and
-/// a refusal beyond the horizon.
+/// SPEC §11 on the §7 bucket: a booking, its redemption (which spends it
+/// and issues the admission's own ticket), that ticket's release, and a
+/// refusal beyond the horizon.
 #[test]
 fn spec11_booking_redeem_release() {
     let mut lua = Lua::start();
@@ -460,45 +461,70 @@ fn spec11_booking_redeem_release() {
     );
     let before = lua.value("k");
 
-    // Redeem (pure): at 500, 3000 > 500 + 2000 → not yet, hint
-    // clamp(⌈(3000 − 2000 − 500)/1000⌉, 1, 2) = 1.
+    // At 500, 3000 > 500 + 2000 → not yet, hint clamp(⌈(3000 − 2000 −
+    // 500)/1000⌉, 1, 2) = 1; nothing written.
     let reply = lua.run("k", "redeem", &[&booking, "AT", "500"]);
     assert_eq!(reply, vec![s("notyet"), Int(1), s(&booking)]);
-    // At 1000: 3000 ≤ 3000 → admitted after 2000; at 3500 after 0.
+    assert_eq!(
+        lua.value("k"),
+        before,
+        "a redemption not yet writes nothing"
+    );
+    // At 1000: 3000 ≤ 3000 → admitted after 2000 with a fresh ticket: the
+    // next serial (5), the booking's seq (4) and debit, slot 0. The booking
+    // is spent (bit 2048 + 3), the admission counted (admitted 4), serial 6;
+    // the state is the booking's debit, untouched.
     let reply = lua.run("k", "redeem", &[&booking, "AT", "1000"]);
+    let admission = ticket(&secret, "k", 5, 4, 60000, 0);
     assert_eq!(
         reply,
-        vec![s("admitted"), Int(2000), s(&booking), s("booked"), Int(0)]
-    );
-    let reply = lua.run("k", "redeem", &[&booking, "AT", "3500"]);
-    assert_eq!(
-        reply,
-        vec![s("admitted"), Int(0), s(&booking), s("booked"), Int(0)]
-    );
-    assert_eq!(lua.value("k"), before, "redeem changes nothing");
-
-    // Release the booking at 1000 (refund): −240000 + 1000·60 + 60000 =
-    // −120000, hw 1000, seq stays 5; released 1; bit 2048 + 3 set.
-    assert_eq!(
-        lua.run("k", "release", &[&booking, "AT", "1000"]),
-        vec![Int(1)]
+        vec![s("admitted"), Int(2000), s(&admission), s("booked"), Int(0)]
     );
     assert_eq!(lua.getbit("k", 2048 + 3), 1);
+    assert_eq!(lua.getbit("k", 2048 + 5), 0);
     assert_eq!(
         lua.header("k"),
         header(
             SPEC7_CONFIG,
             &secret,
-            "0000000000001000 -000000120000 00000005 0000000000000005 \
-             0000000000000003 0000000000000001 0000000000000002 0000000000000001 0000000000000000"
+            "0000000000000000 -000000240000 00000005 0000000000000006 \
+             0000000000000004 0000000000000001 0000000000000002 0000000000000000 0000000000000000"
         )
+    );
+    // The booking again, redeemed or released: spent, nothing written.
+    let redeemed = lua.value("k");
+    assert_eq!(
+        lua.error("k", "redeem", &[&booking, "AT", "3500"]),
+        "ERR pacer: ticket already released"
     );
     assert_eq!(
         lua.error("k", "release", &[&booking, "AT", "1000"]),
         "ERR pacer: ticket already released"
     );
+    assert_eq!(lua.value("k"), redeemed, "a spent booking writes nothing");
+
+    // Release the admission at 1000 (refund): −240000 + 1000·60 + 60000 =
+    // −120000, hw 1000, seq stays 5; released 1; bit 2048 + 5 set.
     assert_eq!(
-        lua.error("k", "redeem", &[&booking, "AT", "3000"]),
+        lua.run("k", "release", &[&admission, "AT", "1000"]),
+        vec![Int(1)]
+    );
+    assert_eq!(lua.getbit("k", 2048 + 5), 1);
+    assert_eq!(
+        lua.header("k"),
+        header(
+            SPEC7_CONFIG,
+            &secret,
+            "0000000000001000 -000000120000 00000005 0000000000000006 \
+             0000000000000004 0000000000000001 0000000000000002 0000000000000001 0000000000000000"
+        )
+    );
+    assert_eq!(
+        lua.error("k", "release", &[&admission, "AT", "1000"]),
+        "ERR pacer: ticket already released"
+    );
+    assert_eq!(
+        lua.error("k", "redeem", &[&admission, "AT", "1000"]),
         "ERR pacer: ticket already released"
     );
 }
@@ -865,18 +891,29 @@ fn deepest_booking_horizon() {
 
     // Redeem the deepest (slot 2^52 − 1): at 2^52 − 1 − 15001 the slot is
     // 15001 > bound ahead → not yet, hint ⌈1/1000⌉ = 1; at 2^52 − 1 − 15000
-    // admitted after 15000; at 2^52 − 1 after 0.
+    // admitted after 15000, with the next serial (22) and its seq (22).
     assert_eq!(
         lua.run("k", "redeem", &[&deepest, "AT", "4503599627355494"]),
         vec![s("notyet"), Int(1), s(&deepest)]
     );
+    let admission = ticket(&secret, "k", 22, 22, 60000, 0);
     assert_eq!(
         lua.run("k", "redeem", &[&deepest, "AT", "4503599627355495"]),
-        vec![s("admitted"), Int(15000), s(&deepest), s("booked"), Int(0)]
+        vec![
+            s("admitted"),
+            Int(15000),
+            s(&admission),
+            s("booked"),
+            Int(0)
+        ]
     );
+    // The one before it (k = 20, slot 2^52 − 1 − 30000) at 2^52 − 1: after
+    // 0 (the slot is past), serial 23, seq 21.
+    let before = ticket(&secret, "k", 20, 21, 60000, t + 30000 * 20);
+    let admission = ticket(&secret, "k", 23, 21, 60000, 0);
     assert_eq!(
-        lua.run("k", "redeem", &[&deepest, "AT", "4503599627370495"]),
-        vec![s("admitted"), Int(0), s(&deepest), s("booked"), Int(0)]
+        lua.run("k", "redeem", &[&before, "AT", "4503599627370495"]),
+        vec![s("admitted"), Int(0), s(&admission), s("booked"), Int(0)]
     );
 
     // Booked at 2^52 − 1 the deepest slot is 2^52 − 1 + 630000 =
@@ -1254,10 +1291,12 @@ fn bad_input_changes_nothing() {
         assert_eq!(before, after, "{op} {key} {args:?} changed a key");
         assert_eq!(list_before, list(&mut lua), "{op} {key} {args:?}");
     }
-    // The calls above that would have worked on a valid ticket still do.
+    // The calls above that would have worked on a valid ticket still do:
+    // the booking is admitted with the next serial (4), its seq (4), slot 0.
+    let admission = ticket(&secret, "k", 4, 4, 60000, 0);
     assert_eq!(
         lua.run("k", "redeem", &[&booking, "AT", "1000"]),
-        vec![s("admitted"), Int(2000), s(&booking), s("booked"), Int(0)]
+        vec![s("admitted"), Int(2000), s(&admission), s("booked"), Int(0)]
     );
 }
 

@@ -99,3 +99,48 @@ fn every_scenario_vector_replays_as_expected_on_every_redis_engine() {
         scenarios.len()
     );
 }
+
+/// A booking admits once, on every engine alike. Rate 60, burst 1, idle
+/// 30000, 3 retries (bound 2000, hint cap 2 s): at 0 three admissions
+/// (waits 0, 1000, 2000), then booking 4 (wait 3000 within the horizon
+/// 2000 + 3·2·1000, slot 3000, hint 1). Redeemed at 1000 (slot 2000 ms
+/// away): admitted after 2000, its ticket numbered 4 like the booking.
+/// Released: refunded; again: nothing to refund. Redeemed again: an error
+/// on line 9, the same on the core and on every Redis engine.
+#[test]
+fn a_booking_redeemed_twice_fails_the_same_way_on_every_engine() {
+    let server = common::Server::with_module();
+    let trace = "{\"config\":{\"burst\":1,\"idle_timeout_ms\":30000,\"max_retries\":3},\"t\":0}\n\
+                 {\"op\":\"reserve\",\"t\":0}\n{\"op\":\"reserve\",\"t\":0}\n{\"op\":\"reserve\",\"t\":0}\n\
+                 {\"op\":\"book\",\"retries_left\":3,\"t\":0}\n\
+                 {\"op\":\"redeem\",\"booking\":4,\"t\":1000}\n\
+                 {\"op\":\"release\",\"ticket\":4,\"t\":1000}\n\
+                 {\"op\":\"release\",\"ticket\":4,\"t\":1000}\n\
+                 {\"op\":\"redeem\",\"booking\":4,\"t\":1000}\n";
+    let expected: Vec<Value> = [
+        r#"{"bound_ms":2000,"enabled":true,"can_refuse":true}"#,
+        r#"{"kind":"admitted","wait_ms":0,"ticket":1}"#,
+        r#"{"kind":"admitted","wait_ms":1000,"ticket":2}"#,
+        r#"{"kind":"admitted","wait_ms":2000,"ticket":3}"#,
+        r#"{"kind":"booked","retry_after_s":1,"booking":4,"slot_ms":3000}"#,
+        r#"{"kind":"admitted","wait_ms":2000,"ticket":4}"#,
+        r#"{"kind":"released","refunded":true}"#,
+        r#"{"kind":"released","refunded":false}"#,
+    ]
+    .iter()
+    .map(|line| serde_json::from_str(line).unwrap())
+    .collect();
+    let error = "line 9: booking 4 was already redeemed or released";
+    let mut targets = vec![Target::Core];
+    for kind in [RedisKind::Module, RedisKind::Script, RedisKind::Function] {
+        targets.push(Target::Redis {
+            url: server.url(),
+            kind,
+        });
+    }
+    for target in &targets {
+        let (got, result) = replay(target, trace);
+        assert_eq!(got, expected, "{target:?}");
+        assert_eq!(result, Err(error.to_string()), "{target:?}");
+    }
+}
