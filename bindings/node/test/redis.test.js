@@ -12,61 +12,12 @@ const path = require('node:path');
 const { createClient } = require('redis');
 const { RedisPacer, RedisTicket, RedisBooking, Ticket } = require('..');
 const { RedisServer, freePort } = require('./redis-server.js');
+const {
+  SCRIPT, SHA, CONFIG, HINT_CAP, HAVE_MODULE, moduleSkip, freshKey, delay, adminOf, loadFunction, serverInfo,
+  noticeLog, recordingClient, assertPolicyAnswer,
+} = require('./redis-support.js');
 
-const SCRIPT = fs.readFileSync(path.join(__dirname, '..', 'pacer.lua'));
 const REPOSITORY_SCRIPT = path.join(__dirname, '..', '..', '..', 'redis', 'pacer.lua');
-
-// Rate 60, burst 2, idle 30000, retries 3: refusing, wait bound 2000 ms,
-// refusal hint at most 2 s.
-const CONFIG = { ratePerMinute: 60, burst: 2, idleTimeoutMs: 30000, maxRetries: 3 };
-const HINT_CAP = 2;
-
-// The module's path comes from scripts/test-node.sh; without it the tests
-// that need the module are skipped, the others run.
-const HAVE_MODULE = Boolean(process.env.PACER_REDIS_MODULE);
-const moduleSkip = !HAVE_MODULE && 'PACER_REDIS_MODULE is unset (scripts/test-node.sh sets it)';
-
-let keys = 0;
-/** A key no other test uses. */
-function freshKey() {
-  keys += 1;
-  return `test:pacer:${keys}`;
-}
-
-function delay(ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-async function adminOf(server) {
-  const client = createClient({ url: server.url, socket: { reconnectStrategy: false } });
-  client.on('error', () => {});
-  await client.connect();
-  return client;
-}
-
-/** The server's INFO pairs for `key` (through a plain connection). */
-async function serverInfo(server, key) {
-  const admin = await adminOf(server);
-  try {
-    const engine = (await admin.sendCommand(['MODULE', 'LIST'])).length > 0 ? 'module' : 'script';
-    const reply = engine === 'module'
-      ? await admin.sendCommand(['PACER.INFO', key])
-      : await admin.sendCommand(['EVAL', SCRIPT, '1', key, 'info']);
-    const info = {};
-    for (let i = 0; i < reply.length; i += 2) info[reply[i]] = reply[i + 1];
-    return info;
-  } finally {
-    await admin.close();
-  }
-}
-
-/** Notices a sink received, by kind. */
-function noticeLog() {
-  const log = [];
-  const sink = (notice) => log.push(notice);
-  const kinds = () => log.map((n) => n.kind);
-  return { log, sink, kinds };
-}
 
 let moduleServer;
 let functionServer;
@@ -78,10 +29,7 @@ before(async () => {
     RedisServer.start(),
     RedisServer.start(),
   ]);
-  // What docs/redis.md tells operators: the library's name line, then the file.
-  const admin = await adminOf(functionServer);
-  await admin.sendCommand(['FUNCTION', 'LOAD', Buffer.concat([Buffer.from('#!lua name=pacer\n'), SCRIPT])]);
-  await admin.close();
+  await loadFunction(functionServer);
 });
 
 after(async () => {
@@ -213,8 +161,7 @@ describe('engine auto-selection and the answers', () => {
       assert.equal(d.kind, 'admitted');
       assert.equal(d.fallback, undefined);
       assert.equal(pacer.outage, false);
-      const sha = require('node:crypto').createHash('sha1').update(SCRIPT).digest('hex');
-      assert.deepEqual(await admin.sendCommand(['SCRIPT', 'EXISTS', sha]), [1]);
+      assert.deepEqual(await admin.sendCommand(['SCRIPT', 'EXISTS', SHA]), [1]);
       await admin.close();
       assert.equal((await pacer.info()).admitted, 2);
     } finally {
@@ -325,24 +272,6 @@ describe('cancellation releases', () => {
 describe('failure policies', () => {
   const RETRY_AFTER_MS = 300;
 
-  /** The answer each policy gives while Redis fails. */
-  function assertPolicyAnswer(policy, d) {
-    assert.equal(d.fallback, policy);
-    if (policy === 'open') {
-      assert.equal(d.kind, 'admitted');
-      assert.equal(d.path, 'disabled');
-      assert.equal(d.waitMs, 0);
-      assert.equal(d.ticket, null);
-    } else if (policy === 'closed') {
-      assert.equal(d.kind, 'refused');
-      assert.equal(d.retryAfterSeconds, HINT_CAP);
-    } else {
-      assert.equal(d.kind, 'admitted');
-      assert.equal(d.path, 'paced');
-      assert.ok(Ticket.isTicket(d.ticket), 'the local fallback issues its own ticket');
-    }
-  }
-
   /** Calls until one is answered by Redis again (bounded tries, each after
    * retryAfterMs has passed); returns that answer. */
   async function untilRedisAnswers(pacer) {
@@ -367,14 +296,14 @@ describe('failure policies', () => {
         const admin = await adminOf(server);
         await admin.sendCommand(['CLIENT', 'PAUSE', '800', 'ALL']);
         const during = await pacer.reserve();
-        assertPolicyAnswer(policy, during);
+        assertPolicyAnswer(policy, during, Ticket);
         assert.equal(pacer.outage, true);
         // A ticket Redis issued is not refunded during the outage (false,
         // not an error) and stays unspent.
         assert.equal(await pacer.release(first.ticket), false);
         assert.equal(first.ticket.spent, false);
         // Within retryAfterMs Redis is not asked: the policy answers again.
-        assertPolicyAnswer(policy, await pacer.reserve());
+        assertPolicyAnswer(policy, await pacer.reserve(), Ticket);
         assert.deepEqual(notices.kinds(), ['redis_unavailable']);
         if (policy === 'local') assert.equal(await pacer.release(during.ticket), true);
         await admin.close();
@@ -407,8 +336,8 @@ describe('failure policies', () => {
         assert.equal(refused.kind, 'refused');
         assert.equal(refused.fallback, undefined);
         await server.kill();
-        assertPolicyAnswer(policy, await pacer.reserve());
-        assertPolicyAnswer(policy, await pacer.reserve());
+        assertPolicyAnswer(policy, await pacer.reserve(), Ticket);
+        assertPolicyAnswer(policy, await pacer.reserve(), Ticket);
         // A ticket Redis issued cannot be released while it is down: false,
         // not an error. Forgetting the keyed request forgets it (its booking
         // passes with its slot).
@@ -433,7 +362,7 @@ describe('failure policies', () => {
       const pacer = await RedisPacer.connect({ url: `redis://127.0.0.1:${await freePort()}`, key: freshKey(),
         ...CONFIG, onFailure: policy, retryAfterMs: RETRY_AFTER_MS, onNotice: notices.sink });
       try {
-        assertPolicyAnswer(policy, await pacer.reserve());
+        assertPolicyAnswer(policy, await pacer.reserve(), Ticket);
         const booked = await pacer.reserveOrBook(3);
         assert.equal(booked.fallback, policy);
         const outcome = await pacer.admit();
@@ -643,28 +572,10 @@ describe('the drop-in module on a fleet bucket (PACER_REDIS_URL)', () => {
 // not to 60 within a test.
 const ADAPTIVE = { ...CONFIG, adaptive: { floorPerMinute: 10 } };
 
-/** A node-redis stand-in that records each command and answers `reply(args)`. */
-function recordingClient(reply) {
-  const sent = [];
-  return {
-    sent,
-    isOpen: true,
-    isReady: true,
-    on() {},
-    off() {},
-    connect: async () => {},
-    sendCommand: async (args) => {
-      sent.push(args.map(String));
-      return reply(args.map(String));
-    },
-  };
-}
-
 describe('adaptive pacing (SPEC §14)', () => {
-  const sha = require('node:crypto').createHash('sha1').update(SCRIPT).digest('hex');
   /** Canned answers: an admission to RESERVE and BOOK, 48 to OBSERVE. */
   function canned(args) {
-    if (args[0] === 'SCRIPT') return sha;
+    if (args[0] === 'SCRIPT') return SHA;
     const op = args[0].startsWith('PACER.') ? args[0].slice(6).toLowerCase() : args[4];
     return op === 'observe' ? 48 : ['admitted', 0, '1.1.60000.0.0123456789abcdef', 'paced', 0];
   }
@@ -674,7 +585,7 @@ describe('adaptive pacing (SPEC §14)', () => {
     const prefixes = {
       module: (op) => [`PACER.${op.toUpperCase()}`, 'k'],
       function: (op) => ['FCALL', 'pacer', '1', 'k', op],
-      script: (op) => ['EVALSHA', sha, '1', 'k', op],
+      script: (op) => ['EVALSHA', SHA, '1', 'k', op],
     };
     for (const [engine, prefix] of Object.entries(prefixes)) {
       for (const [adaptive, adapt] of [
