@@ -22,8 +22,10 @@ function core() {
 const ENGINES = ['auto', 'module', 'function', 'script'];
 const POLICIES = ['local', 'open', 'closed'];
 
-/** Error replies that mean the server cannot serve now (an outage, not a bug). */
-const UNAVAILABLE_REPLIES = ['LOADING', 'BUSY', 'MASTERDOWN', 'READONLY', 'CLUSTERDOWN', 'TRYAGAIN', 'NOSCRIPT'];
+/** The codes of error replies that say the server cannot serve now. */
+const OUTAGE_CODES = new Set(['LOADING', 'BUSY', 'MASTERDOWN', 'READONLY', 'CLUSTERDOWN', 'TRYAGAIN', 'OOM',
+  'NOREPLICAS', 'MISCONF']);
+const UNKNOWN_COMMAND = "ERR unknown command '";
 
 const DEFAULT_TIMEOUT_MS = 1000;
 const DEFAULT_RETRY_AFTER_MS = 1000;
@@ -100,9 +102,32 @@ function isErrorReply(error) {
   return name === 'ErrorReply' || name === 'SimpleError' || name === 'BlobError';
 }
 
-function isUnavailableReply(error) {
-  const message = String(error?.message ?? '');
-  return UNAVAILABLE_REPLIES.some((prefix) => message === prefix || message.startsWith(`${prefix} `));
+/**
+ * The class of an error reply's text (docs/fleet-clients.md, "Which replies
+ * are failures"): 'outage' (the failure policy answers), 'engine' (the
+ * engine in use is gone: find it again and retry once) or 'pacer' (an error
+ * to the caller). Internal: exported for the tests only.
+ */
+function classifyReply(replyText) {
+  const words = replyText.split(' ', 2);
+  // Redis prefixes with `ERR ` the error a script's redis.call raised.
+  const code = words[0] === 'ERR' && OUTAGE_CODES.has(words[1]) ? words[1] : words[0];
+  if (OUTAGE_CODES.has(code)) return 'outage';
+  if (code === 'NOSCRIPT' || replyText.startsWith('ERR Function not found')) return 'engine';
+  if (replyText.startsWith(UNKNOWN_COMMAND)
+    && replyText.slice(UNKNOWN_COMMAND.length, UNKNOWN_COMMAND.length + 6).toLowerCase() === 'pacer.') {
+    return 'engine';
+  }
+  return 'pacer';
+}
+
+/** The class of what a call to Redis threw: an error reply by its text; a
+ * reply this client does not recognise is a pacer error; anything else
+ * (refused, lost or closed connection, no reply by the deadline) an outage. */
+function failureClass(error) {
+  if (isErrorReply(error)) return classifyReply(String(error.message ?? ''));
+  if (error?.code === 'ERR_PACER_REDIS') return 'pacer';
+  return 'outage';
 }
 
 /** The call took longer than the timeout. */
@@ -530,7 +555,8 @@ class RedisPacer {
     try {
       reply = await beforeDeadline(this.#send(key, op, args, deadline, call), deadline, call);
     } catch (error) {
-      if (isErrorReply(error) && !isUnavailableReply(error)) throw pacerError(error);
+      if (failureClass(error) === 'pacer') throw isErrorReply(error) ? pacerError(error) : error;
+      // An outage, or the engine gone again after the retry.
       this.#failed(error);
       return FAILED;
     }
@@ -565,12 +591,29 @@ class RedisPacer {
     }
   }
 
+  /** Connects if needed, then sends `op` by the engine in use; all of it
+   * before the call's `deadline` (#redis ends it there). */
   async #send(key, op, args, deadline, call) {
     const send = (command) => {
       if (call.expired) throw new RedisTimeout(this.#timeoutMs);
       return this.#client.sendCommand(command);
     };
     await this.#whenReady(deadline);
+    try {
+      return await this.#sendByEngine(send, key, op, args);
+    } catch (error) {
+      if (failureClass(error) !== 'engine') throw error;
+      // The engine in use is gone (a restart or failover emptied the script
+      // cache, the function was deleted, the module unloaded): ask again
+      // which engine, load the script if that is the one, retry once. The
+      // same class again is an outage (#redis).
+      this.#engine = null;
+      this.#scriptLoaded = false;
+      return this.#sendByEngine(send, key, op, args);
+    }
+  }
+
+  async #sendByEngine(send, key, op, args) {
     if (this.#engine === null) this.#engine = await this.#detect(send);
     if (this.#engine === 'module') {
       return send([`PACER.${op.toUpperCase()}`, key, ...args]);
@@ -582,15 +625,7 @@ class RedisPacer {
     if (!this.#scriptLoaded) {
       await this.#loadScript(send, source, sha);
     }
-    try {
-      return await send(['EVALSHA', sha, '1', key, op, ...args]);
-    } catch (error) {
-      if (!(isErrorReply(error) && String(error.message).startsWith('NOSCRIPT'))) throw error;
-      // A restart or a failover emptied the script cache: load it again and
-      // retry once (a second NOSCRIPT is a failure).
-      await this.#loadScript(send, source, sha);
-      return send(['EVALSHA', sha, '1', key, op, ...args]);
-    }
+    return send(['EVALSHA', sha, '1', key, op, ...args]);
   }
 
   async #loadScript(send, source, sha) {
@@ -607,7 +642,7 @@ class RedisPacer {
       try {
         return await send(command);
       } catch (error) {
-        if (isErrorReply(error) && !isUnavailableReply(error)) return [];
+        if (isErrorReply(error) && failureClass(error) !== 'outage') return [];
         throw error;
       }
     };
@@ -991,4 +1026,5 @@ function pacerError(reply) {
   return error;
 }
 
-module.exports = { RedisPacer, RedisTicket, RedisBooking };
+// classifyReply is internal (index.js does not export it): for the tests.
+module.exports = { RedisPacer, RedisTicket, RedisBooking, classifyReply };

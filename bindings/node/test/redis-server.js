@@ -70,10 +70,12 @@ async function untilUp(port, child, tries = 200) {
 }
 
 class RedisServer {
-  /** `module`: load PACER_REDIS_MODULE (without `test-clock`). */
-  static async start({ module = false } = {}) {
+  /** `module`: load PACER_REDIS_MODULE (without `test-clock`); `args`:
+   * more arguments of redis-server (`--enable-module-command local`). */
+  static async start({ module = false, args = [] } = {}) {
     const server = new RedisServer();
     server.module = module;
+    server.extraArgs = args;
     server.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pacer-node-redis-'));
     server.port = await freePort();
     await server.#launch();
@@ -88,6 +90,7 @@ class RedisServer {
       if (!modulePath) throw new Error('PACER_REDIS_MODULE must name libpacer_redis.so (scripts/test-node.sh sets it)');
       args.push('--loadmodule', modulePath);
     }
+    args.push(...this.extraArgs);
     const child = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'inherit'] });
     running.add(child);
     child.on('exit', () => running.delete(child));

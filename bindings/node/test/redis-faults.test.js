@@ -1,0 +1,185 @@
+'use strict';
+// RedisPacer when Redis fails or answers oddly (docs/fleet-clients.md,
+// "Which replies are failures", "One deadline per call", "Cancellation"):
+// real redis-servers (test/redis-server.js) where the state can be made,
+// stand-in clients where a reply must be held or shaped. Only the deadline
+// tests read a clock, against the timeout plus a slack of 1000 ms.
+const { test, before, after, describe } = require('node:test');
+const assert = require('node:assert/strict');
+const { ErrorReply } = require('redis');
+const { RedisPacer, Ticket } = require('..');
+const { RedisServer } = require('./redis-server.js');
+const {
+  SHA, CONFIG, HAVE_MODULE, moduleSkip, freshKey, delay, onServer, loadFunction, serverInfo, noticeLog,
+  recordingClient, assertPolicyAnswer,
+} = require('./redis-support.js');
+
+/** Asks `check` until it holds, at most `tries` times 25 ms apart. */
+async function until(what, check, tries = 400) {
+  for (let i = 0; i < tries; i += 1) {
+    if (await check()) return;
+    await delay(25);
+  }
+  throw new Error(`${what}: not so after ${tries} tries`);
+}
+
+/** A plain server and, when the module is built, one with the module
+ * (`moduleArgs`: more arguments of it), for the suite this is called in. */
+function plainAndModuleServers(moduleArgs = []) {
+  const servers = { plain: null, module: null };
+  before(async () => {
+    [servers.plain, servers.module] = await Promise.all([
+      RedisServer.start(),
+      HAVE_MODULE ? RedisServer.start({ module: true, args: moduleArgs }) : null,
+    ]);
+  });
+  after(async () => {
+    await Promise.all([servers.plain?.stop(), servers.module?.stop()]);
+  });
+  return servers;
+}
+
+describe('a replica answers writes with READONLY: the policy answers', () => {
+  let primary;
+  let replica;
+
+  before(async () => {
+    // The primary sends its data to a replica at once, not after 5 s.
+    [primary, replica] = await Promise.all([RedisServer.start({ args: ['--repl-diskless-sync-delay', '0'] }),
+      RedisServer.start()]);
+    await loadFunction(primary);
+    await onServer(replica, ['REPLICAOF', '127.0.0.1', String(primary.port)]);
+    // The replica has synced once it has the primary's function library.
+    await until('the replica synced', async () => {
+      const [replication, libraries] = await onServer(replica, ['INFO', 'replication'],
+        ['FUNCTION', 'LIST', 'LIBRARYNAME', 'pacer']);
+      return /master_link_status:up/.test(replication) && libraries.length === 1;
+    });
+  });
+
+  after(async () => {
+    await Promise.all([replica?.stop(), primary?.stop()]);
+  });
+
+  // The script's write meets `ERR READONLY …` (Redis prefixes the error a
+  // script's redis.call raised); FCALL of a function that writes meets
+  // `READONLY …`; auto finds the function the replica has.
+  for (const engine of ['script', 'function', 'auto']) {
+    for (const policy of ['closed', 'local']) {
+      test(`engine ${engine}, onFailure ${policy}`, async () => {
+        const notices = noticeLog();
+        const pacer = await RedisPacer.connect({ url: replica.url, key: freshKey(), ...CONFIG, engine,
+          onFailure: policy, onNotice: notices.sink });
+        try {
+          assertPolicyAnswer(policy, await pacer.reserve(), Ticket);
+          assert.equal(pacer.outage, true);
+          assert.deepEqual(notices.kinds(), ['redis_unavailable']);
+          assert.match(notices.log[0].text, /READONLY/);
+        } finally {
+          await pacer.close();
+        }
+      });
+    }
+  }
+});
+
+describe('the engine gone under a client: found again, the call retried once', () => {
+  const servers = plainAndModuleServers(['--enable-module-command', 'local']);
+
+  test('FUNCTION DELETE pacer: auto goes on with the script, every call answered by the server', async () => {
+    await loadFunction(servers.plain);
+    const key = freshKey();
+    const pacer = await RedisPacer.connect({ url: servers.plain.url, key, ...CONFIG, onFailure: 'closed' });
+    try {
+      for (let i = 0; i < 2; i += 1) assert.equal((await pacer.reserve()).fallback, undefined);
+      assert.equal(pacer.engine, 'function');
+      await onServer(servers.plain, ['FUNCTION', 'DELETE', 'pacer']);
+      for (let i = 0; i < 2; i += 1) {
+        const d = await pacer.reserve();
+        assert.equal(d.fallback, undefined, `call ${i + 3} after the function was deleted`);
+        assert.equal(d.kind, 'admitted');
+      }
+      assert.equal(pacer.engine, 'script');
+      assert.equal(pacer.outage, false);
+      assert.equal((await serverInfo(servers.plain, key)).admitted, 4);
+    } finally {
+      await pacer.close();
+    }
+  });
+
+  test('FUNCTION DELETE pacer with engine function forced: an outage, not an error', async () => {
+    await loadFunction(servers.plain);
+    const key = freshKey();
+    const pacer = await RedisPacer.connect({ url: servers.plain.url, key, ...CONFIG, engine: 'function',
+      onFailure: 'closed', onNotice: () => {} });
+    try {
+      assert.equal((await pacer.reserve()).fallback, undefined);
+      await onServer(servers.plain, ['FUNCTION', 'DELETE', 'pacer']);
+      assertPolicyAnswer('closed', await pacer.reserve(), Ticket);
+      assert.equal(pacer.outage, true);
+    } finally {
+      await pacer.close();
+    }
+  });
+
+  test('MODULE UNLOAD pacer: auto goes on with the function', { skip: moduleSkip }, async () => {
+    await loadFunction(servers.module);
+    const key = freshKey();
+    const pacer = await RedisPacer.connect({ url: servers.module.url, key, ...CONFIG, onFailure: 'closed' });
+    try {
+      assert.equal((await pacer.reserve()).fallback, undefined);
+      assert.equal(pacer.engine, 'module');
+      await onServer(servers.module, ['MODULE', 'UNLOAD', 'pacer']);
+      const d = await pacer.reserve();
+      assert.equal(d.fallback, undefined);
+      assert.equal(d.kind, 'admitted');
+      assert.equal(pacer.engine, 'function');
+      assert.equal((await serverInfo(servers.module, key)).admitted, 2);
+    } finally {
+      await pacer.close();
+    }
+  });
+
+  test('NOSCRIPT again after the reload: an outage, after one retry', async () => {
+    let scriptLoads = 0;
+    const client = recordingClient((args) => {
+      if (args[0] === 'SCRIPT') {
+        scriptLoads += 1;
+        return SHA;
+      }
+      throw new ErrorReply('NOSCRIPT No matching script. Please use EVAL.');
+    });
+    const pacer = await RedisPacer.connect({ client, key: 'k', ...CONFIG, engine: 'script', onFailure: 'closed',
+      onNotice: () => {} });
+    assertPolicyAnswer('closed', await pacer.reserve(), Ticket);
+    assert.deepEqual(client.sent.map((args) => args[0]), ['SCRIPT', 'EVALSHA', 'SCRIPT', 'EVALSHA']);
+    assert.equal(scriptLoads, 2);
+    await pacer.close();
+  });
+});
+
+describe('out of memory (OOM): the policy answers', () => {
+  const servers = plainAndModuleServers();
+
+  before(async () => {
+    await loadFunction(servers.plain);
+    // Any server uses more than 1 byte: every write is refused.
+    await Promise.all([servers.plain, servers.module].filter(Boolean)
+      .map((s) => onServer(s, ['CONFIG', 'SET', 'maxmemory', '1'])));
+  });
+
+  for (const engine of ['script', 'function', 'module']) {
+    test(`engine ${engine}`, { skip: engine === 'module' && moduleSkip }, async () => {
+      const notices = noticeLog();
+      const url = engine === 'module' ? servers.module.url : servers.plain.url;
+      const pacer = await RedisPacer.connect({ url, key: freshKey(), ...CONFIG, engine, onFailure: 'closed',
+        onNotice: notices.sink });
+      try {
+        assertPolicyAnswer('closed', await pacer.reserve(), Ticket);
+        assert.match(notices.log[0].text, /OOM/);
+      } finally {
+        await pacer.close();
+      }
+    });
+  }
+});
