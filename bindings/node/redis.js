@@ -354,6 +354,11 @@ class RedisPacer {
   #closed = false;
   #keyed = new Map();
   #waiting = new Set();
+  /** While the client is not ready: the one wait for its next 'ready' or
+   * 'error' that every call shares (one pair of listeners, however many
+   * calls wait), and how to stop listening. */
+  #readyWait = null;
+  #stopReadyWait = null;
   #onReady = () => {
     // A new connection may reach another server: ask again which engine.
     this.#engine = null;
@@ -485,18 +490,29 @@ class RedisPacer {
     const client = this.#client;
     if (client.isReady) return Promise.resolve();
     if (!client.isOpen) return Promise.reject(new Error('the Redis client is closed'));
-    let onReady;
-    let onError;
-    const ready = new Promise((resolve, reject) => {
-      onReady = resolve;
-      onError = (error) => reject(error ?? new Error('Redis connection error'));
-      client.on('ready', onReady);
-      client.on('error', onError);
-    });
-    return beforeDeadline(ready, deadline).finally(() => {
-      client.off('ready', onReady);
-      client.off('error', onError);
-    });
+    if (this.#readyWait === null) {
+      let onReady;
+      let onError;
+      this.#stopReadyWait = () => {
+        client.off('ready', onReady);
+        client.off('error', onError);
+        this.#readyWait = null;
+        this.#stopReadyWait = null;
+      };
+      this.#readyWait = new Promise((resolve, reject) => {
+        onReady = () => {
+          this.#stopReadyWait();
+          resolve();
+        };
+        onError = (error) => {
+          this.#stopReadyWait();
+          reject(error ?? new Error('Redis connection error'));
+        };
+        client.on('ready', onReady);
+        client.on('error', onError);
+      });
+    }
+    return beforeDeadline(this.#readyWait, deadline);
   }
 
   // ---------------------------------------------------------------- getters
@@ -1003,6 +1019,7 @@ class RedisPacer {
       pending.push(waiter.finished);
     }
     await Promise.all(pending);
+    this.#stopReadyWait?.();
     if (typeof this.#client.off === 'function') this.#client.off('ready', this.#onReady);
     if (this.#ownClient) {
       try {

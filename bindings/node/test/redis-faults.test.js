@@ -6,6 +6,7 @@
 // tests read a clock, against the timeout plus a slack of 1000 ms.
 const { test, before, after, describe } = require('node:test');
 const assert = require('node:assert/strict');
+const net = require('node:net');
 const { ErrorReply } = require('redis');
 const { RedisPacer, Ticket } = require('..');
 const { RedisServer } = require('./redis-server.js');
@@ -14,6 +15,8 @@ const {
   recordingClient, assertPolicyAnswer,
 } = require('./redis-support.js');
 
+const SLACK_MS = 1000;
+
 /** Asks `check` until it holds, at most `tries` times 25 ms apart. */
 async function until(what, check, tries = 400) {
   for (let i = 0; i < tries; i += 1) {
@@ -21,6 +24,25 @@ async function until(what, check, tries = 400) {
     await delay(25);
   }
   throw new Error(`${what}: not so after ${tries} tries`);
+}
+
+/** A loopback server that accepts connections, reads and never writes. */
+async function silentServer() {
+  const sockets = new Set();
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on('data', () => {});
+    socket.on('error', () => {});
+    socket.on('close', () => sockets.delete(socket));
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `redis://127.0.0.1:${server.address().port}`,
+    stop: () => {
+      for (const socket of sockets) socket.destroy();
+      return new Promise((resolve) => server.close(resolve));
+    },
+  };
 }
 
 /** A plain server and, when the module is built, one with the module
@@ -182,4 +204,77 @@ describe('out of memory (OOM): the policy answers', () => {
       }
     });
   }
+});
+
+describe('one deadline per call', () => {
+  let silent;
+
+  before(async () => {
+    silent = await silentServer();
+  });
+
+  after(async () => {
+    await silent?.stop();
+  });
+
+  test('a server that accepts and never answers: connect and the call end as an outage', async () => {
+    const notices = noticeLog();
+    const startedAt = performance.now();
+    const pacer = await RedisPacer.connect({ url: silent.url, key: freshKey(), ...CONFIG, timeoutMs: 300,
+      onFailure: 'closed', onNotice: notices.sink });
+    const connectMs = performance.now() - startedAt;
+    try {
+      const callAt = performance.now();
+      const d = await pacer.reserve();
+      const callMs = performance.now() - callAt;
+      assertPolicyAnswer('closed', d, Ticket);
+      assert.equal(pacer.outage, true);
+      assert.deepEqual(notices.kinds(), ['redis_unavailable']);
+      assert.ok(connectMs < 300 + SLACK_MS, `connect took ${connectMs} ms`);
+      assert.ok(callMs < 300 + SLACK_MS, `the call took ${callMs} ms`);
+    } finally {
+      await pacer.close();
+    }
+  });
+
+  test('detection, loading the script and the call share the deadline', async () => {
+    // A ready client whose every reply comes 120 ms after the command: auto
+    // asks MODULE LIST, FUNCTION LIST, then SCRIPT LOAD and EVALSHA, 480 ms
+    // in all, past a 300 ms deadline.
+    const client = recordingClient(async (args) => {
+      await delay(120);
+      if (args[0] === 'SCRIPT') return SHA;
+      if (args[0] === 'EVALSHA') return ['admitted', 0, '0.1.60000.0.0123456789abcdef', 'paced', 0];
+      return [];
+    });
+    const pacer = await RedisPacer.connect({ client, key: freshKey(), ...CONFIG, timeoutMs: 300,
+      onFailure: 'closed', onNotice: () => {} });
+    try {
+      const callAt = performance.now();
+      const d = await pacer.reserve();
+      const callMs = performance.now() - callAt;
+      assertPolicyAnswer('closed', d, Ticket);
+      assert.ok(callMs < 300 + SLACK_MS, `the call took ${callMs} ms`);
+    } finally {
+      await pacer.close();
+    }
+  });
+
+  test('50 reserves while the client is not ready: each answered, no MaxListenersExceededWarning', async () => {
+    const warnings = [];
+    const onWarning = (warning) => warnings.push(warning);
+    process.on('warning', onWarning);
+    const pacer = await RedisPacer.connect({ url: silent.url, key: freshKey(), ...CONFIG, timeoutMs: 300,
+      onFailure: 'closed', onNotice: () => {} });
+    try {
+      const answers = await Promise.all(Array.from({ length: 50 }, () => pacer.reserve()));
+      for (const d of answers) assertPolicyAnswer('closed', d, Ticket);
+      // A warning is emitted on a later tick.
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.deepEqual(warnings.map((w) => `${w.name}: ${w.message}`), []);
+    } finally {
+      process.off('warning', onWarning);
+      await pacer.close();
+    }
+  });
 });
