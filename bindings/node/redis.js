@@ -263,39 +263,66 @@ class RedisBooking {
 
 // ---------------------------------------------------------------- replies
 
+// Each reply is checked against its shape in docs/redis.md: a reply of
+// another shape is an error to the caller showing it (never read as an
+// admission).
+
+const PATHS = ['paced', 'shaped', 'overflow', 'disabled', 'booked'];
+
+/** A reply item that must be a whole number (an integer, or its decimal
+ * text when a client maps numbers to strings). */
+function whole(reply, item) {
+  const value = Buffer.isBuffer(item) ? item.toString('latin1') : item;
+  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
+  if (typeof value === 'string' && /^(0|[1-9][0-9]{0,15})$/.test(value)) return Number(value);
+  throw unexpected(reply);
+}
+
+/** A reply item that must be 0 or 1, as a boolean. */
+function flag(reply, item) {
+  const value = whole(reply, item);
+  if (value > 1) throw unexpected(reply);
+  return value === 1;
+}
+
+/** A reply item that must be a non-empty string (a ticket, a path). */
+function word(reply, item) {
+  if ((typeof item !== 'string' && !Buffer.isBuffer(item)) || item.length === 0) throw unexpected(reply);
+  return text(item);
+}
+
+/** A reply that must be an array of `length` items whose first is `kind`. */
+function isShape(reply, kind, length) {
+  return Array.isArray(reply) && reply.length === length && (typeof reply[0] === 'string' || Buffer.isBuffer(reply[0]))
+    && text(reply[0]) === kind;
+}
+
 function admittedFrom(key, reply) {
-  const waitMs = Number(reply[1]);
-  const ticket = reply[2] === null || reply[2] === undefined ? null : new RedisTicket(key, text(reply[2]));
-  return {
-    kind: 'admitted',
-    waitMs,
-    queued: waitMs > 0,
-    path: text(reply[3]),
-    clockRegressed: Number(reply[4]) === 1,
-    ticket,
-  };
+  const waitMs = whole(reply, reply[1]);
+  const ticket = reply[2] === null || reply[2] === undefined ? null : new RedisTicket(key, word(reply, reply[2]));
+  const path = word(reply, reply[3]);
+  if (!PATHS.includes(path)) throw unexpected(reply);
+  return { kind: 'admitted', waitMs, queued: waitMs > 0, path, clockRegressed: flag(reply, reply[4]), ticket };
 }
 
 /** A RESERVE or BOOK reply as the local Pacer's answer. */
 function decisionFrom(key, reply) {
-  if (!Array.isArray(reply)) throw unexpected(reply);
-  const kind = text(reply[0]);
-  if (kind === 'admitted') return admittedFrom(key, reply);
-  if (kind === 'refused') {
+  if (isShape(reply, 'admitted', 5)) return admittedFrom(key, reply);
+  if (isShape(reply, 'refused', 4)) {
     return {
       kind: 'refused',
-      requiredWaitMs: Number(reply[2]),
-      retryAfterSeconds: Number(reply[1]),
-      clockRegressed: Number(reply[3]) === 1,
+      requiredWaitMs: whole(reply, reply[2]),
+      retryAfterSeconds: whole(reply, reply[1]),
+      clockRegressed: flag(reply, reply[3]),
     };
   }
-  if (kind === 'booked') {
-    const slotMs = Number(reply[3]);
+  if (isShape(reply, 'booked', 5)) {
+    const slotMs = whole(reply, reply[3]);
     return {
       kind: 'booked',
-      booking: new RedisBooking(slotMs, new RedisTicket(key, text(reply[2]))),
-      retryAfterSeconds: Number(reply[1]),
-      clockRegressed: Number(reply[4]) === 1,
+      booking: new RedisBooking(slotMs, new RedisTicket(key, word(reply, reply[2]))),
+      retryAfterSeconds: whole(reply, reply[1]),
+      clockRegressed: flag(reply, reply[4]),
     };
   }
   throw unexpected(reply);
@@ -309,7 +336,7 @@ function unexpected(reply) {
 
 /** The server's INFO pairs as an object with camelCase names. */
 function infoFrom(reply) {
-  if (!Array.isArray(reply)) throw unexpected(reply);
+  if (!Array.isArray(reply) || reply.length % 2 !== 0) throw unexpected(reply);
   const info = {};
   for (let i = 0; i + 1 < reply.length; i += 2) {
     const name = text(reply[i]).replace(/_([a-z])/g, (_, c) => c.toUpperCase());
@@ -796,16 +823,17 @@ class RedisPacer {
       if (d.kind === 'admitted') return this.#count(d);
       return { kind: 'booked', booking, retryAfterSeconds: d.retryAfterSeconds, fallback: d.fallback };
     }
-    if (!Array.isArray(reply)) throw unexpected(reply);
-    if (text(reply[0]) === 'admitted') {
+    if (isShape(reply, 'admitted', 5)) {
       // The redemption spent the booking; the admission's ticket is the
       // reply's (item 3), on the booking's key.
+      const d = admittedFrom(ticket.key, reply);
       RedisBooking.markRedeemed(booking);
       RedisTicket.spend(ticket);
-      return this.#count(admittedFrom(ticket.key, reply));
+      return this.#count(d);
     }
-    if (text(reply[0]) === 'notyet') {
-      return { kind: 'booked', booking, retryAfterSeconds: Number(reply[1]) };
+    if (isShape(reply, 'notyet', 3)) {
+      word(reply, reply[2]);
+      return { kind: 'booked', booking, retryAfterSeconds: whole(reply, reply[1]) };
     }
     throw unexpected(reply);
   }
@@ -840,10 +868,11 @@ class RedisPacer {
     // On the key the ticket belongs to.
     const reply = await this.#redis('release', [ticket.text], ticket.key);
     if (reply === FAILED) return false;
+    const refunded = flag(reply, reply);
     RedisTicket.spend(ticket);
     this.#counters.released += 1;
-    if (Number(reply) === 1) this.#counters.refunded += 1;
-    return Number(reply) === 1;
+    if (refunded) this.#counters.refunded += 1;
+    return refunded;
   }
 
   /**
@@ -867,9 +896,7 @@ class RedisPacer {
     if (reply === FAILED) {
       return this.#policy === 'local' ? this.#local().observe(outcome, monotonicNow()) : c.config.ratePerMinute;
     }
-    const rate = Number(reply);
-    if (!Number.isSafeInteger(rate) || rate < 0) throw unexpected(reply);
-    return rate;
+    return whole(reply, reply);
   }
 
   /**

@@ -278,3 +278,39 @@ describe('one deadline per call', () => {
     }
   });
 });
+
+describe('replies no engine gives are errors, never admissions', () => {
+  for (const [op, reply] of [
+    ['reserve', ['admitted', 'soon', '0.1.60000.0.0123456789abcdef', 'paced', 0]],
+    ['reserve', ['admitted', -5, '0.1.60000.0.0123456789abcdef', 'paced', 0]],
+    ['reserve', ['admitted', 0, '0.1.60000.0.0123456789abcdef', 'sideways', 0]],
+    ['reserve', ['admitted', 0, 7, 'paced', 0]],
+    ['reserve', ['admitted']],
+    ['reserve', ['refused', 'later', 3000, 0]],
+    ['reserve', ['maybe', 1]],
+    ['reserve', 'OK'],
+    ['book', ['booked', 2, null, 5000, 0]],
+    ['book', ['booked', 2, '0.1.60000.5000.0123456789abcdef', 'soon', 0]],
+    ['release', 'yes'],
+    ['release', 2],
+  ]) {
+    test(`${op} answered ${JSON.stringify(reply)}`, async () => {
+      const client = recordingClient((args) => (args[0] === `PACER.${op.toUpperCase()}`
+        ? reply : ['admitted', 0, '0.1.60000.0.0123456789abcdef', 'paced', 0]));
+      const pacer = await RedisPacer.connect({ client, key: 'k', ...CONFIG, engine: 'module', onFailure: 'open' });
+      try {
+        const call = op === 'reserve' ? () => pacer.reserve()
+          : op === 'book' ? () => pacer.reserveOrBook(3)
+            : async () => pacer.release((await pacer.reserve()).ticket);
+        await assert.rejects(call(), (error) => {
+          assert.equal(error.code, 'ERR_PACER_REDIS');
+          assert.ok(error.message.includes(JSON.stringify(reply)), error.message);
+          return true;
+        });
+        assert.equal(pacer.counters().fallbacks, 0);
+      } finally {
+        await pacer.close();
+      }
+    });
+  }
+});
