@@ -81,6 +81,20 @@ function abortReason(signal) {
   return new DOMException('The operation was aborted', 'AbortError');
 }
 
+/** `promise`, or a rejection with the signal's reason as soon as `signal`
+ * aborts (then `onAbort()` is called; the promise goes on). */
+function untilAborted(promise, signal, onAbort) {
+  if (signal === undefined) return promise;
+  return new Promise((resolve, reject) => {
+    const abort = () => {
+      onAbort();
+      reject(abortReason(signal));
+    };
+    signal.addEventListener('abort', abort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', abort));
+  });
+}
+
 function defaultSchedule(ms, fire) {
   const timer = setTimeout(fire, ms);
   return () => clearTimeout(timer);
@@ -929,8 +943,11 @@ class RedisPacer {
     waiter.finished = finished;
     this.#waiting.add(waiter);
     let ticket = null;
+    // The decision still on its way when the signal aborted.
+    let late = null;
     try {
-      const d = key === undefined ? await this.reserve() : await this.#attemptKeyed(key);
+      const deciding = key === undefined ? this.reserve() : this.#attemptKeyed(key);
+      const d = await untilAborted(deciding, signal, () => { late = deciding; });
       const mark = d.fallback === undefined ? {} : { fallback: d.fallback };
       if (d.kind !== 'admitted') {
         return { kind: 'refused', requiredWaitMs: d.requiredWaitMs, retryAfterSeconds: d.retryAfterSeconds, ...mark };
@@ -947,17 +964,33 @@ class RedisPacer {
       return { kind: 'admitted', waitedMs: Math.max(0, monotonicNow() - startedAt), queued: true, release, ...mark };
     } catch (error) {
       // A cancelled request opens no connection: give the debit back.
-      if (ticket !== null) {
-        try {
-          await this.#releaseTicket(ticket);
-        } catch {
-          // The abort is the answer; a failed refund passes with time.
-        }
+      if (ticket !== null) await this.#releaseQuietly(ticket);
+      if (late !== null) {
+        // Rejected at the abort; what the reply admits is released when it
+        // comes, and close() waits for that.
+        late.then((d) => (d.kind === 'admitted' && d.ticket !== null ? this.#releaseQuietly(d.ticket) : undefined))
+          .catch(() => {})
+          .finally(() => {
+            this.#waiting.delete(waiter);
+            finish();
+          });
       }
       throw error;
     } finally {
-      this.#waiting.delete(waiter);
-      finish();
+      if (late === null) {
+        this.#waiting.delete(waiter);
+        finish();
+      }
+    }
+  }
+
+  /** Releases an admission no connection will use; a failed refund passes
+   * with time (the caller's answer is the abort or the close). */
+  async #releaseQuietly(ticket) {
+    try {
+      await this.#releaseTicket(ticket);
+    } catch {
+      // As above.
     }
   }
 

@@ -7,7 +7,7 @@
 const { test, before, after, describe } = require('node:test');
 const assert = require('node:assert/strict');
 const net = require('node:net');
-const { ErrorReply } = require('redis');
+const { createClient, ErrorReply } = require('redis');
 const { RedisPacer, Ticket } = require('..');
 const { RedisServer } = require('./redis-server.js');
 const {
@@ -24,6 +24,12 @@ async function until(what, check, tries = 400) {
     await delay(25);
   }
   throw new Error(`${what}: not so after ${tries} tries`);
+}
+
+/** The server's own count of admissions on `key`, less its releases. */
+async function heldOnServer(server, key) {
+  const info = await serverInfo(server, key);
+  return { admitted: info.admitted, released: info.released, held: info.admitted - info.released };
 }
 
 /** A loopback server that accepts connections, reads and never writes. */
@@ -313,4 +319,97 @@ describe('replies no engine gives are errors, never admissions', () => {
       }
     });
   }
+});
+
+describe('cancellation at any point of admit() is released', () => {
+  test('an abort while the reply is on its way rejects at once; the ticket that comes back is released', async () => {
+    let deliver;
+    const client = recordingClient((args) => (args[0] === 'PACER.RESERVE'
+      ? new Promise((resolve) => { deliver = resolve; })
+      : 1));
+    const pacer = await RedisPacer.connect({ client, key: 'k', ...CONFIG, engine: 'module' });
+    const controller = new AbortController();
+    let settled = null;
+    const admitting = pacer.admit({ signal: controller.signal })
+      .then((outcome) => { settled = outcome; }, (error) => { settled = error; });
+    await until('the reserve was sent', () => deliver !== undefined);
+    const reason = new Error('cancelled');
+    controller.abort(reason);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(settled, reason, 'admit() did not reject with the reason while the reply was on its way');
+    await admitting;
+    // close() waits for the release of what the late reply admits.
+    const closing = pacer.close();
+    deliver(['admitted', 0, '0.1.60000.0.0123456789abcdef', 'paced', 0]);
+    await closing;
+    assert.deepEqual(client.sent, [
+      ['PACER.RESERVE', 'k', '60', '2', '30000', '3', 'refund'],
+      ['PACER.RELEASE', 'k', '0.1.60000.0.0123456789abcdef'],
+    ]);
+  });
+
+  test('aborts at random points against a real server: admitted − released = the admissions kept', async () => {
+    const server = await RedisServer.start({ module: HAVE_MODULE });
+    // Every reply held 15 ms on its way, so aborts land before the send,
+    // while the reply travels, and during the wait. Rate 600, burst 3, idle
+    // 60000, retries 2: the wait bound is 9000 ms, a timeout of 5000 ms.
+    const inner = createClient({ url: server.url });
+    inner.on('error', () => {});
+    await inner.connect();
+    const client = {
+      get isOpen() { return inner.isOpen; },
+      get isReady() { return inner.isReady; },
+      on: (...args) => inner.on(...args),
+      off: (...args) => inner.off(...args),
+      connect: () => inner.connect(),
+      sendCommand: (args) => inner.sendCommand(args).then(
+        async (reply) => { await delay(15); return reply; },
+        async (error) => { await delay(15); throw error; },
+      ),
+    };
+    const key = freshKey();
+    const pacer = await RedisPacer.connect({ client, key, ratePerMinute: 600, burst: 3, idleTimeoutMs: 60000,
+      maxRetries: 2, timeoutMs: 5000, onFailure: 'closed' });
+    // A fixed sequence (xorshift32), so a failure repeats.
+    let state = 38;
+    const random = () => {
+      state ^= state << 13; state >>>= 0;
+      state ^= state >>> 17;
+      state ^= state << 5; state >>>= 0;
+      return state / 2 ** 32;
+    };
+    try {
+      let kept = 0;
+      let cancelled = 0;
+      for (let round = 0; round < 4; round += 1) {
+        await Promise.all(Array.from({ length: 10 }, async () => {
+          const controller = new AbortController();
+          const abortAt = random() < 0.8 ? Math.floor(random() * 80) : null;
+          const reason = new Error('cancelled');
+          const timer = abortAt === null ? null : setTimeout(() => controller.abort(reason), abortAt);
+          try {
+            const outcome = await pacer.admit({ signal: controller.signal });
+            if (outcome.kind === 'admitted' && outcome.fallback === undefined) kept += 1;
+          } catch (error) {
+            assert.equal(error, reason);
+            cancelled += 1;
+          } finally {
+            clearTimeout(timer);
+          }
+        }));
+      }
+      await pacer.close();
+      assert.ok(cancelled > 0 && kept > 0, `kept ${kept}, cancelled ${cancelled}`);
+      const { admitted, released, held } = await heldOnServer(server, key);
+      const { fallbacks } = pacer.counters();
+      // A call past its deadline (none is expected in 5000 ms) may leave a
+      // debit no one holds; otherwise the server holds exactly what was kept.
+      assert.ok(held >= kept && held <= kept + fallbacks,
+        `admitted ${admitted}, released ${released}, kept ${kept}, fallbacks ${fallbacks}`);
+    } finally {
+      await pacer.close();
+      await inner.close();
+      await server.stop();
+    }
+  });
 });
