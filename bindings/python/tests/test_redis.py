@@ -583,23 +583,187 @@ def test_a_busy_server_is_a_failure(d: Driver) -> None:
         assert d(fleet.reserve()).fallback is None
 
 
-def test_replies_are_classified() -> None:
+def test_failures_without_a_reply_are_outages() -> None:
+    """A connection refused or lost and no reply in time are outages, as
+    are the replies that say so; an error reply of the pacer is an error
+    carrying the reply's text (docs/fleet-clients.md)."""
     import redis.exceptions as rex
 
+    for failure in (rex.ConnectionError("lost"), rex.TimeoutError("late"), ConnectionRefusedError(),
+                    asyncio.TimeoutError(), TimeoutError(), OSError("unreachable")):
+        assert _redis._failure_class(failure) == "outage", failure
+    # An error the client raised itself, not a reply: neither (raised as it is).
+    assert _redis._failure_class(ValueError("a bug")) is None
     fleet = RedisPacer(url=f"redis://127.0.0.1:{free_port()}", key="k", **CONFIG)
-    for failure in (rex.ConnectionError("lost"), rex.TimeoutError("late"), rex.BusyLoadingError("loading"),
-                    rex.ResponseError("BUSY Redis is busy running a script"), rex.ReadOnlyError("replica"),
-                    rex.NoScriptError("no script"), rex.ResponseError("MASTERDOWN Link down"),
-                    rex.ResponseError("CLUSTERDOWN The cluster is down"), rex.ResponseError("TRYAGAIN later"),
-                    ConnectionRefusedError(), asyncio.TimeoutError()):
-        assert isinstance(fleet._classify(failure), _redis._Down), failure
-    for pacer_error in (rex.ResponseError("pacer: ticket already released"),
-                        rex.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")):
-        surfaced = fleet._classify(pacer_error)
-        assert isinstance(surfaced, RedisPacerError) and surfaced.reply == str(pacer_error)
-    other = rex.ResponseError("NOPERM this user has no permissions")
-    assert fleet._classify(other) is other
+    surfaced = fleet._surfaced(rex.ResponseError("pacer: ticket already released", status_code="ERR"))
+    assert isinstance(surfaced, RedisPacerError) and surfaced.reply == "ERR pacer: ticket already released"
+    assert str(surfaced) == "pacer: ticket already released"
+    surfaced = fleet._surfaced(rex.NoPermissionError("this user has no permissions", status_code="NOPERM"))
+    assert isinstance(surfaced, RedisPacerError) and surfaced.reply == "NOPERM this user has no permissions"
+    assert not fleet.in_outage
+    assert isinstance(fleet._surfaced(rex.ReadOnlyError("replica", status_code="READONLY")), _redis._Down)
+    assert fleet.in_outage
     fleet.close()
+
+
+REPLIES = REPO_ROOT / "tests" / "fleet" / "replies.json"
+
+
+def test_error_replies_are_classified_as_every_client_does() -> None:
+    """tests/fleet/replies.json: every client gives each reply the same
+    class. The text is classified as the server sent it, and so is the
+    error redis-py raises for it (its parser strips the codes it has classes
+    for and keeps them as ``status_code``), and the same error as a redis-py
+    without ``status_code`` raises it."""
+    import json
+
+    from redis._parsers.base import BaseParser
+
+    cases = json.loads(REPLIES.read_text(encoding="utf-8"))["cases"]
+    assert len(cases) >= 20
+    for case in cases:
+        reply, expected = case["reply"], case["class"]
+        assert _redis._reply_class(reply) == expected, case
+        error = BaseParser.parse_error(reply)
+        assert _redis._reply_text(error) == reply, case
+        assert _redis._failure_class(error) == expected, case
+        del error.status_code
+        assert _redis._failure_class(error) == expected, case
+
+
+def test_a_full_server_is_a_failure(d: Driver) -> None:
+    """maxmemory reached: OOM from the module and the function, "ERR OOM
+    ... script: ..." from the script; each answered by the policy."""
+    with RedisServer(module=module_path()) as server:
+        engines = _load_function(server)
+        fleets = [d.pacer(url=server.url, key=fresh_key(f"oom-{engine}"), engine=engine, on_failure="closed",
+                          retry_after_ms=0, **CONFIG) for engine in engines]
+        for fleet in fleets:
+            assert d(fleet.create()) is True  # the engine is known (the script loaded)
+        with server.client() as admin:
+            admin.config_set("maxmemory", 1)
+            for fleet in fleets:
+                outcome = d(fleet.reserve())
+                assert isinstance(outcome, RedisRefused) and outcome.fallback == "closed", fleet.engine
+                assert fleet.in_outage
+            admin.config_set("maxmemory", 0)
+        for fleet in fleets:
+            assert d(fleet.reserve()).fallback is None and not fleet.in_outage
+
+
+def test_a_replica_is_a_failure(d: Driver) -> None:
+    """A client sent to a replica (a failover it has not followed): READONLY
+    from the module and the function, "ERR READONLY ... script: ..." from the
+    script, each answered by the policy; what only reads (info) is answered."""
+    with RedisServer(module=module_path()) as primary, \
+            RedisServer(module=module_path(), extra=("--replicaof", "127.0.0.1", str(primary.port))) as replica:
+        engines = _load_function(primary)
+        key = fresh_key("replica")
+        with primary.client() as admin:
+            writer = d.pacer(url=primary.url, key=key, **CONFIG)
+            assert d(writer.create()) is True
+            assert admin.execute_command("WAIT", 1, 10000) == 1  # the replica has the bucket and the library
+        for engine in engines:
+            fleet = d.pacer(url=replica.url, key=key, engine=engine, on_failure="closed", **CONFIG)
+            outcome = d(fleet.reserve())
+            assert isinstance(outcome, RedisRefused) and outcome.fallback == "closed", engine
+            assert fleet.in_outage
+
+
+def _load_function(server: RedisServer) -> list[str]:
+    """Loads the library on ``server``; the engines it then has."""
+    with server.client() as admin:
+        admin.execute_command("FUNCTION", "LOAD", "REPLACE", b"#!lua name=pacer\n" + SCRIPT)
+    return (["module"] if server.module else []) + ["function", "script"]
+
+
+def test_an_engine_gone_under_the_client_is_found_again(d: Driver, caplog: pytest.LogCaptureFixture) -> None:
+    """The module unloaded, the function deleted, the script cache emptied
+    under a client of engine auto: each call asks again which engine there
+    is, loads the script when that is the one, and is answered by the
+    server on the same bucket, with no outage."""
+    caplog.set_level(logging.WARNING, logger="pacer")
+    with RedisServer(module=needs_module(), extra=("--enable-module-command", "yes")) as server:
+        _load_function(server)
+        fleet = d.pacer(url=server.url, key=fresh_key("gone"), **CONFIG)
+        assert d(fleet.create()) is True and fleet.engine == "module"
+        with server.client() as admin:
+            for change, engine in ((("MODULE", "UNLOAD", "pacer"), "function"),
+                                   (("FUNCTION", "DELETE", "pacer"), "script"),
+                                   (("SCRIPT", "FLUSH"), "script")):
+                admin.execute_command(*change)
+                outcome = d(fleet.reserve())
+                assert isinstance(outcome, RedisAdmitted) and outcome.fallback is None, change
+                assert fleet.engine == engine and not fleet.in_outage
+        assert d(fleet.info())["admitted"] == 3
+    assert outage_records(caplog, True) == []
+
+
+def test_an_engine_missing_after_the_retry_is_a_failure(d: Driver, plain_server: RedisServer,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """A forced engine the server does not have answers "engine gone" again
+    after the retry: an outage, answered by the policy."""
+    caplog.set_level(logging.WARNING, logger="pacer")
+    for engine, reply in (("function", "ERR Function not found"), ("module", "ERR unknown command 'PACER.RESERVE'")):
+        fleet = d.pacer(url=plain_server.url, key=fresh_key(f"missing-{engine}"), engine=engine, on_failure="closed",
+                        **CONFIG)
+        outcome = d(fleet.reserve())
+        assert isinstance(outcome, RedisRefused) and outcome.fallback == "closed"
+        assert fleet.in_outage and fleet.engine == engine
+        assert outage_records(caplog, True)[-1].error.startswith(reply)
+
+
+def test_an_acl_refusal_is_an_error(d: Driver) -> None:
+    """NOPERM is neither an outage nor an engine change: an error carrying
+    the reply, whatever the policy."""
+    with RedisServer() as server:
+        with server.client() as admin:
+            admin.execute_command("ACL", "SETUSER", "limited", "on", ">secret", "~*", "&*", "+@all", "-evalsha")
+        url = f"redis://limited:secret@127.0.0.1:{server.port}/0"
+        fleet = d.pacer(url=url, key=fresh_key("acl"), on_failure="open", **CONFIG)
+        with pytest.raises(RedisPacerError) as caught:
+            d(fleet.reserve())
+        assert caught.value.reply.startswith("NOPERM ") and "evalsha" in caught.value.reply
+        assert not fleet.in_outage
+
+
+#: A library named pacer that answers in shapes no engine has, chosen by
+#: the key (docs/redis.md has the real ones).
+ODD_LIBRARY = b"""#!lua name=pacer
+local shapes = {
+  empty = {}, short = {'admitted'}, number = 7, text = 'admitted', nested = {{'admitted'}},
+  ['nil-booking'] = {'booked', 1, false, 5, 0},
+  ['bad-path'] = {'admitted', 0, '0.1.60000.0.0123456789abcdef', 'sideways', 0},
+  ['bad-wait'] = {'admitted', 'soon', '0.1.60000.0.0123456789abcdef', 'paced', 0},
+  ['long'] = {'refused', 1, 1000, 0, 'more'},
+  ['unknown'] = {'maybe', 1, 2, 3},
+}
+redis.register_function('pacer', function(keys, args)
+  if args[1] == 'release' or args[1] == 'create' then return 'yes' end
+  if args[1] == 'info' then return 7 end
+  return shapes[keys[1]]
+end)
+"""
+
+
+def test_a_reply_of_an_unknown_shape_is_an_error(d: Driver) -> None:
+    """Never a silent admission: a reply the client does not recognise is
+    an error showing the reply, whatever the policy."""
+    with RedisServer() as server:
+        with server.client() as admin:
+            admin.execute_command("FUNCTION", "LOAD", ODD_LIBRARY)
+        for shape in ("empty", "short", "number", "text", "nested", "nil-booking", "bad-path", "bad-wait", "long",
+                      "unknown"):
+            fleet = d.pacer(url=server.url, key=shape, on_failure="open", **CONFIG)
+            for call in (fleet.reserve, lambda: fleet.reserve_or_book(3)):
+                with pytest.raises(RedisPacerError, match="unexpected reply"):
+                    d(call())
+            assert fleet.engine == "function" and not fleet.in_outage
+        fleet = d.pacer(url=server.url, key="k", on_failure="open", **CONFIG)
+        for call in (fleet.create, fleet.info,
+                     lambda: fleet.release(_redis.RedisTicket(fleet, "k", "0.1.60000.0.0123456789abcdef"))):
+            with pytest.raises(RedisPacerError, match="unexpected reply"):
+                d(call())
 
 
 def test_keyed_bookings_of_the_local_policy_stay_local(d: Driver) -> None:
@@ -731,7 +895,7 @@ def test_a_redemption_admits_with_the_ticket_the_reply_carries(d: Driver) -> Non
     fleet = d.pacer(url=f"redis://127.0.0.1:{free_port()}", key="k", on_failure="closed", **CONFIG)
     booking = _redis.RedisBooking(_redis.RedisTicket(fleet, "k", "7.3.60000.123456.0123456789abcdef"), 123456)
     fresh = "8.4.60000.0.fedcba9876543210"
-    admitted = fleet._redemption(booking, [b"admitted", b"0", fresh.encode(), b"booked", b"0"])
+    admitted = fleet._redemption(booking, [b"admitted", 0, fresh.encode(), b"booked", 0])
     assert isinstance(admitted, RedisAdmitted) and admitted.path is AdmitPath.BOOKED
     assert (admitted.wait_ms, admitted.fallback, admitted.clock_regressed) == (0, None, False)
     assert (admitted.ticket.text, admitted.ticket.key, admitted.ticket.spent) == (fresh, "k", False)

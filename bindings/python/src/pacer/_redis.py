@@ -11,12 +11,13 @@ policy; ``RedisPacer`` (over ``redis.Redis``) and ``AsyncRedisPacer`` (over
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from . import _check
 from ._pacer import (
@@ -61,12 +62,13 @@ _blocking_sleep = time.sleep
 #: The clock the outage timer reads (never a decision's clock).
 _monotonic = time.monotonic
 
-#: Replies that say the server cannot serve now: a failure, not an error.
-_UNAVAILABLE_PREFIXES = ("LOADING ", "BUSY ", "MASTERDOWN ", "READONLY ", "CLUSTERDOWN ", "TRYAGAIN ",
-                         "NOSCRIPT ")
-#: redis-py's classes for those replies (it strips the code from the message).
-_UNAVAILABLE_CLASSES = ("BusyLoadingError", "NoScriptError", "ReadOnlyError", "ClusterDownError",
-                        "MasterDownError", "TryAgainError")
+#: The codes of the error replies that say the server cannot serve now
+#: (docs/fleet-clients.md): an outage, answered by the failure policy.
+_OUTAGE_CODES = frozenset(("LOADING", "BUSY", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "OOM",
+                           "NOREPLICAS", "MISCONF"))
+_UNKNOWN_COMMAND = "ERR unknown command '"
+#: The classes of a failed call (docs/fleet-clients.md, "Which replies are failures").
+FailureClass = Literal["outage", "engine", "pacer"]
 
 
 def script_text() -> bytes:
@@ -78,13 +80,17 @@ def script_text() -> bytes:
 class RedisPacerError(RuntimeError):
     """The server answered with an error of the pacer (``ERR pacer: ...``:
     a configuration other than the bucket's, a spent or foreign ticket, a
-    key that is not a bucket) or ``WRONGTYPE``. A bug or a
-    misconfiguration, never hidden by the failure policy. ``reply`` is the
-    server's message."""
+    key that is not a bucket), or with an error that is neither an outage
+    nor an engine change (``WRONGTYPE``, ``NOPERM``, ...), or with a reply
+    of a shape the client does not know. A bug or a misconfiguration, never
+    hidden by the failure policy. ``reply`` is the server's error reply as
+    it was sent (or, for a reply of an unknown shape, the message showing
+    it)."""
 
     def __init__(self, reply: str) -> None:
         self.reply = reply
-        super().__init__(reply if reply.startswith("pacer:") else f"pacer: {reply}")
+        message = reply[len("ERR "):] if reply.startswith("ERR pacer:") else reply
+        super().__init__(message if message.startswith("pacer:") else f"pacer: {message or 'an empty error reply'}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,10 +275,6 @@ def _fields(entry: Any) -> dict[str, Any]:
     return {}
 
 
-def _error_class(error: BaseException, names: tuple[str, ...]) -> bool:
-    return any(type_.__name__ in names for type_ in type(error).__mro__)
-
-
 def _module_listed(reply: Any) -> bool:
     return any(_text(_fields(entry).get("name", "")) == "pacer" for entry in reply or [])
 
@@ -281,14 +283,76 @@ def _function_listed(reply: Any) -> bool:
     return any(_text(_fields(entry).get("library_name", "")) == "pacer" for entry in reply or [])
 
 
-def _stale_engine(error: BaseException) -> bool:
-    """An error that says the engine found before is gone (the server was
-    restarted or replaced without the module or the function)."""
-    message = str(error)
-    if message.startswith(("pacer:", "ERR pacer:")):
-        return False
-    lowered = message.lower()
-    return "unknown command" in lowered or "function not found" in lowered
+def _reply_class(text: str) -> FailureClass:
+    """The class of an error reply, from its text as the server sent it:
+    the one rule every fleet client keeps (docs/fleet-clients.md).
+
+    - ``outage``: the server cannot serve now (its code is one of
+      ``_OUTAGE_CODES``, or ``ERR`` followed by one, as a script's
+      ``redis.call`` reports it); the failure policy answers.
+    - ``engine``: the engine in use is gone (``NOSCRIPT``, ``ERR Function
+      not found``, ``ERR unknown command 'pacer.…'``); ask which engine
+      there is, load the script if that is it, and retry once.
+    - ``pacer``: anything else (``ERR pacer: …``, ``WRONGTYPE``,
+      ``NOPERM``, an empty or unknown text): an error to the caller."""
+    words = text.split(" ", 2)
+    code = words[0]
+    if code == "ERR" and len(words) > 1 and words[1] in _OUTAGE_CODES:
+        code = words[1]
+    if code in _OUTAGE_CODES:
+        return "outage"
+    command = text[len(_UNKNOWN_COMMAND):len(_UNKNOWN_COMMAND) + len("pacer.")]
+    if (code == "NOSCRIPT" or text.startswith("ERR Function not found")
+            or (text.startswith(_UNKNOWN_COMMAND) and command.lower() == "pacer.")):
+        return "engine"
+    return "pacer"
+
+
+def _reply_text(error: BaseException) -> str | None:
+    """The text of the error reply that ``error`` reports, as the server
+    sent it; None when it reports none (a connection lost, a timeout).
+
+    redis-py's parser takes the code off the replies it has a class for
+    (``READONLY x`` is a ReadOnlyError "x", ``ERR x`` a ResponseError
+    "x") and keeps it as ``status_code``. A redis-py without
+    ``status_code`` tells the code by the class alone, and a plain
+    ResponseError whose first word is not a code it keeps lost an ``ERR``."""
+    import redis.exceptions as rex
+    from redis._parsers.base import BaseParser
+
+    if not isinstance(error, rex.RedisError):
+        return None
+    message, codes = str(error), BaseParser.EXCEPTION_CLASSES
+    if hasattr(error, "status_code"):
+        code = error.status_code
+        if code is None:
+            return message if isinstance(error, rex.ResponseError) else None
+        return f"{code} {message}" if code in codes else message
+    for code, kind in codes.items():
+        if kind is type(error) or (isinstance(kind, dict) and kind.get(message) is type(error)):
+            return f"{code} {message}"
+    if type(error) is not rex.ResponseError:
+        return None
+    first = message.split(" ", 1)[0]
+    return message if first.isupper() and first not in codes else f"ERR {message}"
+
+
+def _failure_class(error: BaseException) -> FailureClass | None:
+    """The class of a call that raised ``error``: an error reply's by
+    ``_reply_class``; a connection refused or lost and no reply in time are
+    outages; a reply redis-py cannot parse is the pacer's error. None for
+    anything else (an error of the caller or of the client: raised as it
+    is)."""
+    import redis.exceptions as rex
+
+    text = _reply_text(error)
+    if text is not None:
+        return _reply_class(text)
+    if isinstance(error, (rex.ConnectionError, rex.TimeoutError, TimeoutError, asyncio.TimeoutError, OSError)):
+        return "outage"
+    if isinstance(error, rex.InvalidResponse):
+        return "pacer"
+    return None
 
 
 def _address(client: Any) -> str:
@@ -299,6 +363,60 @@ def _address(client: Any) -> str:
     if "path" in kwargs:
         return f"unix:{kwargs['path']}"
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+#: How many items each kind of decision reply has (docs/redis.md).
+_REPLY_LENGTHS = {"admitted": 5, "refused": 4, "booked": 5, "notyet": 3}
+
+
+def _shaped(parse: Callable[..., Any]) -> Callable[..., Any]:
+    """A reply's parser (the reply its last argument) that raises
+    ``RedisPacerError`` showing the reply when it is of a shape the parser
+    does not know: never a silent answer."""
+
+    @functools.wraps(parse)
+    def parsed(*args: Any) -> Any:
+        try:
+            return parse(*args)
+        except (ValueError, TypeError, IndexError, AttributeError) as error:
+            raise RedisPacerError(f"pacer: unexpected reply {args[-1]!r}") from error
+
+    return parsed
+
+
+def _reply_kind(reply: Any, kinds: tuple[str, ...]) -> str:
+    """A decision reply's kind, one of ``kinds``, with its number of items."""
+    if isinstance(reply, (list, tuple)) and reply and isinstance(reply[0], (bytes, str)):
+        kind = _text(reply[0])
+        if kind in kinds and len(reply) == _REPLY_LENGTHS[kind]:
+            return kind
+    raise ValueError(reply)
+
+
+def _whole(reply: Any, index: int) -> int:
+    value = reply[index]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(value)
+    return value
+
+
+def _flag(reply: Any, index: int) -> bool:
+    value = _whole(reply, index)
+    if value > 1:
+        raise ValueError(value)
+    return value == 1
+
+
+def _path(reply: Any) -> AdmitPath:
+    if not isinstance(reply[3], (bytes, str)):
+        raise ValueError(reply[3])
+    return AdmitPath(_text(reply[3]))
+
+
+@_shaped
+def _bit_reply(reply: Any) -> bool:
+    """create's and release's answer: 1 or 0."""
+    return _flag([reply], 0)
 
 
 class _FleetCore:
@@ -483,24 +601,71 @@ class _FleetCore:
 
     # ------------------------------------------------------------ errors and outages
 
-    def _classify(self, error: BaseException) -> BaseException:
-        """What a call that raised ``error`` raises: ``_Down`` for a failure
-        (answered by the policy), ``RedisPacerError`` for a pacer error or
-        WRONGTYPE, else the error itself."""
-        import redis.exceptions as rex
+    def _raise_surfaced(self, error: BaseException) -> NoReturn:
+        """Raises what a call that raised ``error`` raises (``_surfaced``)."""
+        surfaced = self._surfaced(error)
+        if surfaced is error:
+            raise error
+        raise surfaced from error
 
-        if isinstance(error, (rex.ConnectionError, rex.TimeoutError, TimeoutError, asyncio.TimeoutError,
-                              OSError)):
-            return _Down(error)
-        if _error_class(error, _UNAVAILABLE_CLASSES):
-            return _Down(error)
-        if isinstance(error, rex.ResponseError):
-            message = str(error)
-            if message.startswith(_UNAVAILABLE_PREFIXES):
-                return _Down(error)
-            if message.startswith(("pacer:", "ERR pacer:", "WRONGTYPE")):
-                return RedisPacerError(message)
+    def _surfaced(self, error: BaseException) -> BaseException:
+        """What a call that raised ``error`` raises: ``_Down`` for an outage
+        (an engine still gone after the retry is one), after starting it;
+        ``RedisPacerError`` for an error of the pacer; else the error itself."""
+        kind = _failure_class(error)
+        if kind in ("outage", "engine"):
+            down = _Down(error)
+            self._failed(down)
+            return down
+        self._answered()
+        if kind == "pacer":
+            return RedisPacerError(_reply_text(error) or f"unexpected reply ({error})")
         return error
+
+    # ------------------------------------------------------------ the commands of a call
+
+    def _exchange(self, op: str, args: tuple[Any, ...]) -> Generator[tuple[Any, ...], Any, Any]:
+        """The commands of one call, as a generator that yields each command
+        and is sent its reply (or thrown its error): the engine found (and
+        the script loaded) if not known yet, then the op. A reply saying the
+        engine is gone asks which engine there is again (``auto``), loads the
+        script again and retries once; gone again, the error goes up (an
+        outage). ``RedisPacer`` and ``AsyncRedisPacer`` run it on their
+        connections (``_exchanged``)."""
+        for retry in (False, True):
+            if self._engine is None:
+                self._engine = yield from self._detect()
+            if self._engine == "script" and self._sha is None:
+                self._sha = _text((yield ("SCRIPT", "LOAD", self._script)))
+            try:
+                return (yield self._command(self._engine, op, args))
+            except Exception as error:  # noqa: BLE001 - an engine gone is retried once, the rest go up
+                if retry or _failure_class(error) != "engine":
+                    raise
+                if self._auto():
+                    self._engine = None
+                self._sha = None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _detect(self) -> Generator[tuple[Any, ...], Any, str]:
+        forced = self._forced_engine()
+        if forced is not None:
+            return forced
+        if _module_listed((yield from self._listing("MODULE", "LIST"))):
+            return "module"
+        if _function_listed((yield from self._listing("FUNCTION", "LIST", "LIBRARYNAME", "pacer"))):
+            return "function"
+        return "script"
+
+    @staticmethod
+    def _listing(*command: Any) -> Generator[tuple[Any, ...], Any, Any]:
+        """A listing command's reply; refused (managed services), nothing."""
+        try:
+            return (yield command)
+        except Exception as error:  # noqa: BLE001 - an outage goes up
+            if _failure_class(error) == "pacer":
+                return []
+            raise
 
     def _asking(self) -> bool:
         """Whether to ask Redis now: not within ``retry_after_ms`` of a failure."""
@@ -516,7 +681,9 @@ class _FleetCore:
             if self._outage:
                 return
             self._outage = True
-        detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        detail = _reply_text(error)
+        if detail is None:
+            detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         text = (f"pacer: Redis at {self._address} failed for the bucket {self._key!r} ({detail}); "
                 f"answering by the {self._policy!r} failure policy, asking again every "
                 f"{self._retry_after_ms} ms")
@@ -542,44 +709,51 @@ class _FleetCore:
 
     # ------------------------------------------------------------ replies
 
-    def _ticket(self, text: Any) -> RedisTicket | None:
-        if text is None:
-            return None
-        return RedisTicket(self, self._key, _text(text))
-
     def _admitted(self, wait_ms: int, path: AdmitPath, regressed: bool, ticket: RedisTicket | None,
                   fallback: Fallback | None) -> RedisAdmitted:
         return RedisAdmitted(wait_ms, path, regressed, ticket, fallback)  # type: ignore[arg-type]
 
+    @_shaped
     def _decision(self, reply: Any) -> RedisAdmitted | RedisRefused | RedisBooked:
-        """An answer of create/reserve/book: admitted, refused or booked."""
-        kind = _text(reply[0])
+        """An answer of reserve/book: admitted, refused or booked."""
+        kind = _reply_kind(reply, ("admitted", "refused", "booked"))
         if kind == "admitted":
-            return self._admitted(int(reply[1]), AdmitPath(_text(reply[3])), bool(int(reply[4])),
-                                  self._ticket(reply[2]), None)
+            return self._admitted(_whole(reply, 1), _path(reply), _flag(reply, 4), self._ticket(reply[2]), None)
         if kind == "refused":
-            return RedisRefused(int(reply[2]), int(reply[1]), bool(int(reply[3])))
-        if kind == "booked":
-            ticket = self._ticket(reply[2])
-            assert ticket is not None
-            booking = RedisBooking(ticket, int(reply[3]))
-            return RedisBooked(booking, 0, int(reply[1]), bool(int(reply[4])))
-        raise RedisPacerError(f"pacer: unexpected reply {reply!r}")
+            return RedisRefused(_whole(reply, 2), _whole(reply, 1), _flag(reply, 3))
+        booking = RedisBooking(self._given_ticket(reply), _whole(reply, 3))
+        return RedisBooked(booking, 0, _whole(reply, 1), _flag(reply, 4))
 
+    @_shaped
     def _redemption(self, booking: RedisBooking, reply: Any) -> RedisAdmitted | RedisBooked:
-        kind = _text(reply[0])
-        if kind == "admitted":
-            ticket: RedisTicket = booking._ticket  # type: ignore[assignment]
-            ticket._spent = True
-            admitted_ticket = RedisTicket(self, self._key, _text(reply[2]))
-            return self._admitted(int(reply[1]), AdmitPath(_text(reply[3])), bool(int(reply[4])),
-                                  admitted_ticket, None)
+        kind = _reply_kind(reply, ("admitted", "notyet"))
         if kind == "notyet":
-            return RedisBooked(booking, 0, int(reply[1]), False)
-        raise RedisPacerError(f"pacer: unexpected reply {reply!r}")
+            return RedisBooked(booking, 0, _whole(reply, 1), False)
+        # The reply's ticket (item 3) is the admission's; the booking is spent.
+        admission = self._admitted(_whole(reply, 1), _path(reply), _flag(reply, 4), self._given_ticket(reply), None)
+        ticket: RedisTicket = booking._ticket  # type: ignore[assignment]
+        ticket._spent = True
+        return admission
+
+    def _ticket(self, text: Any) -> RedisTicket | None:
+        if text is None:
+            return None
+        if not isinstance(text, (bytes, str)) or not text:
+            raise ValueError(text)
+        return RedisTicket(self, self._key, _text(text))
+
+    def _given_ticket(self, reply: Any) -> RedisTicket:
+        """Item 3 of a reply that must carry a ticket."""
+        ticket = self._ticket(reply[2])
+        if ticket is None:
+            raise ValueError(reply)
+        return ticket
 
     @staticmethod
+    @_shaped
     def _info(reply: Any) -> dict[str, int | str]:
+        if not isinstance(reply, (list, tuple, dict)) or (not isinstance(reply, dict) and len(reply) % 2):
+            raise ValueError(reply)
         info: dict[str, int | str] = {}
         for name, value in _fields(reply).items():
             info[name] = value if isinstance(value, int) else _text(value)
@@ -668,10 +842,9 @@ class _FleetCore:
         return self._fallback().observe(outcome)
 
     @staticmethod
+    @_shaped
     def _rate_reply(reply: Any) -> int:
-        if isinstance(reply, bool) or not isinstance(reply, int) or reply < 0:
-            raise RedisPacerError(f"pacer: unexpected reply {reply!r}")
-        return reply
+        return _whole([reply], 0)
 
     def _redeem_local(self, booking: RedisBooking) -> Any:
         local_booking = booking._local_booking
@@ -817,70 +990,30 @@ class RedisPacer(_FleetCore):
 
     # ------------------------------------------------------------ I/O
 
-    def _detect(self) -> str:
-        forced = self._forced_engine()
-        if forced is not None:
-            return forced
-        if _module_listed(self._listing("MODULE", "LIST")):
-            return "module"
-        if _function_listed(self._listing("FUNCTION", "LIST", "LIBRARYNAME", "pacer")):
-            return "function"
-        return "script"
-
-    def _listing(self, *command: Any) -> Any:
-        """A listing command's reply; refused (managed services), nothing."""
-        import redis.exceptions as rex
-
-        try:
-            return self._client.execute_command(*command)
-        except rex.ResponseError as error:
-            if isinstance(self._classify(error), _Down):
-                raise
-            return []
-
-    def _load_script(self) -> None:
-        self._sha = _text(self._client.execute_command("SCRIPT", "LOAD", self._script))
-
-    def _run(self, op: str, args: tuple[Any, ...]) -> Any:
-        import redis.exceptions as rex
-
-        if self._engine is None:
-            self._engine = self._detect()
-        engine = self._engine
-        if engine == "script":
-            if self._sha is None:
-                self._load_script()
-            try:
-                return self._client.execute_command(*self._command(engine, op, args))
-            except rex.NoScriptError:
-                self._load_script()  # the script cache was emptied: load again, retry once
-        return self._client.execute_command(*self._command(engine, op, args))
-
     def _ask(self, op: str, *args: Any) -> Any:
         """The server's reply to ``op``; raises ``_Down`` on a failure (after
         starting the outage), ``RedisPacerError`` for a pacer error."""
         self._check_open()
         if not self._asking():
             raise _Down()
-        for attempt in (0, 1):
+        try:
+            reply = self._exchange_on_client(op, args)
+        except Exception as error:  # noqa: BLE001 - classified
+            self._raise_surfaced(error)
+        self._answered()
+        return reply
+
+    def _exchange_on_client(self, op: str, args: tuple[Any, ...]) -> Any:
+        """Runs the call's exchange (``_FleetCore._exchange``) on the client."""
+        steps = self._exchange(op, args)
+        done, value = _exchanged(steps, None, None)
+        while not done:
             try:
-                reply = self._run(op, args)
-            except Exception as error:  # noqa: BLE001 - classified below
-                if attempt == 0 and self._auto() and _stale_engine(error):
-                    self._answered()
-                    self._engine = None  # the engine found before is gone: ask again
-                    continue
-                surfaced = self._classify(error)
-                if isinstance(surfaced, _Down):
-                    self._failed(surfaced)
-                    raise surfaced from error
-                self._answered()
-                if surfaced is error:
-                    raise
-                raise surfaced from error
-            self._answered()
-            return reply
-        raise AssertionError("unreachable")  # pragma: no cover
+                answer, error = self._client.execute_command(*value), None
+            except Exception as failure:  # noqa: BLE001 - given to the exchange
+                answer, error = None, failure
+            done, value = _exchanged(steps, answer, error)
+        return value
 
     # ------------------------------------------------------------ decisions
 
@@ -889,7 +1022,7 @@ class RedisPacer(_FleetCore):
         at start-up): True when it created it, False when the same bucket
         was there. A failure raises ``redis.exceptions.RedisError``."""
         try:
-            return bool(self._ask("create", *self._configured()))
+            return _bit_reply(self._ask("create", *self._configured()))
         except _Down as down:
             raise _cause(down) from None
 
@@ -954,7 +1087,7 @@ class RedisPacer(_FleetCore):
             if isinstance(error, _Down):
                 return False
             raise
-        return bool(refunded)
+        return _bit_reply(refunded)
 
     def info(self) -> dict[str, int | str]:
         """The bucket as the server reports it (``PACER.INFO``: the
@@ -1122,74 +1255,36 @@ class AsyncRedisPacer(_FleetCore):
 
     # ------------------------------------------------------------ I/O
 
-    async def _detect(self) -> str:
-        forced = self._forced_engine()
-        if forced is not None:
-            return forced
-        if _module_listed(await self._listing("MODULE", "LIST")):
-            return "module"
-        if _function_listed(await self._listing("FUNCTION", "LIST", "LIBRARYNAME", "pacer")):
-            return "function"
-        return "script"
-
-    async def _listing(self, *command: Any) -> Any:
-        import redis.exceptions as rex
-
-        try:
-            return await self._client.execute_command(*command)
-        except rex.ResponseError as error:
-            if isinstance(self._classify(error), _Down):
-                raise
-            return []
-
-    async def _load_script(self) -> None:
-        self._sha = _text(await self._client.execute_command("SCRIPT", "LOAD", self._script))
-
-    async def _run(self, op: str, args: tuple[Any, ...]) -> Any:
-        import redis.exceptions as rex
-
-        if self._engine is None:
-            self._engine = await self._detect()
-        engine = self._engine
-        if engine == "script":
-            if self._sha is None:
-                await self._load_script()
-            try:
-                return await self._client.execute_command(*self._command(engine, op, args))
-            except rex.NoScriptError:
-                await self._load_script()  # the script cache was emptied: load again, retry once
-        return await self._client.execute_command(*self._command(engine, op, args))
-
     async def _ask(self, op: str, *args: Any) -> Any:
+        """As ``RedisPacer._ask``; the call as a whole is bounded by the timeout."""
         self._check_open()
         if not self._asking():
             raise _Down()
-        for attempt in (0, 1):
+        try:
+            reply = await asyncio.wait_for(self._exchange_on_client(op, args), self._timeout_ms / 1000)
+        except Exception as error:  # noqa: BLE001 - classified
+            self._raise_surfaced(error)
+        self._answered()
+        return reply
+
+    async def _exchange_on_client(self, op: str, args: tuple[Any, ...]) -> Any:
+        """As ``RedisPacer._exchange_on_client``."""
+        steps = self._exchange(op, args)
+        done, value = _exchanged(steps, None, None)
+        while not done:
             try:
-                reply = await asyncio.wait_for(self._run(op, args), self._timeout_ms / 1000)
-            except Exception as error:  # noqa: BLE001 - classified below
-                if attempt == 0 and self._auto() and _stale_engine(error):
-                    self._answered()
-                    self._engine = None
-                    continue
-                surfaced = self._classify(error)
-                if isinstance(surfaced, _Down):
-                    self._failed(surfaced)
-                    raise surfaced from error
-                self._answered()
-                if surfaced is error:
-                    raise
-                raise surfaced from error
-            self._answered()
-            return reply
-        raise AssertionError("unreachable")  # pragma: no cover
+                answer, error = await self._client.execute_command(*value), None
+            except Exception as failure:  # noqa: BLE001 - given to the exchange
+                answer, error = None, failure
+            done, value = _exchanged(steps, answer, error)
+        return value
 
     # ------------------------------------------------------------ decisions
 
     async def create(self) -> bool:
         """As ``RedisPacer.create``."""
         try:
-            return bool(await self._ask("create", *self._configured()))
+            return _bit_reply(await self._ask("create", *self._configured()))
         except _Down as down:
             raise _cause(down) from None
 
@@ -1245,7 +1340,7 @@ class AsyncRedisPacer(_FleetCore):
             if isinstance(error, _Down):
                 return False
             raise
-        return bool(refunded)
+        return _bit_reply(refunded)
 
     async def info(self) -> dict[str, int | str]:
         """As ``RedisPacer.info``."""
@@ -1330,6 +1425,16 @@ class AsyncRedisPacer(_FleetCore):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _exchanged(steps: Generator[tuple[Any, ...], Any, Any], answer: Any,
+               error: BaseException | None) -> tuple[bool, Any]:
+    """Gives a call's exchange (``_FleetCore._exchange``) the last command's
+    reply or error: (False, the next command) or (True, the call's reply)."""
+    try:
+        return False, (steps.send(answer) if error is None else steps.throw(error))
+    except StopIteration as done:
+        return True, done.value
 
 
 def _cause(down: _Down) -> BaseException:
