@@ -82,7 +82,8 @@ function abortReason(signal) {
 }
 
 /** `promise`, or a rejection with the signal's reason as soon as `signal`
- * aborts (then `onAbort()` is called; the promise goes on). */
+ * aborts before it settles (then `onAbort()` is called; the promise goes
+ * on). */
 function untilAborted(promise, signal, onAbort) {
   if (signal === undefined) return promise;
   return new Promise((resolve, reject) => {
@@ -90,8 +91,13 @@ function untilAborted(promise, signal, onAbort) {
       onAbort();
       reject(abortReason(signal));
     };
+    // Settled: an abort from now on is the caller's to see, not this wait's.
+    const settle = (end) => (value) => {
+      signal.removeEventListener('abort', abort);
+      end(value);
+    };
     signal.addEventListener('abort', abort, { once: true });
-    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', abort));
+    promise.then(settle(resolve), settle(reject));
   });
 }
 
