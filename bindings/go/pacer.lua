@@ -33,6 +33,7 @@ local WAIT_BOUND_CEILING_MS = 15000 -- budget::WAIT_BOUND_CEILING_MS
 local SEQ_MODULUS = 16777216 -- 2^24: the release stack counter's range
 local TWO_POW_52 = 4503599627370496 -- every input number is below this
 local TWO_POW_53 = 9007199254740992 -- doubles are exact below this
+local LARGEST = TWO_POW_52 - 1 -- where counters stop, and serials end
 
 -- Adaptive pacing (core/src/adaptive.rs, SPEC §14): each constant once,
 -- here; redis/tests/lua_exact.rs compares them with the core's.
@@ -1049,9 +1050,18 @@ local function spent_bit(serial)
   return SPENT_BITMAP_BIT + math.fmod(serial, SPENT_WINDOW)
 end
 
+-- Fails unless `bucket` can issue a ticket: its next serial is below
+-- 2^52 − 1, the largest its field holds (the last ticket is 2^52 − 2).
+local function serial_left(key, bucket)
+  if bucket.serial >= LARGEST then
+    fail(fmt("bucket '%s' has issued its last ticket (serial %d); create a new bucket", shown(key), LARGEST - 1))
+  end
+end
+
 -- Numbers a debit with the bucket's next serial: its ticket text. The
 -- serial's bit is cleared when the ring has wrapped onto an older ticket's.
 local function issue_ticket(key, bucket, seq, debit_units, slot_ms)
+  serial_left(key, bucket)
   local serial = bucket.serial
   bucket.serial = serial + 1
   if serial >= SPENT_WINDOW then
@@ -1099,6 +1109,12 @@ local function layout(op, argv, fixed, adaptable)
     return adapt, #argv - 1
   end
   return adapt, nil
+end
+
+-- One more of a counter, saturating at 2^52 − 1: the header never holds a
+-- number its decoding refuses.
+local function count(n)
+  return min(n + 1, LARGEST)
 end
 
 local function flag(value)
@@ -1198,7 +1214,7 @@ local function admission_command(key, op, argv)
     ticket = issue_ticket(key, bucket, answer.seq, answer.debit_units, slot_ms)
   end
   set_state(bucket, next_state)
-  bucket[answer.kind] = bucket[answer.kind] + 1 -- its counter: admitted, refused or booked
+  bucket[answer.kind] = count(bucket[answer.kind]) -- its counter: admitted, refused or booked
   store_bucket(key, bucket)
 
   local regressed = flag(answer.clock_regressed)
@@ -1232,9 +1248,9 @@ local function release_command(key, argv)
   redis.call('SETBIT', key, spent_bit(ticket.serial), 1)
   set_state(bucket, next_state)
   if refunded then
-    bucket.released = bucket.released + 1
+    bucket.released = count(bucket.released)
   else
-    bucket.release_refused = bucket.release_refused + 1
+    bucket.release_refused = count(bucket.release_refused)
   end
   store_bucket(key, bucket)
   return flag(refunded)
@@ -1252,9 +1268,10 @@ local function redeem_command(key, argv)
   if answer.kind ~= 'admitted' then
     return { 'notyet', answer.retry_after_s, argv[2] }
   end
+  serial_left(key, bucket) -- before the first write
   redis.call('SETBIT', key, spent_bit(ticket.serial), 1)
   local admission = issue_ticket(key, bucket, ticket.seq, ticket.debit_units, 0)
-  bucket.admitted = bucket.admitted + 1
+  bucket.admitted = count(bucket.admitted)
   store_bucket(key, bucket)
   return { 'admitted', answer.wait_ms, admission, 'booked', 0 }
 end

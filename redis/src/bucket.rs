@@ -651,7 +651,7 @@ pub fn execute(
             let answer = match step.answer {
                 Decision::Admitted(admission) => {
                     bump(&mut header.counters[ADMITTED]);
-                    admitted(&mut header, &mut effect, key, admission)
+                    admitted(&mut header, &mut effect, key, admission)?
                 }
                 Decision::Refused(refusal) => {
                     bump(&mut header.counters[REFUSED]);
@@ -667,13 +667,13 @@ pub fn execute(
             let answer = match step.answer {
                 BookingDecision::Admitted(admission) => {
                     bump(&mut header.counters[ADMITTED]);
-                    admitted(&mut header, &mut effect, key, admission)
+                    admitted(&mut header, &mut effect, key, admission)?
                 }
                 BookingDecision::Booked(booked) => {
                     bump(&mut header.counters[BOOKED]);
                     let slot_ms = booked.booking.slot_ms;
                     let (seq, debit) = booked.booking.ticket.into_raw();
-                    let text = issue(&mut header, &mut effect, key, seq, debit, slot_ms);
+                    let text = issue(&mut header, &mut effect, key, seq, debit, slot_ms)?;
                     Reply::Array(vec![
                         Item::Str("booked".into()),
                         Item::Int(booked.retry_after_s as i64),
@@ -718,7 +718,7 @@ pub fn execute(
                 Redemption::Admitted(admission) => {
                     effect.bits.push((spent_bit(ticket.serial), true));
                     bump(&mut header.counters[ADMITTED]);
-                    admitted(&mut header, &mut effect, key, admission)
+                    admitted(&mut header, &mut effect, key, admission)?
                 }
                 Redemption::NotYet { retry_after_s, .. } => {
                     let reply = Reply::Array(vec![
@@ -750,8 +750,10 @@ pub fn execute(
     Ok((reply, effect))
 }
 
+/// Counts one, saturating at 2^52 − 1: a counter never reaches a value
+/// the header's decoding refuses.
 fn bump(counter: &mut u64) {
-    *counter = counter.saturating_add(1);
+    *counter = (*counter + 1).min(LIMIT - 1);
 }
 
 /// Stores the transition's state, if it wrote one.
@@ -759,6 +761,20 @@ fn settle(header: &mut Header, next: Option<StateView>) {
     if let Some(state) = next {
         header.state = state;
     }
+}
+
+/// The error when `header` can issue no more tickets: its next serial is
+/// 2^52 − 1, the largest its field holds, so the last ticket (2^52 − 2)
+/// is out.
+fn serial_left(header: &Header, key: &[u8]) -> Result<(), String> {
+    if header.serial < LIMIT - 1 {
+        return Ok(());
+    }
+    Err(err(format_args!(
+        "bucket '{}' has issued its last ticket (serial {}); create a new bucket",
+        shown(key),
+        LIMIT - 2
+    )))
 }
 
 /// Numbers a debit with the next serial: its ticket string. The serial's
@@ -770,36 +786,42 @@ fn issue(
     seq: u32,
     debit_units: u32,
     slot_ms: u64,
-) -> String {
+) -> Result<String, String> {
+    serial_left(header, key)?;
     let serial = header.serial;
-    bump(&mut header.serial);
+    header.serial += 1;
     if serial >= RING {
         effect.bits.push((spent_bit(serial), false));
     }
-    TicketText {
+    Ok(TicketText {
         serial,
         seq,
         debit_units,
         slot_ms,
     }
-    .render(&header.secret, key)
+    .render(&header.secret, key))
 }
 
-fn admitted(header: &mut Header, effect: &mut Effect, key: &[u8], admission: Admission) -> Reply {
+fn admitted(
+    header: &mut Header,
+    effect: &mut Effect,
+    key: &[u8],
+    admission: Admission,
+) -> Result<Reply, String> {
     let ticket = match admission.ticket {
         Some(ticket) => {
             let (seq, debit) = ticket.into_raw();
-            Item::Str(issue(header, effect, key, seq, debit, 0))
+            Item::Str(issue(header, effect, key, seq, debit, 0)?)
         }
         None => Item::Nil,
     };
-    Reply::Array(vec![
+    Ok(Reply::Array(vec![
         Item::Str("admitted".into()),
         Item::Int(admission.wait_ms as i64),
         ticket,
         Item::Str(admission.path.name().into()),
         Item::Int(i64::from(admission.clock_regressed)),
-    ])
+    ]))
 }
 
 fn refused(refusal: pacer_core::Refusal) -> Reply {

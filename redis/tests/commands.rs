@@ -426,6 +426,227 @@ fn a_redeemed_booking_is_spent_and_its_admission_releases_once() {
     assert_eq!(keys[0], keys[2], "the module and the function");
 }
 
+/// Counters and the serial at their limit (docs/redis.md "The key"):
+/// `good` with `edits` (offset, text) written over it, stored at `key`
+/// before each engine's turn; each engine then answers `calls`, and its
+/// replies and the key's header after them are returned. Two calls through
+/// the function: the second runs on what its memory kept from the first.
+fn after_edits(
+    doors: &mut Doors,
+    key: &str,
+    good: &[u8],
+    edits: &[(usize, &str)],
+    calls: &[(&str, Vec<&str>)],
+) -> Vec<(Vec<Result<Value, String>>, Value)> {
+    let mut edited = good.to_vec();
+    for (at, text) in edits {
+        edited[*at..*at + text.len()].copy_from_slice(text.as_bytes());
+    }
+    ["module", "script", "function"]
+        .iter()
+        .map(|engine| {
+            redis::cmd("SET")
+                .arg(key)
+                .arg(&edited)
+                .query::<()>(&mut doors.con)
+                .unwrap();
+            let replies = calls
+                .iter()
+                .map(|(op, args)| by(doors, engine, op, key, args))
+                .collect();
+            let header: Value = redis::cmd("GETRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(255)
+                .query(&mut doors.con)
+                .unwrap();
+            (replies, header)
+        })
+        .collect()
+}
+
+/// 2^52 − 1, the largest number a field holds (docs/redis.md).
+const TOP: &str = "4503599627370495";
+
+#[test]
+fn counters_saturate_and_the_last_serial_is_refused_on_every_engine() {
+    let mut doors = Doors::open();
+    let with_at = doors.with_at.clone();
+    module(&mut doors.con, "create", "top", &with_at).unwrap();
+    let Value::BulkString(fresh) = bytes(&mut doors.con, "top") else {
+        panic!("no bucket")
+    };
+    let reserve = || ("reserve", with_at.clone());
+    let info = || ("info", vec!["AT", "0"]);
+    let admitted = |wait: i64, serial: &str| -> Box<dyn Fn(&Value) -> bool> {
+        let prefix = format!("{serial}.");
+        Box::new(move |reply: &Value| match reply {
+            Value::Array(items) => {
+                items[0] == Value::BulkString(b"admitted".to_vec())
+                    && items[1] == Value::Int(wait)
+                    && text(&items[2]).starts_with(&prefix)
+            }
+            _ => false,
+        })
+    };
+    let top = i64::try_from((1u64 << 52) - 1).unwrap();
+
+    // Every counter at 2^52 − 1 (bytes 115–198): two admissions at 0 (burst
+    // 2: no wait, serials 0 and 1); admitted stays at 2^52 − 1.
+    let counters: Vec<(usize, &str)> = [115, 132, 149, 166, 183]
+        .iter()
+        .map(|&at| (at, TOP))
+        .collect();
+    let runs = after_edits(
+        &mut doors,
+        "top",
+        &fresh,
+        &counters,
+        &[reserve(), reserve(), info()],
+    );
+    for (engine, (replies, _)) in ["module", "script", "function"].iter().zip(&runs) {
+        assert!(
+            admitted(0, "0")(replies[0].as_ref().unwrap()),
+            "{engine}: {replies:?}"
+        );
+        assert!(
+            admitted(0, "1")(replies[1].as_ref().unwrap()),
+            "{engine}: {replies:?}"
+        );
+        let info = replies[2].as_ref().unwrap();
+        for name in [
+            "admitted",
+            "refused",
+            "booked",
+            "released",
+            "release_refused",
+        ] {
+            assert_eq!(info_value(info, name), Value::Int(top), "{engine} {name}");
+        }
+        assert_eq!(info_value(info, "serial"), Value::Int(2), "{engine}");
+    }
+    assert_eq!(runs[0], runs[1], "the module and the script");
+    assert_eq!(runs[0], runs[2], "the module and the function");
+
+    // The serial at 2^52 − 2: one ticket left (serial 2^52 − 2); then no
+    // ticket can be issued, an error that writes nothing, twice.
+    let last = "4503599627370494";
+    let exhausted = format!(
+        "ERR pacer: bucket 'top' has issued its last ticket (serial {last}); \
+         create a new bucket"
+    );
+    let runs = after_edits(
+        &mut doors,
+        "top",
+        &fresh,
+        &[(98, last)],
+        &[reserve(), info(), reserve(), reserve()],
+    );
+    for (engine, (replies, _)) in ["module", "script", "function"].iter().zip(&runs) {
+        assert!(
+            admitted(0, last)(replies[0].as_ref().unwrap()),
+            "{engine}: {replies:?}"
+        );
+        let info = replies[1].as_ref().unwrap();
+        assert_eq!(info_value(info, "serial"), Value::Int(top), "{engine}");
+        assert_eq!(replies[2], Err(exhausted.clone()), "{engine}");
+        assert_eq!(replies[3], Err(exhausted.clone()), "{engine}");
+    }
+    assert_eq!(runs[0], runs[1], "the module and the script");
+    assert_eq!(runs[0], runs[2], "the module and the function");
+    // A refusal issues no ticket: still answered and counted. The bucket
+    // (burst 2, bound 2000) at serial 2^52 − 1 with its tokens at −120000
+    // at 0: a request would wait ⌈180000/60⌉ = 3000 > 2000, refused with
+    // hint 2.
+    let runs = after_edits(
+        &mut doors,
+        "top",
+        &fresh,
+        &[(98, TOP), (75, "-000000120000")],
+        &[reserve(), reserve(), info()],
+    );
+    let refused = Value::Array(vec![
+        Value::BulkString(b"refused".to_vec()),
+        Value::Int(2),
+        Value::Int(3000),
+        Value::Int(0),
+    ]);
+    for (engine, (replies, _)) in ["module", "script", "function"].iter().zip(&runs) {
+        assert_eq!(replies[0], Ok(refused.clone()), "{engine}");
+        assert_eq!(replies[1], Ok(refused.clone()), "{engine}");
+        assert_eq!(
+            info_value(replies[2].as_ref().unwrap(), "refused"),
+            Value::Int(2)
+        );
+    }
+    assert_eq!(runs[0], runs[1], "the module and the script");
+    assert_eq!(runs[0], runs[2], "the module and the function");
+
+    // A booking takes the last ticket (tokens −120000 at 0: the wait 3000
+    // is within the horizon 2000 + 3·2·1000, slot 3000); its redemption at
+    // 1000 would issue a ticket: the error, and nothing written (the
+    // booking is not spent: it still answers so).
+    let mut book = CONFIG.to_vec();
+    book.extend(["3", "AT", "0"]);
+    let mut edited = fresh.clone();
+    edited[98..114].copy_from_slice(last.as_bytes());
+    edited[75..88].copy_from_slice(b"-000000120000");
+    for engine in ["module", "script", "function"] {
+        redis::cmd("SET")
+            .arg("top")
+            .arg(&edited)
+            .query::<()>(&mut doors.con)
+            .unwrap();
+        let Ok(Value::Array(items)) = by(&mut doors, engine, "book", "top", &book) else {
+            panic!("{engine}: book")
+        };
+        let booking = text(&items[2]);
+        assert!(
+            booking.starts_with(&format!("{last}.1.60000.3000.")),
+            "{engine}: {booking}"
+        );
+        let before = bytes(&mut doors.con, "top");
+        for _ in 0..2 {
+            assert_eq!(
+                by(
+                    &mut doors,
+                    engine,
+                    "redeem",
+                    "top",
+                    &[&booking, "AT", "1000"]
+                ),
+                Err(exhausted.clone()),
+                "{engine}"
+            );
+            assert_eq!(
+                by(&mut doors, engine, "book", "top", &book),
+                Err(exhausted.clone()),
+                "{engine}"
+            );
+        }
+        assert_eq!(bytes(&mut doors.con, "top"), before, "{engine}: wrote");
+    }
+
+    // A counter past 2^52 − 1 is not a bucket, to the function's second
+    // call as to its first.
+    let not_a_bucket = Err("ERR pacer: key 'top' is not a pacer bucket".to_string());
+    let runs = after_edits(
+        &mut doors,
+        "top",
+        &fresh,
+        &[(115, "4503599627370496")],
+        &[reserve(), reserve()],
+    );
+    for (engine, (replies, _)) in ["module", "script", "function"].iter().zip(&runs) {
+        assert_eq!(
+            replies,
+            &vec![not_a_bucket.clone(), not_a_bucket.clone()],
+            "{engine}"
+        );
+    }
+    assert_eq!(runs[0], runs[2], "the module and the function");
+}
+
 /// Each edit of `good` (what, first byte, replacement), stored at
 /// "edited", is "not a pacer bucket" to every engine for every command
 /// (admissions with `config`, a release of `ticket`), and the key stays as
