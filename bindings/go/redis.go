@@ -500,9 +500,9 @@ func (n *Notifier) event(level slog.Level, msg string, attrs ...slog.Attr) {
 	logger.LogAttrs(context.Background(), level, msg, attrs...)
 }
 
-// redisFailure is a failure of Redis (the connection, the timeout, a
-// reply that says the server cannot serve now): the policy answers it, or
-// the caller sees a *RedisUnavailableError where no policy applies.
+// redisFailure is a failure of Redis (the connection, the deadline, an
+// error reply of the class "outage"): the policy answers it, or the caller
+// sees a *RedisUnavailableError where no policy applies.
 type redisFailure struct{ err error }
 
 func (f *redisFailure) Error() string { return f.err.Error() }
@@ -519,7 +519,7 @@ func (r *RedisPacer) run(ctx context.Context, op string, args ...any) (any, erro
 	}
 	callCtx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	reply, err := r.runOnce(callCtx, op, args)
+	reply, err := r.exchange(callCtx, op, args)
 	if err == nil {
 		r.contacted()
 		return reply, nil
@@ -541,20 +541,21 @@ func (r *RedisPacer) run(ctx context.Context, op string, args ...any) (any, erro
 
 var errRetryLater = errors.New("pacer: redis failed recently; not asked again before RetryAfter")
 
-// runOnce picks the engine (when not known) and sends the operation. An
-// error reply that says the server cannot serve now, or a NOSCRIPT after
-// the script was loaded again, is returned as it came (a failure); any
-// other error reply as a *RedisError.
-func (r *RedisPacer) runOnce(ctx context.Context, op string, args []any) (any, error) {
+// exchange picks the engine (when not known) and sends the operation. An
+// error reply of the class "engine" (the engine in use is gone: the
+// script cache emptied, the function deleted, the module unloaded) asks
+// the server again which engine it has, loads the script if that is the
+// engine, and retries once; the same class again is a failure. It returns
+// a pacer error as a *RedisError, a failure as the error it is.
+func (r *RedisPacer) exchange(ctx context.Context, op string, args []any) (any, error) {
 	engine, err := r.pickEngine(ctx)
 	if err != nil {
 		return nil, err
 	}
 	reply, err := r.send(ctx, engine, op, args)
-	if engine == EngineScript && isNoScript(err) {
-		// The script cache was emptied (a restart, a failover, SCRIPT
-		// FLUSH): load the script again and retry once.
-		if err := r.loadScript(ctx); err != nil {
+	if class, ok := replyClassOf(err); ok && class == classEngine {
+		r.forgetEngine()
+		if engine, err = r.pickEngine(ctx); err != nil {
 			return nil, err
 		}
 		reply, err = r.send(ctx, engine, op, args)
@@ -563,6 +564,15 @@ func (r *RedisPacer) runOnce(ctx context.Context, op string, args []any) (any, e
 		return nil, classify(op, err)
 	}
 	return reply, nil
+}
+
+// forgetEngine makes the next call ask which engine the server has (a
+// forced engine is kept), and load the script before it runs it.
+func (r *RedisPacer) forgetEngine() {
+	r.mu.Lock()
+	r.engine = ""
+	r.scriptReady = false
+	r.mu.Unlock()
 }
 
 // send is one command of engine.
@@ -615,9 +625,8 @@ func (r *RedisPacer) bounded(ctx context.Context, call func() (any, error)) (any
 }
 
 // pickEngine is the engine to send to: the forced one, or the one auto
-// found (asking the server on the first call and after a failure). A
-// server that refuses MODULE LIST or FUNCTION LIST is taken to have
-// neither. The script is loaded before its first use.
+// found (asking the server on the first call and after a failure or an
+// engine change). The script is loaded before its first use.
 func (r *RedisPacer) pickEngine(ctx context.Context) (RedisEngine, error) {
 	r.mu.Lock()
 	engine, ready := r.engine, r.scriptReady
@@ -643,23 +652,32 @@ func (r *RedisPacer) pickEngine(ctx context.Context) (RedisEngine, error) {
 	return engine, nil
 }
 
-// detect asks the server which engine it has.
+// detect asks the server which engine it has. A server that refuses
+// MODULE LIST or FUNCTION LIST (an error reply other than an outage's) is
+// taken to have neither.
 func (r *RedisPacer) detect(ctx context.Context) (RedisEngine, error) {
 	modules, err := r.do(ctx, "MODULE", "LIST")
-	if err != nil && (!isReplyError(err) || unavailableReply(err)) {
+	if failed(err) {
 		return "", err
 	}
 	if err == nil && listNames(modules, "name", "pacer") {
 		return EngineModule, nil
 	}
 	libraries, err := r.do(ctx, "FUNCTION", "LIST", "LIBRARYNAME", "pacer")
-	if err != nil && (!isReplyError(err) || unavailableReply(err)) {
+	if failed(err) {
 		return "", err
 	}
 	if err == nil && listNames(libraries, "library_name", "pacer") {
 		return EngineFunction, nil
 	}
 	return EngineScript, nil
+}
+
+// failed reports whether err is a failure: not an error reply, or one of
+// the class "outage".
+func failed(err error) bool {
+	class, ok := replyClassOf(err)
+	return err != nil && (!ok || class == classOutage)
 }
 
 // loadScript sends SCRIPT LOAD of the package's copy of pacer.lua (to
@@ -709,39 +727,87 @@ func listNames(reply any, field, value string) bool {
 	return false
 }
 
-func isReplyError(err error) bool {
-	var e redis.Error
-	return errors.As(err, &e) && !errors.Is(err, redis.Nil)
-}
+// replyClass is what an error reply means to a fleet client
+// (docs/fleet-clients.md, "Which replies are failures").
+type replyClass uint8
 
-func isNoScript(err error) bool {
-	return err != nil && isReplyError(err) && redis.HasErrorPrefix(err, "NOSCRIPT")
-}
+const (
+	// classPacer: an error to the caller, with the reply's text; no
+	// failure policy hides it.
+	classPacer replyClass = iota
+	// classOutage: the server cannot serve now; the policy answers.
+	classOutage
+	// classEngine: the engine in use is gone; ask again, retry once.
+	classEngine
+)
 
-// Error replies that say the server cannot serve now: failures, as a lost
-// connection is (NOSCRIPT only reaches here after the reload).
-var unavailablePrefixes = []string{"LOADING", "BUSY", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "NOSCRIPT"}
-
-// classify turns an error reply into a *RedisError unless it says the
-// server cannot serve now; other errors (the connection, the timeout) are
-// returned as they are.
-func classify(op string, err error) error {
-	if !isReplyError(err) || unavailableReply(err) {
-		return err
+func (c replyClass) String() string {
+	switch c {
+	case classOutage:
+		return "outage"
+	case classEngine:
+		return "engine"
 	}
-	return &RedisError{Op: op, Reply: err.Error()}
+	return "pacer"
 }
 
-// unavailableReply reports whether err is an error reply that says the
-// server cannot serve now.
-func unavailableReply(err error) bool {
-	msg := err.Error()
-	for _, prefix := range unavailablePrefixes {
-		if len(msg) >= len(prefix) && msg[:len(prefix)] == prefix {
-			return true
-		}
+// isOutageCode reports whether code (a whole word) says the server cannot
+// serve now.
+func isOutageCode(code string) bool {
+	switch code {
+	case "LOADING", "BUSY", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "OOM", "NOREPLICAS", "MISCONF":
+		return true
 	}
 	return false
+}
+
+// classifyReply is the class of an error reply's text, by the one rule
+// every fleet client keeps: the code is the first word, or the second
+// when the first is ERR and the second an outage code (Redis prefixes
+// with "ERR " an error a script's redis.call raised).
+func classifyReply(text string) replyClass {
+	code, rest, _ := strings.Cut(text, " ")
+	if code == "ERR" {
+		if next, _, _ := strings.Cut(rest, " "); isOutageCode(next) {
+			code = next
+		}
+	}
+	switch {
+	case isOutageCode(code):
+		return classOutage
+	case code == "NOSCRIPT", strings.HasPrefix(text, "ERR Function not found"), unknownPacerCommand(text):
+		return classEngine
+	}
+	return classPacer
+}
+
+// unknownPacerCommand reports whether text says a PACER.* command is
+// unknown (the module is not loaded), the name in any case.
+func unknownPacerCommand(text string) bool {
+	const module = "pacer."
+	name, ok := strings.CutPrefix(text, "ERR unknown command '")
+	return ok && len(name) >= len(module) && strings.EqualFold(name[:len(module)], module)
+}
+
+// replyClassOf is err's class when err is an error reply (ok false for
+// any other error, and for nil).
+func replyClassOf(err error) (replyClass, bool) {
+	var e redis.Error
+	if err == nil || !errors.As(err, &e) {
+		return classPacer, false
+	}
+	return classifyReply(e.Error()), true
+}
+
+// classify turns an error of a command into what exchange returns: a
+// *RedisError for an error reply of the class "pacer"; any other error
+// (the connection, the deadline, an outage's reply, an engine change
+// found again) as it is, a failure.
+func classify(op string, err error) error {
+	if class, ok := replyClassOf(err); ok && class == classPacer {
+		return &RedisError{Op: op, Reply: err.Error()}
+	}
+	return err
 }
 
 // ErrRedisPacer matches a *RedisError whose reply is the pacer's own

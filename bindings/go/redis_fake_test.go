@@ -1,13 +1,8 @@
 package pacer_test
 
-// A loopback server that speaks just enough RESP2 for the tests that need
-// replies no real server gives on demand: canned answers, a reply of a
-// shape the client does not know, a command never answered. Each command
-// (an array of bulk strings) goes to the test's answer function, which
-// returns the raw reply to write, or "" to leave it unanswered. HELLO and
-// CLIENT are refused, as an old server does, so the client speaks RESP2.
-// Every connection is closed, and every goroutine ended, when the test
-// ends.
+// Loopback servers for the tests: a fake Redis speaking just enough RESP2
+// to give replies no real server gives on demand. Every connection is
+// closed, and every goroutine ended, when the test ends.
 
 import (
 	"bufio"
@@ -20,31 +15,95 @@ import (
 	"testing"
 )
 
-type fakeRedis struct {
-	l      net.Listener
-	answer func(cmd []string) string
-
+// loopback accepts connections on a loopback port and serves each in a
+// goroutine of its own until the test ends.
+type loopback struct {
+	l     net.Listener
+	done  chan struct{} // closed when the test ends
 	mu    sync.Mutex
 	conns []net.Conn
-	seen  [][]string
 	wg    sync.WaitGroup
 }
 
-// startFakeRedis listens on a loopback port until t ends.
-func startFakeRedis(t *testing.T, answer func(cmd []string) string) *fakeRedis {
+func listenLoopback(t *testing.T) *loopback {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeRedis{l: l, answer: answer}
-	f.wg.Add(1)
-	go f.accept()
-	t.Cleanup(f.close)
-	return f
+	lb := &loopback{l: l, done: make(chan struct{})}
+	t.Cleanup(lb.close)
+	return lb
 }
 
-func (f *fakeRedis) Addr() string { return f.l.Addr().String() }
+// accept starts serving the connections that come.
+func (lb *loopback) accept(serve func(net.Conn)) {
+	lb.spawn(func() {
+		for {
+			c, err := lb.l.Accept()
+			if err != nil || !lb.track(c) {
+				return
+			}
+			lb.spawn(func() { serve(c) })
+		}
+	})
+}
+
+func (lb *loopback) Addr() string { return lb.l.Addr().String() }
+
+// spawn runs f in a goroutine the end of the test waits for.
+func (lb *loopback) spawn(f func()) {
+	lb.wg.Add(1)
+	go func() {
+		defer lb.wg.Done()
+		f()
+	}()
+}
+
+// track keeps c to close at the end; false (c closed) once ended.
+func (lb *loopback) track(c net.Conn) bool {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	select {
+	case <-lb.done:
+		_ = c.Close()
+		return false
+	default:
+	}
+	lb.conns = append(lb.conns, c)
+	return true
+}
+
+func (lb *loopback) close() {
+	lb.mu.Lock()
+	close(lb.done)
+	for _, c := range lb.conns {
+		_ = c.Close()
+	}
+	lb.mu.Unlock()
+	_ = lb.l.Close()
+	lb.wg.Wait()
+}
+
+// fakeRedis gives each command (an array of bulk strings) to the test's
+// answer function, which returns the raw reply to write, or "" to leave
+// it unanswered; a nil answer leaves every command unanswered (a server
+// that accepts and never replies). HELLO and CLIENT are refused, as an
+// old server does, so the client speaks RESP2.
+type fakeRedis struct {
+	*loopback
+	answer func(cmd []string) string
+
+	mu   sync.Mutex
+	seen [][]string
+}
+
+func startFakeRedis(t *testing.T, answer func(cmd []string) string) *fakeRedis {
+	t.Helper()
+	f := &fakeRedis{loopback: listenLoopback(t), answer: answer}
+	f.accept(f.serve)
+	return f
+}
 
 // commands is every command received so far (HELLO and CLIENT left out).
 func (f *fakeRedis) commands() [][]string {
@@ -64,23 +123,7 @@ func (f *fakeRedis) count(name string) int {
 	return n
 }
 
-func (f *fakeRedis) accept() {
-	defer f.wg.Done()
-	for {
-		c, err := f.l.Accept()
-		if err != nil {
-			return
-		}
-		f.mu.Lock()
-		f.conns = append(f.conns, c)
-		f.mu.Unlock()
-		f.wg.Add(1)
-		go f.serve(c)
-	}
-}
-
 func (f *fakeRedis) serve(c net.Conn) {
-	defer f.wg.Done()
 	rd := bufio.NewReader(c)
 	for {
 		cmd, err := readCommand(rd)
@@ -88,9 +131,11 @@ func (f *fakeRedis) serve(c net.Conn) {
 			return
 		}
 		var reply string
-		if len(cmd) > 0 && (strings.EqualFold(cmd[0], "HELLO") || strings.EqualFold(cmd[0], "CLIENT")) {
+		switch {
+		case f.answer == nil:
+		case len(cmd) > 0 && (strings.EqualFold(cmd[0], "HELLO") || strings.EqualFold(cmd[0], "CLIENT")):
 			reply = "-ERR unknown command '" + cmd[0] + "'\r\n"
-		} else {
+		default:
 			f.mu.Lock()
 			f.seen = append(f.seen, cmd)
 			f.mu.Unlock()
@@ -103,16 +148,6 @@ func (f *fakeRedis) serve(c net.Conn) {
 			return
 		}
 	}
-}
-
-func (f *fakeRedis) close() {
-	_ = f.l.Close()
-	f.mu.Lock()
-	for _, c := range f.conns {
-		_ = c.Close()
-	}
-	f.mu.Unlock()
-	f.wg.Wait()
 }
 
 // readCommand reads one RESP array of bulk strings.
