@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
@@ -61,6 +62,8 @@ DEFAULT_TIMEOUT_MS = 1000
 _blocking_sleep = time.sleep
 #: The clock the outage timer reads (never a decision's clock).
 _monotonic = time.monotonic
+#: The clock a call's deadline is read on.
+_deadline_clock = time.monotonic
 
 #: The codes of the error replies that say the server cannot serve now
 #: (docs/fleet-clients.md): an outage, answered by the failure policy.
@@ -931,6 +934,83 @@ def _client_kwargs(timeout_s: float, *, asyncio_client: bool = False) -> dict[st
     return {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, "retry": Retry(NoBackoff(), 0)}
 
 
+class _Deadline(threading.local):
+    """The deadline of the call that the current thread is making through
+    a ``RedisPacer`` (``_deadline_clock`` seconds), None between calls."""
+
+    at: float | None = None
+
+
+def _time_left(deadline: _Deadline) -> float | None:
+    """Seconds left until the deadline of the thread's call (None outside a
+    call); a deadline passed raises the socket timeout redis-py reports as
+    its TimeoutError."""
+    at = deadline.at
+    if at is None:
+        return None
+    left = at - _deadline_clock()
+    if left <= 0:
+        raise socket.timeout("pacer: the call's timeout has passed")
+    return left
+
+
+class _DeadlineSocket:
+    """A connected socket whose every send and receive ends by the deadline
+    of the call that makes it, whatever timeout redis-py set on it (which
+    bounds one read, not the call)."""
+
+    __slots__ = ("_sock", "_deadline", "_timeout")
+
+    def __init__(self, sock: socket.socket, deadline: _Deadline) -> None:
+        self._sock = sock
+        self._deadline = deadline
+        self._timeout = sock.gettimeout()
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._timeout = timeout
+        self._sock.settimeout(timeout)
+
+    def gettimeout(self) -> float | None:
+        return self._timeout
+
+    def _bounded(self) -> socket.socket:
+        left = _time_left(self._deadline)
+        if left is not None:
+            self._sock.settimeout(left if self._timeout is None else min(self._timeout, left))
+        return self._sock
+
+    def recv(self, *args: Any) -> bytes:
+        return self._bounded().recv(*args)
+
+    def recv_into(self, *args: Any) -> int:
+        return self._bounded().recv_into(*args)
+
+    def send(self, *args: Any) -> int:
+        return self._bounded().send(*args)
+
+    def sendall(self, *args: Any) -> None:
+        self._bounded().sendall(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def _bound_to_calls(pool: Any, deadline: _Deadline, timeout_s: float) -> None:
+    """Makes ``pool``'s connections connect and talk within the deadline of
+    the call using them: its connection class (TCP, TLS or Unix socket, as
+    the URL or the client chose), with the connection timeout cut to the
+    time left and the socket a ``_DeadlineSocket``."""
+    base = pool.connection_class
+
+    def _connect(connection: Any) -> _DeadlineSocket:
+        left = _time_left(deadline)
+        connection.socket_connect_timeout = timeout_s if left is None else min(timeout_s, left)
+        return _DeadlineSocket(super(bounded, connection)._connect(), deadline)
+
+    bounded = type(base.__name__, (base,), {"_connect": _connect, "__module__": __name__})
+    pool.connection_class = bounded
+
+
 def _check_source(url: Any, client: Any) -> None:
     if (url is None) == (client is None):
         raise TypeError("pacer: pass exactly one of url= and client=")
@@ -987,6 +1067,10 @@ class RedisPacer(_FleetCore):
             self._client = redis_py.Redis(connection_pool=redis_py.ConnectionPool(
                 connection_class=pool.connection_class, **{**pool.connection_kwargs, **kwargs}))
         self._address = _address(self._client)
+        # One deadline a call (connecting, finding the engine, loading the
+        # script, the retry, the reply), not a timeout a read.
+        self._deadline = _Deadline()
+        _bound_to_calls(self._client.connection_pool, self._deadline, self._timeout_ms / 1000)
 
     # ------------------------------------------------------------ I/O
 
@@ -996,10 +1080,13 @@ class RedisPacer(_FleetCore):
         self._check_open()
         if not self._asking():
             raise _Down()
+        self._deadline.at = _deadline_clock() + self._timeout_ms / 1000
         try:
             reply = self._exchange_on_client(op, args)
         except Exception as error:  # noqa: BLE001 - classified
             self._raise_surfaced(error)
+        finally:
+            self._deadline.at = None
         self._answered()
         return reply
 

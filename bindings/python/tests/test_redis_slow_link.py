@@ -1,0 +1,100 @@
+"""RedisPacer and AsyncRedisPacer behind a slow link (docs/fleet-clients.md):
+a real redis-server behind tests/delay_proxy.py, which holds each chunk the
+server sends for a set delay.
+
+One deadline a call: the whole call (connecting, finding the engine,
+loading the script, the reply) ends within the pacer's timeout, so a call
+that needs more round trips than fit is an outage, answered by the policy.
+The assertions are relations that hold at any machine speed: with each
+reply held 450 ms, a call that needs two round trips or more cannot be
+answered within 500 ms, and it must end well before three of them (the
+slack, 1000 ms, is more than two delays)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from pacer import AsyncRedisPacer, RedisAdmitted, RedisPacer, RedisRefused
+
+from delay_proxy import DelayProxy
+from redis_server import REDIS_SERVER, RedisServer, module_path
+
+pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server not installed (scripts/redis-deps.sh)")
+
+# SPEC §3: rate 60, burst 2, idle 30000, 3 retries: wait bound 2000 ms.
+CONFIG: dict[str, Any] = {"rate_per_minute": 60, "burst": 2, "idle_timeout_ms": 30000, "max_retries": 3}
+DELAY_S = 0.45
+TIMEOUT_MS = 500
+SLACK_S = 1.0
+
+
+def key(tag: str) -> str:
+    return f"pacer-test:slow:{tag}:{os.getpid()}:{time.monotonic_ns()}"
+
+
+def engines() -> list[str]:
+    return ["auto", "script", "function"] + (["module"] if module_path() else [])
+
+
+@pytest.fixture
+def slow_link() -> Any:
+    """A server (with the module when it is built, and the function
+    library) behind a proxy holding each reply 450 ms."""
+    from test_redis import SCRIPT
+
+    threads = threading.active_count()
+    with RedisServer(module=module_path()) as server:
+        with server.client() as admin:
+            admin.execute_command("FUNCTION", "LOAD", b"#!lua name=pacer\n" + SCRIPT)
+        with DelayProxy(server.port, DELAY_S) as proxy:
+            yield proxy
+    assert threading.active_count() == threads  # nothing left running
+
+
+@pytest.mark.parametrize("engine", engines())
+def test_a_blocking_call_ends_within_its_timeout(slow_link: DelayProxy, engine: str) -> None:
+    """Every engine needs two round trips at least on a new connection (the
+    connection's own handshake, or the script's SCRIPT LOAD, then the call):
+    900 ms or more, so the call is an outage, over by the timeout."""
+    fleet = RedisPacer(url=f"redis://127.0.0.1:{slow_link.port}/0", key=key(engine), engine=engine,
+                       on_failure="closed", timeout_ms=TIMEOUT_MS, **CONFIG)
+    try:
+        started = time.monotonic()
+        outcome = fleet.reserve()
+        elapsed = time.monotonic() - started
+        assert isinstance(outcome, RedisRefused) and outcome.fallback == "closed"
+        assert fleet.in_outage
+        assert elapsed < TIMEOUT_MS / 1000 + SLACK_S, elapsed
+    finally:
+        fleet.close()
+
+
+@pytest.mark.parametrize("engine", engines())
+def test_an_asyncio_call_ends_within_its_timeout(slow_link: DelayProxy, engine: str) -> None:
+    async def main() -> None:
+        async with AsyncRedisPacer(url=f"redis://127.0.0.1:{slow_link.port}/0", key=key(engine), engine=engine,
+                                   on_failure="closed", timeout_ms=TIMEOUT_MS, **CONFIG) as fleet:
+            started = time.monotonic()
+            outcome = await fleet.reserve()
+            elapsed = time.monotonic() - started
+            assert isinstance(outcome, RedisRefused) and outcome.fallback == "closed"
+            assert elapsed < TIMEOUT_MS / 1000 + SLACK_S, elapsed
+
+    asyncio.run(main())
+
+
+def test_a_call_whose_round_trips_fit_is_answered(slow_link: DelayProxy) -> None:
+    """Replies held 100 ms, timeout 2000 ms: the handshake, SCRIPT LOAD and
+    the call (three round trips) fit, with 1700 ms to spare."""
+    slow_link.delay_s = 0.1
+    with RedisPacer(url=f"redis://127.0.0.1:{slow_link.port}/0", key=key("fits"), engine="script",
+                    timeout_ms=2000, **CONFIG) as fleet:
+        outcome = fleet.reserve()
+        assert isinstance(outcome, RedisAdmitted) and outcome.fallback is None
+        assert not fleet.in_outage
