@@ -9,6 +9,7 @@ package pacer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -597,9 +598,13 @@ func (r *RedisPacer) send(ctx context.Context, engine RedisEngine, op string, ar
 // ends, whichever comes first: a client given in RedisOptions may not
 // follow the context's deadline on its socket, and a call never waits on
 // Redis longer than Timeout. A late reply is dropped (its command may
-// still run in the server).
+// still run in the server). A nil reply is a reply (nil), not an error.
 func (r *RedisPacer) do(ctx context.Context, args ...any) (any, error) {
-	return r.bounded(ctx, func() (any, error) { return r.client.Do(ctx, args...).Result() })
+	reply, err := r.bounded(ctx, func() (any, error) { return r.client.Do(ctx, args...).Result() })
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return reply, err
 }
 
 // bounded runs call (one command on the client) as do describes.
@@ -868,6 +873,8 @@ func unavailable(op string, err error) error {
 	return err
 }
 
+// describe shows a reply: nil, a quoted string, an integer, an array of
+// those in brackets, anything else as Go prints it.
 func describe(v any) string {
 	switch x := v.(type) {
 	case nil:
@@ -876,6 +883,12 @@ func describe(v any) string {
 		return strconv.Quote(x)
 	case int64:
 		return strconv.FormatInt(x, 10)
+	case []any:
+		items := make([]string, len(x))
+		for i, item := range x {
+			items[i] = describe(item)
+		}
+		return "[" + strings.Join(items, " ") + "]"
 	}
-	return "a reply of another shape"
+	return fmt.Sprintf("%v", v)
 }

@@ -243,8 +243,7 @@ func (r *RedisPacer) redeem(ctx context.Context, b *RedisBooking) (RedisDecision
 		}
 		out := fromLocal(d)
 		if d.Admitted {
-			b.redeemed.Store(true)
-			b.Ticket.spent.Store(true)
+			b.spend()
 		}
 		return out, nil
 	}
@@ -259,32 +258,45 @@ func (r *RedisPacer) redeem(ctx context.Context, b *RedisBooking) (RedisDecision
 		}
 		return RedisDecision{}, err
 	}
-	items, ok := reply.([]any)
-	if !ok || len(items) < 3 {
-		return RedisDecision{}, badReply("redeem", reply)
+	d, err := r.parseRedeem(reply)
+	if err != nil || !d.Admitted {
+		return d, err
 	}
-	switch str(items[0]) {
-	case "admitted":
-		if len(items) < 5 {
-			return RedisDecision{}, badReply("redeem", reply)
+	if !b.spend() {
+		return RedisDecision{}, ErrBookingSpent
+	}
+	return d, nil
+}
+
+// spend marks the booking redeemed and its ticket spent (the server spent
+// the booking); false when it was already redeemed.
+func (b *RedisBooking) spend() bool {
+	if !b.redeemed.CompareAndSwap(false, true) {
+		return false
+	}
+	b.Ticket.spent.Store(true)
+	return true
+}
+
+// parseRedeem reads a redeem reply: admitted, with the ticket the reply
+// carries (item 3: the redemption spent the booking), or not yet.
+func (r *RedisPacer) parseRedeem(reply any) (RedisDecision, error) {
+	items, _ := reply.([]any)
+	switch {
+	case len(items) >= 5 && str(items[0]) == "admitted":
+		wait, okWait := whole(items[1])
+		text, okText := items[2].(string)
+		regressed, okFlag := flag(items[4])
+		if okWait && okText && text != "" && okFlag && pathNamed(str(items[3])) == PathBooked {
+			return RedisDecision{
+				Admitted: true, Path: PathBooked, WaitMs: wait, Queued: wait > 0,
+				Ticket: &RedisTicket{Key: r.key, Value: text}, ClockRegressed: regressed,
+			}, nil
 		}
-		text, ok := items[2].(string)
-		if !ok || text == "" {
-			return RedisDecision{}, badReply("redeem", reply)
+	case len(items) >= 3 && str(items[0]) == "notyet":
+		if hint, ok := whole(items[1]); ok {
+			return RedisDecision{RetryAfterSeconds: hint}, nil
 		}
-		if !b.redeemed.CompareAndSwap(false, true) {
-			return RedisDecision{}, ErrBookingSpent
-		}
-		// The redemption spent the booking; the admission's ticket is the
-		// one the reply carries (item 3), on the same key.
-		b.Ticket.spent.Store(true)
-		wait := num(items[1])
-		return RedisDecision{
-			Admitted: true, Path: PathBooked, WaitMs: wait, Queued: wait > 0,
-			Ticket: &RedisTicket{Key: r.key, Value: text}, ClockRegressed: num(items[4]) != 0,
-		}, nil
-	case "notyet":
-		return RedisDecision{RetryAfterSeconds: num(items[1])}, nil
 	}
 	return RedisDecision{}, badReply("redeem", reply)
 }
@@ -845,39 +857,52 @@ func fromLocal(d Decision) RedisDecision {
 	return out
 }
 
-// parseAdmission reads a reserve or book reply.
+// parseAdmission reads a reserve or book reply; a reply of another
+// shape is a *RedisError showing it, never an admission.
 func (r *RedisPacer) parseAdmission(op string, reply any) (RedisDecision, *RedisBooking, error) {
-	items, ok := reply.([]any)
-	if !ok || len(items) < 4 {
+	items, _ := reply.([]any)
+	if len(items) < 4 {
 		return RedisDecision{}, nil, badReply(op, reply)
 	}
 	switch str(items[0]) {
 	case "admitted":
-		if len(items) < 5 {
+		wait, okWait := whole(items[1])
+		path := pathNamed(str(items[3]))
+		text, isText := items[2].(string)
+		if len(items) < 5 || !okWait || path == PathNone || !(isText && text != "" || items[2] == nil) {
 			break
 		}
-		wait := num(items[1])
-		d := RedisDecision{
-			Admitted: true, Path: pathNamed(str(items[3])), WaitMs: wait, Queued: wait > 0,
-			ClockRegressed: num(items[4]) != 0,
+		regressed, ok := flag(items[4])
+		if !ok {
+			break
 		}
-		if t, ok := items[2].(string); ok {
-			d.Ticket = &RedisTicket{Key: r.key, Value: t}
+		d := RedisDecision{Admitted: true, Path: path, WaitMs: wait, Queued: wait > 0, ClockRegressed: regressed}
+		if isText {
+			d.Ticket = &RedisTicket{Key: r.key, Value: text}
 		}
 		return d, nil, nil
 	case "refused":
-		return RedisDecision{
-			RetryAfterSeconds: num(items[1]), RequiredWaitMs: num(items[2]),
-			ClockRegressed: num(items[3]) != 0,
-		}, nil, nil
+		hint, okHint := whole(items[1])
+		required, okRequired := whole(items[2])
+		regressed, okFlag := flag(items[3])
+		if !okHint || !okRequired || !okFlag {
+			break
+		}
+		return RedisDecision{RetryAfterSeconds: hint, RequiredWaitMs: required, ClockRegressed: regressed}, nil, nil
 	case "booked":
 		if len(items) < 5 {
 			break
 		}
-		value := str(items[2])
-		d := RedisDecision{RetryAfterSeconds: num(items[1]), ClockRegressed: num(items[4]) != 0}
+		hint, okHint := whole(items[1])
+		value, _ := items[2].(string)
+		slot, okSlot := whole(items[3])
+		regressed, okFlag := flag(items[4])
+		if !okHint || value == "" || !okSlot || !okFlag {
+			break
+		}
+		d := RedisDecision{RetryAfterSeconds: hint, ClockRegressed: regressed}
 		return d, &RedisBooking{
-			Key: r.key, Value: value, SlotMs: num(items[3]),
+			Key: r.key, Value: value, SlotMs: slot,
 			Ticket: &RedisTicket{Key: r.key, Value: value},
 		}, nil
 	}
@@ -891,6 +916,18 @@ func badReply(op string, reply any) error {
 func str(v any) string {
 	s, _ := v.(string)
 	return s
+}
+
+// whole is v as a whole number: an integer reply, not negative.
+func whole(v any) (uint64, bool) {
+	n, ok := v.(int64)
+	return uint64(n), ok && n >= 0
+}
+
+// flag is v as a flag: an integer reply, 0 or 1.
+func flag(v any) (bool, bool) {
+	n, ok := v.(int64)
+	return n == 1, ok && (n == 0 || n == 1)
 }
 
 func num(v any) uint64 {

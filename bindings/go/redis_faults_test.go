@@ -2,9 +2,10 @@ package pacer_test
 
 // RedisPacer under the replies and faults of docs/fleet-clients.md: a
 // redemption's fresh ticket, the failure classification on real servers
-// (a replica, maxmemory, a function deleted, a module unloaded) and the
-// one deadline per call. Relations only: no assertion depends on how fast
-// the machine is, except deadlines checked with a slack of a second.
+// (a replica, maxmemory, a function deleted, a module unloaded), the one
+// deadline per call and replies of a shape the client does not know.
+// Relations only: no assertion depends on how fast the machine is, except
+// deadlines checked with a slack of a second.
 
 import (
 	"context"
@@ -406,6 +407,40 @@ func TestRedisOneDeadlinePerCall(t *testing.T) {
 				t.Fatalf("the call took %v, past its timeout %v and %v of slack", elapsed, timeout, slack)
 			}
 			if countMessages(capture, outageStarted) != 1 {
+				t.Fatalf("notices: %q", capture.messages())
+			}
+		})
+	}
+}
+
+// A reply of a shape the client does not know is an error showing the
+// reply, even under the open policy: never an admission, never an outage.
+func TestRedisUnknownReplyIsAnError(t *testing.T) {
+	cases := []struct{ reply, shown string }{
+		{respNil, "nil"},
+		{respInt(1), "1"},
+		{respBulk("admitted"), "admitted"},
+		{respArray(respBulk("admitted")), "admitted"},
+		{respArray(respBulk("admitted"), respBulk("soon"), respNil, respBulk("paced"), respInt(0)), "soon"},
+		{respArray(respBulk("admitted"), respInt(0), respInt(7), respBulk("paced"), respInt(0)), "7"},
+		{respArray(respBulk("admitted"), respInt(0), respNil, respBulk("quickly"), respInt(0)), "quickly"},
+		{respArray(respBulk("granted"), respInt(0), respNil, respBulk("paced"), respInt(0)), "granted"},
+	}
+	for i, c := range cases {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			f := startFakeRedis(t, func(cmd []string) string { return c.reply })
+			r, capture := openRedis(t, pacer.RedisOptions{
+				Addr: f.Addr(), Config: fleetConfig(), Engine: pacer.EngineModule, OnFailure: pacer.FailOpen,
+			})
+			d, err := r.Reserve(context.Background())
+			var replyErr *pacer.RedisError
+			if !errors.As(err, &replyErr) || d.Admitted {
+				t.Fatalf("reply %q: Reserve = %+v, %v; want a *RedisError", c.reply, d, err)
+			}
+			if !strings.Contains(replyErr.Reply, c.shown) {
+				t.Fatalf("reply %q: the error %q does not show it", c.reply, replyErr.Reply)
+			}
+			if len(capture.messages()) != 0 {
 				t.Fatalf("notices: %q", capture.messages())
 			}
 		})
