@@ -541,7 +541,10 @@ export declare class RedisPacer {
   /** True when refunded; false when refused by the release policy, spent, or Redis is down. */
   release(ticket: RedisTicket | Ticket): Promise<boolean>;
   reserveOrBook(retriesLeft: number): Promise<RedisBookingDecision>;
+  /** Admitted: the ticket is the one the reply carries, and the booking is spent. */
   redeem(booking: RedisBooking | Booking): Promise<RedisAdmitted | RedisNotYet>;
+  /** An abort of `signal` rejects at once with its reason; a ticket Redis
+   * gave the call, then or later, is released. */
   admit(options?: { signal?: AbortSignal; key?: string | number | symbol }): Promise<RedisAdmitOutcome>;
   forget(key: string | number | symbol): Promise<boolean>;
   /** Reports what the upstream answered (SPEC §14) to the fleet's bucket

@@ -924,9 +924,10 @@ class RedisPacer {
    * `{kind: 'admitted', waitedMs, queued, release()}` (release() resolves
    * to whether it refunded) or `{kind: 'refused', requiredWaitMs,
    * retryAfterSeconds}`, each with `fallback` when the policy decided. An
-   * abort of `signal` before admission releases the ticket and rejects with
-   * the signal's reason. With `key`, a refusal books a place in the fleet's
-   * line that the key's retry redeems (SPEC §11).
+   * abort of `signal` rejects at once with the signal's reason, at any point
+   * before admission: a ticket Redis gave the call is released (one still on
+   * its way when it comes). With `key`, a refusal books a place in the
+   * fleet's line that the key's retry redeems (SPEC §11).
    */
   async admit(options = undefined) {
     if (options === undefined) options = {};
