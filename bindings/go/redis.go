@@ -508,25 +508,85 @@ type redisFailure struct{ err error }
 
 func (f *redisFailure) Error() string { return f.err.Error() }
 
+// lateReply is given what a call got after its caller's ctx ended (the
+// reply, or the error), so that what the reply carries can be released.
+type lateReply func(reply any, err error)
+
 // run sends one pacer operation (op and its arguments after the key) to
-// the server with the engine in use, picking it first if needed, within
-// Timeout. It returns the reply; a *RedisError for an error reply no
-// policy hides; a *redisFailure when Redis failed (the outage is
-// recorded); ctx.Err() when the caller's ctx ended first; ErrClosed when
-// the client was closed.
-func (r *RedisPacer) run(ctx context.Context, op string, args ...any) (any, error) {
+// the server. It returns the reply; a *RedisError for an error reply of
+// the pacer or a reply no policy hides; a *redisFailure when Redis failed
+// (the outage is recorded); ErrClosed when the client was closed; the
+// caller's ctx.Err() when ctx ended first.
+//
+// The call (engine detection, script load, the command, its retry) has
+// one deadline, Timeout, and does not end with the caller's ctx: when ctx
+// ends first, run returns ctx.Err() at once and the call goes on to its
+// end, whose reply or error is given to late (if not nil), to release
+// what the reply carries. A ctx already ended sends nothing (late is
+// given ctx.Err()).
+func (r *RedisPacer) run(ctx context.Context, op string, late lateReply, args ...any) (any, error) {
 	if r.waiting() {
 		return nil, &redisFailure{err: errRetryLater}
 	}
+	if ctx.Done() == nil {
+		return r.call(ctx, op, args)
+	}
+	if err := ctx.Err(); err != nil {
+		if late != nil {
+			late(nil, err)
+		}
+		return nil, err
+	}
+	type result struct {
+		reply any
+		err   error
+	}
+	var mu sync.Mutex
+	left := false // the caller returned: the result goes to late
+	done := make(chan result, 1)
+	tracked := r.enter() // Close waits for the call, as for its caller
+	go func() {
+		if tracked {
+			defer r.running.Done()
+		}
+		reply, err := r.call(context.WithoutCancel(ctx), op, args)
+		mu.Lock()
+		gone := left
+		if !gone {
+			done <- result{reply, err}
+		}
+		mu.Unlock()
+		if gone && late != nil {
+			late(reply, err)
+		}
+	}()
+	select {
+	case res := <-done:
+		return res.reply, res.err
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	select {
+	case res := <-done: // it came as ctx ended
+		mu.Unlock()
+		if late != nil {
+			late(res.reply, res.err)
+		}
+	default:
+		left = true
+		mu.Unlock()
+	}
+	return nil, ctx.Err()
+}
+
+// call is one whole call of run, within Timeout from now.
+func (r *RedisPacer) call(ctx context.Context, op string, args []any) (any, error) {
 	callCtx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	reply, err := r.exchange(callCtx, op, args)
 	if err == nil {
 		r.contacted()
 		return reply, nil
-	}
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return nil, ctxErr
 	}
 	if errors.Is(err, redis.ErrClosed) {
 		return nil, ErrClosed

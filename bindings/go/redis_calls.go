@@ -143,7 +143,9 @@ func (r *RedisPacer) configArgs(extra ...any) []any {
 // will not open the connection. The server's clock decides. While Redis
 // fails, the failure policy answers (Decision.Fallback says which). A
 // pacer error (a configuration other than the bucket's) or WRONGTYPE is a
-// *RedisError; a ctx that ends first returns ctx.Err().
+// *RedisError. A ctx that ends first returns ctx.Err() at once; a request
+// already sent is read to its reply (within Timeout) and the ticket or
+// booking the reply carries is released (so for ReserveOrBook and Redeem).
 func (r *RedisPacer) Reserve(ctx context.Context) (RedisDecision, error) {
 	if ctx == nil {
 		return RedisDecision{}, inputError("ctx", nil, "must not be nil")
@@ -159,7 +161,7 @@ func (r *RedisPacer) reserve(ctx context.Context) (RedisDecision, error) {
 	if r.mode == ModeDisabled {
 		return RedisDecision{Admitted: true, Path: PathDisabled}, nil
 	}
-	reply, err := r.run(ctx, "reserve", r.configArgs()...)
+	reply, err := r.run(ctx, "reserve", r.releaseLate("reserve"), r.configArgs()...)
 	if err != nil {
 		if isFailure(err) {
 			d, _, err := r.byPolicy(false, 0)
@@ -191,7 +193,7 @@ func (r *RedisPacer) reserveOrBook(ctx context.Context, retriesLeft uint32) (Red
 	if r.mode == ModeDisabled {
 		return RedisBookingDecision{RedisDecision: RedisDecision{Admitted: true, Path: PathDisabled}}, nil
 	}
-	reply, err := r.run(ctx, "book", r.configArgs(strconv.FormatUint(uint64(retriesLeft), 10))...)
+	reply, err := r.run(ctx, "book", r.releaseLate("book"), r.configArgs(strconv.FormatUint(uint64(retriesLeft), 10))...)
 	if err != nil {
 		if isFailure(err) {
 			d, b, err := r.byPolicy(true, retriesLeft)
@@ -250,7 +252,18 @@ func (r *RedisPacer) redeem(ctx context.Context, b *RedisBooking) (RedisDecision
 	if b.Key != r.key {
 		return RedisDecision{}, inputError("booking", b.Key, "must belong to this pacer's key "+strconv.Quote(r.key))
 	}
-	reply, err := r.run(ctx, "redeem", b.Value)
+	// A redemption the server admitted after the caller left spent the
+	// booking: its admission's ticket is released.
+	late := func(reply any, err error) {
+		if err != nil {
+			return
+		}
+		if d, err := r.parseRedeem(reply); err == nil && d.Admitted {
+			b.spend()
+			_, _ = r.release(context.WithoutCancel(ctx), d.Ticket)
+		}
+	}
+	reply, err := r.run(ctx, "redeem", late, b.Value)
 	if err != nil {
 		if isFailure(err) {
 			d, _, err := r.byPolicy(false, 0)
@@ -341,17 +354,23 @@ func (r *RedisPacer) release(ctx context.Context, t *RedisTicket) (bool, error) 
 	if !t.spent.CompareAndSwap(false, true) {
 		return false, nil
 	}
-	reply, err := r.run(ctx, "release", t.Value)
+	// A release whose outcome is unknown (not sent, or no reply) leaves
+	// the ticket unspent: it may be tried again.
+	unknown := func(err error) {
+		if err != nil && !isPacerError(err) {
+			t.spent.Store(false)
+		}
+	}
+	reply, err := r.run(ctx, "release", func(_ any, err error) { unknown(err) }, t.Value)
 	if err != nil {
-		var replyErr *RedisError
-		if !errors.As(err, &replyErr) {
-			t.spent.Store(false) // not sent, or its outcome unknown: may be tried again
-		}
-		var failure *redisFailure
-		if errors.As(err, &failure) {
+		switch {
+		case isFailure(err):
+			unknown(err)
 			return false, nil
+		case errors.Is(err, ErrClosed):
+			unknown(err)
 		}
-		return false, err
+		return false, err // a pacer error, or the caller's ctx (the late call settles the ticket)
 	}
 	refunded, ok := reply.(int64)
 	if !ok {
@@ -363,9 +382,10 @@ func (r *RedisPacer) release(ctx context.Context, t *RedisTicket) (bool, error) 
 // Admit waits for permission to open one new connection: Reserve, then,
 // when queued, a sleep until the granted time or until ctx is done or the
 // pacer is closed. A refusal returns a *RefusedError (ErrRefused; its
-// Fallback says when the policy refused). If ctx is done during the wait
-// the ticket is released and ctx.Err() returned; if the pacer is closed
-// during it, the ticket is released and ErrClosed returned.
+// Fallback says when the policy refused). If ctx is done during the round
+// trip (see Reserve) or the wait, the ticket is released and ctx.Err()
+// returned; if the pacer is closed during the wait, the ticket is released
+// and ErrClosed returned.
 func (r *RedisPacer) Admit(ctx context.Context) (RedisAdmission, error) {
 	if ctx == nil {
 		return RedisAdmission{}, inputError("ctx", nil, "must not be nil")
@@ -396,29 +416,30 @@ func refusedError(d RedisDecision, booked bool) error {
 }
 
 // await turns an admitted decision into an admission, sleeping when it is
-// queued; a sleep ended early releases the ticket.
+// queued; a sleep ended early, or a ctx that ended as the decision came,
+// releases the ticket.
 func (r *RedisPacer) await(ctx context.Context, start uint64, d RedisDecision) (RedisAdmission, error) {
 	a := RedisAdmission{
 		Wait: d.Wait(), Queued: d.Queued, Path: d.Path, Ticket: d.Ticket, Fallback: d.Fallback, pacer: r,
 	}
-	if !d.Queued {
-		return a, nil
+	err := ctx.Err() // a decision that came as ctx ended is not used
+	closed := false
+	if err == nil && d.Queued {
+		sleepCtx, cancel := context.WithCancelCause(ctx)
+		stop := context.AfterFunc(r.life, func() { cancel(ErrClosed) })
+		err = r.sleep(sleepCtx, a.Wait)
+		stop()
+		cancel(nil)
+		closed = errors.Is(context.Cause(sleepCtx), ErrClosed)
 	}
-	sleepCtx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(r.life, func() { cancel(ErrClosed) })
-	err := r.sleep(sleepCtx, a.Wait)
-	stop()
-	cancel(nil)
 	if err != nil {
 		// A cancelled request opens no connection: give the ticket back,
-		// on a context of its own (ctx is done).
-		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
-		_, _ = r.release(relCtx, d.Ticket)
-		relCancel()
+		// on a context of its own (ctx is done), within Timeout.
+		_, _ = r.release(context.WithoutCancel(ctx), d.Ticket)
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return RedisAdmission{}, ctxErr
 		}
-		if errors.Is(context.Cause(sleepCtx), ErrClosed) {
+		if closed {
 			return RedisAdmission{}, ErrClosed
 		}
 		return RedisAdmission{}, err
@@ -476,8 +497,8 @@ func (r *RedisPacer) dropKey(key string, e *redisKeyed) {
 // it has left (Config.MaxRetries minus its refused attempts). Every
 // refusal is a *RefusedError (Booked when a place is held) and counts an
 // attempt; an admitted key is forgotten. Cancellation of ctx during the
-// wait releases the ticket and returns ctx.Err(); Close during it releases
-// it and returns ErrClosed. A key that ends without admission must be
+// round trip or the wait releases the ticket and returns ctx.Err(); Close
+// during the wait releases it and returns ErrClosed. A key that ends without admission must be
 // given to Forget.
 func (r *RedisPacer) AdmitKey(ctx context.Context, key string) (RedisAdmission, error) {
 	if ctx == nil {
@@ -505,6 +526,11 @@ func (r *RedisPacer) AdmitKey(ctx context.Context, key string) (RedisAdmission, 
 func (r *RedisPacer) attempt(ctx context.Context, key string) (RedisDecision, bool, error) {
 	e := r.keyEntry(key, true)
 	defer e.mu.Unlock()
+	if e.booking != nil && e.booking.Ticket.Spent() {
+		// Redeemed by a call whose caller left (its admission released):
+		// the key books again.
+		e.booking = nil
+	}
 	var d RedisDecision
 	var err error
 	if e.booking != nil {
@@ -595,7 +621,7 @@ func (r *RedisPacer) Create(ctx context.Context) (bool, error) {
 		return false, ErrClosed
 	}
 	defer r.running.Done()
-	reply, err := r.run(ctx, "create", r.configArgs()...)
+	reply, err := r.run(ctx, "create", nil, r.configArgs()...)
 	if err != nil {
 		return false, unavailable("create", err)
 	}
@@ -657,7 +683,7 @@ func (r *RedisPacer) Info(ctx context.Context) (RedisInfo, error) {
 }
 
 func (r *RedisPacer) info(ctx context.Context) (RedisInfo, error) {
-	reply, err := r.run(ctx, "info")
+	reply, err := r.run(ctx, "info", nil)
 	if err != nil {
 		return RedisInfo{}, unavailable("info", err)
 	}
@@ -757,7 +783,7 @@ func (r *RedisPacer) Observe(ctx context.Context, outcome Outcome) (int, error) 
 	if r.adapt == nil || r.mode == ModeDisabled {
 		return r.cfg.RatePerMinute, nil
 	}
-	reply, err := r.run(ctx, "observe", outcome.String())
+	reply, err := r.run(ctx, "observe", nil, outcome.String())
 	if err != nil {
 		if !isFailure(err) {
 			return 0, err
@@ -907,6 +933,31 @@ func (r *RedisPacer) parseAdmission(op string, reply any) (RedisDecision, *Redis
 		}, nil
 	}
 	return RedisDecision{}, nil, badReply(op, reply)
+}
+
+// releaseLate is the lateReply of a reserve or book: an admission's
+// ticket, or a booking's, that came after the caller left is released.
+func (r *RedisPacer) releaseLate(op string) lateReply {
+	return func(reply any, err error) {
+		if err != nil {
+			return
+		}
+		d, b, err := r.parseAdmission(op, reply)
+		if err != nil {
+			return
+		}
+		if b != nil {
+			d.Ticket = b.Ticket
+		}
+		_, _ = r.release(context.Background(), d.Ticket)
+	}
+}
+
+// isPacerError reports whether err is a *RedisError: the server's answer
+// to the call, an error no policy hides.
+func isPacerError(err error) bool {
+	var e *RedisError
+	return errors.As(err, &e)
 }
 
 func badReply(op string, reply any) error {

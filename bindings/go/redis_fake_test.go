@@ -1,8 +1,9 @@
 package pacer_test
 
 // Loopback servers for the tests: a fake Redis speaking just enough RESP2
-// to give replies no real server gives on demand. Every connection is
-// closed, and every goroutine ended, when the test ends.
+// to give replies no real server gives on demand, and a proxy in front of
+// a real server that can hold its replies. Every connection is closed, and
+// every goroutine ended, when the test ends.
 
 import (
 	"bufio"
@@ -196,3 +197,94 @@ func respArray(items ...string) string {
 }
 
 const respNil = "$-1\r\n"
+
+// holdProxy passes bytes between its clients and a real server, and can
+// hold the server's replies: after hold, a request that passes is
+// announced on sent and every reply waits until letGo (or the end of the
+// test).
+type holdProxy struct {
+	*loopback
+	upstream string
+	sent     chan struct{}
+
+	mu      sync.Mutex
+	holding bool
+	gate    chan struct{} // closed by letGo
+}
+
+func startHoldProxy(t *testing.T, upstream string) *holdProxy {
+	t.Helper()
+	p := &holdProxy{loopback: listenLoopback(t), upstream: upstream, sent: make(chan struct{}, 1)}
+	p.accept(p.serve)
+	return p
+}
+
+// hold makes the replies from now on wait for letGo.
+func (p *holdProxy) hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holding, p.gate = true, make(chan struct{})
+}
+
+// letGo passes the held replies and stops holding.
+func (p *holdProxy) letGo() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.holding {
+		p.holding = false
+		close(p.gate)
+	}
+}
+
+// gateNow is the gate a reply waits for now, or nil.
+func (p *holdProxy) gateNow() chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.holding {
+		return nil
+	}
+	return p.gate
+}
+
+func (p *holdProxy) serve(client net.Conn) {
+	server, err := net.Dial("tcp", p.upstream)
+	if err != nil || !p.track(server) {
+		_ = client.Close()
+		return
+	}
+	p.spawn(func() { p.pipe(server, client, false) })
+	p.pipe(client, server, true)
+}
+
+// pipe copies from src to dst until either ends; replies (server to
+// client) wait at the gate while the proxy holds.
+func (p *holdProxy) pipe(dst, src net.Conn, replies bool) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			gate := p.gateNow()
+			if gate != nil && replies {
+				select {
+				case <-gate:
+				case <-p.done:
+					return
+				}
+			}
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+			if gate != nil && !replies {
+				select {
+				case p.sent <- struct{}{}:
+				default:
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

@@ -3,9 +3,9 @@ package pacer_test
 // RedisPacer under the replies and faults of docs/fleet-clients.md: a
 // redemption's fresh ticket, the failure classification on real servers
 // (a replica, maxmemory, a function deleted, a module unloaded), the one
-// deadline per call and replies of a shape the client does not know.
-// Relations only: no assertion depends on how fast the machine is, except
-// deadlines checked with a slack of a second.
+// deadline per call, replies of a shape the client does not know and
+// cancellation mid round trip. Relations only: no assertion depends on how
+// fast the machine is, except deadlines checked with a slack of a second.
 
 import (
 	"context"
@@ -445,4 +445,63 @@ func TestRedisUnknownReplyIsAnError(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A cancellation while the request is on the wire ends the call with the
+// context's error, and what the late reply carries is released: the
+// server counts the release.
+func TestRedisCancelInFlightReleases(t *testing.T) {
+	eachEngine(t, func(t *testing.T, _ pacer.RedisEngine, s *redisServer) {
+		ctx := context.Background()
+		p := startHoldProxy(t, s.Addr())
+		cfg := fleetConfig()
+		r, _ := openRedis(t, pacer.RedisOptions{
+			Addr: p.Addr(), Key: "bucket", Config: cfg, Timeout: 2 * time.Second, OnFailure: pacer.FailClosed,
+		})
+		watch, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "bucket", Config: cfg})
+		if created, err := r.Create(ctx); err != nil || !created {
+			t.Fatalf("Create = %v, %v", created, err)
+		}
+		// inFlight runs call, cancelling its context once its request has
+		// reached the server and before the reply is let through.
+		inFlight := func(call func(ctx context.Context) error) error {
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			p.hold()
+			defer p.letGo()
+			done := make(chan error, 1)
+			go func() { done <- call(cctx) }()
+			select {
+			case <-p.sent:
+			case <-time.After(20 * time.Second):
+				t.Fatal("no request reached the server in 20 s")
+			}
+			cancel()
+			p.letGo()
+			return <-done
+		}
+
+		// Admit with no wait (the burst).
+		err := inFlight(func(ctx context.Context) error { _, err := r.Admit(ctx); return err })
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Admit cancelled in flight: %v", err)
+		}
+		waitFor(t, "the admission released", func() bool {
+			info := mustRedisInfo(t, watch)
+			return info.Admitted == 1 && info.Released == 1
+		})
+
+		// A booking (or an admission, if the bucket refilled meanwhile).
+		for mustRedisReserve(t, watch).Admitted {
+		}
+		before := mustRedisInfo(t, watch)
+		err = inFlight(func(ctx context.Context) error { _, err := r.ReserveOrBook(ctx, 3); return err })
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("ReserveOrBook cancelled in flight: %v", err)
+		}
+		waitFor(t, "the booking released", func() bool {
+			info := mustRedisInfo(t, watch)
+			return info.Booked+info.Admitted == before.Booked+before.Admitted+1 && info.Released == before.Released+1
+		})
+	})
 }
