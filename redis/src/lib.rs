@@ -131,10 +131,8 @@ fn apply(
         let byte = (offset / 8) as usize;
         let mask = 0x80u8 >> (offset % 8);
         if byte >= dma.len() {
-            if !value {
-                // Past the end reads as 0 already; nothing to write.
-                continue;
-            }
+            // As SETBIT does, a clear included: the key grows with zero
+            // bytes to hold the bit (the script's SETBIT does the same).
             let grow = vec![0u8; byte + 1 - dma.len()];
             dma.append(&grow)?;
         }

@@ -10,6 +10,15 @@ use redis::Value;
 
 const CONFIG: [&str; 5] = ["60", "2", "30000", "3", "refund"];
 
+/// `SET key value`.
+fn store(con: &mut redis::Connection, key: &str, value: &[u8]) {
+    redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query::<()>(con)
+        .expect("SET");
+}
+
 fn bytes(con: &mut redis::Connection, key: &str) -> Value {
     redis::cmd("GET").arg(key).query(con).expect("GET")
 }
@@ -429,7 +438,7 @@ fn a_redeemed_booking_is_spent_and_its_admission_releases_once() {
 /// Counters and the serial at their limit (docs/redis.md "The key"):
 /// `good` with `edits` (offset, text) written over it, stored at `key`
 /// before each engine's turn; each engine then answers `calls`, and its
-/// replies and the key's header after them are returned. Two calls through
+/// replies and the key's bytes after them are returned. Two calls through
 /// the function: the second runs on what its memory kept from the first.
 fn after_edits(
     doors: &mut Doors,
@@ -445,22 +454,12 @@ fn after_edits(
     ["module", "script", "function"]
         .iter()
         .map(|engine| {
-            redis::cmd("SET")
-                .arg(key)
-                .arg(&edited)
-                .query::<()>(&mut doors.con)
-                .unwrap();
+            store(&mut doors.con, key, &edited);
             let replies = calls
                 .iter()
                 .map(|(op, args)| by(doors, engine, op, key, args))
                 .collect();
-            let header: Value = redis::cmd("GETRANGE")
-                .arg(key)
-                .arg(0)
-                .arg(255)
-                .query(&mut doors.con)
-                .unwrap();
-            (replies, header)
+            (replies, bytes(&mut doors.con, key))
         })
         .collect()
 }
@@ -592,11 +591,7 @@ fn counters_saturate_and_the_last_serial_is_refused_on_every_engine() {
     edited[98..114].copy_from_slice(last.as_bytes());
     edited[75..88].copy_from_slice(b"-000000120000");
     for engine in ["module", "script", "function"] {
-        redis::cmd("SET")
-            .arg("top")
-            .arg(&edited)
-            .query::<()>(&mut doors.con)
-            .unwrap();
+        store(&mut doors.con, "top", &edited);
         let Ok(Value::Array(items)) = by(&mut doors, engine, "book", "top", &book) else {
             panic!("{engine}: book")
         };
@@ -647,6 +642,42 @@ fn counters_saturate_and_the_last_serial_is_refused_on_every_engine() {
     assert_eq!(runs[0], runs[2], "the module and the function");
 }
 
+/// Past 65536 tickets, issuing serial `s` clears bit `s mod 65536` as
+/// `SETBIT key <2048 + s mod 65536> 0` would (docs/redis.md "The key"):
+/// past the end the key grows with zero bytes to hold it, in every engine.
+/// A bucket whose serial is 65536 + 800 and that holds no released ticket
+/// (256 bytes): the next ticket clears bit 800 of the bitmap, in byte
+/// 256 + 100, so the key is 357 bytes, the bitmap all zeros.
+#[test]
+fn a_ticket_past_the_ring_grows_the_key_as_setbit_does_on_every_engine() {
+    let mut doors = Doors::open();
+    let with_at = doors.with_at.clone();
+    module(&mut doors.con, "create", "ring", &with_at).unwrap();
+    let Value::BulkString(mut fresh) = bytes(&mut doors.con, "ring") else {
+        panic!("no bucket")
+    };
+    fresh[98..114].copy_from_slice(b"0000000000066336");
+    let mut keys = Vec::new();
+    for engine in ["module", "script", "function"] {
+        store(&mut doors.con, "ring", &fresh);
+        let Ok(Value::Array(items)) = by(&mut doors, engine, "reserve", "ring", &with_at) else {
+            panic!("{engine}: reserve")
+        };
+        assert!(
+            text(&items[2]).starts_with("66336.1."),
+            "{engine}: {items:?}"
+        );
+        let Value::BulkString(key) = bytes(&mut doors.con, "ring") else {
+            panic!("{engine}: no bucket")
+        };
+        assert_eq!(key.len(), 357, "{engine}");
+        assert!(key[256..].iter().all(|&b| b == 0), "{engine}");
+        keys.push(key);
+    }
+    assert_eq!(keys[0], keys[1], "the module and the script");
+    assert_eq!(keys[0], keys[2], "the module and the function");
+}
+
 /// Each edit of `good` (what, first byte, replacement), stored at
 /// "edited", is "not a pacer bucket" to every engine for every command
 /// (admissions with `config`, a release of `ticket`), and the key stays as
@@ -668,11 +699,7 @@ fn edits_are_not_buckets(
     for &(what, at, replacement) in edits {
         let mut edited = good.to_vec();
         edited[at..at + replacement.len()].copy_from_slice(replacement.as_bytes());
-        redis::cmd("SET")
-            .arg("edited")
-            .arg(&edited)
-            .query::<()>(&mut doors.con)
-            .unwrap();
+        store(&mut doors.con, "edited", &edited);
         for (op, args) in &calls {
             for engine in ["module", "script", "function"] {
                 assert_eq!(

@@ -119,6 +119,14 @@ fn trace(seed: u64) -> Trace {
     }
 }
 
+/// The number in the environment variable `name`, or `default`.
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// What a step did on one engine: its answer (an error is an answer too:
 /// it must be the same everywhere), then the state.
 type Outcome = (
@@ -207,14 +215,8 @@ fn run(trace: &Trace, engine: &mut dyn Engine) -> (Vec<Outcome>, Vec<Step>) {
 
 #[test]
 fn module_and_script_agree_with_the_core_on_random_traces() {
-    let traces: u64 = std::env::var("PACER_DIFFERENTIAL_TRACES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
-    let first: u64 = std::env::var("PACER_DIFFERENTIAL_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
+    let traces: u64 = env_number("PACER_DIFFERENTIAL_TRACES", 10_000);
+    let first: u64 = env_number("PACER_DIFFERENTIAL_SEED", 1);
     let engines: Vec<RedisKind> = match std::env::var("PACER_DIFFERENTIAL_ENGINES").as_deref() {
         Ok("module") => vec![RedisKind::Module],
         Ok("script") => vec![RedisKind::Script],
@@ -496,6 +498,16 @@ struct Door {
 }
 
 impl Door {
+    /// The module's, the script's and the function's doors, each to its
+    /// own database (1, 2, 3).
+    fn all(server: &common::Server) -> Vec<Door> {
+        [RedisKind::Module, RedisKind::Script, RedisKind::Function]
+            .into_iter()
+            .zip(1..)
+            .map(|(kind, db)| Door::open(server, kind, db))
+            .collect()
+    }
+
     fn open(server: &common::Server, kind: RedisKind, db: i64) -> Door {
         let mut con = server.connect();
         redis::cmd("SELECT")
@@ -581,20 +593,10 @@ struct Covered {
 
 #[test]
 fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
-    let traces: u64 = std::env::var("PACER_DIFFERENTIAL_ADAPTIVE_TRACES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3_000);
-    let first: u64 = std::env::var("PACER_DIFFERENTIAL_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
+    let traces: u64 = env_number("PACER_DIFFERENTIAL_ADAPTIVE_TRACES", 3_000);
+    let first: u64 = env_number("PACER_DIFFERENTIAL_SEED", 1);
     let server = common::Server::with_module();
-    let mut doors: Vec<Door> = [RedisKind::Module, RedisKind::Script, RedisKind::Function]
-        .into_iter()
-        .zip(1..)
-        .map(|(kind, db)| Door::open(&server, kind, db))
-        .collect();
+    let mut doors = Door::all(&server);
     let mut covered = Covered::default();
     for seed in first..first + traces {
         let trace = adaptive_trace(seed);
@@ -819,4 +821,181 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
         assert!(covered.rate_changes > 0 && covered.at_floor > 0 && covered.above_start > 0);
         assert!(covered.mode_changes > 0 && covered.spent_again > 0);
     }
+}
+
+// ---------------------------------------------------------------------------
+// Past the ring: a trace of more than 65,536 tickets, each engine on its own
+// copy of one bucket, and the whole key (header and bitmap, `GET`) the same
+// on every engine at every checkpoint. Issuing serial s ≥ 65536 clears bit
+// s mod 65536 as SETBIT does (growing the key past its end); releases set
+// bits; tickets older than the ring expire.
+
+impl Door {
+    /// `calls` (op, arguments) on `key` in one pipeline, then `GET key`:
+    /// every reply (an error as its text) and the key's bytes.
+    fn batch(&mut self, key: &str, calls: &[(&str, Vec<String>)]) -> (Vec<Reply>, Value) {
+        let mut pipe = redis::pipe();
+        for (op, args) in calls {
+            match self.kind {
+                RedisKind::Module => pipe.cmd(&format!("PACER.{}", op.to_uppercase())),
+                RedisKind::Script => pipe.cmd("EVALSHA").arg(&self.entry).arg(1),
+                RedisKind::Function => pipe.cmd("FCALL").arg(&self.entry).arg(1),
+            };
+            pipe.arg(key);
+            if self.kind != RedisKind::Module {
+                pipe.arg(*op);
+            }
+            for arg in args {
+                pipe.arg(arg);
+            }
+        }
+        pipe.cmd("GET").arg(key);
+        let mut replies: Vec<Value> = pipe.ignore_errors().query(&mut self.con).expect("pipeline");
+        let bytes = replies.pop().expect("GET");
+        let replies = replies
+            .into_iter()
+            .map(|value| match value {
+                Value::ServerError(e) => Err(format!("{} {}", e.code(), e.details().unwrap_or(""))),
+                value => Ok(value),
+            })
+            .collect();
+        (replies, bytes)
+    }
+}
+
+#[test]
+fn keys_stay_byte_identical_past_65536_tickets() {
+    let steps: u64 = env_number("PACER_DIFFERENTIAL_RING_STEPS", 100_000);
+    let server = common::Server::with_module();
+    let mut doors = Door::all(&server);
+    // Rate 600 (10 units a ms), burst 10, idle 120000, 5 retries: bound
+    // 4833 ms, refusing. Mostly 120 ms apart (a token and a fifth refilled
+    // a step): nearly every request admitted with a ticket; now and then a
+    // dry spell 0–3 ms apart that queues, books and refuses. Releases and
+    // redemptions (which set bits) come only before ticket 1000 and after
+    // ticket 68000: in between the bitmap stays short, so the serials past
+    // 65536 clear bits past the key's end.
+    let config: Vec<String> = ["600", "10", "120000", "5", "refund"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let key = "ring";
+    let at = |t: u64| vec!["AT".to_string(), t.to_string()];
+    let create = [config.clone(), at(0)].concat();
+    module_create(&mut doors, key, &create);
+    let mut rng = SplitMix64::new(0x51ab_0001);
+    let (mut t, mut done) = (0u64, 0u64);
+    // Every ticket and booking text the module answered, in order.
+    let mut issued: Vec<String> = Vec::new();
+    let mut bookings: Vec<String> = Vec::new();
+    let (mut checkpoints, mut errors, mut booked, mut redeemed) = (0u64, 0u64, 0u64, 0u64);
+    let mut dry = false;
+    while done < steps {
+        // One chunk: its calls are chosen from what the module answered
+        // before it, so every engine gets the same calls.
+        let mut calls: Vec<(&str, Vec<String>)> = Vec::new();
+        let spent_now = issued.len() < 1000 || issued.len() > 68_000;
+        for _ in 0..500 {
+            // Dry spells of about 20 steps, about one in 300.
+            if rng.below(if dry { 20 } else { 300 }) == 0 {
+                dry = !dry;
+            }
+            t += if dry { rng.below(4) } else { 120 };
+            let call = match rng.below(20) {
+                0..=1 if spent_now && !issued.is_empty() => {
+                    // Any ticket so far: live, spent or expired.
+                    let n = rng.below(issued.len() as u64) as usize;
+                    ("release", [vec![issued[n].clone()], at(t)].concat())
+                }
+                2 if spent_now && !bookings.is_empty() => {
+                    let n = rng.below(bookings.len() as u64) as usize;
+                    ("redeem", [vec![bookings[n].clone()], at(t)].concat())
+                }
+                3..=5 => ("book", [config.clone(), vec!["5".into()], at(t)].concat()),
+                _ => ("reserve", [config.clone(), at(t)].concat()),
+            };
+            calls.push(call);
+        }
+        let results: Vec<(Vec<Reply>, Value)> =
+            doors.iter_mut().map(|d| d.batch(key, &calls)).collect();
+        for (door, result) in doors.iter().zip(&results).skip(1) {
+            for (i, (want, have)) in results[0].0.iter().zip(&result.0).enumerate() {
+                assert_eq!(
+                    want,
+                    have,
+                    "step {}: {:?} {:?}: the module and the {:?} differ",
+                    done + i as u64,
+                    calls[i].0,
+                    calls[i].1,
+                    door.kind
+                );
+            }
+            assert_eq!(
+                results[0].1,
+                result.1,
+                "after step {}: the module's key and the {:?}'s differ",
+                done + calls.len() as u64,
+                door.kind
+            );
+        }
+        checkpoints += 1;
+        for reply in &results[0].0 {
+            match reply {
+                Ok(Value::Array(items)) => match (text_of(&items[0]).as_str(), &items[2]) {
+                    ("booked", booking) => {
+                        booked += 1;
+                        bookings.push(text_of(booking));
+                        issued.push(text_of(booking));
+                    }
+                    ("admitted", Value::BulkString(_)) => {
+                        redeemed += u64::from(text_of(&items[3]) == "booked");
+                        issued.push(text_of(&items[2]));
+                    }
+                    _ => {}
+                },
+                Err(_) => errors += 1,
+                _ => {}
+            }
+        }
+        done += calls.len() as u64;
+    }
+    let Value::BulkString(bytes) = &doors_get(&mut doors[0], key) else {
+        panic!("no bucket")
+    };
+    let header = Header::decode(bytes).expect("a bucket");
+    println!(
+        "differential (past the ring): {done} steps, {} tickets and bookings issued, \
+         {booked} bookings, {redeemed} redeemed, {errors} error answers; the whole key \
+         ({} bytes) the same on module, script and function at {checkpoints} checkpoints",
+        header.serial,
+        bytes.len()
+    );
+    if steps >= 100_000 {
+        assert!(header.serial > 69_000, "past the ring: {}", header.serial);
+        assert!(booked > 0 && redeemed > 0 && errors > 0);
+    }
+}
+
+/// `PACER.CREATE` by the module in its database, and its bytes (the same
+/// secret) copied into the others'.
+fn module_create(doors: &mut [Door], key: &str, args: &[String]) {
+    let (reply, bytes) = doors[0].call(key, "create", args);
+    assert_eq!(reply, Ok(Value::Int(1)));
+    let Value::BulkString(bytes) = bytes else {
+        panic!("no bucket: {bytes:?}")
+    };
+    for door in &mut doors[1..] {
+        redis::cmd("SET")
+            .arg(key)
+            .arg(&bytes)
+            .query::<()>(&mut door.con)
+            .expect("SET");
+    }
+}
+
+fn doors_get(door: &mut Door, key: &str) -> Value {
+    redis::cmd("GET")
+        .arg(key)
+        .query(&mut door.con)
+        .expect("GET")
 }
