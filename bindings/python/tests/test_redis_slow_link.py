@@ -98,3 +98,80 @@ def test_a_call_whose_round_trips_fit_is_answered(slow_link: DelayProxy) -> None
         outcome = fleet.reserve()
         assert isinstance(outcome, RedisAdmitted) and outcome.fallback is None
         assert not fleet.in_outage
+
+
+# ------------------------------------------------------------ cancellation
+
+# Idle 120000 and 5 retries: wait bound 4833 ms (docs/redis.md), so the
+# timeout can be 4000 ms, far above the 300 ms a reply is held here: no call
+# below times out, whatever the machine's speed.
+LONG = {"rate_per_minute": 60, "burst": 2, "idle_timeout_ms": 120000, "max_retries": 5}
+
+
+async def until(condition: Any, what: str) -> None:
+    """Polls ``condition`` (at most 10 s)."""
+    deadline = time.monotonic() + 10
+    while not await condition():
+        assert time.monotonic() < deadline, f"not within 10 s: {what}"
+        await asyncio.sleep(0.005)
+
+
+def test_a_cancelled_asyncio_admit_leaks_no_debit(slow_link: DelayProxy) -> None:
+    """admit() cancelled before it starts, while the server's reply is held
+    on the link (the server has admitted), and during the wait it was
+    granted: what reached the server is released, so the server's admitted
+    minus released is what the caller kept. Burst 2 on a fresh bucket: the
+    first held reply is an admission at once; after two kept and one
+    released in its wait the bucket is in debt within the bound, so the
+    second held reply is an admission too: five admitted, three released."""
+    from conftest import GateSleep
+
+    engine = "module" if module_path() else "function"
+
+    async def main() -> None:
+        gate = GateSleep()
+        fleet = AsyncRedisPacer(url=f"redis://127.0.0.1:{slow_link.port}/0", key=key("cancel"), engine=engine,
+                                timeout_ms=4000, sleep=gate, **LONG)
+        direct = AsyncRedisPacer(url=f"redis://127.0.0.1:{slow_link.target_port}/0", key=fleet.key, engine=engine,
+                                 **LONG)
+        slow_link.delay_s = 0
+        assert await fleet.create() is True  # the connection is open, the engine known
+        slow_link.delay_s = 0.3
+
+        async def released(count: int) -> bool:
+            return (await direct.info())["released"] == count
+
+        async def cancelled_while_held() -> None:
+            assert slow_link.held == 0
+            task = asyncio.ensure_future(fleet.admit())
+
+            async def held() -> bool:
+                return slow_link.held > 0
+
+            await until(held, "the reply held on the link")
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        task = asyncio.ensure_future(fleet.admit())
+        task.cancel()  # before it starts: nothing is sent
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await cancelled_while_held()
+        await until(lambda: released(1), "the held admission released")
+        kept = [await fleet.admit() for _ in range(2)]
+        assert all(k.fallback is None and k.wait_ms == 0 and k.ticket is not None for k in kept)
+        waiting = asyncio.ensure_future(fleet.admit())
+        await gate.started.wait()  # the third waits its turn
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await until(lambda: released(2), "the waiting admission released")
+        await cancelled_while_held()
+        await fleet.close()  # waits for what it still has to release
+        info = await direct.info()
+        assert (info["admitted"], info["released"]) == (5, 3)
+        assert info["admitted"] - info["released"] == len(kept)
+        await direct.close()
+
+    asyncio.run(main())

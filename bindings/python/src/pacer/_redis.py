@@ -1325,6 +1325,7 @@ class AsyncRedisPacer(_FleetCore):
                     on_failure=on_failure, fleet_size=fleet_size, timeout_ms=timeout_ms,
                     retry_after_ms=retry_after_ms, notice_registry=notice_registry)
         self._sleep = _check.callable_or("sleep", sleep, asyncio.sleep)
+        self._settling: set[asyncio.Future[None]] = set()
         kwargs = _client_kwargs(self._timeout_ms / 1000, asyncio_client=True)
         if url is not None:
             self._client = aioredis.Redis.from_url(url, **kwargs)
@@ -1376,40 +1377,76 @@ class AsyncRedisPacer(_FleetCore):
             raise _cause(down) from None
 
     async def reserve(self) -> RedisAdmitted | RedisRefused:
-        """As ``RedisPacer.reserve``."""
+        """As ``RedisPacer.reserve``. Cancelled before the answer, it gives
+        back what the server issued once the reply arrives (``_kept``)."""
         self._check_open()
         if not self.enabled:
             return self._disabled()
-        try:
-            reply = await self._ask("reserve", *self._configured())
-        except _Down:
-            return self._by_policy(None)  # type: ignore[no-any-return]
-        return self._decision(reply)  # type: ignore[return-value]
+        return await self._kept(self._decide("reserve", None))  # type: ignore[no-any-return]
 
     async def reserve_or_book(self, retries_left: int) -> RedisAdmitted | RedisBooked | RedisRefused:
-        """As ``RedisPacer.reserve_or_book``."""
+        """As ``RedisPacer.reserve_or_book``; cancelled, as ``reserve``."""
         retries_left = _check.u32("retries_left", retries_left)
         self._check_open()
         if not self.enabled:
             return self._disabled()
+        return await self._kept(self._decide("book", retries_left))  # type: ignore[no-any-return]
+
+    async def _decide(self, op: str, retries_left: int | None) -> Any:
+        extra = () if retries_left is None else (str(retries_left),)
         try:
-            reply = await self._ask("book", *self._configured(str(retries_left)))
+            reply = await self._ask(op, *self._configured(*extra))
         except _Down:
-            return self._by_policy(retries_left)  # type: ignore[no-any-return]
+            return self._by_policy(retries_left)
         return self._decision(reply)
 
     async def redeem(self, booking: RedisBooking) -> RedisAdmitted | RedisBooked:
-        """As ``RedisPacer.redeem``."""
+        """As ``RedisPacer.redeem``; cancelled, as ``reserve`` (the caller
+        keeps its booking unless the redemption admitted)."""
         booking = self._own_booking(booking)
         self._check_open()
         if booking._local_booking is not None:
             return self._redeem_local(booking)  # type: ignore[no-any-return]
+        return await self._kept(self._redeem_in_redis(booking), booking)  # type: ignore[no-any-return]
+
+    async def _redeem_in_redis(self, booking: RedisBooking) -> Any:
         ticket: RedisTicket = booking._ticket  # type: ignore[assignment]
         try:
             reply = await self._ask("redeem", ticket._text)
         except _Down:
-            return self._redeem_by_policy(booking)  # type: ignore[no-any-return]
+            return self._redeem_by_policy(booking)
         return self._redemption(booking, reply)
+
+    async def _kept(self, call: Awaitable[Any], presented: RedisBooking | None = None) -> Any:
+        """Runs a call that can issue a ticket or a booking so that a caller
+        cancelled meanwhile leaks nothing: the call goes on (shielded) and,
+        when its answer arrives, what it issued is released (``presented``,
+        the booking the caller redeems, stays the caller's). ``close`` waits
+        for those releases."""
+        task = asyncio.ensure_future(call)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            settling = asyncio.ensure_future(self._give_back_issued(task, presented))
+            self._settling.add(settling)
+            settling.add_done_callback(self._settling.discard)
+            raise
+
+    async def _give_back_issued(self, call: asyncio.Future[Any], presented: RedisBooking | None) -> None:
+        try:
+            outcome = await call
+        except Exception:  # noqa: BLE001 - the call failed: it issued nothing to its caller
+            return
+        if isinstance(outcome, Booked) and outcome.booking is not presented:
+            ticket = outcome.booking._ticket
+        else:
+            ticket = getattr(outcome, "ticket", None)
+        if ticket is None:
+            return
+        try:
+            await self.release(ticket)
+        except Exception as error:  # noqa: BLE001 - nobody to raise to: logged
+            logger.warning("pacer: giving back what a cancelled call was issued failed: %s", error)
 
     async def release(self, ticket: RedisTicket) -> bool:
         """As ``RedisPacer.release``."""
@@ -1499,9 +1536,12 @@ class AsyncRedisPacer(_FleetCore):
     # ------------------------------------------------------------ closing
 
     async def close(self) -> None:
-        """Closes the pacer's connections (see ``RedisPacer.close``)."""
+        """Gives back what cancelled calls were issued (``_kept``), then
+        closes the pacer's connections (see ``RedisPacer.close``)."""
         if self._closed:
             return
+        while self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
         self._closed = True
         closer = getattr(self._client, "aclose", None) or self._client.close
         await closer()
