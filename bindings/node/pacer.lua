@@ -7,6 +7,7 @@
 --   a function library (Redis 7.0+; the faster way):
 --     { echo '#!lua name=pacer'; cat redis/pacer.lua; } | redis-cli -x FUNCTION LOAD REPLACE
 --     FCALL pacer 1 <key> <op> <arguments…>
+--     FCALL_RO pacer_ro 1 <key> info [AT <ms>]    (read-only: on replicas too)
 --   a script:
 --     SCRIPT LOAD "$(cat redis/pacer.lua)"
 --     EVALSHA <sha1> 1 <key> <op> <arguments…>
@@ -75,6 +76,18 @@ local function shown(text)
     end
     return string.format('\\x%02x', b)
   end))
+end
+
+-- A write (SETRANGE, SETBIT). Redis's refusal of it (READONLY on a
+-- replica, OOM at maxmemory: always a call's first write, so nothing is
+-- written) ends the call with Redis's own error as it came, the module's
+-- reply too; a redis.call would have it reworded with this file's line.
+local function write(...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply.err then
+    error(setmetatable({ redis_error = reply }, PacerError), 0)
+  end
+  return reply
 end
 
 local function not_a_bucket(key)
@@ -929,7 +942,7 @@ end
 -- not change `bucket` after this).
 local function store_bucket(key, bucket)
   local header = encode_header(bucket)
-  redis.call('SETRANGE', key, 0, header)
+  write('SETRANGE', key, 0, header)
   if written[key] == nil then
     if written_held >= CACHE_LIMIT then
       written, buckets, written_held = {}, {}, 0
@@ -1065,7 +1078,7 @@ local function issue_ticket(key, bucket, seq, debit_units, slot_ms)
   local serial = bucket.serial
   bucket.serial = serial + 1
   if serial >= SPENT_WINDOW then
-    redis.call('SETBIT', key, spent_bit(serial), 0) -- a new ticket is unspent
+    write('SETBIT', key, spent_bit(serial), 0) -- a new ticket is unspent
   end
   return ticket_text(key, bucket.secret, serial, seq, debit_units, slot_ms)
 end
@@ -1245,7 +1258,7 @@ local function release_command(key, argv)
 
   local next_state, refunded = release(params, bucket, ticket, now_ms)
   -- Spent either way, even when strict refused the refund.
-  redis.call('SETBIT', key, spent_bit(ticket.serial), 1)
+  write('SETBIT', key, spent_bit(ticket.serial), 1)
   set_state(bucket, next_state)
   if refunded then
     bucket.released = count(bucket.released)
@@ -1269,7 +1282,7 @@ local function redeem_command(key, argv)
     return { 'notyet', answer.retry_after_s, argv[2] }
   end
   serial_left(key, bucket) -- before the first write
-  redis.call('SETBIT', key, spent_bit(ticket.serial), 1)
+  write('SETBIT', key, spent_bit(ticket.serial), 1)
   local admission = issue_ticket(key, bucket, ticket.seq, ticket.debit_units, 0)
   bucket.admitted = count(bucket.admitted)
   store_bucket(key, bucket)
@@ -1336,31 +1349,39 @@ end
 -- ---------------------------------------------------------------------------
 -- Entry points: the script, `EVALSHA <sha> 1 <key> <op> <arguments…>`, or
 -- the same text loaded as a Redis function library (docs/redis.md: with a
--- first line `#!lua name=pacer`), `FCALL pacer 1 <key> <op> <arguments…>`.
+-- first line `#!lua name=pacer`), `FCALL pacer 1 <key> <op> <arguments…>`,
+-- and for info alone `FCALL_RO pacer_ro 1 <key> info [AT <ms>]` (a
+-- function flagged no-writes: it runs on replicas too).
 
-local function main(keys, argv)
+-- `read_only`: the call came through the read-only function, which takes
+-- info only (every other op may write).
+local function main(keys, argv, read_only)
   if #keys ~= 1 then
     fail(fmt('the script takes exactly 1 key, got %d', #keys))
   end
   local key = keys[1]
   local op = string.lower(argv[1] or '')
-  if op == 'create' or op == 'reserve' or op == 'book' then
-    return admission_command(key, op, argv)
+  if op == 'info' then
+    return info_command(key, argv)
+  elseif op ~= 'create' and op ~= 'reserve' and op ~= 'book'
+    and op ~= 'release' and op ~= 'redeem' and op ~= 'observe'
+  then
+    fail(fmt("unknown op '%s'", shown(argv[1] or '')))
+  elseif read_only then
+    fail(fmt("op '%s' may write: the read-only function takes only info", op))
   elseif op == 'release' then
     return release_command(key, argv)
   elseif op == 'redeem' then
     return redeem_command(key, argv)
-  elseif op == 'info' then
-    return info_command(key, argv)
   elseif op == 'observe' then
     return observe_command(key, argv)
   end
-  fail(fmt("unknown op '%s'", shown(argv[1] or '')))
+  return admission_command(key, op, argv)
 end
 
 -- main's reply; a failure as the error reply "ERR pacer: <message>".
-local function run(keys, argv)
-  local ok, result = pcall(main, keys, argv)
+local function run(keys, argv, read_only)
+  local ok, result = pcall(main, keys, argv, read_only)
   if ok then
     return result
   end
@@ -1368,13 +1389,25 @@ local function run(keys, argv)
     error(result, 0) -- a fault in this script: Redis reports it
   end
   if result.redis_error then
-    return result.redis_error -- Redis's own error (WRONGTYPE), as it came
+    return result.redis_error -- Redis's own error (WRONGTYPE, READONLY, OOM), as it came
   end
   return redis.error_reply('ERR pacer: ' .. result.message)
 end
 
+-- The library's function names: FUNCTION_NAME takes every op, and
+-- FUNCTION_NAME .. '_ro' (flag no-writes: FCALL_RO, replicas) info alone.
+local FUNCTION_NAME = 'pacer'
+
 if redis.register_function then
-  redis.register_function('pacer', run) -- FUNCTION LOAD: runs once
+  -- FUNCTION LOAD: runs once.
+  redis.register_function(FUNCTION_NAME, run)
+  redis.register_function({
+    function_name = FUNCTION_NAME .. '_ro',
+    callback = function(keys, argv)
+      return run(keys, argv, true)
+    end,
+    flags = { 'no-writes' },
+  })
 else
   return run(KEYS, ARGV) -- EVAL / EVALSHA: runs every call
 end

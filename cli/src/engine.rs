@@ -255,19 +255,17 @@ pub fn test_clock_script() -> String {
     SCRIPT.replace("local TEST_CLOCK = false", "local TEST_CLOCK = true")
 }
 
-/// The line that registers the script's function when it is loaded as a
-/// library (`FUNCTION LOAD`); under `EVAL` it is not run.
-pub const REGISTER_LINE: &str = "redis.register_function('pacer', run)";
+/// The line that names the functions the script registers when it is
+/// loaded as a library (`FUNCTION LOAD`): `pacer` and `pacer_ro`.
+pub const REGISTER_LINE: &str = "local FUNCTION_NAME = 'pacer'";
 
-/// `source` as a function library named `name` whose one function is also
-/// `name` (the shipped script as `pacer`: docs/redis.md, "Loading").
+/// `source` as a function library named `name` whose functions are
+/// `name` and, read-only, `name_ro` (the shipped script as `pacer` and
+/// `pacer_ro`: docs/redis.md, "Loading").
 pub fn function_library(source: &str, name: &str) -> String {
     format!(
         "#!lua name={name}\n{}",
-        source.replace(
-            REGISTER_LINE,
-            &format!("redis.register_function('{name}', run)")
-        )
+        source.replace(REGISTER_LINE, &format!("local FUNCTION_NAME = '{name}'"))
     )
 }
 

@@ -892,6 +892,14 @@ fn the_shipped_library_is_pacer_on_the_server_clock() {
     let Value::Array(info) = fcall(&mut con, "pacer", "k", "info", &[]).unwrap() else {
         panic!("INFO is an array")
     };
+    // Its read-only function, `pacer_ro`, answers info too (the same
+    // bucket; its clock is read anew).
+    let read_only = call(&mut con, &["FCALL_RO", "pacer_ro", "1", "k", "info"]).unwrap();
+    assert_eq!(
+        info_value(&read_only, "high_water_ms"),
+        info[19],
+        "pacer_ro's INFO"
+    );
     let after = server_ms(&mut con);
     let high_water = match info[19] {
         Value::Int(n) => n,
@@ -1363,4 +1371,116 @@ fn an_edited_adaptive_header_is_not_a_bucket_to_any_engine() {
         ("a space inside the origin", 215, " "),
     ];
     edits_are_not_buckets(&mut doors, &good, &edits, &config, &ticket);
+}
+
+// ---------------------------------------------------------------------------
+// What is read-only (docs/redis.md "Read-only calls"): PACER.INFO, the
+// library's `<name>_ro` function (flag no-writes) and the script's info.
+
+/// On a replica (`replicaof`) every engine answers info as the primary
+/// does, and every call that may write is refused with Redis's own error,
+/// the same text from each engine; the keys stay as they were.
+#[test]
+fn a_replica_answers_info_on_every_engine_and_refuses_writes_alike() {
+    let primary = Server::with_module();
+    let replica = Server::start(common::Options {
+        replica_of: Some(primary.port),
+        ..Default::default()
+    });
+    common::wait_link_up(replica.port);
+    let mut con = primary.connect();
+    let function = common::load_function(&mut con, "pacer_test");
+    let read_only = format!("{function}_ro");
+    let mut with_at: Vec<&str> = CONFIG.to_vec();
+    with_at.extend(["AT", "0"]);
+    module(&mut con, "create", "k", &with_at).unwrap();
+    let ticket = match module(&mut con, "reserve", "k", &with_at).unwrap() {
+        Value::Array(items) => text(&items[2]),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(call(&mut con, &["WAIT", "1", "0"]), Ok(Value::Int(1)));
+    let info = module(&mut con, "info", "k", &["AT", "0"]).unwrap();
+    let key = bytes(&mut con, "k");
+
+    let mut on_replica = replica.connect();
+    let sha = common::load_script(&mut on_replica, &common::test_clock_script());
+    let r = &mut on_replica;
+    let at0 = ["AT", "0"];
+    // Info, by every door.
+    assert_eq!(module(r, "info", "k", &at0), Ok(info.clone()), "PACER.INFO");
+    for verb in ["FCALL_RO", "FCALL"] {
+        let mut args = vec![verb, &read_only, "1", "k", "info"];
+        args.extend(at0);
+        assert_eq!(call(r, &args), Ok(info.clone()), "{verb} {read_only}");
+    }
+    for verb in ["EVALSHA", "EVALSHA_RO"] {
+        let mut args = vec![verb, &sha, "1", "k", "info"];
+        args.extend(at0);
+        assert_eq!(call(r, &args), Ok(info.clone()), "{verb}");
+    }
+    // Every op but info may write: Redis's READONLY error from the module
+    // and the function, before they run. The script by EVALSHA is refused
+    // when it writes, with the same error; a call of it that writes
+    // nothing is answered as on the primary: here CREATE of the bucket
+    // there (0), a redemption of a plain ticket (an error) and a throttle
+    // on a fixed-rate bucket (its rate).
+    let readonly = "READONLY You can't write against a read only replica.";
+    let mut book = CONFIG.to_vec();
+    book.extend(["3", "AT", "0"]);
+    let writes: [(&str, Vec<&str>, Result<Value, String>); 6] = [
+        ("create", with_at.clone(), Ok(Value::Int(0))),
+        ("reserve", with_at.clone(), Err(readonly.into())),
+        ("book", book, Err(readonly.into())),
+        ("release", vec![&ticket, "AT", "0"], Err(readonly.into())),
+        (
+            "redeem",
+            vec![&ticket, "AT", "0"],
+            Err("ERR pacer: not a booking".into()),
+        ),
+        ("observe", vec!["throttled", "AT", "0"], Ok(Value::Int(60))),
+    ];
+    for (op, args, by_script) in &writes {
+        assert_eq!(
+            module(r, op, "k", args),
+            Err(readonly.into()),
+            "module {op}"
+        );
+        assert_eq!(
+            fcall(r, &function, "k", op, args),
+            Err(readonly.into()),
+            "FCALL {op}"
+        );
+        assert_eq!(&eval(r, &sha, "k", op, args), by_script, "EVALSHA {op}");
+        let mut ro = vec!["FCALL_RO", &read_only, "1", "k", op];
+        ro.extend(args);
+        assert_eq!(
+            call(r, &ro),
+            Err(format!(
+                "ERR pacer: op '{op}' may write: the read-only function takes only info"
+            )),
+            "FCALL_RO {op}"
+        );
+        let mut ro = vec!["EVALSHA_RO", &sha, "1", "k", op];
+        ro.extend(args);
+        let by_script_ro = match by_script {
+            Err(e) if e == readonly => {
+                Err("ERR Write commands are not allowed from read-only scripts.".into())
+            }
+            other => other.clone(),
+        };
+        assert_eq!(call(r, &ro), by_script_ro, "EVALSHA_RO {op}");
+    }
+    // The writing function is refused on a replica whatever the op, and by
+    // FCALL_RO on the primary.
+    assert_eq!(fcall(r, &function, "k", "info", &at0), Err(readonly.into()));
+    let mut ro = vec!["FCALL_RO", &function, "1", "k", "info"];
+    ro.extend(at0);
+    assert_eq!(call(r, &ro), Err(readonly.into()));
+    assert_eq!(
+        call(&mut con, &ro),
+        Err("ERR Can not execute a script with write flag using *_ro command.".into())
+    );
+    assert_eq!(call(&mut con, &["WAIT", "1", "0"]), Ok(Value::Int(1)));
+    assert_eq!(bytes(&mut on_replica, "k"), key, "the replica's key");
+    assert_eq!(bytes(&mut con, "k"), key, "the primary's key");
 }

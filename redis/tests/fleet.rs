@@ -70,7 +70,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread::{sleep, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{call, connect, error_text, Options, Server};
+use common::{call, connect, error_text, wait_link_up, Options, Server};
 use redis::Value;
 
 /// Number of child processes in a fleet.
@@ -877,23 +877,6 @@ fn restart_with_appendfsync_everysec() {
 
 // ---------------------------------------------------------------------------
 // 4. Failover.
-
-/// Waits until `INFO replication` on `port` says the link to the primary is up.
-fn wait_link_up(port: u16) {
-    let mut con = connect(port).expect("connect replica");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let info = text(&call(&mut con, &["INFO", "replication"]).expect("INFO"));
-        if info.contains("master_link_status:up") {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "replica link not up in 20 s:\n{info}"
-        );
-        sleep(Duration::from_millis(20));
-    }
-}
 
 fn get(con: &mut redis::Connection, args: &[&str]) -> Vec<u8> {
     match call(con, args).expect("read") {

@@ -199,6 +199,27 @@ impl Drop for Server {
     }
 }
 
+/// Waits until `INFO replication` on `port` says the link to the primary
+/// is up (a replica's first sync), failing after 20 s.
+pub fn wait_link_up(port: u16) {
+    let mut con = connect(port).expect("connect replica");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut con)
+            .expect("INFO");
+        if info.contains("master_link_status:up") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replica link not up in 20 s:\n{info}"
+        );
+        sleep(Duration::from_millis(20));
+    }
+}
+
 /// A connection to a loopback port, with timeouts so a test never hangs.
 pub fn connect(port: u16) -> redis::RedisResult<redis::Connection> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
