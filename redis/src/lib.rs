@@ -27,6 +27,10 @@ use bucket::{Effect, Item, Reply, Stored, HEADER_LEN};
 static TEST_CLOCK: AtomicBool = AtomicBool::new(false);
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    // A key is signalled modified (WATCH, client-side caching) only when a
+    // command wrote it (`apply`), not whenever it was opened for writing:
+    // a call that writes nothing leaves a WATCH on the key alone.
+    ctx.set_module_options(raw::ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED);
     for arg in args {
         if arg.as_slice().eq_ignore_ascii_case(b"test-clock") {
             TEST_CLOCK.store(true, Ordering::Relaxed);
@@ -106,7 +110,16 @@ fn run(ctx: &Context, op: &str, args: &[RedisString]) -> RedisResult {
         _ => return Err(RedisError::WrongType),
     }
     .map_err(RedisError::String)?;
-    apply(ctx, &key, key_bytes, &effect)?;
+    if effect.header.is_some() || !effect.bits.is_empty() {
+        apply(ctx, &key, key_bytes, &effect)?;
+        // SAFETY: the context and the key name are this command's, alive
+        // for the call; the API table is filled before any command runs.
+        unsafe {
+            if let Some(signal) = raw::RedisModule_SignalModifiedKey {
+                signal(ctx.ctx, key_name.inner);
+            }
+        }
+    }
     Ok(to_value(reply))
 }
 

@@ -1484,3 +1484,89 @@ fn a_replica_answers_info_on_every_engine_and_refuses_writes_alike() {
     assert_eq!(bytes(&mut on_replica, "k"), key, "the replica's key");
     assert_eq!(bytes(&mut con, "k"), key, "the primary's key");
 }
+
+/// `WATCH key`, `call`, then `MULTI`/`PING`/`EXEC`: whether the
+/// transaction ran (a call that modified the key aborts it: EXEC nil).
+fn watch_survives(doors: &mut Doors, engine: &str, key: &str, op: &str, args: &[&str]) -> bool {
+    call(&mut doors.con, &["WATCH", key]).unwrap();
+    let _ = by(doors, engine, op, key, args);
+    call(&mut doors.con, &["MULTI"]).unwrap();
+    call(&mut doors.con, &["PING"]).unwrap();
+    match call(&mut doors.con, &["EXEC"]).unwrap() {
+        Value::Nil => false,
+        Value::Array(_) => true,
+        other => panic!("EXEC: {other:?}"),
+    }
+}
+
+/// A call that writes nothing does not signal the key modified, so a
+/// client's `WATCH` on it survives; one that writes aborts the `WATCH`.
+/// On every engine. With CONFIG at 0 (bound 2000): a booking after four
+/// admissions (slot 3000), not yet at 500.
+#[test]
+fn a_watch_survives_every_call_that_writes_nothing() {
+    let mut doors = Doors::open();
+    let with_at = doors.with_at.clone();
+    let mut book = CONFIG.to_vec();
+    book.extend(["3", "AT", "0"]);
+    for engine in ["module", "script", "function"] {
+        let key = format!("watched:{engine}");
+        let key = key.as_str();
+        by(&mut doors, engine, "create", key, &with_at).unwrap();
+        let mut tickets = Vec::new();
+        for _ in 0..4 {
+            let Ok(Value::Array(items)) = by(&mut doors, engine, "reserve", key, &with_at) else {
+                panic!("{engine}: reserve")
+            };
+            tickets.push(text(&items[2]));
+        }
+        let Ok(Value::Array(items)) = by(&mut doors, engine, "book", key, &book) else {
+            panic!("{engine}: book")
+        };
+        let booking = text(&items[2]);
+        by(
+            &mut doors,
+            engine,
+            "release",
+            key,
+            &[&tickets[0], "AT", "0"],
+        )
+        .unwrap();
+        let mut other = CONFIG.to_vec();
+        other[1] = "3";
+        other.extend(["AT", "0"]);
+        let nothing: [(&str, Vec<&str>); 9] = [
+            ("info", vec!["AT", "0"]),
+            ("create", with_at.clone()),
+            ("redeem", vec![&booking, "AT", "500"]),
+            ("observe", vec!["throttled", "AT", "0"]),
+            ("observe", vec!["opened", "AT", "0"]),
+            ("release", vec![&tickets[0], "AT", "0"]),
+            ("release", vec!["nonsense", "AT", "0"]),
+            ("redeem", vec![&tickets[1], "AT", "0"]),
+            ("reserve", other),
+        ];
+        for (op, args) in &nothing {
+            let before = bytes(&mut doors.con, key);
+            assert!(
+                watch_survives(&mut doors, engine, key, op, args),
+                "{engine}: {op} {args:?} aborted a WATCH"
+            );
+            assert_eq!(bytes(&mut doors.con, key), before, "{engine}: {op} wrote");
+        }
+        // And calls that write abort it: an admission, a refusal (its
+        // counter), a release, a redemption that admits.
+        let writes: [(&str, Vec<&str>); 4] = [
+            ("reserve", with_at.clone()),
+            ("reserve", with_at.clone()),
+            ("release", vec![&tickets[1], "AT", "0"]),
+            ("redeem", vec![&booking, "AT", "1000"]),
+        ];
+        for (op, args) in &writes {
+            assert!(
+                !watch_survives(&mut doors, engine, key, op, args),
+                "{engine}: {op} {args:?} wrote and the WATCH survived"
+            );
+        }
+    }
+}
