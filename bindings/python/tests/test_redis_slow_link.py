@@ -38,10 +38,6 @@ def key(tag: str) -> str:
     return f"pacer-test:slow:{tag}:{os.getpid()}:{time.monotonic_ns()}"
 
 
-def engines() -> list[str]:
-    return ["auto", "script", "function"] + (["module"] if module_path() else [])
-
-
 @pytest.fixture
 def slow_link() -> Any:
     """A server (with the module when it is built, and the function
@@ -57,11 +53,15 @@ def slow_link() -> Any:
     assert threading.active_count() == threads  # nothing left running
 
 
-@pytest.mark.parametrize("engine", engines())
+#: A first call with these engines makes two round trips or more: the
+#: listings (auto), SCRIPT LOAD (script), then the call.
+ENGINES = ("auto", "script")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_blocking_call_ends_within_its_timeout(slow_link: DelayProxy, engine: str) -> None:
-    """Every engine needs two round trips at least on a new connection (the
-    connection's own handshake, or the script's SCRIPT LOAD, then the call):
-    900 ms or more, so the call is an outage, over by the timeout."""
+    """A first call of two round trips or more takes 900 ms or more: an
+    outage, over by the timeout."""
     fleet = RedisPacer(url=f"redis://127.0.0.1:{slow_link.port}/0", key=key(engine), engine=engine,
                        on_failure="closed", timeout_ms=TIMEOUT_MS, **CONFIG)
     try:
@@ -75,7 +75,7 @@ def test_a_blocking_call_ends_within_its_timeout(slow_link: DelayProxy, engine: 
         fleet.close()
 
 
-@pytest.mark.parametrize("engine", engines())
+@pytest.mark.parametrize("engine", ENGINES)
 def test_an_asyncio_call_ends_within_its_timeout(slow_link: DelayProxy, engine: str) -> None:
     async def main() -> None:
         async with AsyncRedisPacer(url=f"redis://127.0.0.1:{slow_link.port}/0", key=key(engine), engine=engine,
@@ -98,6 +98,28 @@ def test_a_call_whose_round_trips_fit_is_answered(slow_link: DelayProxy) -> None
         outcome = fleet.reserve()
         assert isinstance(outcome, RedisAdmitted) and outcome.fallback is None
         assert not fleet.in_outage
+
+
+def test_a_new_connection_asks_nothing_before_the_call(slow_link: DelayProxy) -> None:
+    """The pacer's connections send no CLIENT SETINFO on connecting: a call
+    with a known engine on a new connection is one reply on the link. A
+    connection opened beside a cancelled call still waiting for its reply,
+    or after a failure, then costs no round trip of the call's timeout."""
+    slow_link.delay_s = 0
+
+    async def asyncio_create() -> bool:
+        async with AsyncRedisPacer(url=f"redis://127.0.0.1:{slow_link.port}/0", key=key("one-a"),
+                                   engine="function", **CONFIG) as fleet:
+            return await fleet.create()
+
+    with RedisPacer(url=f"redis://127.0.0.1:{slow_link.port}/0", key=key("one"), engine="function",
+                    **CONFIG) as fleet:
+        before = slow_link.passed
+        assert fleet.create() is True
+        assert slow_link.passed - before == 1
+    before = slow_link.passed
+    assert asyncio.run(asyncio_create()) is True
+    assert slow_link.passed - before == 1
 
 
 # ------------------------------------------------------------ cancellation

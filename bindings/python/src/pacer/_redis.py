@@ -919,19 +919,47 @@ def _redis_py() -> Any:
     return redis
 
 
+def _own_client(module: Any, url: str | None, client: Any, kwargs: dict[str, Any]) -> Any:
+    """The pacer's own client (``module`` is redis or redis.asyncio): made
+    from ``url`` (in RESP2, which needs no HELLO on connecting, unless the
+    URL names a protocol: the replies read the same in both, docs/redis.md),
+    or with the settings of ``client`` (address, credentials, TLS, protocol)
+    on a connection pool of the pacer's own; ``kwargs`` (``_client_kwargs``)
+    replace the rest."""
+    if url is not None:
+        return module.Redis.from_url(url, **{"protocol": 2, **kwargs})
+    if not isinstance(client, module.Redis):
+        raise TypeError(f"pacer: client must be a {module.__name__}.Redis, got {_check.describe(client)}")
+    pool = client.connection_pool
+    return module.Redis(connection_pool=module.ConnectionPool(
+        connection_class=pool.connection_class, **{**pool.connection_kwargs, **kwargs}))
+
+
 def _client_kwargs(timeout_s: float, *, asyncio_client: bool = False) -> dict[str, Any]:
     """What the pacer's own connections use: its timeout for connecting and
     for each reply, and no retries (a failure is answered by the policy),
     with the Retry of redis.asyncio for the asyncio client (given the
-    synchronous one, redis-py 8 warns)."""
+    synchronous one, redis-py 8 warns); and no CLIENT SETINFO on connecting,
+    so that a new connection (after a failure, or beside a cancelled call
+    still waiting for its reply) spends no round trip of the call's timeout
+    before the call's own command (with ``url=``, see ``_own_client``)."""
+    import inspect
+
     from redis.backoff import NoBackoff
+    from redis.connection import AbstractConnection
 
     if asyncio_client:
         from redis.asyncio.retry import Retry
     else:
         from redis.retry import Retry  # type: ignore[assignment]
 
-    return {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, "retry": Retry(NoBackoff(), 0)}
+    kwargs = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, "retry": Retry(NoBackoff(), 0)}
+    settings = inspect.signature(AbstractConnection.__init__).parameters
+    if "driver_info" in settings:  # redis-py 8: lib_name and lib_version are deprecated
+        kwargs["driver_info"] = None
+    elif "lib_name" in settings:
+        kwargs.update(lib_name=None, lib_version=None)
+    return kwargs
 
 
 class _Deadline(threading.local):
@@ -1057,15 +1085,7 @@ class RedisPacer(_FleetCore):
                     adaptive_ceiling_per_min=adaptive_ceiling_per_min, engine=engine,
                     on_failure=on_failure, fleet_size=fleet_size, timeout_ms=timeout_ms,
                     retry_after_ms=retry_after_ms, notice_registry=notice_registry)
-        kwargs = _client_kwargs(self._timeout_ms / 1000)
-        if url is not None:
-            self._client = redis_py.Redis.from_url(url, **kwargs)
-        else:
-            if not isinstance(client, redis_py.Redis):
-                raise TypeError(f"pacer: client must be a redis.Redis, got {_check.describe(client)}")
-            pool = client.connection_pool
-            self._client = redis_py.Redis(connection_pool=redis_py.ConnectionPool(
-                connection_class=pool.connection_class, **{**pool.connection_kwargs, **kwargs}))
+        self._client = _own_client(redis_py, url, client, _client_kwargs(self._timeout_ms / 1000))
         self._address = _address(self._client)
         # One deadline a call (connecting, finding the engine, loading the
         # script, the retry, the reply), not a timeout a read.
@@ -1327,14 +1347,7 @@ class AsyncRedisPacer(_FleetCore):
         self._sleep = _check.callable_or("sleep", sleep, asyncio.sleep)
         self._settling: set[asyncio.Future[None]] = set()
         kwargs = _client_kwargs(self._timeout_ms / 1000, asyncio_client=True)
-        if url is not None:
-            self._client = aioredis.Redis.from_url(url, **kwargs)
-        else:
-            if not isinstance(client, aioredis.Redis):
-                raise TypeError(f"pacer: client must be a redis.asyncio.Redis, got {_check.describe(client)}")
-            pool = client.connection_pool
-            self._client = aioredis.Redis(connection_pool=aioredis.ConnectionPool(
-                connection_class=pool.connection_class, **{**pool.connection_kwargs, **kwargs}))
+        self._client = _own_client(aioredis, url, client, kwargs)
         self._address = _address(self._client)
 
     def _admitted(self, wait_ms: int, path: AdmitPath, regressed: bool, ticket: RedisTicket | None,
