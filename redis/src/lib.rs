@@ -31,6 +31,9 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // command wrote it (`apply`), not whenever it was opened for writing:
     // a call that writes nothing leaves a WATCH on the key alone.
     ctx.set_module_options(raw::ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED);
+    if set_key_specs(ctx) == Status::Err {
+        return Status::Err;
+    }
     for arg in args {
         if arg.as_slice().eq_ignore_ascii_case(b"test-clock") {
             TEST_CLOCK.store(true, Ordering::Relaxed);
@@ -44,6 +47,92 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     Status::Ok
 }
+
+/// Each command's one key (the first argument), as `COMMAND INFO` shows it
+/// and ACL key permissions read it: `PACER.INFO` reads it (RO, access),
+/// every other command reads and updates it (RW, access, update). Set with
+/// `RedisModule_SetCommandInfo` (Redis 7.0), over the spec Redis derives
+/// from the (1, 1, 1) range, which is read-write for every command.
+fn set_key_specs(ctx: &Context) -> Status {
+    let version = raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+        sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+    };
+    // SAFETY: the API table is filled by the module's initialisation,
+    // before this runs, and not written after.
+    let api = unsafe { (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandInfo) };
+    let (Some(get_command), Some(set_info)) = api else {
+        ctx.log_warning("pacer: this server cannot take key specs (Redis 7.0 or later needed)");
+        return Status::Err;
+    };
+    for (name, flags) in COMMANDS {
+        let spec = raw::RedisModuleCommandKeySpec {
+            notes: std::ptr::null(),
+            flags: u64::from(flags),
+            begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
+            bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+                index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
+            },
+            find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
+            fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+                range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
+                    lastkey: 0,
+                    keystep: 1,
+                    limit: 0,
+                },
+            },
+        };
+        // SAFETY: all-zero is the key-spec list's terminator (its search
+        // type INVALID), as the API defines it.
+        let end: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
+        let mut specs = [spec, end];
+        let info = raw::RedisModuleCommandInfo {
+            version: &version,
+            summary: std::ptr::null(),
+            complexity: std::ptr::null(),
+            since: std::ptr::null(),
+            history: std::ptr::null_mut(),
+            tips: std::ptr::null(),
+            arity: 0,
+            key_specs: specs.as_mut_ptr(),
+            args: std::ptr::null_mut(),
+        };
+        let name = std::ffi::CString::new(name).expect("a command name");
+        // SAFETY: called from the module's OnLoad, after the commands were
+        // created; Redis copies the info and the specs it points to.
+        let set = unsafe {
+            let command = get_command(ctx.ctx, name.as_ptr());
+            !command.is_null() && set_info(command, &info) == raw::REDISMODULE_OK as i32
+        };
+        if !set {
+            ctx.log_warning(&format!(
+                "pacer: could not set the key spec of {}",
+                name.to_string_lossy()
+            ));
+            return Status::Err;
+        }
+    }
+    Status::Ok
+}
+
+/// The commands and their key's flags (`REDISMODULE_CMD_KEY_*`).
+const COMMANDS: [(&str, u32); 7] = [
+    ("pacer.create", WRITES_KEY),
+    ("pacer.reserve", WRITES_KEY),
+    ("pacer.book", WRITES_KEY),
+    ("pacer.release", WRITES_KEY),
+    ("pacer.redeem", WRITES_KEY),
+    (
+        "pacer.info",
+        raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    ),
+    ("pacer.observe", WRITES_KEY),
+];
+
+const WRITES_KEY: u32 =
+    raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE;
 
 /// The server's clock, ms since the epoch.
 fn server_ms() -> u64 {
@@ -205,13 +294,16 @@ redis_module! {
     allocator: (std::alloc::System, std::alloc::System),
     data_types: [],
     init: init,
+    // The last two: no ACL category required, then the ones set where the
+    // server can set a module command's (RedisModule_SetCommandACLCategories,
+    // Redis 7.2 and later; on 7.0 a module command has none).
     commands: [
-        ["pacer.create", create, "write deny-oom fast", 1, 1, 1, ""],
-        ["pacer.reserve", reserve, "write deny-oom fast", 1, 1, 1, ""],
-        ["pacer.book", book, "write deny-oom fast", 1, 1, 1, ""],
-        ["pacer.release", release, "write deny-oom fast", 1, 1, 1, ""],
-        ["pacer.redeem", redeem, "write deny-oom fast", 1, 1, 1, ""],
-        ["pacer.info", info, "readonly fast", 1, 1, 1, ""],
-        ["pacer.observe", observe, "write deny-oom fast", 1, 1, 1, ""],
+        ["pacer.create", create, "write deny-oom fast", 1, 1, 1, "", "write fast"],
+        ["pacer.reserve", reserve, "write deny-oom fast", 1, 1, 1, "", "write fast"],
+        ["pacer.book", book, "write deny-oom fast", 1, 1, 1, "", "write fast"],
+        ["pacer.release", release, "write deny-oom fast", 1, 1, 1, "", "write fast"],
+        ["pacer.redeem", redeem, "write deny-oom fast", 1, 1, 1, "", "write fast"],
+        ["pacer.info", info, "readonly fast", 1, 1, 1, "", "read fast"],
+        ["pacer.observe", observe, "write deny-oom fast", 1, 1, 1, "", "write fast"],
     ],
 }
