@@ -55,6 +55,23 @@ fn error_text(e: &redis::RedisError) -> String {
     }
 }
 
+/// Runs `call` `calls` times with `pause` between two calls: the first call
+/// at once, none after the last (a run ends with its last answer). The
+/// first error ends the run.
+fn paced(
+    calls: u64,
+    mut call: impl FnMut() -> Result<(), String>,
+    mut pause: impl FnMut(),
+) -> Result<(), String> {
+    for i in 0..calls {
+        if i > 0 {
+            pause();
+        }
+        call()?;
+    }
+    Ok(())
+}
+
 impl Hammer {
     /// Runs the calls, one JSON line each on `out`:
     /// `{"client":"cli","send_ms":…,"reply_ms":…,"answer":"admitted","wait_ms":…}`
@@ -76,7 +93,8 @@ impl Hammer {
         } else {
             String::new()
         };
-        for _ in 0..self.calls {
+        let every = Duration::from_millis(self.every_ms);
+        let call = || -> Result<(), String> {
             let mut cmd = match self.door {
                 Door::Module => {
                     let mut cmd = redis::cmd("PACER.RESERVE");
@@ -120,9 +138,56 @@ impl Hammer {
                 }),
                 other => return Err(format!("unknown reply {other:?}")),
             };
-            writeln!(out, "{line}").map_err(|e| e.to_string())?;
-            std::thread::sleep(Duration::from_millis(self.every_ms));
-        }
+            writeln!(out, "{line}").map_err(|e| e.to_string())
+        };
+        paced(self.calls, call, || std::thread::sleep(every))?;
         out.flush().map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a run did, in order: `C` a call, `P` a pause.
+    fn schedule(calls: u64) -> String {
+        let events = std::cell::RefCell::new(String::new());
+        paced(
+            calls,
+            || {
+                events.borrow_mut().push('C');
+                Ok(())
+            },
+            || events.borrow_mut().push('P'),
+        )
+        .unwrap();
+        events.into_inner()
+    }
+
+    #[test]
+    fn a_pause_comes_between_two_calls_and_never_after_the_last() {
+        assert_eq!(schedule(0), "");
+        assert_eq!(schedule(1), "C");
+        assert_eq!(schedule(3), "CPCPC");
+    }
+
+    #[test]
+    fn an_error_ends_the_run_at_once() {
+        let mut calls = 0;
+        let mut pauses = 0;
+        let result = paced(
+            5,
+            || {
+                calls += 1;
+                if calls == 2 {
+                    Err("lost".to_string())
+                } else {
+                    Ok(())
+                }
+            },
+            || pauses += 1,
+        );
+        assert_eq!(result, Err("lost".to_string()));
+        assert_eq!((calls, pauses), (2, 1));
     }
 }
