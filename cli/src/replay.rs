@@ -190,6 +190,87 @@ fn config_error(error: ConfigError, config: &Config, line: usize) -> String {
     format!("line {line}: the pacer rejects this config: {why}")
 }
 
+/// A JSON value whose objects were read with their keys checked: a key
+/// given twice in one object is an error (serde_json alone keeps the last).
+struct Unique(Value);
+
+impl<'de> serde::Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueVisitor).map(Unique)
+    }
+}
+
+struct UniqueVisitor;
+
+/// What [`parse_line`]'s error says of a key given twice.
+const DUPLICATE: &str = "duplicate key";
+
+impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Unique(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!("{DUPLICATE} \"{key}\"")));
+            }
+            let Unique(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+/// One line of a trace as JSON; a key given twice in one object is an
+/// error (`duplicate key "t"`), as is text that is not JSON.
+fn parse_line(text: &str) -> Result<Value, String> {
+    serde_json::from_str::<Unique>(text)
+        .map(|Unique(value)| value)
+        .map_err(|e| {
+            let message = e.to_string();
+            match message.strip_suffix(&format!(" at line {} column {}", e.line(), e.column())) {
+                Some(duplicate) if duplicate.starts_with(DUPLICATE) => duplicate.to_string(),
+                _ => format!("not valid JSON: {message}"),
+            }
+        })
+}
+
 fn write_line<W: Write, T: Serialize>(out: &mut W, value: &T) -> Result<(), String> {
     serde_json::to_writer(&mut *out, value).map_err(|e| format!("cannot write output: {e}"))?;
     out.write_all(b"\n")
@@ -228,8 +309,7 @@ pub fn run_on<R: BufRead, W: Write>(
         if text.trim().is_empty() {
             continue;
         }
-        let value: Value =
-            serde_json::from_str(&text).map_err(|e| format!("line {line}: not valid JSON: {e}"))?;
+        let value = parse_line(&text).map_err(|e| format!("line {line}: {e}"))?;
         let Some(bucket) = engine.as_mut() else {
             let (config, t) = parse_config(&value, line)?;
             let params =
@@ -341,5 +421,17 @@ mod tests {
         let err = replay("{\"config\":{\"max_retries\":6},\"t\":0}").unwrap_err();
         assert!(err.contains("max_retries 6 is above 5"), "{err}");
         assert!(replay("").unwrap_err().contains("empty trace"));
+    }
+
+    #[test]
+    fn a_key_given_twice_in_a_line_is_an_error_naming_the_line() {
+        let err =
+            replay("{\"config\":{},\"t\":0}\n{\"op\":\"reserve\",\"t\":0,\"t\":5}").unwrap_err();
+        assert_eq!(err, "line 2: duplicate key \"t\"");
+        let err = replay("{\"config\":{\"burst\":1,\"burst\":2},\"t\":0}").unwrap_err();
+        assert_eq!(err, "line 1: duplicate key \"burst\"");
+        // The same key in two objects is no duplicate.
+        let out = replay("{\"config\":{\"t\":1},\"t\":0}");
+        assert!(out.unwrap_err().contains("unknown config key \"t\""));
     }
 }
