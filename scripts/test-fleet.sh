@@ -36,6 +36,7 @@ config="--rate-per-min {rate} --burst {burst} --idle-timeout-ms {idle} --max-ret
 hammer="$pacer hammer --redis {url} --key {key} --calls {calls} --every-ms {every} $config"
 node_hammer="node tests/fleet/hammer.mjs {url} {key} {calls} {every} {rate} {burst} {idle} {retries}"
 python_hammer="target/python-venv/bin/python tests/fleet/hammer.py {url} {key} {calls} {every} {rate} {burst} {idle} {retries}"
+go_client="$go_hammer"
 go_hammer="$go_hammer {url} {key} {calls} {every} {rate} {burst} {idle} {retries}"
 [ -x target/python-venv/bin/python ] || { echo "test-fleet: run scripts/test-python.sh first (its venv)" >&2; exit 1; }
 [ -d bindings/node/node_modules/redis ] || { echo "test-fleet: run scripts/test-node.sh first (node-redis)" >&2; exit 1; }
@@ -52,4 +53,12 @@ python3 tests/fleet/check.py --module "$module" "${clients[@]}"
 # The replies of tests/fleet/replies.json, produced again on real servers.
 python3 tests/fleet/capture_replies.py --module "$module"
 
+# The fleet under faults (docs/fleet-clients.md, "Under faults"): a
+# replica, a deleted function, a slow link, an emptied script cache, and
+# calls cancelled at random points, on one key from three languages.
+fault_args="{url} {key} {until} {quiet_from} {quiet_to} {every} {timeout} {seed} {rate} {burst} {idle} {retries}"
+python3 tests/fleet/fault.py \
+    --client "node=node tests/fleet/fault.mjs $fault_args" \
+    --client "python=target/python-venv/bin/python tests/fleet/fault_client.py $fault_args" \
+    --client "go=$go_client fault $fault_args"
 echo "test-fleet: ok"

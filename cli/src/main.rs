@@ -302,7 +302,7 @@ struct HammerArgs {
     /// How many reserves.
     #[arg(long, default_value_t = 100)]
     calls: u64,
-    /// Pause after each answer before the next send, ms.
+    /// Pause between an answer and the next send, ms (none after the last).
     #[arg(long, default_value_t = 15)]
     every_ms: u64,
 }

@@ -2,6 +2,8 @@
 //
 //	go run . URL KEY CALLS EVERY_MS RATE BURST IDLE RETRIES
 //
+// and, with "fault" first, a client of tests/fleet/fault.py (fault.go).
+//
 // One JSON line per Reserve (wall-clock ms), through the script
 // (EVALSHA), so the three bindings together take the three doors. Any
 // fallback answer is an error here: the check is about the server's
@@ -20,6 +22,11 @@ import (
 )
 
 func main() {
+	run := run
+	if len(os.Args) > 1 && os.Args[1] == "fault" {
+		run = runFault
+		os.Args = os.Args[1:]
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "go hammer:", err)
 		os.Exit(1)

@@ -1,0 +1,97 @@
+package main
+
+// The Go binding's RedisPacer as a client of the fault run
+// (tests/fleet/fault.py):
+//
+//	go run . fault URL KEY UNTIL_MS QUIET_FROM_MS QUIET_TO_MS EVERY_MS TIMEOUT_MS SEED RATE BURST IDLE RETRIES
+//
+// Calls until the wall clock reads UNTIL_MS (none from QUIET_FROM_MS to
+// QUIET_TO_MS), one JSON line per Admit, through the script (EVALSHA):
+// each call's context is cancelled at a random point in [0, 2·TIMEOUT_MS)
+// or not at all; admissions the server made are kept, so the server's
+// counters account for every answer.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"time"
+
+	"pacer"
+)
+
+func runFault(args []string) error {
+	if len(args) != 12 {
+		return fmt.Errorf("want URL KEY UNTIL_MS QUIET_FROM_MS QUIET_TO_MS EVERY_MS TIMEOUT_MS SEED RATE BURST IDLE RETRIES, got %d arguments", len(args))
+	}
+	var n [10]int
+	for i, text := range args[2:] {
+		v, err := strconv.Atoi(text)
+		if err != nil {
+			return err
+		}
+		n[i] = v
+	}
+	until, quietFrom, quietTo, every, timeoutMs, seed := n[0], n[1], n[2], n[3], n[4], n[5]
+	rate, burst, idle, retries := n[6], n[7], n[8], n[9]
+	r, err := pacer.OpenRedis(pacer.RedisOptions{
+		Addr: args[0],
+		Key:  args[1],
+		Config: pacer.Config{
+			RatePerMinute: rate, Burst: burst, IdleTimeout: time.Duration(idle) * time.Millisecond,
+			MaxRetries: retries, ReleasePolicy: pacer.ReleaseRefund,
+		},
+		Engine:     pacer.EngineScript,
+		OnFailure:  pacer.FailClosed,
+		Timeout:    time.Duration(timeoutMs) * time.Millisecond,
+		RetryAfter: 50 * time.Millisecond,
+	})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+	out := json.NewEncoder(os.Stdout)
+	for i := 0; time.Now().UnixMilli() < int64(until); i++ {
+		if now := time.Now().UnixMilli(); now >= int64(quietFrom) && now < int64(quietTo) {
+			time.Sleep(time.Duration(int64(quietTo)-now) * time.Millisecond)
+		}
+		line := map[string]any{"client": "go", "call": i, "start_ms": time.Now().UnixMilli(), "cancel_at_ms": nil}
+		ctx, cancel := context.WithCancel(context.Background())
+		if rng.IntN(2) == 0 {
+			at := rng.IntN(2 * timeoutMs)
+			line["cancel_at_ms"] = at
+			time.AfterFunc(time.Duration(at)*time.Millisecond, cancel)
+		}
+		a, err := r.Admit(ctx)
+		var refused *pacer.RefusedError
+		switch {
+		case err == nil:
+			line["outcome"], line["by"], line["wait_ms"] = "admitted", by(a.Fallback), a.Waited.Milliseconds()
+		case errors.As(err, &refused):
+			line["outcome"], line["by"] = "refused", by(refused.Fallback)
+		case errors.Is(err, context.Canceled):
+			line["outcome"] = "cancelled"
+		default:
+			line["outcome"], line["error"] = "error", err.Error()
+		}
+		cancel()
+		line["end_ms"] = time.Now().UnixMilli()
+		if err := out.Encode(line); err != nil {
+			return err
+		}
+		time.Sleep(time.Duration(every) * time.Millisecond)
+	}
+	return nil
+}
+
+func by(fallback pacer.FailurePolicy) string {
+	if fallback == "" {
+		return "server"
+	}
+	return string(fallback)
+}
