@@ -15,41 +15,20 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"time"
 
 	"pacer"
 )
 
 func runFault(args []string) error {
-	if len(args) != 12 {
-		return fmt.Errorf("want URL KEY UNTIL_MS QUIET_FROM_MS QUIET_TO_MS EVERY_MS TIMEOUT_MS SEED RATE BURST IDLE RETRIES, got %d arguments", len(args))
-	}
-	var n [10]int
-	for i, text := range args[2:] {
-		v, err := strconv.Atoi(text)
-		if err != nil {
-			return err
-		}
-		n[i] = v
+	n, err := numbers(args, "URL KEY UNTIL_MS QUIET_FROM_MS QUIET_TO_MS EVERY_MS TIMEOUT_MS SEED RATE BURST IDLE RETRIES")
+	if err != nil {
+		return err
 	}
 	until, quietFrom, quietTo, every, timeoutMs, seed := n[0], n[1], n[2], n[3], n[4], n[5]
-	rate, burst, idle, retries := n[6], n[7], n[8], n[9]
-	r, err := pacer.OpenRedis(pacer.RedisOptions{
-		Addr: args[0],
-		Key:  args[1],
-		Config: pacer.Config{
-			RatePerMinute: rate, Burst: burst, IdleTimeout: time.Duration(idle) * time.Millisecond,
-			MaxRetries: retries, ReleasePolicy: pacer.ReleaseRefund,
-		},
-		Engine:     pacer.EngineScript,
-		OnFailure:  pacer.FailClosed,
-		Timeout:    time.Duration(timeoutMs) * time.Millisecond,
-		RetryAfter: 50 * time.Millisecond,
-	})
+	r, err := open(args[0], args[1], n[6:], time.Duration(timeoutMs)*time.Millisecond, 50*time.Millisecond)
 	if err != nil {
 		return err
 	}

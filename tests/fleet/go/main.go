@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"pacer"
@@ -34,29 +35,12 @@ func main() {
 }
 
 func run(args []string) error {
-	if len(args) != 8 {
-		return fmt.Errorf("want URL KEY CALLS EVERY_MS RATE BURST IDLE RETRIES, got %d arguments", len(args))
+	n, err := numbers(args, "URL KEY CALLS EVERY_MS RATE BURST IDLE RETRIES")
+	if err != nil {
+		return err
 	}
-	var n [6]int
-	for i, text := range args[2:] {
-		v, err := strconv.Atoi(text)
-		if err != nil {
-			return err
-		}
-		n[i] = v
-	}
-	calls, every, rate, burst, idle, retries := n[0], n[1], n[2], n[3], n[4], n[5]
-	r, err := pacer.OpenRedis(pacer.RedisOptions{
-		Addr: args[0],
-		Key:  args[1],
-		Config: pacer.Config{
-			RatePerMinute: rate, Burst: burst, IdleTimeout: time.Duration(idle) * time.Millisecond,
-			MaxRetries: retries, ReleasePolicy: pacer.ReleaseRefund,
-		},
-		Engine:    pacer.EngineScript,
-		OnFailure: pacer.FailClosed,
-		Timeout:   time.Second,
-	})
+	calls, every := n[0], n[1]
+	r, err := open(args[0], args[1], n[2:], time.Second, 0)
 	if err != nil {
 		return err
 	}
@@ -84,4 +68,39 @@ func run(args []string) error {
 		time.Sleep(time.Duration(every) * time.Millisecond)
 	}
 	return nil
+}
+
+// numbers reads the arguments after URL and KEY as whole numbers, as many
+// as usage names.
+func numbers(args []string, usage string) ([]int, error) {
+	if want := len(strings.Fields(usage)); len(args) != want {
+		return nil, fmt.Errorf("want %s, got %d arguments", usage, len(args))
+	}
+	n := make([]int, len(args)-2)
+	for i, text := range args[2:] {
+		v, err := strconv.Atoi(text)
+		if err != nil {
+			return nil, err
+		}
+		n[i] = v
+	}
+	return n, nil
+}
+
+// open is the fleet client of both modes: through the script (EVALSHA),
+// the closed policy, config = RATE BURST IDLE RETRIES.
+func open(addr, key string, config []int, timeout, retryAfter time.Duration) (*pacer.RedisPacer, error) {
+	rate, burst, idle, retries := config[0], config[1], config[2], config[3]
+	return pacer.OpenRedis(pacer.RedisOptions{
+		Addr: addr,
+		Key:  key,
+		Config: pacer.Config{
+			RatePerMinute: rate, Burst: burst, IdleTimeout: time.Duration(idle) * time.Millisecond,
+			MaxRetries: retries, ReleasePolicy: pacer.ReleaseRefund,
+		},
+		Engine:     pacer.EngineScript,
+		OnFailure:  pacer.FailClosed,
+		Timeout:    timeout,
+		RetryAfter: retryAfter,
+	})
 }
