@@ -29,7 +29,9 @@ echo "test-node: typecheck ok (tsc $(npx tsc --version))"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 tarball=$(npm pack --pack-destination "$work" 2>/dev/null | tail -n 1)
-# RedisPacer's script ships in the tarball, byte for byte redis/pacer.lua.
+# RedisPacer's script ships in the tarball, byte for byte redis/pacer.lua
+# (npm's prepack, scripts/build.js, copies it in: the one committed copy is
+# redis/pacer.lua).
 tar -xzf "$work/$tarball" -C "$work" package/pacer.lua package/redis.js
 cmp "$work/package/pacer.lua" "$root/redis/pacer.lua"
 mkdir "$work/app"

@@ -1,5 +1,8 @@
 #!/usr/bin/env node
-// Builds the addon with cargo and places it beside index.js as pacer.node.
+// Builds the addon with cargo and places it beside index.js as pacer.node,
+// and copies the repository's redis/pacer.lua beside it as pacer.lua (the
+// script RedisPacer runs; the one committed copy is redis/pacer.lua). npm
+// runs this before it packs (prepack), so the tarball carries both.
 // Only cargo and this package's files are needed: nothing is downloaded
 // beyond crates.io.
 'use strict';
@@ -28,6 +31,12 @@ const built = path.join(targetDir, profile === 'release' ? 'release' : 'debug', 
 const destination = path.join(packageDir, 'pacer.node');
 // Copy to a temporary name and rename, so a running process never loads a
 // half-written file.
-fs.copyFileSync(built, `${destination}.tmp`);
-fs.renameSync(`${destination}.tmp`, destination);
+function place(source, target) {
+  fs.copyFileSync(source, `${target}.tmp`);
+  fs.renameSync(`${target}.tmp`, target);
+}
+place(built, destination);
 console.log(`pacer: built ${path.relative(process.cwd(), destination)}`);
+const script = path.join(packageDir, 'pacer.lua');
+place(path.join(workspaceDir, 'redis', 'pacer.lua'), script);
+console.log(`pacer: copied redis/pacer.lua to ${path.relative(process.cwd(), script)}`);
