@@ -42,10 +42,16 @@ if PATH=$nocargo command -v cargo >/dev/null; then
   echo "test-python: cargo is on $nocargo; the no-cargo check needs another PATH" >&2; exit 1
 fi
 PATH=$nocargo "$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$wheel"
-PATH=$nocargo "$work/venv/bin/python" - <<'PY'
+PATH=$nocargo PACER_SCRIPT="$PWD/redis/pacer.lua" "$work/venv/bin/python" - <<'PY'
+import os
 import shutil
+from importlib import resources
 import pacer
 assert shutil.which("cargo") is None, "cargo is on PATH"
+# The wheel carries RedisPacer's script, byte for byte redis/pacer.lua
+# (setup.py copies it in at build time: the one committed copy).
+with open(os.environ["PACER_SCRIPT"], "rb") as f:
+    assert resources.files("pacer").joinpath("pacer.lua").read_bytes() == f.read(), "the wheel's pacer.lua"
 p = pacer.Pacer(rate_per_minute=60, burst=1, clock=lambda: 0.0)
 first, second = p.reserve(0), p.reserve(0)
 assert isinstance(first, pacer.Admitted) and first.wait_ms == 0, first

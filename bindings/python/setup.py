@@ -21,6 +21,7 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pacer_build import find_source_root  # noqa: E402
@@ -80,6 +81,26 @@ class build_ext_with_cargo(build_ext):
             ext.extra_link_args = [*ext.extra_link_args, "-Wl,--exclude-libs,ALL", "-Wl,--strip-debug"]
 
 
+class build_py_with_script(build_py):
+    """build_py that puts the repository's ``redis/pacer.lua`` into the
+    package as ``pacer/pacer.lua`` (the script RedisPacer runs): the one
+    committed copy is ``redis/pacer.lua``, taken at build time."""
+
+    def _script_target(self) -> Path:
+        if getattr(self, "editable_mode", False):  # pip install -e: the package is src/pacer itself
+            return Path(__file__).resolve().parent / "src" / "pacer" / "pacer.lua"
+        return Path(self.build_lib) / "pacer" / "pacer.lua"
+
+    def run(self) -> None:
+        super().run()
+        target = self._script_target()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self.copy_file(str(find_source_root() / "redis" / "pacer.lua"), str(target))
+
+    def get_outputs(self, include_bytecode: bool = True) -> list[str]:
+        return [*super().get_outputs(include_bytecode), str(self._script_target())]
+
+
 # The hot call in C (see the file's head). The source path is relative, as
 # setuptools wants; the header comes from the repository's include/.
 FAST = Extension(
@@ -92,5 +113,5 @@ FAST = Extension(
 setup(
     ext_modules=[FAST],
     cffi_modules=["pacer_build.py:ffibuilder"],
-    cmdclass={"build_ext": build_ext_with_cargo},
+    cmdclass={"build_ext": build_ext_with_cargo, "build_py": build_py_with_script},
 )

@@ -179,8 +179,9 @@ def assert_burst_then_paced(d: Driver, fleet: Any) -> None:
 
 
 def test_script_copy_is_the_repository_file() -> None:
-    """The package's pacer.lua (package data, read from the installed
-    package) is redis/pacer.lua byte for byte."""
+    """The package's pacer.lua (package data that setup.py copies from
+    redis/pacer.lua at build time, read from the installed package) is
+    redis/pacer.lua byte for byte."""
     assert _redis.script_text() == SCRIPT
     installed = Path(pacer.__file__).parent / "pacer.lua"
     assert installed.read_bytes() == SCRIPT
