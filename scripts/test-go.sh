@@ -37,6 +37,11 @@ export CGO_LDFLAGS="-L$target/release ${CGO_LDFLAGS:-}"
 # compile-time check for libpacer.a (libcheck.go) looks there, so skip it.
 [ "$target" -ef target ] || export GOFLAGS="${GOFLAGS:+$GOFLAGS }-tags=pacer_lib_elsewhere"
 
+# pacer.lua here is generated (go generate: go:embed reads only the
+# package's folder); it must be redis/pacer.lua byte for byte.
+cmp bindings/go/pacer.lua redis/pacer.lua ||
+  { echo "test-go: bindings/go/pacer.lua differs from redis/pacer.lua: run go generate in bindings/go" >&2; exit 1; }
+
 cd bindings/go
 go mod download
 echo "test-go: $(go version), library $lib, module $PACER_REDIS_MODULE"

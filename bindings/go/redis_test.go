@@ -96,7 +96,7 @@ func TestRedisScriptCopyIsTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(local, want) {
-		t.Fatal("bindings/go/pacer.lua differs from redis/pacer.lua: copy the file again")
+		t.Fatal("bindings/go/pacer.lua differs from redis/pacer.lua: run go generate in bindings/go")
 	}
 	if pacer.PacerScript() != string(want) {
 		t.Fatal("the embedded script differs from redis/pacer.lua")
