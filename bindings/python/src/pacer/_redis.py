@@ -72,6 +72,9 @@ _OUTAGE_CODES = frozenset(("LOADING", "BUSY", "MASTERDOWN", "READONLY", "CLUSTER
 _UNKNOWN_COMMAND = "ERR unknown command '"
 #: The classes of a failed call (docs/fleet-clients.md, "Which replies are failures").
 FailureClass = Literal["outage", "engine", "pacer"]
+#: A call of the core sans I/O (``_FleetCore._create_call`` ...): yields
+#: ``(op, args)`` asks, is sent their replies, returns the call's answer.
+_Call = Generator[tuple[str, tuple[Any, ...]], Any, Any]
 
 
 def script_text() -> bytes:
@@ -670,6 +673,13 @@ class _FleetCore:
                 return []
             raise
 
+    def _may_ask(self) -> None:
+        """Before each ask: a closed pacer raises; within ``retry_after_ms``
+        of a failure, ``_Down`` (the policy answers without asking)."""
+        self._check_open()
+        if not self._asking():
+            raise _Down()
+
     def _asking(self) -> bool:
         """Whether to ask Redis now: not within ``retry_after_ms`` of a failure."""
         down_until = self._down_until
@@ -898,6 +908,104 @@ class _FleetCore:
         with self._keyed_lock:
             return self._pending.get(key) or _Pending()
 
+    # ------------------------------------------------------------ the calls, sans I/O
+    #
+    # Each call is a generator that yields what it asks of Redis, an
+    # ``(op, args)`` pair, and is sent the reply (or thrown ``_Down`` when
+    # Redis failed, or the error the ask raised); what it returns is the
+    # call's answer. ``RedisPacer`` drives it with blocking asks (``_drive``),
+    # ``AsyncRedisPacer`` with awaited ones (``_adrive``): the rule of every
+    # call is written once, here.
+
+    def _create_call(self) -> _Call:
+        try:
+            return _bit_reply((yield ("create", self._configured())))
+        except _Down as down:
+            raise _cause(down) from None
+
+    def _decide_call(self, retries_left: int | None) -> _Call:
+        """reserve (``retries_left`` None) or reserve_or_book (checked)."""
+        self._check_open()
+        if not self.enabled:
+            return self._disabled()
+        op, extra = ("reserve", ()) if retries_left is None else ("book", (str(retries_left),))
+        try:
+            reply = yield (op, self._configured(*extra))
+        except _Down:
+            return self._by_policy(retries_left)
+        return self._decision(reply)
+
+    def _redeem_call(self, booking: Any) -> _Call:
+        booking = self._own_booking(booking)
+        self._check_open()
+        if booking._local_booking is not None:
+            return self._redeem_local(booking)
+        ticket: RedisTicket = booking._ticket  # type: ignore[assignment]
+        try:
+            reply = yield ("redeem", (ticket._text,))
+        except _Down:
+            return self._redeem_by_policy(booking)
+        return self._redemption(booking, reply)
+
+    def _release_call(self, ticket: Any) -> _Call:
+        if not self._own_ticket(ticket):
+            return False
+        if ticket._local is not None:
+            return bool(ticket._local._pacer.release(ticket._local))
+        with self._state_lock:
+            if ticket._spent:
+                return False
+            ticket._spent = True
+        try:
+            refunded = yield ("release", (ticket._text,))
+        except BaseException as error:
+            ticket._spent = False  # not released: the ticket keeps its refund right
+            if isinstance(error, _Down):
+                return False
+            raise
+        return _bit_reply(refunded)
+
+    def _info_call(self) -> _Call:
+        try:
+            return self._info((yield ("info", ())))
+        except _Down as down:
+            raise _cause(down) from None
+
+    def _observe_call(self, outcome: Outcome | str) -> _Call:
+        _outcome_code(outcome)
+        self._check_open()
+        if self._observes_locally():
+            return self._local_pacer.observe(outcome)
+        try:
+            reply = yield ("observe", (Outcome(outcome).value,))
+        except _Down:
+            return self._observe_by_policy(outcome)
+        return self._rate_reply(reply)
+
+    def _rate_call(self) -> _Call:
+        self._check_open()
+        if self._observes_locally():
+            return self._local_pacer.rate_in_force()
+        return self._rate_reply((yield from self._info_call()).get("rate_in_force"))
+
+    def _next_attempt(self, key: Any) -> tuple[_Pending, Callable[[Any], Any], Any]:
+        """A keyed attempt's entry and its call (the public one, so that an
+        asyncio attempt cancelled keeps its booking): redeem the booking it
+        holds, else reserve or book."""
+        entry = self._entry(key)
+        if entry.booking is not None:
+            return entry, self.redeem, entry.booking  # type: ignore[attr-defined]
+        return entry, self.reserve_or_book, self._retries_left(entry)  # type: ignore[attr-defined]
+
+    def _forgotten(self, key: Any) -> RedisTicket | None:
+        """Forgets a keyed request: the ticket of its booking to release, if any."""
+        _check.key("key", key)
+        with self._keyed_lock:
+            entry = self._pending.pop(key, None)
+        if entry is None or entry.booking is None:
+            return None
+        return entry.booking._ticket  # type: ignore[return-value]
+
     def __repr__(self) -> str:
         c = self.config
         return (f"<pacer.{type(self).__name__} key={self._key!r} rate_per_minute={c.rate_per_minute} "
@@ -1094,15 +1202,15 @@ class RedisPacer(_FleetCore):
 
     # ------------------------------------------------------------ I/O
 
-    def _ask(self, op: str, *args: Any) -> Any:
-        """The server's reply to ``op``; raises ``_Down`` on a failure (after
-        starting the outage), ``RedisPacerError`` for a pacer error."""
-        self._check_open()
-        if not self._asking():
-            raise _Down()
+    def _ask(self, ask: tuple[str, tuple[Any, ...]]) -> Any:
+        """The server's reply to ``ask``, an ``(op, args)`` pair: the call's
+        exchange (``_FleetCore._exchange``) run on the client, within the
+        call's deadline; raises ``_Down`` on a failure (after starting the
+        outage), ``RedisPacerError`` for a pacer error."""
+        self._may_ask()
         self._deadline.at = _deadline_clock() + self._timeout_ms / 1000
         try:
-            reply = self._exchange_on_client(op, args)
+            reply = _drive(self._exchange(*ask), lambda command: self._client.execute_command(*command))
         except Exception as error:  # noqa: BLE001 - classified
             self._raise_surfaced(error)
         finally:
@@ -1110,67 +1218,29 @@ class RedisPacer(_FleetCore):
         self._answered()
         return reply
 
-    def _exchange_on_client(self, op: str, args: tuple[Any, ...]) -> Any:
-        """Runs the call's exchange (``_FleetCore._exchange``) on the client."""
-        steps = self._exchange(op, args)
-        done, value = _exchanged(steps, None, None)
-        while not done:
-            try:
-                answer, error = self._client.execute_command(*value), None
-            except Exception as failure:  # noqa: BLE001 - given to the exchange
-                answer, error = None, failure
-            done, value = _exchanged(steps, answer, error)
-        return value
-
     # ------------------------------------------------------------ decisions
 
     def create(self) -> bool:
         """Creates the bucket if the key is missing (checks the configuration
         at start-up): True when it created it, False when the same bucket
         was there. A failure raises ``redis.exceptions.RedisError``."""
-        try:
-            return _bit_reply(self._ask("create", *self._configured()))
-        except _Down as down:
-            raise _cause(down) from None
+        return _drive(self._create_call(), self._ask)  # type: ignore[no-any-return]
 
     def reserve(self) -> RedisAdmitted | RedisRefused:
         """Decides on the server's clock without waiting (``Pacer.reserve``)."""
-        self._check_open()
-        if not self.enabled:
-            return self._disabled()
-        try:
-            reply = self._ask("reserve", *self._configured())
-        except _Down:
-            return self._by_policy(None)  # type: ignore[no-any-return]
-        return self._decision(reply)  # type: ignore[return-value]
+        return _drive(self._decide_call(None), self._ask)  # type: ignore[no-any-return]
 
     def reserve_or_book(self, retries_left: int) -> RedisAdmitted | RedisBooked | RedisRefused:
         """``reserve``, except that a refusal within the horizon of
         ``retries_left`` retries books a place in line (``Pacer.reserve_or_book``)."""
-        retries_left = _check.u32("retries_left", retries_left)
-        self._check_open()
-        if not self.enabled:
-            return self._disabled()
-        try:
-            reply = self._ask("book", *self._configured(str(retries_left)))
-        except _Down:
-            return self._by_policy(retries_left)  # type: ignore[no-any-return]
-        return self._decision(reply)
+        call = self._decide_call(_check.u32("retries_left", retries_left))
+        return _drive(call, self._ask)  # type: ignore[no-any-return]
 
     def redeem(self, booking: RedisBooking) -> RedisAdmitted | RedisBooked:
         """Presents a booking on the request's retry (``Pacer.redeem``): admitted
         when its slot is within the wait bound, else booked again with the
         next hint. A booking the local policy made is redeemed there."""
-        booking = self._own_booking(booking)
-        self._check_open()
-        if booking._local_booking is not None:
-            return self._redeem_local(booking)  # type: ignore[no-any-return]
-        ticket: RedisTicket = booking._ticket  # type: ignore[assignment]
-        try:
-            reply = self._ask("redeem", ticket._text)
-        except _Down:
-            return self._redeem_by_policy(booking)  # type: ignore[no-any-return]
-        return self._redemption(booking, reply)
+        return _drive(self._redeem_call(booking), self._ask)  # type: ignore[no-any-return]
 
     def release(self, ticket: RedisTicket) -> bool:
         """Gives an admission's (or a booking's) debit back: to the server,
@@ -1179,22 +1249,7 @@ class RedisPacer(_FleetCore):
         by the ``strict`` policy, or when Redis fails (the debit then
         passes with time). A ticket the server says is spent raises
         ``RedisPacerError``."""
-        if not self._own_ticket(ticket):
-            return False
-        if ticket._local is not None:
-            return bool(ticket._local._pacer.release(ticket._local))
-        with self._state_lock:
-            if ticket._spent:
-                return False
-            ticket._spent = True
-        try:
-            refunded = self._ask("release", ticket._text)
-        except BaseException as error:
-            ticket._spent = False  # not released: the ticket keeps its refund right
-            if isinstance(error, _Down):
-                return False
-            raise
-        return _bit_reply(refunded)
+        return _drive(self._release_call(ticket), self._ask)  # type: ignore[no-any-return]
 
     def info(self) -> dict[str, int | str]:
         """The bucket as the server reports it (``PACER.INFO``: the
@@ -1202,10 +1257,7 @@ class RedisPacer(_FleetCore):
         ``released``, and ``now_ms``; the rate in force, ``rate_in_force``,
         and the adaptive state). A failure raises
         ``redis.exceptions.RedisError``; a missing bucket ``RedisPacerError``."""
-        try:
-            return self._info(self._ask("info"))
-        except _Down as down:
-            raise _cause(down) from None
+        return _drive(self._info_call(), self._ask)  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------ adaptive pacing
 
@@ -1222,47 +1274,27 @@ class RedisPacer(_FleetCore):
         fallback pacer and returns that pacer's rate in force; ``open`` and
         ``closed`` learn nothing and return ``rate_per_minute``. A bad
         outcome raises TypeError/ValueError and sends nothing."""
-        _outcome_code(outcome)
-        self._check_open()
-        if self._observes_locally():
-            return self._local_pacer.observe(outcome)
-        try:
-            reply = self._ask("observe", Outcome(outcome).value)
-        except _Down:
-            return self._observe_by_policy(outcome)
-        return self._rate_reply(reply)
+        return _drive(self._observe_call(outcome), self._ask)  # type: ignore[no-any-return]
 
     def rate_in_force(self) -> int:
         """The bucket's rate in force (``PACER.INFO``'s ``rate_in_force``),
         per minute; ``rate_per_minute`` without asking when adaptation is
         off. As ``info``: a failure raises ``redis.exceptions.RedisError``,
         a missing bucket ``RedisPacerError``."""
-        self._check_open()
-        if self._observes_locally():
-            return self._local_pacer.rate_in_force()
-        return self._rate_reply(self.info().get("rate_in_force"))
+        return _drive(self._rate_call(), self._ask)  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------ keyed bookings
 
     def _attempt(self, key: Any) -> RedisAdmitted | RedisRefused:
-        entry = self._entry(key)
-        outcome: Any
-        if entry.booking is not None:
-            outcome = self.redeem(entry.booking)
-        else:
-            outcome = self.reserve_or_book(self._retries_left(entry))
-        return self._settle(key, entry, outcome)  # type: ignore[no-any-return]
+        entry, call, argument = self._next_attempt(key)
+        return self._settle(key, entry, call(argument))  # type: ignore[no-any-return]
 
     def forget(self, key: Any) -> bool:
         """The keyed request ended without being admitted: releases its
         booking (to Redis, or to the local pacer that made it) and forgets
         the key. True when a booking was refunded."""
-        _check.key("key", key)
-        with self._keyed_lock:
-            entry = self._pending.pop(key, None)
-        if entry is None or entry.booking is None:
-            return False
-        return self.release(entry.booking._ticket)  # type: ignore[arg-type]
+        ticket = self._forgotten(key)
+        return False if ticket is None else self.release(ticket)
 
     # ------------------------------------------------------------ waiting
 
@@ -1356,87 +1388,48 @@ class AsyncRedisPacer(_FleetCore):
 
     # ------------------------------------------------------------ I/O
 
-    async def _ask(self, op: str, *args: Any) -> Any:
+    async def _ask(self, ask: tuple[str, tuple[Any, ...]]) -> Any:
         """As ``RedisPacer._ask``; the call as a whole is bounded by the timeout."""
-        self._check_open()
-        if not self._asking():
-            raise _Down()
+        self._may_ask()
         try:
-            reply = await asyncio.wait_for(self._exchange_on_client(op, args), self._timeout_ms / 1000)
+            exchange = _adrive(self._exchange(*ask), lambda command: self._client.execute_command(*command))
+            reply = await asyncio.wait_for(exchange, self._timeout_ms / 1000)
         except Exception as error:  # noqa: BLE001 - classified
             self._raise_surfaced(error)
         self._answered()
         return reply
 
-    async def _exchange_on_client(self, op: str, args: tuple[Any, ...]) -> Any:
-        """As ``RedisPacer._exchange_on_client``."""
-        steps = self._exchange(op, args)
-        done, value = _exchanged(steps, None, None)
-        while not done:
-            try:
-                answer, error = await self._client.execute_command(*value), None
-            except Exception as failure:  # noqa: BLE001 - given to the exchange
-                answer, error = None, failure
-            done, value = _exchanged(steps, answer, error)
-        return value
-
     # ------------------------------------------------------------ decisions
 
     async def create(self) -> bool:
         """As ``RedisPacer.create``."""
-        try:
-            return _bit_reply(await self._ask("create", *self._configured()))
-        except _Down as down:
-            raise _cause(down) from None
+        return await _adrive(self._create_call(), self._ask)  # type: ignore[no-any-return]
 
     async def reserve(self) -> RedisAdmitted | RedisRefused:
         """As ``RedisPacer.reserve``. Cancelled before the answer, it gives
         back what the server issued once the reply arrives (``_kept``)."""
-        self._check_open()
-        if not self.enabled:
-            return self._disabled()
-        return await self._kept(self._decide("reserve", None))  # type: ignore[no-any-return]
+        return await self._kept(self._decide_call(None))  # type: ignore[no-any-return]
 
     async def reserve_or_book(self, retries_left: int) -> RedisAdmitted | RedisBooked | RedisRefused:
         """As ``RedisPacer.reserve_or_book``; cancelled, as ``reserve``."""
-        retries_left = _check.u32("retries_left", retries_left)
-        self._check_open()
-        if not self.enabled:
-            return self._disabled()
-        return await self._kept(self._decide("book", retries_left))  # type: ignore[no-any-return]
-
-    async def _decide(self, op: str, retries_left: int | None) -> Any:
-        extra = () if retries_left is None else (str(retries_left),)
-        try:
-            reply = await self._ask(op, *self._configured(*extra))
-        except _Down:
-            return self._by_policy(retries_left)
-        return self._decision(reply)
+        call = self._decide_call(_check.u32("retries_left", retries_left))
+        return await self._kept(call)  # type: ignore[no-any-return]
 
     async def redeem(self, booking: RedisBooking) -> RedisAdmitted | RedisBooked:
         """As ``RedisPacer.redeem``; cancelled, as ``reserve`` (the caller
         keeps its booking unless the redemption admitted)."""
-        booking = self._own_booking(booking)
-        self._check_open()
-        if booking._local_booking is not None:
-            return self._redeem_local(booking)  # type: ignore[no-any-return]
-        return await self._kept(self._redeem_in_redis(booking), booking)  # type: ignore[no-any-return]
+        return await self._kept(self._redeem_call(booking), booking)  # type: ignore[no-any-return]
 
-    async def _redeem_in_redis(self, booking: RedisBooking) -> Any:
-        ticket: RedisTicket = booking._ticket  # type: ignore[assignment]
-        try:
-            reply = await self._ask("redeem", ticket._text)
-        except _Down:
-            return self._redeem_by_policy(booking)
-        return self._redemption(booking, reply)
-
-    async def _kept(self, call: Awaitable[Any], presented: RedisBooking | None = None) -> Any:
+    async def _kept(self, call: _Call, presented: RedisBooking | None = None) -> Any:
         """Runs a call that can issue a ticket or a booking so that a caller
-        cancelled meanwhile leaks nothing: the call goes on (shielded) and,
-        when its answer arrives, what it issued is released (``presented``,
-        the booking the caller redeems, stays the caller's). ``close`` waits
-        for those releases."""
-        task = asyncio.ensure_future(call)
+        cancelled meanwhile leaks nothing: its checks and local answers at
+        once, then its asks (shielded) and, when its answer arrives, what it
+        issued is released (``presented``, the booking the caller redeems,
+        stays the caller's). ``close`` waits for those releases."""
+        started = _exchanged(call, None, None)
+        if started[0]:
+            return started[1]
+        task = asyncio.ensure_future(_adrive(call, self._ask, started))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -1463,69 +1456,32 @@ class AsyncRedisPacer(_FleetCore):
 
     async def release(self, ticket: RedisTicket) -> bool:
         """As ``RedisPacer.release``."""
-        if not self._own_ticket(ticket):
-            return False
-        if ticket._local is not None:
-            return bool(ticket._local._pacer.release(ticket._local))
-        if ticket._spent:
-            return False
-        ticket._spent = True
-        try:
-            refunded = await self._ask("release", ticket._text)
-        except BaseException as error:
-            ticket._spent = False
-            if isinstance(error, _Down):
-                return False
-            raise
-        return _bit_reply(refunded)
+        return await _adrive(self._release_call(ticket), self._ask)  # type: ignore[no-any-return]
 
     async def info(self) -> dict[str, int | str]:
         """As ``RedisPacer.info``."""
-        try:
-            return self._info(await self._ask("info"))
-        except _Down as down:
-            raise _cause(down) from None
+        return await _adrive(self._info_call(), self._ask)  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------ adaptive pacing
 
     async def observe(self, outcome: Outcome | str) -> int:
         """As ``RedisPacer.observe``."""
-        _outcome_code(outcome)
-        self._check_open()
-        if self._observes_locally():
-            return self._local_pacer.observe(outcome)
-        try:
-            reply = await self._ask("observe", Outcome(outcome).value)
-        except _Down:
-            return self._observe_by_policy(outcome)
-        return self._rate_reply(reply)
+        return await _adrive(self._observe_call(outcome), self._ask)  # type: ignore[no-any-return]
 
     async def rate_in_force(self) -> int:
         """As ``RedisPacer.rate_in_force``."""
-        self._check_open()
-        if self._observes_locally():
-            return self._local_pacer.rate_in_force()
-        return self._rate_reply((await self.info()).get("rate_in_force"))
+        return await _adrive(self._rate_call(), self._ask)  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------ keyed bookings
 
     async def _attempt(self, key: Any) -> RedisAdmitted | RedisRefused:
-        entry = self._entry(key)
-        outcome: Any
-        if entry.booking is not None:
-            outcome = await self.redeem(entry.booking)
-        else:
-            outcome = await self.reserve_or_book(self._retries_left(entry))
-        return self._settle(key, entry, outcome)  # type: ignore[no-any-return]
+        entry, call, argument = self._next_attempt(key)
+        return self._settle(key, entry, await call(argument))  # type: ignore[no-any-return]
 
     async def forget(self, key: Any) -> bool:
         """As ``RedisPacer.forget``."""
-        _check.key("key", key)
-        with self._keyed_lock:
-            entry = self._pending.pop(key, None)
-        if entry is None or entry.booking is None:
-            return False
-        return await self.release(entry.booking._ticket)  # type: ignore[arg-type]
+        ticket = self._forgotten(key)
+        return False if ticket is None else await self.release(ticket)
 
     # ------------------------------------------------------------ waiting
 
@@ -1567,14 +1523,40 @@ class AsyncRedisPacer(_FleetCore):
         await self.close()
 
 
-def _exchanged(steps: Generator[tuple[Any, ...], Any, Any], answer: Any,
-               error: BaseException | None) -> tuple[bool, Any]:
-    """Gives a call's exchange (``_FleetCore._exchange``) the last command's
-    reply or error: (False, the next command) or (True, the call's reply)."""
+def _exchanged(steps: Generator[Any, Any, Any], answer: Any, error: BaseException | None) -> tuple[bool, Any]:
+    """Gives a generator of the core (a call, ``_FleetCore._exchange``) the
+    last reply or error: (False, what it asks next) or (True, its answer)."""
     try:
         return False, (steps.send(answer) if error is None else steps.throw(error))
     except StopIteration as done:
         return True, done.value
+
+
+def _drive(steps: Generator[Any, Any, Any], perform: Callable[[Any], Any]) -> Any:
+    """Runs a generator of the core with blocking I/O: each thing it asks is
+    ``perform``'s, and what ``perform`` returns or raises goes back to it."""
+    done, value = _exchanged(steps, None, None)
+    while not done:
+        try:
+            answer, error = perform(value), None
+        except BaseException as failure:  # noqa: BLE001 - given to the generator
+            answer, error = None, failure
+        done, value = _exchanged(steps, answer, error)
+    return value
+
+
+async def _adrive(steps: Generator[Any, Any, Any], perform: Callable[[Any], Awaitable[Any]],
+                  started: tuple[bool, Any] | None = None) -> Any:
+    """``_drive`` with awaited I/O; ``started``: the generator's first step,
+    taken already."""
+    done, value = _exchanged(steps, None, None) if started is None else started
+    while not done:
+        try:
+            answer, error = await perform(value), None
+        except BaseException as failure:  # noqa: BLE001 - given to the generator
+            answer, error = None, failure
+        done, value = _exchanged(steps, answer, error)
+    return value
 
 
 def _cause(down: _Down) -> BaseException:
