@@ -5,8 +5,7 @@
 // script, all on the server's clock; this file sends the call, reads the
 // reply, and answers by the failure policy when Redis cannot.
 //
-// index.js requires this file before it is fully loaded, so the Pacer,
-// Ticket and Booking classes are taken from it when first needed (core()).
+// The local fallback is pacer.js's Pacer, with its tickets and bookings.
 
 const crypto = require('node:crypto');
 const fs = require('node:fs');
@@ -14,10 +13,9 @@ const path = require('node:path');
 const { sleep } = require('./wait.js');
 const { checkKey } = require('./bookings.js');
 const { native, outcomeCode } = require('./native.js');
-
-function core() {
-  return require('./index.js');
-}
+const {
+  Pacer, Ticket, Booking, describe, monotonicNow, defaultSchedule, abortReason,
+} = require('./pacer.js');
 
 const ENGINES = ['auto', 'module', 'function', 'script'];
 const POLICIES = ['local', 'open', 'closed'];
@@ -45,15 +43,6 @@ function pacerScript() {
 
 // ---------------------------------------------------------------- small helpers
 
-function describe(value) {
-  if (value === null) return 'null';
-  if (typeof value === 'string') return JSON.stringify(value);
-  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') {
-    return `${typeof value} ${String(value)}`;
-  }
-  return typeof value;
-}
-
 function wholeOption(field, value, fallback, min, max) {
   if (value === undefined) return fallback;
   if (typeof value !== 'number') {
@@ -76,11 +65,6 @@ function choiceOption(field, value, choices) {
   return value;
 }
 
-function abortReason(signal) {
-  if (signal.reason !== undefined) return signal.reason;
-  return new DOMException('The operation was aborted', 'AbortError');
-}
-
 /** `promise`, or a rejection with the signal's reason as soon as `signal`
  * aborts before it settles (then `onAbort()` is called; the promise goes
  * on). */
@@ -99,15 +83,6 @@ function untilAborted(promise, signal, onAbort) {
     signal.addEventListener('abort', abort, { once: true });
     promise.then(settle(resolve), settle(reject));
   });
-}
-
-function defaultSchedule(ms, fire) {
-  const timer = setTimeout(fire, ms);
-  return () => clearTimeout(timer);
-}
-
-function monotonicNow() {
-  return Math.floor(performance.now());
 }
 
 function closedError() {
@@ -418,7 +393,6 @@ class RedisPacer {
 
   constructor(token, options) {
     if (token !== CONNECT_TOKEN) throw new TypeError('pacer: use RedisPacer.connect(options)');
-    const { Pacer } = core();
     const { url, client } = options;
     if ((url === undefined) === (client === undefined)) {
       throw new TypeError('pacer: give exactly one of url (a redis:// URL) and client (a node-redis client)');
@@ -724,7 +698,6 @@ class RedisPacer {
    * least 1), adaptive (SPEC §14) between the bounds so divided. */
   #local() {
     if (this.#fallback === null) {
-      const { Pacer } = core();
       const c = this.#configPacer.config;
       const n = this.#fleetSize;
       const share = (value) => Math.max(1, Math.floor(value / n));
@@ -823,7 +796,6 @@ class RedisPacer {
    */
   async redeem(booking) {
     this.#open();
-    const { Booking } = core();
     if (Booking.isBooking(booking)) {
       const local = this.#fallback;
       if (local === null) throw new RangeError('pacer: this booking is not from this pacer');
@@ -873,7 +845,6 @@ class RedisPacer {
   }
 
   async #releaseTicket(ticket) {
-    const { Ticket } = core();
     if (Ticket.isTicket(ticket)) {
       if (this.#fallback === null) return false;
       const refunded = this.#fallback.release(ticket, monotonicNow());
