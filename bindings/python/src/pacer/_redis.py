@@ -426,8 +426,12 @@ def _bit_reply(reply: Any) -> bool:
 
 
 class _FleetCore:
-    """What ``RedisPacer`` and ``AsyncRedisPacer`` share: the settings, the
-    commands, the reply parser, the failure policy and its state."""
+    """What ``RedisPacer`` and ``AsyncRedisPacer`` share, sans I/O: the
+    settings, every call as a generator of what it asks (``_create_call``
+    ...), the commands of an ask (``_exchange``, the engine found and the
+    script loaded), the reply parser, the failure policy and its state, the
+    keyed bookings. The two shells only perform the asks (``_ask``): with
+    blocking calls, or with awaits."""
 
     _local_pacer: Pacer
     _fallback_pacer: Pacer | None
@@ -628,16 +632,16 @@ class _FleetCore:
             return RedisPacerError(_reply_text(error) or f"unexpected reply ({error})")
         return error
 
-    # ------------------------------------------------------------ the commands of a call
+    # ------------------------------------------------------------ the commands of an ask
 
     def _exchange(self, op: str, args: tuple[Any, ...]) -> Generator[tuple[Any, ...], Any, Any]:
-        """The commands of one call, as a generator that yields each command
+        """The commands of one ask (``_ask``), as a generator that yields each command
         and is sent its reply (or thrown its error): the engine found (and
         the script loaded) if not known yet, then the op. A reply saying the
         engine is gone asks which engine there is again (``auto``), loads the
         script again and retries once; gone again, the error goes up (an
         outage). ``RedisPacer`` and ``AsyncRedisPacer`` run it on their
-        connections (``_exchanged``)."""
+        connections (``_drive``, ``_adrive``)."""
         for retry in (False, True):
             if self._engine is None:
                 self._engine = yield from self._detect()
