@@ -4,7 +4,7 @@
 use core::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::status::pacer_status;
+use crate::codes::pacer_status;
 
 pub(crate) type Outcome = Result<(), pacer_status>;
 

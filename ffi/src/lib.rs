@@ -2,7 +2,8 @@
 //! generated `include/pacer.h`.
 //!
 //! One module per C type; `boundary` holds the glue every entry point uses
-//! (panic boundary, NULL checks, borrowed strings and buffers). The
+//! (panic boundary, NULL checks, borrowed strings and buffers), and `codes`
+//! the status every call returns, on which everything else builds. The
 //! conventions are stated once, in the header's preamble and the README.
 
 #![allow(non_camel_case_types)]
@@ -13,6 +14,7 @@
 #![allow(clippy::manual_c_str_literals)]
 
 mod boundary;
+mod codes;
 pub mod derived;
 pub mod frame;
 pub mod pacer;
