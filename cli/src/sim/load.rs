@@ -1,7 +1,7 @@
 //! The load's machines: each machine's random stream and its open-loop
 //! arrivals (periodic or Poisson).
 
-use super::{Arrivals, Load};
+use super::config::{Arrivals, Load};
 use crate::rng::SplitMix64;
 
 /// What one machine keeps of its own: its random stream and its arrivals.

@@ -101,9 +101,8 @@ pub use report::{
 
 use crate::client::{Client, ClientStep, RetryHeaders};
 use crate::gate::{AdmitAnywayGate, BookingGate, CoreGate, Gate, GateDecision};
-use crate::stats::PerMinute;
 use load::Machine;
-use report::{arrangement_report, report};
+use report::{arrangement_report, report, Tallies};
 use upstream::UpstreamLimit;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -164,34 +163,10 @@ struct Sim<'a> {
     seq: u64,
     requests: Vec<Request>,
     max_requests: u64,
-    request_limit_reached_ms: Option<u64>,
-    // Tallies.
-    completed: u64,
-    rate_limited: u64,
-    overruns: u64,
-    cancelled: u64,
-    attempts: u64,
-    refusals: u64,
-    refused_requests: u64,
-    admissions: u64,
-    waits: u64,
-    wait_sum: u128,
-    wait_max: u64,
-    releases: u64,
-    refunded: u64,
-    latencies: Vec<u64>,
-    completion_times: Vec<u64>,
-    opened_times: Vec<u64>,
-    offered_times: Vec<u64>,
-    attempts_pm: PerMinute,
-    refused_pm: PerMinute,
-    rate_limited_pm: PerMinute,
+    /// What the run counted, for its report.
+    tallies: Tallies,
     /// The upstream's hidden limit (`--upstream-limit-per-min`).
     upstream: UpstreamLimit,
-    upstream_throttled: u64,
-    throttled_pm: PerMinute,
-    /// `(ms, rate in force)` every [`RATE_SAMPLE_MS`] (adaptive runs).
-    rate_trace: Vec<(u64, u32)>,
 }
 
 impl<'a> Sim<'a> {
@@ -204,7 +179,7 @@ impl<'a> Sim<'a> {
     /// whether it started.
     fn start_request(&mut self, machine: u32, agent: Option<u32>, now: u64) -> bool {
         if self.requests.len() as u64 >= self.max_requests {
-            self.request_limit_reached_ms.get_or_insert(now);
+            self.tallies.request_limit_reached_ms.get_or_insert(now);
             return false;
         }
         let jitter = self.cfg.turn_jitter_ms;
@@ -230,7 +205,7 @@ impl<'a> Sim<'a> {
             ticket: None,
             first_byte_at: u64::MAX,
         });
-        self.offered_times.push(now);
+        self.tallies.offered_times.push(now);
         self.push(deadline_ms, Event::Deadline(id));
         self.attempt(id, now);
         true
@@ -241,8 +216,8 @@ impl<'a> Sim<'a> {
             return;
         }
         self.requests[id].attempts += 1;
-        self.attempts += 1;
-        self.attempts_pm.add(now);
+        self.tallies.attempts += 1;
+        self.tallies.attempts_pm.add(now);
         let retries_left = self
             .client
             .max_retries
@@ -250,11 +225,11 @@ impl<'a> Sim<'a> {
         let machine = self.requests[id].machine as usize;
         match self.gates[machine].reserve_for(now, id, retries_left) {
             GateDecision::Admitted { wait_ms, ticket } => {
-                self.admissions += 1;
+                self.tallies.admissions += 1;
                 if wait_ms > 0 {
-                    self.waits += 1;
-                    self.wait_sum += u128::from(wait_ms);
-                    self.wait_max = self.wait_max.max(wait_ms);
+                    self.tallies.waits += 1;
+                    self.tallies.wait_sum += u128::from(wait_ms);
+                    self.tallies.wait_max = self.tallies.wait_max.max(wait_ms);
                 }
                 let request = &mut self.requests[id];
                 request.phase = Phase::Waiting;
@@ -278,12 +253,12 @@ impl<'a> Sim<'a> {
                 }
             }
             GateDecision::Refused { retry_after_s, .. } => {
-                self.refusals += 1;
-                self.refused_pm.add(now);
+                self.tallies.refusals += 1;
+                self.tallies.refused_pm.add(now);
                 let request = &mut self.requests[id];
                 request.refused += 1;
                 if request.refused == 1 {
-                    self.refused_requests += 1;
+                    self.tallies.refused_requests += 1;
                 }
                 self.retry_or_fail(id, RetryHeaders::pacer_refusal(retry_after_s), now);
             }
@@ -294,23 +269,23 @@ impl<'a> Sim<'a> {
         // A booking the request will never redeem goes back (SPEC §11).
         let machine = self.requests[id].machine as usize;
         if self.gates[machine].forget(id, now) {
-            self.releases += 1;
-            self.refunded += 1;
+            self.tallies.releases += 1;
+            self.tallies.refunded += 1;
         }
         let request = &mut self.requests[id];
         request.phase = Phase::Done;
         match outcome {
             Outcome::Completed => {
-                self.completed += 1;
-                self.latencies.push(now - request.start_ms);
-                self.completion_times.push(now);
+                self.tallies.completed += 1;
+                self.tallies.latencies.push(now - request.start_ms);
+                self.tallies.completion_times.push(now);
             }
             Outcome::RateLimited => {
-                self.rate_limited += 1;
-                self.rate_limited_pm.add(now);
+                self.tallies.rate_limited += 1;
+                self.tallies.rate_limited_pm.add(now);
             }
-            Outcome::Overrun => self.overruns += 1,
-            Outcome::Cancelled => self.cancelled += 1,
+            Outcome::Overrun => self.tallies.overruns += 1,
+            Outcome::Cancelled => self.tallies.cancelled += 1,
         }
         if let (Some(agent), Load::Closed { think_ms, .. }) = (request.agent, self.cfg.load) {
             // An agent starts at most one turn per virtual millisecond,
@@ -328,9 +303,9 @@ impl<'a> Sim<'a> {
     fn release_held(&mut self, id: usize, now: u64) {
         let machine = self.requests[id].machine as usize;
         if let Some(ticket) = self.requests[id].ticket.take() {
-            self.releases += 1;
+            self.tallies.releases += 1;
             if self.gates[machine].release(ticket, now) {
-                self.refunded += 1;
+                self.tallies.refunded += 1;
             }
         }
     }
@@ -341,8 +316,8 @@ impl<'a> Sim<'a> {
     /// answer has none), so the client backs off on its ladder; on its last
     /// attempt the turn ends in a rate-limit error.
     fn throttled(&mut self, id: usize, now: u64) {
-        self.upstream_throttled += 1;
-        self.throttled_pm.add(now);
+        self.tallies.upstream_throttled += 1;
+        self.tallies.throttled_pm.add(now);
         let machine = self.requests[id].machine as usize;
         if self.cfg.adaptive.is_some() {
             self.gates[machine].observe(Upstream::Throttled, now);
@@ -402,7 +377,7 @@ impl<'a> Sim<'a> {
                     now.saturating_add(self.cfg.first_byte_ms.min(request.service_ms));
                 let end = now.saturating_add(request.service_ms);
                 let machine = request.machine as usize;
-                self.opened_times.push(now);
+                self.tallies.opened_times.push(now);
                 if self.cfg.adaptive.is_some() {
                     self.gates[machine].observe(Upstream::Opened, now);
                 }
@@ -410,7 +385,7 @@ impl<'a> Sim<'a> {
             }
             Event::Sample => {
                 if let Some(rate) = self.gates[0].rate_in_force(now) {
-                    self.rate_trace.push((now, rate));
+                    self.tallies.rate_trace.push((now, rate));
                 }
                 let next = now + RATE_SAMPLE_MS;
                 if next <= self.cfg.duration_ms {
@@ -581,31 +556,8 @@ pub fn run_arrangement(
         seq: 0,
         requests: Vec::new(),
         max_requests: limits.max_requests,
-        request_limit_reached_ms: None,
-        completed: 0,
-        rate_limited: 0,
-        overruns: 0,
-        cancelled: 0,
-        attempts: 0,
-        refusals: 0,
-        refused_requests: 0,
-        admissions: 0,
-        waits: 0,
-        wait_sum: 0,
-        wait_max: 0,
-        releases: 0,
-        refunded: 0,
-        latencies: Vec::new(),
-        completion_times: Vec::new(),
-        opened_times: Vec::new(),
-        offered_times: Vec::new(),
-        attempts_pm: PerMinute::default(),
-        refused_pm: PerMinute::default(),
-        rate_limited_pm: PerMinute::default(),
+        tallies: Tallies::default(),
         upstream: UpstreamLimit::new(cfg.upstream_limit_per_min),
-        upstream_throttled: 0,
-        throttled_pm: PerMinute::default(),
-        rate_trace: Vec::new(),
     };
     if cfg.adaptive.is_some() {
         sim.push(0, Event::Sample);
@@ -646,7 +598,16 @@ pub fn run_arrangement(
         }
     }
     progress(cfg.duration_ms);
-    Ok(report(sim, mode, bound_ms, handled))
+    let started = sim.requests.len() as u64;
+    Ok(report(
+        cfg,
+        &sim.tallies,
+        started,
+        sim.max_requests,
+        mode,
+        bound_ms,
+        handled,
+    ))
 }
 
 #[cfg(test)]

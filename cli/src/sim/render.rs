@@ -2,7 +2,8 @@
 //! arrangements side by side) and the booking comparison
 //! ([`render_comparison`]).
 
-use super::{ArrangementReport, Design, MachinesReport, OnRefusal, SimReport};
+use super::config::{Design, OnRefusal};
+use super::report::{ArrangementReport, MachinesReport, SimReport};
 use crate::stats::percent;
 
 fn seconds(ms: Option<u64>) -> String {

@@ -5,7 +5,7 @@
 use pacer_core::{Mode, ReleasePolicy};
 use serde::Serialize;
 
-use super::{Arrivals, Buckets, Design, Load, OnRefusal, Sim};
+use super::config::{Arrivals, Buckets, Design, Load, OnRefusal, SimConfig};
 use crate::stats::{count_in, percent, percentile, PerMinute};
 
 /// One arrangement of several machines, summed over the machines.
@@ -307,17 +307,58 @@ pub(super) fn arrangement_report(
     }
 }
 
-pub(super) fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64, events: u64) -> SimReport {
-    let cfg = sim.cfg;
+/// What the event loop counts as it runs, for the report.
+#[derive(Default)]
+pub(super) struct Tallies {
+    /// When the run reached its request limit, the virtual time, ms.
+    pub(super) request_limit_reached_ms: Option<u64>,
+    pub(super) completed: u64,
+    pub(super) rate_limited: u64,
+    pub(super) overruns: u64,
+    pub(super) cancelled: u64,
+    pub(super) attempts: u64,
+    pub(super) refusals: u64,
+    pub(super) refused_requests: u64,
+    pub(super) admissions: u64,
+    pub(super) waits: u64,
+    pub(super) wait_sum: u128,
+    pub(super) wait_max: u64,
+    pub(super) releases: u64,
+    pub(super) refunded: u64,
+    pub(super) latencies: Vec<u64>,
+    pub(super) completion_times: Vec<u64>,
+    pub(super) opened_times: Vec<u64>,
+    pub(super) offered_times: Vec<u64>,
+    pub(super) attempts_pm: PerMinute,
+    pub(super) refused_pm: PerMinute,
+    pub(super) rate_limited_pm: PerMinute,
+    pub(super) upstream_throttled: u64,
+    pub(super) throttled_pm: PerMinute,
+    /// `(ms, rate in force)` every [`RATE_SAMPLE_MS`](super::RATE_SAMPLE_MS)
+    /// (adaptive runs).
+    pub(super) rate_trace: Vec<(u64, u32)>,
+}
+
+/// The report of a run of `cfg` that started `started` requests (at most
+/// `request_limit`) and handled `events` events, from what it counted.
+pub(super) fn report(
+    cfg: &SimConfig,
+    t: &Tallies,
+    started: u64,
+    request_limit: u64,
+    mode: Mode,
+    bound_ms: u64,
+    events: u64,
+) -> SimReport {
     let duration = cfg.duration_ms;
     let minutes = duration.div_ceil(60_000);
     let whole_minutes = duration / 60_000;
     let mut opened = PerMinute::default();
-    sim.opened_times.iter().for_each(|&t| opened.add(t));
+    t.opened_times.iter().for_each(|&t| opened.add(t));
     let mut offered = PerMinute::default();
-    sim.offered_times.iter().for_each(|&t| offered.add(t));
+    t.offered_times.iter().for_each(|&t| offered.add(t));
     let mut per_minute_latency: Vec<Vec<u64>> = vec![Vec::new(); minutes as usize];
-    for (&t, &latency) in sim.completion_times.iter().zip(&sim.latencies) {
+    for (&t, &latency) in t.completion_times.iter().zip(&t.latencies) {
         if let Some(bucket) = per_minute_latency.get_mut((t / 60_000) as usize) {
             bucket.push(latency);
         }
@@ -330,20 +371,17 @@ pub(super) fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64, events: u64) -> Si
             MinuteRow {
                 minute,
                 offered: offered.get(m),
-                attempts: sim.attempts_pm.get(m),
-                refused: sim.refused_pm.get(m),
-                terminal_errors: sim.rate_limited_pm.get(m),
+                attempts: t.attempts_pm.get(m),
+                refused: t.refused_pm.get(m),
+                terminal_errors: t.rate_limited_pm.get(m),
                 admitted: opened.get(m),
                 completed: bucket.len() as u64,
                 latency_p50_ms: percentile(bucket, 50),
                 latency_max_ms: bucket.last().copied(),
-                throttled: cfg.upstream_limit_per_min.map(|_| sim.throttled_pm.get(m)),
-                rate_in_force: sim
+                throttled: cfg.upstream_limit_per_min.map(|_| t.throttled_pm.get(m)),
+                rate_in_force: t
                     .rate_trace
-                    .get(
-                        sim.rate_trace
-                            .partition_point(|&(t, _)| t < minute * 60_000),
-                    )
+                    .get(t.rate_trace.partition_point(|&(t, _)| t < minute * 60_000))
                     .map(|&(_, rate)| rate),
             }
         })
@@ -356,10 +394,9 @@ pub(super) fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64, events: u64) -> Si
         &per_minute[..whole_minutes as usize]
     };
     let final_from = duration.saturating_sub(60_000);
-    let mut latencies = sim.latencies.clone();
+    let mut latencies = t.latencies.clone();
     latencies.sort_unstable();
-    let started = sim.requests.len() as u64;
-    let ended = sim.completed + sim.rate_limited + sim.overruns + sim.cancelled;
+    let ended = t.completed + t.rate_limited + t.overruns + t.cancelled;
     let littles_law_turn_ms = match cfg.load {
         Load::Closed {
             agents, think_ms, ..
@@ -448,39 +485,39 @@ pub(super) fn report(sim: Sim<'_>, mode: Mode, bound_ms: u64, events: u64) -> Si
             adaptive_ceiling_per_min: cfg.adaptive.map(|(_, ceiling)| ceiling),
         },
         turns_started: started,
-        turns_completed: sim.completed,
-        upstream_throttled: cfg.upstream_limit_per_min.map(|_| sim.upstream_throttled),
-        terminal_rate_limit_errors: sim.rate_limited,
-        deadline_overruns: sim.overruns,
-        cancelled: sim.cancelled,
-        terminal_error_percent: percent(sim.rate_limited, started),
+        turns_completed: t.completed,
+        upstream_throttled: cfg.upstream_limit_per_min.map(|_| t.upstream_throttled),
+        terminal_rate_limit_errors: t.rate_limited,
+        deadline_overruns: t.overruns,
+        cancelled: t.cancelled,
+        terminal_error_percent: percent(t.rate_limited, started),
         latency_p50_ms: percentile(&latencies, 50),
         latency_p90_ms: percentile(&latencies, 90),
         latency_max_ms: latencies.last().copied(),
         latency_mean_ms: (!latencies.is_empty())
             .then(|| latencies.iter().map(|&l| l as f64).sum::<f64>() / latencies.len() as f64),
-        attempts: sim.attempts,
-        refusals: sim.refusals,
-        turns_refused_at_least_once: sim.refused_requests,
-        admissions: sim.admissions,
-        waits: sim.waits,
-        wait_mean_ms: (sim.waits > 0).then(|| sim.wait_sum as f64 / sim.waits as f64),
-        wait_max_ms: sim.wait_max,
-        releases: sim.releases,
-        releases_refunded: sim.refunded,
-        admitted_total: count_in(&sim.opened_times, 0, duration),
+        attempts: t.attempts,
+        refusals: t.refusals,
+        turns_refused_at_least_once: t.refused_requests,
+        admissions: t.admissions,
+        waits: t.waits,
+        wait_mean_ms: (t.waits > 0).then(|| t.wait_sum as f64 / t.waits as f64),
+        wait_max_ms: t.wait_max,
+        releases: t.releases,
+        releases_refunded: t.refunded,
+        admitted_total: count_in(&t.opened_times, 0, duration),
         admitted_per_min_max: whole.iter().map(|row| row.admitted).max().unwrap_or(0),
-        admitted_final_minute: count_in(&sim.opened_times, final_from, duration),
+        admitted_final_minute: count_in(&t.opened_times, final_from, duration),
         offered_per_min_max: whole.iter().map(|row| row.offered).max().unwrap_or(0),
-        offered_final_minute: count_in(&sim.offered_times, final_from, duration),
+        offered_final_minute: count_in(&t.offered_times, final_from, duration),
         littles_law_turn_ms,
         per_minute,
         notices: Vec::new(),
         events,
-        request_limit: sim.max_requests,
-        request_limit_reached_ms: sim.request_limit_reached_ms,
+        request_limit,
+        request_limit_reached_ms: t.request_limit_reached_ms,
         machines: None,
-        rate_in_force_trace: sim
+        rate_in_force_trace: t
             .rate_trace
             .iter()
             .map(|&(t, rate)| [t, u64::from(rate)])
