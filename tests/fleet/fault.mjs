@@ -3,7 +3,7 @@
 //   node tests/fleet/fault.mjs URL KEY UNTIL_MS QUIET_FROM_MS QUIET_TO_MS EVERY_MS TIMEOUT_MS SEED RATE BURST IDLE RETRIES
 // Calls until the wall clock reads UNTIL_MS (none from QUIET_FROM_MS to
 // QUIET_TO_MS), one JSON line per admit(): each call is aborted at a random
-// point in [0, 2·TIMEOUT_MS) or not at all; admissions the server made are
+// point in [0, TIMEOUT_MS) or not at all; admissions the server made are
 // kept (never released by hand), so the server's counters account for
 // every answer.
 import { createRequire } from 'node:module';
@@ -34,7 +34,7 @@ try {
   for (let i = 0; Date.now() < Number(until); i++) {
     const now = Date.now();
     if (now >= Number(quietFrom) && now < Number(quietTo)) await sleep(Number(quietTo) - now);
-    const cancelAt = random() < 0.5 ? Math.floor(random() * 2 * Number(timeoutMs)) : null;
+    const cancelAt = random() < 0.5 ? Math.floor(random() * Number(timeoutMs)) : null;
     const controller = new AbortController();
     const timer = cancelAt === null ? null : setTimeout(() => controller.abort(new Error('cancelled')), cancelAt);
     const line = { client: 'node', call: i, start_ms: Date.now(), cancel_at_ms: cancelAt };

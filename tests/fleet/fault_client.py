@@ -5,7 +5,7 @@
 
 Calls until the wall clock reads UNTIL_MS (none from QUIET_FROM_MS to
 QUIET_TO_MS), one JSON line per admit(): each call is cancelled
-(task.cancel()) at a random point in [0, 2·TIMEOUT_MS) or not at all;
+(task.cancel()) at a random point in [0, TIMEOUT_MS) or not at all;
 admissions the server made are kept, so the server's counters account for
 every answer.
 """
@@ -33,7 +33,7 @@ async def main(url, key, until, quiet_from, quiet_to, every, timeout_ms, seed, r
         while wall_ms() < until:
             if quiet_from <= wall_ms() < quiet_to:
                 await asyncio.sleep((quiet_to - wall_ms()) / 1000)
-            cancel_at = rng.randrange(2 * timeout_ms) if rng.random() < 0.5 else None
+            cancel_at = rng.randrange(timeout_ms) if rng.random() < 0.5 else None
             line = {"client": "python", "call": i, "start_ms": wall_ms(), "cancel_at_ms": cancel_at}
             task = asyncio.ensure_future(pacer.admit())
             if cancel_at is not None:

@@ -7,7 +7,7 @@ package main
 //
 // Calls until the wall clock reads UNTIL_MS (none from QUIET_FROM_MS to
 // QUIET_TO_MS), one JSON line per Admit, through the script (EVALSHA):
-// each call's context is cancelled at a random point in [0, 2·TIMEOUT_MS)
+// each call's context is cancelled at a random point in [0, TIMEOUT_MS)
 // or not at all; admissions the server made are kept, so the server's
 // counters account for every answer.
 
@@ -42,7 +42,7 @@ func runFault(args []string) error {
 		line := map[string]any{"client": "go", "call": i, "start_ms": time.Now().UnixMilli(), "cancel_at_ms": nil}
 		ctx, cancel := context.WithCancel(context.Background())
 		if rng.IntN(2) == 0 {
-			at := rng.IntN(2 * timeoutMs)
+			at := rng.IntN(timeoutMs)
 			line["cancel_at_ms"] = at
 			time.AfterFunc(time.Duration(at)*time.Millisecond, cancel)
 		}
