@@ -201,8 +201,10 @@ test("each thread has its own exchange, and it outlives a transfer of its buffer
   const mine = new Pacer({ ratePerMinute: 60, burst: 2, now: () => 0 });
   assert.equal(mine.reserve(0).kind, 'admitted');
   const worker = new Worker(script, { eval: true });
+  // Both listeners from the start: the exit may follow the message at once.
+  const exited = once(worker, 'exit');
   const [answers] = await once(worker, 'message');
-  await once(worker, 'exit');
+  await exited;
   assert.deepEqual(answers, ['admitted 0', 'admitted 0', 'admitted 1000', 'admitted 2000', 'admitted 3000',
     'admitted 4000', 'refused 5000', 'refused 5000']);
   // This thread's pacer saw none of the worker's calls: its second admission.
