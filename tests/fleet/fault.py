@@ -183,12 +183,16 @@ def near(line, windows, pad):
     return any(line["start_ms"] <= end + pad and line["end_ms"] + pad >= start for _, start, end in windows)
 
 
-def unheld(lines, counters, since_ms=0):
-    """The server's admissions not released, less those the clients kept
-    (of the calls started at since_ms or later)."""
-    kept = sum(1 for line in lines if line["start_ms"] >= since_ms
+def kept(lines, since_ms=0):
+    """The admissions the server made that the clients kept (of the calls
+    started at since_ms or later)."""
+    return sum(1 for line in lines if line["start_ms"] >= since_ms
                and line["outcome"] == "admitted" and line.get("by") == "server")
-    return int(counters["admitted"]) - int(counters["released"]) - kept
+
+
+def unheld(lines, counters, since_ms=0):
+    """The server's admissions not released, less those the clients kept."""
+    return int(counters["admitted"]) - int(counters["released"]) - kept(lines, since_ms)
 
 
 def check(lines, windows, counters, reads):
@@ -207,9 +211,7 @@ def check(lines, windows, counters, reads):
             limit = max(limit, line["cancel_at_ms"] + SLACK_MS)
         if line["end_ms"] - line["start_ms"] > limit:
             failures.append(f"a call lasted {line['end_ms'] - line['start_ms']} ms (limit {limit}): {line}")
-    server_lines = [line for line in lines if line.get("by", "server") == "server"]
-    kept = sum(1 for line in server_lines if line["outcome"] == "admitted")
-    refused = sum(1 for line in server_lines if line["outcome"] == "refused")
+    refused = sum(1 for line in lines if line["outcome"] == "refused" and line.get("by") == "server")
     # A call answered by the server is accounted for; one cancelled or
     # answered by the policy near a cutting fault may have left a debit.
     cutting = [w for w in windows if w[0] in CUTTING]
@@ -217,11 +219,12 @@ def check(lines, windows, counters, reads):
               and near(line, cutting, PAD_MS))
     cancelled = sum(1 for line in lines if line["outcome"] == "cancelled")
     admitted_s, released_s, refused_s = (int(counters[k]) for k in ("admitted", "released", "refused"))
-    print(f"fault run: {len(lines)} calls, {kept} admissions kept, {cancelled} cancelled, {cut} near a fault; "
+    print(f"fault run: {len(lines)} calls, {kept(lines)} admissions kept, {cancelled} cancelled, {cut} near a fault; "
           f"server admitted {admitted_s}, released {released_s}, refused {refused_s}", file=sys.stderr)
-    if not 0 <= unheld(lines, counters) <= cut:
-        failures.append(f"debits without a holder: admitted {admitted_s} − released {released_s} − kept {kept} "
-                        f"= {unheld(lines, counters)}, allowed 0..{cut} (calls a fault could cut off)")
+    left = unheld(lines, counters)
+    if not 0 <= left <= cut:
+        failures.append(f"debits without a holder: admitted {admitted_s} − released {released_s} − kept "
+                        f"{kept(lines)} = {left}, allowed 0..{cut} (calls a fault could cut off)")
     # From the reading on, only a timeout cuts a call off (a call of several
     # round trips, a new connection's handshake, can outlast the timeout on
     # the slowed link): every other admission is kept or released. No call
