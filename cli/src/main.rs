@@ -9,8 +9,8 @@ use clap::{error::ErrorKind, Args, Parser, Subcommand, ValueEnum};
 use pacer_cli::engine::RedisKind;
 use pacer_cli::matrix::{self, Fault, MatrixOptions};
 use pacer_cli::sim::{
-    self, Arrivals, Design, Load, OnRefusal, SimConfig, MAX_AGENTS, MAX_MACHINES, MAX_MS,
-    MAX_OFFERED_PER_MIN,
+    self, Arrivals, Design, Load, OnRefusal, SimConfig, UpstreamKind, UpstreamModel, MAX_AGENTS,
+    MAX_LIMIT_CHANGES, MAX_MACHINES, MAX_MS, MAX_OFFERED_PER_MIN,
 };
 use pacer_cli::{advice, explain, plot, progress, replay, sweep, upstream_sweep};
 use pacer_core::MAX_BURST;
@@ -77,6 +77,16 @@ enum OnRefusalArg {
     Retry,
     /// Give up at once (the design record's sustained-overload test).
     Drop,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum UpstreamModelArg {
+    /// At most T new connections in any 60 s.
+    Sliding,
+    /// At most T new connections in each calendar minute of virtual time.
+    FixedMinute,
+    /// A bucket of --upstream-burst connections, refilled at T a minute.
+    TokenBucket,
 }
 
 #[derive(Args, Debug)]
@@ -171,6 +181,25 @@ struct SimulateArgs {
     /// throttles, and the client retries on its backoff ladder.
     #[arg(long, value_name = "T", value_parser = clap::value_parser!(u32).range(1..=60_000))]
     upstream_limit_per_min: Option<u32>,
+    /// How the upstream applies its limit T [default: sliding]. Needs
+    /// --upstream-limit-per-min or --sweep-upstream.
+    #[arg(long, value_enum)]
+    upstream_model: Option<UpstreamModelArg>,
+    /// --upstream-model token-bucket: the bucket's size, connections
+    /// (full at the start) [default: 10].
+    #[arg(long, value_name = "N")]
+    upstream_burst: Option<u32>,
+    /// The upstream's limit changes during the run: from minute M the
+    /// limit is T (the sliding window's count, the current minute's count
+    /// or the bucket's refill rate is compared with it from then on), at
+    /// most 4 changes, minutes increasing.
+    #[arg(long, value_name = "M=T,…", value_delimiter = ',', value_parser = limit_change)]
+    upstream_limit_at: Option<Vec<(u64, u32)>>,
+    /// After a throttle at the limit, the upstream refuses every new
+    /// connection for this many ms as well (those refusals are throttles
+    /// that do not extend it) [default: 0, off].
+    #[arg(long, value_name = "P")]
+    upstream_penalty_ms: Option<u64>,
     /// Adaptive pacing (SPEC §14): the pacer lowers its rate when the
     /// upstream throttles and climbs back along a cubic curve, between
     /// --adaptive-floor and --adaptive-ceiling. Needs --upstream-limit-per-min
@@ -392,6 +421,67 @@ fn agent_range(text: &str) -> Result<(u32, u32), String> {
     Ok((from, to))
 }
 
+/// `M=T`: from minute `M` the upstream's limit is `T` (checked with the
+/// run: [`sim::validate`]).
+fn limit_change(text: &str) -> Result<(u64, u32), String> {
+    let shape = || format!("'{text}' is not MINUTE=LIMIT (for example 20=15)");
+    let (minute, limit) = text.split_once('=').ok_or_else(shape)?;
+    let minute: u64 = minute.trim().parse().map_err(|_| shape())?;
+    let limit: u32 = limit.trim().parse().map_err(|_| shape())?;
+    let at = minute
+        .checked_mul(60_000)
+        .filter(|&at| at <= MAX_MS)
+        .ok_or_else(|| format!("'{text}': minute {minute} is beyond one week"))?;
+    Ok((at, limit))
+}
+
+/// The upstream's model from its flags; they need a limit, and the burst
+/// needs the token bucket.
+fn upstream_model(args: &SimulateArgs) -> Result<UpstreamModel, Failure> {
+    let given = [
+        ("--upstream-model", args.upstream_model.is_some()),
+        ("--upstream-burst", args.upstream_burst.is_some()),
+        ("--upstream-limit-at", args.upstream_limit_at.is_some()),
+        ("--upstream-penalty-ms", args.upstream_penalty_ms.is_some()),
+    ];
+    let limited = args.upstream_limit_per_min.is_some() || args.sweep_upstream.is_some();
+    if let Some((flag, _)) = given.iter().find(|(_, given)| *given).filter(|_| !limited) {
+        return Err(format!(
+            "{flag} needs --upstream-limit-per-min or --sweep-upstream: it models that limit"
+        )
+        .into());
+    }
+    let kind = match args.upstream_model.unwrap_or(UpstreamModelArg::Sliding) {
+        UpstreamModelArg::TokenBucket => UpstreamKind::TokenBucket {
+            burst: args.upstream_burst.unwrap_or(sim::DEFAULT_UPSTREAM_BURST),
+        },
+        _ if args.upstream_burst.is_some() => {
+            return Err("--upstream-burst applies to --upstream-model token-bucket"
+                .to_string()
+                .into())
+        }
+        UpstreamModelArg::Sliding => UpstreamKind::Sliding,
+        UpstreamModelArg::FixedMinute => UpstreamKind::FixedMinute,
+    };
+    let schedule = args.upstream_limit_at.as_deref().unwrap_or_default();
+    if schedule.len() > MAX_LIMIT_CHANGES {
+        return Err(format!(
+            "--upstream-limit-at holds at most {MAX_LIMIT_CHANGES} changes, not {}",
+            schedule.len()
+        )
+        .into());
+    }
+    let mut changes = [None; MAX_LIMIT_CHANGES];
+    for (slot, &change) in changes.iter_mut().zip(schedule) {
+        *slot = Some(change);
+    }
+    Ok(UpstreamModel {
+        kind,
+        changes,
+        penalty_ms: args.upstream_penalty_ms.unwrap_or(0),
+    })
+}
+
 /// A flag given where it does not apply is an error, not silently ignored.
 fn check_flags_apply(args: &SimulateArgs) -> Result<(), Failure> {
     let open = args.offered_per_min.is_some() || args.offered_every_ms.is_some();
@@ -502,6 +592,7 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
         booking: args.booking,
         machines: args.machines,
         upstream_limit_per_min: args.upstream_limit_per_min,
+        upstream_model: upstream_model(&args)?,
         adaptive: args.adaptive.then(|| {
             let rate = resolution.budget.rate_per_min;
             (
@@ -574,6 +665,13 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
             s.turn_jitter_ms,
             s.duration_ms / 1000,
         );
+        let heading = match s.upstream_model.is_default() {
+            true => heading,
+            false => format!(
+                "{heading}; upstream: {} (T: each row's limit)",
+                s.upstream_model.describe("T")
+            ),
+        };
         if let Some(path) = &args.plot {
             plot::write_upstream_sweep_svg(&sweep, &heading, path)?;
             eprintln!("pacer: wrote the chart to {}", path.display());

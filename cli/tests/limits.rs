@@ -233,7 +233,7 @@ fn an_open_loop_offering_too_many_requests_is_rejected() {
 /// every ms, so the 40,000th starts at 39 ms and the limit bites at 40 ms.)
 #[test]
 fn a_closed_loop_stops_at_its_request_limit_and_says_so() {
-    use pacer_cli::sim::{self, Design, Limits, Load, SimConfig};
+    use pacer_cli::sim::{self, Design, Limits, Load, SimConfig, UpstreamModel};
     use pacer_core::{Budget, ReleasePolicy};
     let cfg = SimConfig {
         budget: Budget {
@@ -257,6 +257,7 @@ fn a_closed_loop_stops_at_its_request_limit_and_says_so() {
         booking: false,
         machines: 1,
         upstream_limit_per_min: None,
+        upstream_model: UpstreamModel::SLIDING,
         adaptive: None,
     };
     let limits = Limits {
@@ -342,7 +343,7 @@ fn machines_count_towards_the_request_limit() {
 /// arrangement are accepted, one more machine's worth is not.
 #[test]
 fn the_machines_edges_of_the_request_limit() {
-    use pacer_cli::sim::{validate, Arrivals, Design, Load, OnRefusal, SimConfig};
+    use pacer_cli::sim::{validate, Arrivals, Design, Load, OnRefusal, SimConfig, UpstreamModel};
     use pacer_core::{Budget, ReleasePolicy};
     let cfg = |load, machines| SimConfig {
         budget: Budget::DEFAULT,
@@ -359,6 +360,7 @@ fn the_machines_edges_of_the_request_limit() {
         booking: false,
         machines,
         upstream_limit_per_min: None,
+        upstream_model: UpstreamModel::SLIDING,
         adaptive: None,
     };
     let agents = |agents| Load::Closed {
@@ -395,7 +397,7 @@ fn the_machines_edges_of_the_request_limit() {
 /// 40,000, the 40,000th starts at 39 ms and the limit bites at 40 ms.)
 #[test]
 fn several_machines_stop_at_their_share_of_the_request_limit() {
-    use pacer_cli::sim::{self, Design, Limits, Load, SimConfig};
+    use pacer_cli::sim::{self, Design, Limits, Load, SimConfig, UpstreamModel};
     use pacer_core::{Budget, ReleasePolicy};
     let cfg = SimConfig {
         budget: Budget {
@@ -419,6 +421,7 @@ fn several_machines_stop_at_their_share_of_the_request_limit() {
         booking: false,
         machines: 2,
         upstream_limit_per_min: None,
+        upstream_model: UpstreamModel::SLIDING,
         adaptive: None,
     };
     let limits = Limits {

@@ -6,7 +6,9 @@
 mod common;
 
 use common::{pacer, pacer_json};
-use pacer_cli::sim::{self, Arrivals, Buckets, Design, Limits, Load, OnRefusal, SimConfig};
+use pacer_cli::sim::{
+    self, Arrivals, Buckets, Design, Limits, Load, OnRefusal, SimConfig, UpstreamModel,
+};
 use pacer_core::{Budget, ReleasePolicy};
 use serde_json::Value;
 
@@ -247,6 +249,7 @@ fn config(load: Load, machines: u32) -> SimConfig {
         booking: false,
         machines,
         upstream_limit_per_min: None,
+        upstream_model: UpstreamModel::SLIDING,
         adaptive: None,
     }
 }

@@ -29,7 +29,9 @@
 //! Each run is given that bound as its event limit, so a run that would
 //! not end fails the property at once instead of hanging the test.
 
-use pacer_cli::sim::{self, Arrivals, Design, Limits, Load, OnRefusal, SimConfig, SimReport};
+use pacer_cli::sim::{
+    self, Arrivals, Design, Limits, Load, OnRefusal, SimConfig, SimReport, UpstreamModel,
+};
 use pacer_core::{resolve, ReleasePolicy, Settings};
 use proptest::prelude::*;
 
@@ -223,6 +225,7 @@ proptest! {
             booking: case.booking,
             machines: case.machines,
             upstream_limit_per_min: None,
+            upstream_model: UpstreamModel::SLIDING,
             adaptive: None,
         };
         let per_request = u64::from(client_retries) + 5;

@@ -3,7 +3,9 @@
 //! are derived by hand from the model's statement (a sliding window of 60 s
 //! counting opened connections) or are relations that hold for any seed.
 
-use pacer_cli::sim::{self, Arrivals, Design, Load, OnRefusal, SimConfig, SimReport};
+use pacer_cli::sim::{
+    self, Arrivals, Design, Load, OnRefusal, SimConfig, SimReport, UpstreamModel,
+};
 use pacer_cli::upstream_sweep;
 use pacer_core::{Budget, ReleasePolicy};
 
@@ -30,6 +32,7 @@ fn closed(rate: u32, duration_ms: u64) -> SimConfig {
         booking: false,
         machines: 1,
         upstream_limit_per_min: None,
+        upstream_model: UpstreamModel::SLIDING,
         adaptive: None,
     }
 }

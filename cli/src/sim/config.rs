@@ -4,6 +4,8 @@
 use pacer_core::{Budget, ReleasePolicy};
 use serde::Serialize;
 
+use super::upstream::{UpstreamKind, UpstreamModel, MAX_UPSTREAM_LIMIT};
+
 /// The most requests (turns, offers) one run starts. With at most
 /// `max retries + 5 ≤ 15` events per request (start, deadline, retries,
 /// open, complete, cancel) this keeps a run under 6·10^7 events, and at
@@ -154,8 +156,13 @@ pub struct SimConfig {
     /// The upstream's hidden limit (`--upstream-limit-per-min`): at most
     /// this many connections open in any 60 s (a sliding window over every
     /// machine, one account); past it the upstream throttles the attempt.
-    /// `None`: the upstream opens everything.
+    /// `None`: the upstream opens everything. With another
+    /// `upstream_model`, the limit at the start of the run.
     pub upstream_limit_per_min: Option<u32>,
+    /// How the upstream applies its limit (`--upstream-model`, its limit
+    /// changes and penalty); [`UpstreamModel::SLIDING`] is the sliding
+    /// window above. Anything else needs `upstream_limit_per_min`.
+    pub upstream_model: UpstreamModel,
     /// Adaptive pacing (SPEC §14) between `(floor, ceiling)` per minute:
     /// every gate reports the upstream's answers to its pacer.
     pub adaptive: Option<(u32, u32)>,
@@ -254,6 +261,75 @@ pub fn validate(cfg: &SimConfig) -> Result<(), String> {
     }
     if cfg.booking && cfg.design != Design::Paced {
         return Err("--booking needs --design paced".into());
+    }
+    validate_upstream(cfg)
+}
+
+/// The upstream's model: it needs a limit, and its burst, schedule and
+/// penalty must make sense for this run.
+fn validate_upstream(cfg: &SimConfig) -> Result<(), String> {
+    let model = &cfg.upstream_model;
+    if cfg.upstream_limit_per_min.is_none() {
+        if model.is_default() {
+            return Ok(());
+        }
+        return Err(
+            "--upstream-model, --upstream-burst, --upstream-limit-at and --upstream-penalty-ms \
+             need --upstream-limit-per-min (or --sweep-upstream)"
+                .into(),
+        );
+    }
+    if let UpstreamKind::TokenBucket { burst } = model.kind {
+        if !(1..=MAX_UPSTREAM_LIMIT).contains(&burst) {
+            return Err(format!(
+                "--upstream-burst must be 1..={MAX_UPSTREAM_LIMIT}, not {burst}"
+            ));
+        }
+    }
+    if model.penalty_ms > MAX_MS {
+        return Err(format!(
+            "--upstream-penalty-ms must be at most {MAX_MS} (one week), not {}",
+            model.penalty_ms
+        ));
+    }
+    let used = model.changes.iter().take_while(|c| c.is_some()).count();
+    if model.changes[used..].iter().any(Option::is_some) {
+        return Err("the upstream's limit changes must be the first entries, with no gap".into());
+    }
+    let mut previous: Option<u64> = None;
+    for (at, limit) in model.scheduled() {
+        let minute = at / 60_000;
+        if minute == 0 {
+            return Err(
+                "--upstream-limit-at: changes start at minute 1 (minute 0's limit is \
+                        --upstream-limit-per-min)"
+                    .into(),
+            );
+        }
+        if at % 60_000 != 0 {
+            return Err(format!(
+                "the upstream's limit changes at whole minutes, not at {at} ms"
+            ));
+        }
+        if !(1..=MAX_UPSTREAM_LIMIT).contains(&limit) {
+            return Err(format!(
+                "--upstream-limit-at {minute}={limit}: the limit must be 1..={MAX_UPSTREAM_LIMIT}"
+            ));
+        }
+        if previous.is_some_and(|p| p >= at) {
+            return Err(format!(
+                "--upstream-limit-at: the minutes must increase ({minute} comes after {})",
+                previous.unwrap_or(0) / 60_000
+            ));
+        }
+        if at >= cfg.duration_ms {
+            return Err(format!(
+                "--upstream-limit-at {minute}={limit}: minute {minute} is not within the run \
+                 (--duration-ms {})",
+                cfg.duration_ms
+            ));
+        }
+        previous = Some(at);
     }
     Ok(())
 }

@@ -69,7 +69,9 @@
 //! - `config.rs`: what a run depends on ([`SimConfig`]), its limits and
 //!   [`validate`];
 //! - `load.rs`: each machine's random stream and open-loop arrivals;
-//! - `upstream.rs`: the upstream's hidden limit;
+//! - `upstream.rs`: the upstream's hidden limit and its models
+//!   ([`UpstreamModel`]: sliding or fixed-minute window, token bucket, limit
+//!   changes, penalty);
 //! - `report.rs`: what a run measured ([`SimReport`]), from the loop's
 //!   tallies; `render.rs`: the report as text.
 //!
@@ -98,12 +100,15 @@ pub use render::{render, render_comparison};
 pub use report::{
     mode_name, policy_name, ArrangementReport, MachinesReport, MinuteRow, RunSettings, SimReport,
 };
+pub use upstream::{
+    UpstreamKind, UpstreamLimit, UpstreamModel, DEFAULT_UPSTREAM_BURST, MAX_LIMIT_CHANGES,
+    MAX_UPSTREAM_LIMIT,
+};
 
 use crate::client::{Client, ClientStep, RetryHeaders};
 use crate::gate::{AdmitAnywayGate, BookingGate, CoreGate, Gate, GateDecision};
 use load::Machine;
 use report::{arrangement_report, report, Tallies};
-use upstream::UpstreamLimit;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
@@ -557,7 +562,7 @@ pub fn run_arrangement(
         requests: Vec::new(),
         max_requests: limits.max_requests,
         tallies: Tallies::default(),
-        upstream: UpstreamLimit::new(cfg.upstream_limit_per_min),
+        upstream: UpstreamLimit::new(cfg.upstream_limit_per_min, cfg.upstream_model),
     };
     if cfg.adaptive.is_some() {
         sim.push(0, Event::Sample);
@@ -638,6 +643,7 @@ mod tests {
             booking: false,
             machines: 1,
             upstream_limit_per_min: None,
+            upstream_model: UpstreamModel::SLIDING,
             adaptive: None,
         }
     }

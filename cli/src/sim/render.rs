@@ -71,8 +71,10 @@ pub fn render(report: &SimReport, per_minute: bool) -> String {
         s.release_policy
     ));
     if let Some(limit) = s.upstream_limit_per_min {
+        let model = s.upstream_model.unwrap_or_default();
         line(format!(
-            "upstream: a hidden limit of {limit} new connections in any 60 s; a throttled connection is retried on the client's ladder"
+            "upstream: {}; a throttled connection is retried on the client's ladder",
+            model.describe(limit)
         ));
     }
     if let (Some(floor), Some(ceiling)) = (s.adaptive_floor_per_min, s.adaptive_ceiling_per_min) {

@@ -6,6 +6,7 @@ use pacer_core::{Mode, ReleasePolicy};
 use serde::Serialize;
 
 use super::config::{Arrivals, Buckets, Design, Load, OnRefusal, SimConfig};
+use super::upstream::UpstreamModel;
 use crate::stats::{count_in, percent, percentile, PerMinute};
 
 /// One arrangement of several machines, summed over the machines.
@@ -157,6 +158,10 @@ pub struct RunSettings {
     /// The upstream's hidden limit, connections per 60 s.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_limit_per_min: Option<u32>,
+    /// The upstream's model, when it is not the default sliding window
+    /// with no limit change and no penalty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_model: Option<UpstreamModel>,
     /// Adaptive pacing's floor (SPEC §14).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adaptive_floor_per_min: Option<u32>,
@@ -481,6 +486,7 @@ pub(super) fn report(
             cancel_percent: cfg.cancel_percent,
             booking: cfg.booking,
             upstream_limit_per_min: cfg.upstream_limit_per_min,
+            upstream_model: (!cfg.upstream_model.is_default()).then_some(cfg.upstream_model),
             adaptive_floor_per_min: cfg.adaptive.map(|(floor, _)| floor),
             adaptive_ceiling_per_min: cfg.adaptive.map(|(_, ceiling)| ceiling),
         },
