@@ -38,13 +38,20 @@ local LARGEST = TWO_POW_52 - 1 -- where counters stop, and serials end
 
 -- Adaptive pacing (core/src/adaptive.rs, SPEC §14): each constant once,
 -- here; redis/tests/lua_exact.rs compares them with the core's.
-local SCALE = 400000000 -- adaptive::SCALE: the curve moves d³/SCALE per minute
-local SEARCH_SCALE = 50000000 -- adaptive::SEARCH_SCALE: the same before any decrease
-local BETA_NUM = 8 -- adaptive::BETA_NUM: a decrease keeps BETA_NUM/BETA_DEN
-local BETA_DEN = 10 -- adaptive::BETA_DEN
-local CUBE_CAP_DS = 200000 -- adaptive::CUBE_CAP_DS: the largest d cubed
-local DECREASE_SPACING_MS = 60000 -- adaptive::DECREASE_SPACING_MS
-local NEVER_DECREASED = 4294967295 -- u32::MAX: since_decrease_ms at creation
+local WINDOW_MS = 60000 -- adaptive::WINDOW_MS: openings are counted per minute
+local HOLD_MS = 60000 -- adaptive::HOLD_MS: a probe's throttles within it are one episode
+local SEARCH_DOUBLING_MS = 5000 -- adaptive::SEARCH_DOUBLING_MS
+local RESEARCH_DOUBLING_MS = 20000 -- adaptive::RESEARCH_DOUBLING_MS: a search again
+local SEARCH_DOUBLINGS_CAP = 10 -- adaptive::SEARCH_DOUBLINGS_CAP: then at the ceiling
+local KEEP_NUM = 31 -- adaptive::KEEP_NUM: a probe starts at ⌈L·KEEP_NUM/KEEP_DEN⌉
+local KEEP_DEN = 32 -- adaptive::KEEP_DEN
+local PROBE_SCALE = 5400000 -- adaptive::PROBE_SCALE
+local QUICK_PROBE = 16 -- adaptive::QUICK_PROBE: PROBE_SCALE's divisor with `again`
+local PROBE_SPLIT = 1000000 -- adaptive::PROBE_SPLIT: L·d³ is divided by it first
+local RISE_MARGIN = 8 -- adaptive::RISE_MARGIN: a count above L + ⌊L/8⌋ + 1 is a rise
+local CUT_DEN = 8 -- adaptive::CUT_DEN: an unexplained throttle cuts 1/CUT_DEN
+local CUBE_CAP_DS = 20000 -- adaptive::CUBE_CAP_DS: the largest d cubed
+local COUNT_CAP = 65535 -- adaptive::COUNT_CAP: the largest count (and minute)
 
 local HEADER_LEN = 256 -- bytes 0–255: the header
 local SPENT_WINDOW = 65536 -- bits in the spent bitmap: the live tickets
@@ -110,20 +117,6 @@ local function ceil_div(a, b)
   return floor_div(a + b - 1, b)
 end
 
--- ⌊a / b⌋ for whole a of either sign, |a| < 2^53, b > 0 (i64::div_euclid):
--- the quotient of |a| is exact (floor_div), and the one product that
--- corrects it, q·b, is at most |a|: exact too.
-local function floor_div_signed(a, b)
-  if a >= 0 then
-    return floor_div(a, b)
-  end
-  local q = -floor_div(-a, b) -- toward zero: ⌈a/b⌉
-  if q * b ~= a then
-    q = q - 1
-  end
-  return q
-end
-
 local function min(a, b)
   if a < b then
     return a
@@ -136,6 +129,14 @@ local function max(a, b)
     return a
   end
   return b
+end
+
+-- 1 for true, 0 for false (a reply's or a header field's flag).
+local function flag(value)
+  if value then
+    return 1
+  end
+  return 0
 end
 
 -- ---------------------------------------------------------------------------
@@ -367,48 +368,72 @@ end
 
 -- ---------------------------------------------------------------------------
 -- Adaptive pacing (core/src/adaptive.rs, `impl Range`): the rate in force
--- is a cubic curve of the clock, moved by the upstream's throttles. An
--- adaptive bucket holds its range (adaptive_floor_per_min,
--- adaptive_ceiling_per_min) and its control word: origin_ms,
--- since_decrease_ms, recover_ds (K) and peak_per_min (W).
+-- follows the upstream's answers. An adaptive bucket holds its range
+-- (adaptive_floor_per_min, adaptive_ceiling_per_min) and its control word:
+-- origin_ms (t₀), window (the minute of the counts, relative to t₀'s),
+-- opened and opened_before (that minute's openings and the one before's),
+-- limit_per_min (L), probing and again (0 or 1).
 --
--- Exact in doubles: d is within [−65535, CUBE_CAP_DS] (K is 16 bits), so
--- |d³| ≤ 8·10^15 < 2^53; (W − target)·SCALE ≤ 600·SCALE < 2^53 and a cube
--- in the bisection is at most CUBE_CAP_DS³ (the tests check both bounds
--- against the core's constants); since_decrease_ms + (at − origin) is below
--- 2^32 + 2^52.
+-- Exact in doubles: ℓ = min(L, ceiling) ≤ 600 and d ≤ CUBE_CAP_DS, so
+-- ℓ·d³ ≤ 4.8·10^15 < 2^53 and ⌊ℓ·d³/PROBE_SPLIT⌋·ℓ ≤ 2.9·10^12; a search
+-- term is below 600·2^9·2·RESEARCH_DOUBLING_MS; a count is at most 65535,
+-- so opened_before·WINDOW_MS < 2^32 (the tests check these bounds against
+-- the core's constants).
 
--- adaptive::cube_root: ⌊∛n⌋ for 0 ≤ n ≤ 600·SCALE, by bisection on exact
--- cubes.
-local function cube_root(n)
-  local low, high = 0, CUBE_CAP_DS
-  while low < high do
-    local mid = floor_div(low + high + 1, 2)
-    if mid * mid * mid <= n then
-      low = mid
-    else
-      high = mid - 1
-    end
+-- adaptive::lowest_rate: the floor raised to the lowest rate that can
+-- refuse, ⌈60000 / schedule⌉ with schedule = r · hint_cap_s · 1000
+-- (budget::refusal_schedule_ms; r ≤ 41, so no saturation), never above the
+-- ceiling; the floor when nothing can refuse (no retries).
+local function lowest_rate(params, bucket)
+  local floor = bucket.adaptive_floor_per_min
+  local schedule = params.max_retries * hint_cap_s(params.bound_ms) * 1000
+  if schedule == 0 then
+    return floor
   end
-  return low
+  return max(min(ceil_div(MS_PER_MINUTE, schedule), bucket.adaptive_ceiling_per_min), floor)
 end
 
--- Range::rate_at: clamp(W + ⌊d³/scale⌋, floor, ceiling) with d the
--- deciseconds since the origin (capped at CUBE_CAP_DS) less K, and the
--- scale SEARCH_SCALE before any decrease, SCALE after; a reading before the
--- origin reads the origin.
-local function rate_at(bucket, origin_ms, since_decrease_ms, recover_ds, peak_per_min, now_ms)
-  local elapsed_ds = 0
-  if now_ms > origin_ms then
-    elapsed_ds = floor_div(now_ms - origin_ms, 100)
+-- Range::rate_at: clamp(curve, lowest, ceiling) at now_ms (a reading
+-- before the origin reads the origin). Searching: ℓ·2ⁿ·(D + r)/D, D the
+-- doubling period (RESEARCH_DOUBLING_MS with `again`), n = ⌊Δ/D⌋,
+-- r = Δ mod D, the ceiling from n ≥ SEARCH_DOUBLINGS_CAP. Probing:
+-- ⌈ℓ·KEEP_NUM/KEEP_DEN⌉ + ⌊⌊ℓ·d³/PROBE_SPLIT⌋·ℓ/S⌋ with d the deciseconds
+-- past the hold (capped at CUBE_CAP_DS) and S = PROBE_SCALE (divided by
+-- QUICK_PROBE with `again`), at most ℓ + ⌊ℓ/RISE_MARGIN⌋ + 2.
+local function rate_at(bucket, lowest, now_ms)
+  local elapsed = 0
+  if now_ms > bucket.origin_ms then
+    elapsed = now_ms - bucket.origin_ms
   end
-  local d = min(elapsed_ds, CUBE_CAP_DS) - recover_ds
-  local scale = SCALE
-  if since_decrease_ms == NEVER_DECREASED then
-    scale = SEARCH_SCALE
+  local ceiling = bucket.adaptive_ceiling_per_min
+  local limit = min(bucket.limit_per_min, ceiling)
+  local curve
+  if bucket.probing == 0 then
+    local period = SEARCH_DOUBLING_MS
+    if bucket.again == 1 then
+      period = RESEARCH_DOUBLING_MS
+    end
+    local doublings = floor_div(elapsed, period)
+    if doublings >= SEARCH_DOUBLINGS_CAP then
+      curve = ceiling
+    else
+      local within = elapsed - doublings * period
+      curve = floor_div(limit * 2 ^ doublings * (period + within), period)
+    end
+  else
+    local keep = ceil_div(limit * KEEP_NUM, KEEP_DEN)
+    local d = 0
+    if elapsed > HOLD_MS then
+      d = min(floor_div(elapsed - HOLD_MS, 100), CUBE_CAP_DS)
+    end
+    local scale = PROBE_SCALE
+    if bucket.again == 1 then
+      scale = floor_div(PROBE_SCALE, QUICK_PROBE)
+    end
+    local probe = floor_div(floor_div(limit * d * d * d, PROBE_SPLIT) * limit, scale)
+    curve = min(keep + probe, limit + floor_div(limit, RISE_MARGIN) + 2)
   end
-  local curve = peak_per_min + floor_div_signed(d * d * d, scale)
-  return min(max(curve, bucket.adaptive_floor_per_min), bucket.adaptive_ceiling_per_min)
+  return min(max(curve, lowest), ceiling)
 end
 
 -- Params::in_force: the parameters at the rate in force at now_ms (the
@@ -417,45 +442,76 @@ local function in_force(params, bucket, now_ms)
   if bucket.adaptive_floor_per_min == 0 or params.mode == 'disabled' then
     return params
   end
-  local rate = rate_at(
-    bucket,
-    bucket.origin_ms,
-    bucket.since_decrease_ms,
-    bucket.recover_ds,
-    bucket.peak_per_min,
-    now_ms
-  )
-  return at_rate(params, rate)
+  return at_rate(params, rate_at(bucket, lowest_rate(params, bucket), now_ms))
+end
+
+-- adaptive::rolled: the bucket's counts moved to the minute of `at` (≥ its
+-- origin): the count becomes the one before when that minute is the next
+-- one, and is dropped when it is later.
+local function roll(bucket, at)
+  local window = min(floor_div(at, WINDOW_MS) - floor_div(bucket.origin_ms, WINDOW_MS), COUNT_CAP)
+  if window > bucket.window then
+    if window == bucket.window + 1 then
+      bucket.opened_before = bucket.opened
+    else
+      bucket.opened_before = 0
+    end
+    bucket.window, bucket.opened = window, 0
+  end
+end
+
+-- adaptive::through: the larger of the two counts.
+local function through(bucket)
+  return max(bucket.opened, bucket.opened_before)
+end
+
+-- adaptive::recent: this minute's count plus the one before's times the
+-- share of it still inside the 60 s before `at`.
+local function recent(bucket, at)
+  local left = WINDOW_MS - (at - floor_div(at, WINDOW_MS) * WINDOW_MS)
+  return bucket.opened + floor_div(bucket.opened_before * left, WINDOW_MS)
 end
 
 -- Params::observe (Range::observe): the upstream's answer `outcome` at
--- now_ms. Writes the new control word into `bucket` when it changes and
+-- now_ms. Writes the new control word into `bucket` when there is one and
 -- returns whether it did, and the rate in force after it.
 local function observe(params, bucket, outcome, now_ms)
   if bucket.adaptive_floor_per_min == 0 or params.mode == 'disabled' then
     return false, params.rate
   end
-  local origin, since, recover, peak =
-    bucket.origin_ms, bucket.since_decrease_ms, bucket.recover_ds, bucket.peak_per_min
-  local at = max(now_ms, origin)
-  local rate = rate_at(bucket, origin, since, recover, peak, at)
+  local lowest = lowest_rate(params, bucket)
+  local at = max(now_ms, bucket.origin_ms)
+  local rate = rate_at(bucket, lowest, at)
+  local probing = bucket.probing == 1
+  local held = probing and at - bucket.origin_ms < HOLD_MS
+  local limit = bucket.limit_per_min
   if outcome == 'opened' then
-    return false, rate
+    roll(bucket, at)
+    bucket.opened = min(bucket.opened + 1, COUNT_CAP)
+    if not probing or held or through(bucket) <= limit + floor_div(limit, RISE_MARGIN) + 1 then
+      return true, rate
+    end
+    -- More got through in a minute than the limit learned: it rose.
+    -- Search again from the rate in force.
+    bucket.probing, bucket.again, bucket.limit_per_min = 0, 1, rate
+  elseif held then
+    return false, rate -- the same episode's throttle
+  else
+    roll(bucket, at)
+    local seen = max(through(bucket), recent(bucket, at))
+    if seen == 0 then
+      limit = rate
+    elseif not probing then
+      limit = min(seen, bucket.adaptive_ceiling_per_min) -- a search's burst
+    elseif seen < rate then
+      limit = seen
+    else
+      limit = rate - max(1, floor_div(rate, CUT_DEN)) -- the count does not explain it
+    end
+    bucket.probing, bucket.again, bucket.limit_per_min = 1, flag(not probing), limit
   end
-  since = (at - origin) + since
-  if since >= DECREASE_SPACING_MS then
-    -- A decrease: the curve restarts at `at` from the rate now, down to
-    -- max(floor, ⌊rate·BETA_NUM/BETA_DEN⌋) and back up to it after K.
-    local target = max(floor_div(rate * BETA_NUM, BETA_DEN), bucket.adaptive_floor_per_min)
-    since, recover, peak = 0, cube_root((rate - target) * SCALE), rate
-  elseif at == origin then
-    return false, rate
-  end
-  -- Otherwise still within the spacing: the curve restarts here at the
-  -- same K and W, holding the rate where the decrease put it.
-  bucket.origin_ms, bucket.since_decrease_ms = at, since
-  bucket.recover_ds, bucket.peak_per_min = recover, peak
-  return true, rate_at(bucket, at, since, recover, peak, at)
+  bucket.origin_ms, bucket.window = at, 0
+  return true, rate_at(bucket, lowest, at)
 end
 
 -- ---------------------------------------------------------------------------
@@ -694,10 +750,13 @@ end
 --   200–202    3    adaptive_floor_per_min (1 or more)
 --   204–206    3    adaptive_ceiling_per_min (0 in a call is stored as the rate)
 --   208–223   16    origin_ms
---   225–234   10    since_decrease_ms
---   236–240    5    recover_ds
---   242–244    3    peak_per_min
---   245–255         spaces
+--   225–229    5    window (0–65535)
+--   231–235    5    opened (0–65535)
+--   237–241    5    opened_before (0–65535)
+--   243–247    5    limit_per_min (0 to the ceiling)
+--   249        1    probing: 0 or 1
+--   251        1    again: 0 or 1
+--   252–255         spaces
 --
 -- One string.format writes it; one string.match reads and checks the form
 -- of every field at once (cheaper than field by field). Both are literals:
@@ -708,14 +767,14 @@ local HEADER_FIELDS = 'PACER1 %03d %07d %016d %02d %d %s %016d %+013d %08d %016d
   .. ' %016d %016d %016d %016d %016d'
 local PADDING = '                                                         ' -- bytes 199–255
 -- A fixed-rate bucket's header ends in the padding (string.format ignores
--- the six adaptive values it is given too); an adaptive one's in its fields.
+-- the nine adaptive values it is given too); an adaptive one's in its fields.
 local HEADER_FORMAT = HEADER_FIELDS .. PADDING
-local ADAPTIVE_HEADER_FORMAT = HEADER_FIELDS .. ' %03d %03d %016d %010d %05d %03d           '
+local ADAPTIVE_HEADER_FORMAT = HEADER_FIELDS .. ' %03d %03d %016d %05d %05d %05d %05d %d %d    '
 
--- Bytes 199–255 of an adaptive bucket's header: a space, six captures,
+-- Bytes 199–255 of an adaptive bucket's header: a space, nine captures,
 -- then the spaces to the end.
 local ADAPTIVE_PATTERN = '^ (%d%d%d) (%d%d%d) (%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) '
-  .. '(%d%d%d%d%d%d%d%d%d%d) (%d%d%d%d%d) (%d%d%d)           $'
+  .. '(%d%d%d%d%d) (%d%d%d%d%d) (%d%d%d%d%d) (%d%d%d%d%d) ([01]) ([01])    $'
 
 -- Fifteen captures, in the table's order; the match ends at byte 199 (the
 -- space after the last field), so the padding is compared on its own.
@@ -763,9 +822,12 @@ local function encode_header(bucket)
     bucket.adaptive_floor_per_min,
     bucket.adaptive_ceiling_per_min,
     bucket.origin_ms,
-    bucket.since_decrease_ms,
-    bucket.recover_ds,
-    bucket.peak_per_min
+    bucket.window,
+    bucket.opened,
+    bucket.opened_before,
+    bucket.limit_per_min,
+    bucket.probing,
+    bucket.again
   )
 end
 
@@ -779,35 +841,39 @@ local function big_field(text)
   return nil
 end
 
--- Bytes 199–255 of a header: for a fixed-rate bucket (spaces) 0, 0, and
--- a zero control word; for an adaptive one its range and control word,
--- checked for form and for the ranges the commands write (a floor and a
--- ceiling of at least 1, stored_config_ok checking the rest of the range;
--- the origin below 2^52, since_decrease_ms within 32 bits, recover_ds
--- within 16, the peak within the range); otherwise the "not a pacer
--- bucket" error.
-local function decode_adaptive(key, tail)
-  if tail == PADDING then
-    return 0, 0, 0, 0, 0, 0
+-- Bytes 199–255 of a header, into `bucket`: for a fixed-rate bucket
+-- (spaces) 0, 0, and a zero control word; for an adaptive one its range
+-- and control word, checked for form and for the ranges the commands write
+-- (a floor and a ceiling of at least 1, stored_config_ok checking the rest
+-- of the range; the origin below 2^52, the minute and the counts within 16
+-- bits, the limit at most the ceiling, the two flags 0 or 1); otherwise the
+-- "not a pacer bucket" error.
+local function decode_adaptive(key, tail, bucket)
+  local floor, ceiling, origin, window, opened, before, limit, probing, again = 0, 0, 0, 0, 0, 0, 0, 0, 0
+  if tail ~= PADDING then
+    floor, ceiling, origin, window, opened, before, limit, probing, again = string.match(tail, ADAPTIVE_PATTERN)
+    if floor == nil then
+      not_a_bucket(key)
+    end
+    floor, ceiling, origin = tonumber(floor), tonumber(ceiling), big_field(origin)
+    window, opened, before = tonumber(window), tonumber(opened), tonumber(before)
+    limit, probing, again = tonumber(limit), tonumber(probing), tonumber(again)
+    if
+      floor < 1
+      or ceiling < 1
+      or not origin
+      or window > COUNT_CAP
+      or opened > COUNT_CAP
+      or before > COUNT_CAP
+      or limit > ceiling
+    then
+      not_a_bucket(key)
+    end
   end
-  local floor, ceiling, origin, since, recover, peak = string.match(tail, ADAPTIVE_PATTERN)
-  if floor == nil then
-    not_a_bucket(key)
-  end
-  floor, ceiling, origin = tonumber(floor), tonumber(ceiling), big_field(origin)
-  since, recover, peak = tonumber(since), tonumber(recover), tonumber(peak)
-  if
-    floor < 1
-    or ceiling < 1
-    or not origin
-    or since > NEVER_DECREASED
-    or recover > 65535
-    or peak < floor
-    or peak > ceiling
-  then
-    not_a_bucket(key)
-  end
-  return floor, ceiling, origin, since, recover, peak
+  bucket.adaptive_floor_per_min, bucket.adaptive_ceiling_per_min = floor, ceiling
+  bucket.raw_ceiling, bucket.origin_ms = ceiling, origin
+  bucket.window, bucket.opened, bucket.opened_before = window, opened, before
+  bucket.limit_per_min, bucket.probing, bucket.again = limit, probing, again
 end
 
 -- The bucket the header `raw` holds, or the "not a pacer bucket" error:
@@ -822,7 +888,6 @@ local function decode_header(key, raw)
   if rate == nil then
     not_a_bucket(key)
   end
-  local floor, ceiling, origin, since, recover, peak = decode_adaptive(key, string.sub(raw, 200, HEADER_LEN))
   idle, high_water, serial = big_field(idle), big_field(high_water), big_field(serial)
   admitted, refused, booked = big_field(admitted), big_field(refused), big_field(booked)
   released, release_refused = big_field(released), big_field(release_refused)
@@ -835,7 +900,7 @@ local function decode_header(key, raw)
   then
     not_a_bucket(key)
   end
-  return {
+  local bucket = {
     rate_per_min = tonumber(rate),
     burst = burst,
     raw_burst = burst,
@@ -852,14 +917,9 @@ local function decode_header(key, raw)
     booked = booked,
     released = released,
     release_refused = release_refused,
-    adaptive_floor_per_min = floor,
-    adaptive_ceiling_per_min = ceiling,
-    raw_ceiling = ceiling,
-    origin_ms = origin,
-    since_decrease_ms = since,
-    recover_ds = recover,
-    peak_per_min = peak,
   }
+  decode_adaptive(key, string.sub(raw, 200, HEADER_LEN), bucket)
+  return bucket
 end
 
 -- Params::plan accepts the stored configuration, or the "not a pacer
@@ -932,9 +992,12 @@ local function copy_bucket(held)
     adaptive_ceiling_per_min = held.adaptive_ceiling_per_min,
     raw_ceiling = held.raw_ceiling,
     origin_ms = held.origin_ms,
-    since_decrease_ms = held.since_decrease_ms,
-    recover_ds = held.recover_ds,
-    peak_per_min = held.peak_per_min,
+    window = held.window,
+    opened = held.opened,
+    opened_before = held.opened_before,
+    limit_per_min = held.limit_per_min,
+    probing = held.probing,
+    again = held.again,
   }
 end
 
@@ -1130,13 +1193,6 @@ local function count(n)
   return min(n + 1, LARGEST)
 end
 
-local function flag(value)
-  if value then
-    return 1
-  end
-  return 0
-end
-
 -- The bucket's state becomes `next_state` (nil: unchanged).
 local function set_state(bucket, next_state)
   if next_state then
@@ -1185,15 +1241,14 @@ local function admission_command(key, op, argv)
     bucket.serial = 0
     bucket.admitted, bucket.refused, bucket.booked = 0, 0, 0
     bucket.released, bucket.release_refused = 0, 0
-    -- Params::initial_control: on the curve at its peak, the configured
-    -- rate, never decreased (a fixed-rate bucket keeps zeros).
+    -- Params::initial_control: searching from the configured rate since
+    -- now, nothing counted (a fixed-rate bucket keeps zeros).
+    bucket.origin_ms, bucket.limit_per_min = 0, 0
     if config.adaptive_floor_per_min > 0 then
-      bucket.origin_ms, bucket.since_decrease_ms = now_ms, NEVER_DECREASED
-      bucket.recover_ds, bucket.peak_per_min = 0, config.rate_per_min
-    else
-      bucket.origin_ms, bucket.since_decrease_ms = 0, 0
-      bucket.recover_ds, bucket.peak_per_min = 0, 0
+      bucket.origin_ms, bucket.limit_per_min = now_ms, config.rate_per_min
     end
+    bucket.window, bucket.opened, bucket.opened_before = 0, 0, 0
+    bucket.probing, bucket.again = 0, 0
   elseif not same_config(bucket, config) then
     stored_config_ok(key, bucket)
     fail(fmt(
@@ -1321,16 +1376,19 @@ local function info_command(key, argv)
     'rate_in_force', params.rate,
     'adaptive_floor_per_min', bucket.adaptive_floor_per_min,
     'adaptive_ceiling_per_min', bucket.adaptive_ceiling_per_min,
-    'peak_per_min', bucket.peak_per_min,
     'origin_ms', bucket.origin_ms,
-    'since_decrease_ms', bucket.since_decrease_ms,
-    'recover_ds', bucket.recover_ds,
+    'window', bucket.window,
+    'opened', bucket.opened,
+    'opened_before', bucket.opened_before,
+    'limit_per_min', bucket.limit_per_min,
+    'probing', bucket.probing,
+    'again', bucket.again,
   }
 end
 
 -- PACER.OBSERVE: argv is the op, the outcome (opened or throttled), then
--- [AT ms]. The rate in force after it; writes only when the control word
--- changes (never for a fixed-rate bucket).
+-- [AT ms]. The rate in force after it; writes the control word when the
+-- law gives one (an opening is counted; never for a fixed-rate bucket).
 local function observe_command(key, argv)
   local _, at = layout('observe', argv, 1, false)
   local outcome = argv[2]

@@ -2,12 +2,26 @@ package pacer_test
 
 // Adaptive pacing (SPEC §14) on the in-process pacer: Observe, RateInForce,
 // the refill at the rate in force, and the checks of the two Config fields
-// and of the outcome. Expected rates are worked out by hand from the law
-// (core/src/adaptive.rs): a throttle a minute or more after the last
-// decrease (or the first one) sets the rate to max(floor, ⌊rate·8/10⌋); one
-// sooner holds it; an opened connection changes nothing. Before the first
-// throttle the curve sits at or above the configured rate, and the default
-// ceiling (0: the rate) clamps it there.
+// and of the outcome. Expected rates are worked out by hand from the law's
+// statement (core/src/adaptive.rs), never read back from the code under test.
+//
+// The defaults (60/min, 5 retries, bound 4833 ms: hint cap 4 s, refusal
+// schedule 5·4000 = 20000 ms) make ⌈60000/20000⌉ = 3/min the lowest rate
+// that can refuse, so the rate in force is clamped to [max(floor, 3),
+// ceiling]: [10, 60] with floor 10, [40, 60] with floor 40 (the default
+// ceiling, 0, is the rate).
+//
+//   - Searching (from creation, L = 60): 60·2ⁿ·(5000 + r)/5000 ≥ 60, clamped
+//     to the ceiling: 60 at any instant.
+//   - 40 openings at 1000 (minute 0), then a throttle at 1000, end the search:
+//     E = max(through 40, recent 40) = 40, L = min(40, 60) = 40, probing
+//     (again) from 1000: ⌈40·31/32⌉ = ⌈38.75⌉ = 39 through the hold.
+//   - A throttle within 60000 ms of the origin changes nothing (39 at 1000
+//     and 60999); an opening in the hold is counted (41 in minute 0).
+//   - A throttle at 61000 (minute 1, not held): through = 41, recent = 0 +
+//     ⌊41·59000/60000⌋ = 40, E = 41 ≥ R = 39: L = 39 − max(1, ⌊39/8⌋) = 35,
+//     read ⌈35·31/32⌉ = ⌈33.9⌉ = 34 (40 with floor 40).
+//   - A throttle with nothing counted: L = R, ⌈60·31/32⌉ = ⌈58.1⌉ = 59.
 
 import (
 	"errors"
@@ -46,27 +60,38 @@ func mustRateInForce(t *testing.T, p *pacer.Pacer, now uint64) int {
 	return rate
 }
 
+func observeOpened(t *testing.T, p *pacer.Pacer, n int, now uint64, want int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if got := mustObserve(t, p, pacer.OutcomeOpened, now); got != want {
+			t.Fatalf("opening %d at %d: %d, want %d", i, now, got, want)
+		}
+	}
+}
+
 // The law's sequence, created at 0 with floor 10 and then floor 40.
 func TestAdaptiveObserveSequence(t *testing.T) {
 	for _, tc := range []struct {
 		floor int
-		last  int // the second decrease: ⌊48·8/10⌋ = 38, or the floor 40
-	}{{10, 38}, {40, 40}} {
+		held  int // ⌈40·31/32⌉ = 39, or the floor 40
+		last  int // L = 35: ⌈35·31/32⌉ = 34, or the floor 40
+	}{{10, 39, 34}, {40, 40, 40}} {
 		p := mustNew(t, adaptiveConfig(&fakeClock{}, tc.floor))
+		if got := mustRateInForce(t, p, 0); got != 60 {
+			t.Fatalf("floor %d: rate in force at creation = %d, want 60", tc.floor, got)
+		}
+		observeOpened(t, p, 40, 1000, 60)
 		steps := []struct {
 			name    string
 			outcome pacer.Outcome
 			now     uint64
 			want    int
 		}{
-			{"first throttle: ⌊60·8/10⌋", pacer.OutcomeThrottled, 1000, 48},
-			{"the same instant: nothing written", pacer.OutcomeThrottled, 1000, 48},
-			{"opened changes nothing", pacer.OutcomeOpened, 1000, 48},
-			{"59999 ms after the decrease: a hold", pacer.OutcomeThrottled, 60999, 48},
-			{"60000 ms after the decrease: ⌊48·8/10⌋, or the floor", pacer.OutcomeThrottled, 61000, tc.last},
-		}
-		if got := mustRateInForce(t, p, 0); got != 60 {
-			t.Fatalf("floor %d: rate in force at creation = %d, want 60", tc.floor, got)
+			{"the first throttle ends the search at L = 40", pacer.OutcomeThrottled, 1000, tc.held},
+			{"the same instant: in the hold", pacer.OutcomeThrottled, 1000, tc.held},
+			{"an opening in the hold: counted, no rise", pacer.OutcomeOpened, 1000, tc.held},
+			{"59999 ms after the origin: in the hold", pacer.OutcomeThrottled, 60999, tc.held},
+			{"60000 ms after: E = 41 ≥ R, L = R − ⌊R/8⌋", pacer.OutcomeThrottled, 61000, tc.last},
 		}
 		for _, s := range steps {
 			if got := mustObserve(t, p, s.outcome, s.now); got != s.want {
@@ -79,9 +104,63 @@ func TestAdaptiveObserveSequence(t *testing.T) {
 	}
 }
 
-// Reserve refills at the rate in force: with burst 1, a throttle between
-// two reservations at 1000 makes the second wait ⌈60000/48⌉ = 1250 ms
-// (1000 ms at 60/min), within the 4833 ms bound.
+// After the sequence (floor 10: L = 35 from origin 61000, not again): at
+// 181000 (minute 3) the counts are dropped; the rate in force is 34 +
+// ⌊⌊35·600³/10⁶⌋·35/5400000⌋ = 34 + ⌊7560·35/5400000⌋ = 34 (d = 600 ds).
+// 20 openings there (20 ≤ 35 + 4 + 1: no rise), then a throttle: E = 20 <
+// R = 34, so L = 20 and the probe reads ⌈20·31/32⌉ = 20; with floor 25, 25.
+func TestAdaptiveCountExplainsTheThrottle(t *testing.T) {
+	for _, tc := range []struct{ floor, want int }{{10, 20}, {25, 25}} {
+		p := mustNew(t, adaptiveConfig(&fakeClock{}, tc.floor))
+		observeOpened(t, p, 40, 1000, 60)
+		mustObserve(t, p, pacer.OutcomeThrottled, 1000)
+		mustObserve(t, p, pacer.OutcomeOpened, 1000)
+		if got := mustObserve(t, p, pacer.OutcomeThrottled, 61000); got != 34 {
+			t.Fatalf("floor %d: at 61000: %d, want 34", tc.floor, got)
+		}
+		if got := mustRateInForce(t, p, 181000); got != 34 {
+			t.Fatalf("floor %d: at 181000: %d, want 34", tc.floor, got)
+		}
+		observeOpened(t, p, 20, 181000, 34)
+		if got := mustObserve(t, p, pacer.OutcomeThrottled, 181000); got != tc.want {
+			t.Fatalf("floor %d: the throttle at 181000: %d, want %d", tc.floor, got, tc.want)
+		}
+	}
+}
+
+// After the throttle at 1000 (L = 40) a rise shows when a minute's count
+// passes 40 + ⌊40/8⌋ + 1 = 46 at least 60000 ms after the origin. `more`
+// openings at 30000 are in the hold (39 stays); one at 61000 makes minute
+// 0's count, 40 + more, `through`. 47 > 46: search again from the rate in
+// force, 39, doubling every 20000 ms: ⌊39·30000/20000⌋ = 58 at 71000, 78
+// at 81000 clamped to 60. 46: still probing, at 71000 d = 100 ds,
+// ⌊⌊40·100³/10⁶⌋·40/(5400000/16)⌋ = ⌊1600/337500⌋ = 0: 39 (and 39 at 81000,
+// d = 200: ⌊⌊40·8·10⁶/10⁶⌋·40/337500⌋ = ⌊12800/337500⌋ = 0).
+func TestAdaptiveRiseSearchesAgain(t *testing.T) {
+	for _, tc := range []struct {
+		more         int
+		at71k, at81k int
+	}{{7, 58, 60}, {6, 39, 39}} {
+		p := mustNew(t, adaptiveConfig(&fakeClock{}, 10))
+		observeOpened(t, p, 40, 1000, 60)
+		if got := mustObserve(t, p, pacer.OutcomeThrottled, 1000); got != 39 {
+			t.Fatalf("throttle: %d", got)
+		}
+		observeOpened(t, p, tc.more, 30000, 39)
+		observeOpened(t, p, 1, 61000, 39)
+		if got := mustRateInForce(t, p, 71000); got != tc.at71k {
+			t.Fatalf("%d more: at 71000: %d, want %d", tc.more, got, tc.at71k)
+		}
+		if got := mustRateInForce(t, p, 81000); got != tc.at81k {
+			t.Fatalf("%d more: at 81000: %d, want %d", tc.more, got, tc.at81k)
+		}
+	}
+}
+
+// Reserve refills at the rate in force: with burst 1, 30 openings and a
+// throttle between two reservations at 1000 (L = 30, ⌈30·31/32⌉ = 30) make
+// the second wait 60000/30 = 2000 ms (1000 ms at 60/min), within the 4833
+// ms bound.
 func TestAdaptiveRefillFollowsTheRate(t *testing.T) {
 	clock := &fakeClock{}
 	cfg := adaptiveConfig(clock, 10)
@@ -90,11 +169,33 @@ func TestAdaptiveRefillFollowsTheRate(t *testing.T) {
 	if d := mustReserve(t, p, 1000); !d.Admitted || d.WaitMs != 0 {
 		t.Fatalf("first: %+v", d)
 	}
-	if got := mustObserve(t, p, pacer.OutcomeThrottled, 1000); got != 48 {
-		t.Fatalf("throttle = %d, want 48", got)
+	observeOpened(t, p, 30, 1000, 60)
+	if got := mustObserve(t, p, pacer.OutcomeThrottled, 1000); got != 30 {
+		t.Fatalf("throttle = %d, want 30", got)
 	}
-	if d := mustReserve(t, p, 1000); !d.Admitted || d.WaitMs != 1250 {
-		t.Fatalf("second: %+v, want admitted after 1250 ms", d)
+	if d := mustReserve(t, p, 1000); !d.Admitted || d.WaitMs != 2000 {
+		t.Fatalf("second: %+v, want admitted after 2000 ms", d)
+	}
+}
+
+// The clock's ends: a throttle at 0 with nothing counted reads 59; an
+// opening at 2⁶⁴ − 1 (d capped at 20000 ds, the curve capped at 60 + 7 + 2
+// and clamped to the ceiling) reads 60; a throttle there: E = 1 < 60,
+// L = 1, clamped to the floor 10.
+func TestAdaptiveClockEnds(t *testing.T) {
+	p := mustNew(t, adaptiveConfig(&fakeClock{}, 10))
+	const top = ^uint64(0)
+	for _, s := range []struct {
+		outcome pacer.Outcome
+		now     uint64
+		want    int
+	}{{pacer.OutcomeThrottled, 0, 59}, {pacer.OutcomeOpened, top, 60}, {pacer.OutcomeThrottled, top, 10}} {
+		if got := mustObserve(t, p, s.outcome, s.now); got != s.want {
+			t.Fatalf("Observe(%v, %d) = %d, want %d", s.outcome, s.now, got, s.want)
+		}
+	}
+	if got := mustRateInForce(t, p, top); got != 10 {
+		t.Fatalf("RateInForce(2⁶⁴ − 1) = %d, want 10", got)
 	}
 }
 
@@ -123,8 +224,8 @@ func TestAdaptiveOff(t *testing.T) {
 }
 
 // An outcome other than the two is ErrInvalidInput and changes nothing:
-// the first real throttle afterwards is still the first decrease (48), and
-// a second reservation still waits as the untouched bucket says.
+// the first real throttle afterwards still ends the search with nothing
+// counted (L = R = 60, ⌈60·31/32⌉ = 59).
 func TestAdaptiveBadOutcome(t *testing.T) {
 	p := mustNew(t, adaptiveConfig(&fakeClock{}, 10))
 	for _, o := range []pacer.Outcome{0, 3, pacer.Outcome(^uint32(0))} {
@@ -140,8 +241,8 @@ func TestAdaptiveBadOutcome(t *testing.T) {
 	if got := mustRateInForce(t, p, 1000); got != 60 {
 		t.Fatalf("after bad outcomes: %d", got)
 	}
-	if got := mustObserve(t, p, pacer.OutcomeThrottled, 1000); got != 48 {
-		t.Fatalf("first throttle after bad outcomes = %d, want 48", got)
+	if got := mustObserve(t, p, pacer.OutcomeThrottled, 1000); got != 59 {
+		t.Fatalf("first throttle after bad outcomes = %d, want 59", got)
 	}
 	if pacer.OutcomeOpened.String() != "opened" || pacer.OutcomeThrottled.String() != "throttled" {
 		t.Fatalf("%q %q", pacer.OutcomeOpened, pacer.OutcomeThrottled)
@@ -219,19 +320,37 @@ func TestAdaptiveBadConfigs(t *testing.T) {
 	}
 }
 
-// A ceiling above the rate lets the rate climb past it with time: before
-// any throttle the search curve is 60 + ⌊d³/50000000⌋ with d the
-// deciseconds since creation, so at d = 1000 (100 s) it reads 60 + 20 = 80,
-// clamped to a ceiling of 70; with the default ceiling it stays 60.
+// A ceiling above the rate lets the rate climb: before any throttle the
+// search curve is 60·2ⁿ·(5000 + r)/5000 (n = ⌊t/5000⌋, r = t mod 5000): 60
+// at 0, 66 at 500, 90 at 2500, 120 at 5000, 240 at 10000, 480 at 15000, 960
+// at 20000 (600 with ceiling 600); ceiling 70 clamps 72 at 1000 to 70; with
+// the default ceiling it stays 60. Three openings at 0 and a throttle at
+// 20000 (floor 1: lowest max(1, 3) = 3) end the search at L = min(3, 600) =
+// 3, ⌈3·31/32⌉ = 3.
 func TestAdaptiveCeiling(t *testing.T) {
-	cfg := adaptiveConfig(&fakeClock{}, 10)
+	cfg := adaptiveConfig(&fakeClock{}, 1)
+	cfg.AdaptiveCeilingPerMin = 600
+	wide := mustNew(t, cfg)
+	for _, s := range []struct {
+		now  uint64
+		want int
+	}{{0, 60}, {500, 66}, {2500, 90}, {5000, 120}, {10000, 240}, {15000, 480}, {20000, 600}, {100_000, 600}} {
+		if got := mustRateInForce(t, wide, s.now); got != s.want {
+			t.Fatalf("ceiling 600 at %d: %d, want %d", s.now, got, s.want)
+		}
+	}
+	observeOpened(t, wide, 3, 0, 60)
+	if got := mustObserve(t, wide, pacer.OutcomeThrottled, 20000); got != 3 {
+		t.Fatalf("the search's end: %d, want 3", got)
+	}
+	cfg = adaptiveConfig(&fakeClock{}, 10)
 	cfg.AdaptiveCeilingPerMin = 70
 	high := mustNew(t, cfg)
-	if got := mustRateInForce(t, high, 0); got != 60 {
-		t.Fatalf("at 0: %d", got)
+	if got := mustRateInForce(t, high, 1000); got != 70 {
+		t.Fatalf("at 1 s with ceiling 70: %d, want 70", got)
 	}
-	if got := mustRateInForce(t, high, 100_000); got != 70 {
-		t.Fatalf("at 100 s with ceiling 70: %d, want 70", got)
+	if got := mustRateInForce(t, high, 500); got != 66 {
+		t.Fatalf("at 0.5 s with ceiling 70: %d, want 66", got)
 	}
 	capped := mustNew(t, adaptiveConfig(&fakeClock{}, 10))
 	if got := mustRateInForce(t, capped, 100_000); got != 60 {

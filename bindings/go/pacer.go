@@ -158,11 +158,12 @@ type Config struct {
 	ReleasePolicy ReleasePolicy
 	// AdaptiveFloorPerMin turns adaptive pacing on (SPEC §14) when above
 	// 0: the lowest rate a throttle reported with Observe may lower the
-	// rate in force to, 1..RatePerMinute. 0 (the default) is off: the
+	// rate in force to (raised to the lowest rate that can refuse),
+	// 1..RatePerMinute. 0 (the default) is off: the
 	// rate in force stays RatePerMinute.
 	AdaptiveFloorPerMin int
 	// AdaptiveCeilingPerMin is the highest rate the rate in force may
-	// climb back to, RatePerMinute..600; 0 means RatePerMinute. It must
+	// reach (searching or probing), RatePerMinute..600; 0 means RatePerMinute. It must
 	// be 0..600 even when adaptation is off (it is then ignored).
 	AdaptiveCeilingPerMin int
 
@@ -563,12 +564,16 @@ func (p *Pacer) await(ctx context.Context, start uint64, d *Decision) (Admission
 
 // Observe reports what the upstream answered to a new connection at nowMs
 // (adaptive pacing, SPEC §14) and returns the rate in force after it, new
-// connections per minute. OutcomeThrottled (the upstream's own rate limit)
-// lowers the rate in force to max(floor, ⌊rate·8/10⌋) when the last
-// decrease is a minute or more ago (or there was none), and otherwise holds
-// it where the decrease put it; OutcomeOpened changes nothing. Between
-// throttles the rate climbs back with time, up to the ceiling; Reserve
-// refills at it. With adaptation off it changes nothing and returns
+// connections per minute. OutcomeOpened is counted (per minute of the
+// clock). OutcomeThrottled (the upstream's own rate limit) sets the rate to
+// just under what got through (⌈L·31/32⌉: L the count, at most the
+// ceiling, when it ends the search or is below the rate in force; else the
+// rate in force less 1/8), unless a throttle less than a minute before
+// already did: then it changes nothing. Before the first throttle the rate
+// doubles every 5 s up to the ceiling; after one it stays flat for a
+// minute, then probes slowly above; a minute's count well above L searches
+// again. It stays within the floor (raised to the lowest rate that can
+// refuse) and the ceiling; Reserve refills at it. With adaptation off it changes nothing and returns
 // RatePerMinute. Any other outcome returns ErrInvalidInput and changes
 // nothing. Safe for concurrent use.
 func (p *Pacer) Observe(outcome Outcome, nowMs uint64) (int, error) {

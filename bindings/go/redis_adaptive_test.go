@@ -1,11 +1,15 @@
 package pacer_test
 
 // Adaptive pacing (SPEC §14) on the fleet's bucket, against real
-// redis-servers, on every engine. The server's clock runs, so only what
-// holds for a few seconds after a throttle is expected: the first decrease
-// takes the rate from 60 to ⌊60·8/10⌋ = 48 and sets K = ⌊∛(12·400000000)⌋
-// = 1686 ds (1686³ = 4792616856 ≤ 4.8·10⁹ < 1687³); the curve then reads 48
-// until 4.7 s after it, and a throttle within the minute holds it there.
+// redis-servers, on every engine, by the law in core/src/adaptive.rs. The
+// server's clock runs, but each test runs well within the law's 60000 ms
+// hold. fleetConfig's budget (3 retries, hint cap 2 s: schedule 6000 ms)
+// makes ⌈60000/6000⌉ = 10 the lowest rate that can refuse; with floor 10
+// the rate in force is clamped to [10, 60]. A new bucket searches from
+// L = 60, at the default ceiling 60 at any instant; a throttle with nothing
+// counted ends the search with L = R = 60 and the probe reads ⌈60·31/32⌉ =
+// ⌈58.125⌉ = 59 through the hold; a throttle or an opening in the hold
+// changes nothing but the count.
 
 import (
 	"context"
@@ -44,31 +48,31 @@ func TestRedisAdaptive(t *testing.T) {
 				t.Fatalf("Create = %v, %v", created, err)
 			}
 			info := mustRedisInfo(t, a)
-			// ADAPT 10 0 is stored with the ceiling as the rate, at the
-			// peak (the rate), never decreased.
+			// ADAPT 10 0 is stored with the ceiling as the rate, searching
+			// from its creation.
 			if info.RateInForce != 60 || info.AdaptiveFloorPerMin != 10 || info.AdaptiveCeilingPerMin != 60 ||
-				info.PeakPerMin != 60 || info.SinceDecreaseMs != 4294967295 || info.RecoverDs != 0 {
+				info.OriginMs > info.NowMs {
 				t.Fatalf("a new adaptive bucket: %+v", info)
 			}
 			if rate, err := b.RateInForce(ctx); rate != 60 || err != nil {
 				t.Fatalf("b.RateInForce = %d, %v", rate, err)
 			}
 			// One proxy's throttle slows the other.
-			if got := mustRedisObserve(t, a, pacer.OutcomeThrottled); got != 48 {
-				t.Fatalf("a throttled: %d, want 48", got)
+			if got := mustRedisObserve(t, a, pacer.OutcomeThrottled); got != 59 {
+				t.Fatalf("a throttled: %d, want 59", got)
 			}
-			if rate, err := b.RateInForce(ctx); rate != 48 || err != nil {
+			if rate, err := b.RateInForce(ctx); rate != 59 || err != nil {
 				t.Fatalf("b.RateInForce after a's throttle = %d, %v", rate, err)
 			}
-			if got := mustRedisObserve(t, b, pacer.OutcomeThrottled); got != 48 {
-				t.Fatalf("b throttled within the minute (a hold): %d, want 48", got)
+			if got := mustRedisObserve(t, b, pacer.OutcomeThrottled); got != 59 {
+				t.Fatalf("b throttled within the hold: %d, want 59", got)
 			}
-			if got := mustRedisObserve(t, b, pacer.OutcomeOpened); got != 48 {
-				t.Fatalf("b opened: %d, want 48", got)
+			if got := mustRedisObserve(t, b, pacer.OutcomeOpened); got != 59 {
+				t.Fatalf("b opened: %d, want 59", got)
 			}
 			info = mustRedisInfo(t, b)
-			if info.PeakPerMin != 60 || info.RecoverDs != 1686 || info.SinceDecreaseMs >= 60000 || info.RateInForce != 48 {
-				t.Fatalf("after the decrease and the hold: %+v", info)
+			if info.RateInForce != 59 || info.OriginMs > info.NowMs || info.NowMs-info.OriginMs >= 60000 {
+				t.Fatalf("after the throttle and the hold: %+v", info)
 			}
 			// The adaptive settings are the bucket's configuration: a
 			// fixed-rate client, or another floor, is the mismatch error.
@@ -98,9 +102,13 @@ func TestRedisAdaptive(t *testing.T) {
 	}
 }
 
-// RESERVE and BOOK carry ADAPT (after BOOK's retries_left): with burst 1 a
-// reservation after a throttle waits ⌈60000/48⌉ = 1250 ms less the time
-// since the first debit, more than the 1000 ms any wait at 60/min is.
+// RESERVE and BOOK carry ADAPT (after BOOK's retries_left): with burst 1,
+// 30 openings reported and then a throttle end the search at L = min(E, 60)
+// with E = max(through, recent) = 30 (⌈30·31/32⌉ = 30), or 29 should the
+// clock's minute turn among the openings (recent = k + ⌊(30 − k)·left/60000⌋
+// = 29 for left < 60000; ⌈29·31/32⌉ = 29). A reservation after it waits
+// 60000/30 = 2000 ms (⌈60000/29⌉ = 2069) less the time since the first
+// debit, more than the 1000 ms any wait at 60/min is.
 func TestRedisAdaptiveRefill(t *testing.T) {
 	for _, engine := range engines {
 		t.Run(string(engine), func(t *testing.T) {
@@ -111,12 +119,19 @@ func TestRedisAdaptiveRefill(t *testing.T) {
 			if d := mustRedisReserve(t, r); !d.Admitted || d.WaitMs != 0 {
 				t.Fatalf("first: %+v", d)
 			}
-			if got := mustRedisObserve(t, r, pacer.OutcomeThrottled); got != 48 {
-				t.Fatalf("throttle: %d", got)
+			for i := 0; i < 30; i++ {
+				if got := mustRedisObserve(t, r, pacer.OutcomeOpened); got != 60 {
+					t.Fatalf("opening %d while searching: %d, want 60", i, got)
+				}
 			}
+			rate := mustRedisObserve(t, r, pacer.OutcomeThrottled)
+			if rate != 30 && rate != 29 {
+				t.Fatalf("throttle: %d, want 30 (or 29)", rate)
+			}
+			most := uint64((60000 + rate - 1) / rate)
 			d := mustRedisReserve(t, r)
-			if !d.Admitted || d.WaitMs <= 1000 || d.WaitMs > 1250 {
-				t.Fatalf("after the throttle: %+v, want admitted after 1000 < w <= 1250 ms", d)
+			if !d.Admitted || d.WaitMs <= 1000 || d.WaitMs > most {
+				t.Fatalf("after the throttle: %+v, want admitted after 1000 < w <= %d ms", d, most)
 			}
 			// A keyed request books through BOOK … ADAPT on the same bucket.
 			k, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "refill", Config: cfg})
@@ -159,17 +174,18 @@ func TestRedisAdaptiveOffAsksNothing(t *testing.T) {
 
 // While Redis fails, local reports to its fallback pacer, adaptive at
 // ⌊rate/N⌋ between ⌊floor/N⌋ and ⌊ceiling/N⌋: with N = 2, 30 between 5
-// and 30, so a throttle gives ⌊30·8/10⌋ = 24; open and closed learn
-// nothing and answer the configured rate. RateInForce needs Redis, as Info.
+// and 30 (the lowest rate that can refuse, 10, above the floor 5). A
+// throttle with nothing counted ends its search at L = R = 30: ⌈30·31/32⌉
+// = 30, and one in the hold changes nothing; open and closed learn nothing
+// and answer the configured rate. RateInForce needs Redis, as Info.
 func TestRedisAdaptiveDuringAnOutage(t *testing.T) {
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	ctx := context.Background()
 	local, _ := openRedis(t, pacer.RedisOptions{Addr: addr, Config: adaptiveFleetConfig(10), FleetSize: 2})
-	if got := mustRedisObserve(t, local, pacer.OutcomeThrottled); got != 24 {
-		t.Fatalf("local: %d, want 24", got)
-	}
-	if got := mustRedisObserve(t, local, pacer.OutcomeOpened); got != 24 {
-		t.Fatalf("local opened: %d, want 24", got)
+	for _, o := range []pacer.Outcome{pacer.OutcomeThrottled, pacer.OutcomeThrottled, pacer.OutcomeOpened} {
+		if got := mustRedisObserve(t, local, o); got != 30 {
+			t.Fatalf("local %v: %d, want 30", o, got)
+		}
 	}
 	if _, err := local.RateInForce(ctx); !errors.Is(err, pacer.ErrRedisUnavailable) {
 		t.Fatalf("RateInForce during an outage: %v", err)

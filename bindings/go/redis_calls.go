@@ -663,10 +663,13 @@ type RedisInfo struct {
 	RateInForce           uint64 // the rate the next decision uses, per minute
 	AdaptiveFloorPerMin   uint64
 	AdaptiveCeilingPerMin uint64 // as stored: a ceiling of 0 reads as the rate
-	PeakPerMin            uint64 // W: the rate when the upstream last lowered it
-	OriginMs              uint64 // t₀: the curve's origin, on the server's clock
-	SinceDecreaseMs       uint64 // from the last decrease to the origin (4294967295 before the first)
-	RecoverDs             uint64 // K: deciseconds from the origin back to the peak
+	OriginMs              uint64 // t₀: the law's origin (creation, last throttle or search), server's clock
+	Window                uint64 // the minute the counts belong to, counted from t₀'s
+	Opened                uint64 // openings counted in that minute
+	OpenedBefore          uint64 // openings counted in the minute before it
+	LimitPerMin           uint64 // L: where a search starts, or what got through at the last throttle
+	Probing               bool   // probing from L (after a throttle) rather than searching
+	Again                 bool   // a search again, or the quick probe after a search
 }
 
 // Info reads the bucket (PACER.INFO). No failure policy applies: an
@@ -743,14 +746,20 @@ func (r *RedisPacer) info(ctx context.Context) (RedisInfo, error) {
 			info.AdaptiveFloorPerMin = num(v)
 		case "adaptive_ceiling_per_min":
 			info.AdaptiveCeilingPerMin = num(v)
-		case "peak_per_min":
-			info.PeakPerMin = num(v)
 		case "origin_ms":
 			info.OriginMs = num(v)
-		case "since_decrease_ms":
-			info.SinceDecreaseMs = num(v)
-		case "recover_ds":
-			info.RecoverDs = num(v)
+		case "window":
+			info.Window = num(v)
+		case "opened":
+			info.Opened = num(v)
+		case "opened_before":
+			info.OpenedBefore = num(v)
+		case "limit_per_min":
+			info.LimitPerMin = num(v)
+		case "probing":
+			info.Probing = num(v) == 1
+		case "again":
+			info.Again = num(v) == 1
 		}
 	}
 	return info, nil

@@ -11,7 +11,7 @@ export declare const UPSTREAM_IDLE_TIMEOUT_ENV: 'CLODEX_UPSTREAM_IDLE_TIMEOUT_MS
 export declare const UPSTREAM_TOTAL_TIMEOUT_ENV: 'CLODEX_UPSTREAM_TOTAL_TIMEOUT_MS';
 /** Set to a positive integer: the shared pacer paces adaptively (SPEC §14), never below it. */
 export declare const WS_ADAPTIVE_FLOOR_PER_MIN_ENV: 'CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN';
-/** With the floor set: the highest rate adaptation may climb to; default the rate. */
+/** With the floor set: the highest rate adaptation may reach; default the rate. */
 export declare const WS_ADAPTIVE_CEILING_PER_MIN_ENV: 'CLODEX_WS_ADAPTIVE_CEILING_PER_MIN';
 /** Set: sharedWsUpgradePacer() paces against a fleet bucket in Redis (a RedisPacer). */
 export declare const REDIS_URL_ENV: 'PACER_REDIS_URL';
@@ -72,8 +72,8 @@ export interface WsAdaptivePacing {
   /** The lowest rate a throttle may lower the rate in force to (floored,
    * held between 1 and the rate). */
   floorPerMinute: number;
-  /** The highest rate it may climb back to (floored, held between the rate
-   * and 600); default the rate. */
+  /** The highest rate it may reach, searching or probing (floored, held
+   * between the rate and 600); default the rate. */
   ceilingPerMinute?: number;
 }
 

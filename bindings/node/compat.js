@@ -486,8 +486,10 @@ class WsUpgradePacer {
    * Reports the upstream's answer to a websocket upgrade (SPEC §14):
    * `'throttled'` where the host classifies it as the upstream's rate
    * limit (its 403/429), `'opened'` when the upgrade succeeded. With
-   * adaptive bounds a throttle lowers the rate in force by the core's law
-   * (SPEC §14: at most once a minute), and the rate climbs back with time. Returns the rate in force after it, per
+   * adaptive bounds an opening is counted and a throttle sets the rate in
+   * force to just under what got through by the core's law (SPEC §14: a
+   * throttle within a minute of the last changes nothing); the rate then
+   * probes slowly upward with time. Returns the rate in force after it, per
    * minute; without adaptive bounds it changes nothing and returns the
    * configured rate (0 when pacing is off). Any other outcome is a
    * TypeError.

@@ -14,9 +14,10 @@ export type Outcome = 'opened' | 'throttled';
 
 /** Adaptive pacing's bounds (SPEC §14), new connections per minute. */
 export interface AdaptiveOptions {
-  /** The lowest rate a throttle may lower the rate in force to: 1..ratePerMinute. */
+  /** The lowest rate a throttle may lower the rate in force to (raised to the
+   * lowest rate that can refuse, never above the ceiling): 1..ratePerMinute. */
   floorPerMinute: number;
-  /** The highest rate it may climb to: ratePerMinute..600. Default ratePerMinute. */
+  /** The highest rate it may reach, searching or probing: ratePerMinute..600. Default ratePerMinute. */
   ceilingPerMinute?: number;
 }
 
@@ -210,9 +211,13 @@ export declare class Pacer {
   readonly waitBoundMs: number;
   readonly canRefuse: boolean;
   readonly enabled: boolean;
-  /** Reports what the upstream answered to a new connection (SPEC §14): a
-   * throttle lowers the rate in force to max(floor, ⌊rate·8/10⌋), at most
-   * once a minute (sooner it holds it); the rate climbs back with time.
+  /** Reports what the upstream answered to a new connection (SPEC §14): an
+   * opening is counted (per minute of the clock); a throttle sets the rate
+   * in force to just under what got through (⌈L·31/32⌉, L the count when it
+   * ends the search or is below the rate in force, else the rate in force
+   * less 1/8), unless one less than a minute before did: then it changes
+   * nothing. Before the first throttle the rate doubles every 5 s up to the
+   * ceiling; after one it stays flat a minute, then probes slowly above.
    * Returns the rate in force after it. Adaptation off: changes nothing, returns
    * the configured rate. Another outcome is a TypeError. */
   observe(outcome: Outcome, nowMs?: number): number;
@@ -489,14 +494,19 @@ export interface RedisInfo {
   releaseRefused: number;
   /** Adaptive pacing (SPEC §14): the rate in force now; the bounds (0, 0
    * when off; the ceiling as stored, the rate when left out); the rate the
-   * upstream last throttled at and the curve's state. */
+   * law's state (core/src/adaptive.rs: its origin, the minute of the
+   * counts, the openings counted in it and in the one before, L, and the
+   * probing and again bits, each 0 or 1). */
   rateInForce: number;
   adaptiveFloorPerMin: number;
   adaptiveCeilingPerMin: number;
-  peakPerMin: number;
   originMs: number;
-  sinceDecreaseMs: number;
-  recoverDs: number;
+  window: number;
+  opened: number;
+  openedBefore: number;
+  limitPerMin: number;
+  probing: number;
+  again: number;
   /** The server's clock at this call. */
   nowMs: number;
   engine: RedisEngine;

@@ -820,8 +820,10 @@ class Pacer {
   /**
    * Reports what the upstream answered to a new connection (SPEC §14):
    * 'throttled' (its rate limit) or 'opened'. The core's law moves the
-   * rate in force: a throttle lowers it (at most once a minute), and it
-   * climbs back with time. Returns the rate in force after it, per
+   * rate in force: openings are counted per minute; a throttle sets it to
+   * just under what got through (a throttle within a minute of the last
+   * changes nothing); it searches upward before the first throttle and
+   * probes slowly upward after one. Returns the rate in force after it, per
    * minute. With adaptation off it changes nothing and returns the
    * configured rate. `nowMs` defaults to the pacer's clock.
    */

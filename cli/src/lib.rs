@@ -10,6 +10,7 @@ pub mod client;
 pub mod engine;
 pub mod explain;
 pub mod gate;
+pub mod grid;
 pub mod hammer;
 pub mod matrix;
 pub mod plot;

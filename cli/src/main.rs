@@ -12,7 +12,7 @@ use pacer_cli::sim::{
     self, Arrivals, Design, Load, OnRefusal, SimConfig, UpstreamKind, UpstreamModel, MAX_AGENTS,
     MAX_LIMIT_CHANGES, MAX_MACHINES, MAX_MS, MAX_OFFERED_PER_MIN,
 };
-use pacer_cli::{advice, explain, plot, progress, replay, sweep, upstream_sweep};
+use pacer_cli::{advice, explain, grid, plot, progress, replay, sweep, upstream_sweep};
 use pacer_core::MAX_BURST;
 use pacer_core::{resolve, ReleasePolicy, Settings};
 
@@ -225,6 +225,15 @@ struct SimulateArgs {
     #[arg(long, value_name = "R,R,…", value_delimiter = ',', default_value = "30,60,120",
           requires = "sweep_upstream", value_parser = clap::value_parser!(u32).range(1..=600))]
     fixed_rates: Vec<u32>,
+    /// Adaptive pacing on the public grid (SPEC §14; cli/README.md): hidden
+    /// limits, start rates, loads, lengths and upstream models, each point
+    /// against the best fixed rate; `smoke` runs a few of its points. Exits
+    /// 1 when a point misses the goal. Takes the budget, burst, turn
+    /// lengths and seed from the other flags.
+    #[arg(long, value_name = "SIZE",
+          conflicts_with_all = ["adaptive", "upstream_limit_per_min", "sweep_upstream", "sweep_agents",
+                                "compare_booking", "per_minute", "machines", "plot"])]
+    adaptive_grid: Option<grid::GridSize>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -644,6 +653,38 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
             print(&to_json(&sweep)?)
         } else {
             print(&sweep::render(&sweep, &heading))
+        };
+    }
+    if let Some(size) = args.adaptive_grid {
+        let report = grid::run(&config, size)?;
+        let missed = report.points.len() - report.met();
+        if args.json {
+            print(&to_json(&report)?)?;
+        } else {
+            let heading = format!(
+                "pacer simulate --adaptive-grid {} — adaptive pacing (floor 1, ceiling 600) against the best fixed \
+                 rate: burst {}, {} retries, {} ms turns ± {} ms, seed {}",
+                match size {
+                    grid::GridSize::Full => "full",
+                    grid::GridSize::Smoke => "smoke",
+                },
+                config.burst,
+                config.budget.max_retries,
+                config.turn_ms,
+                config.turn_jitter_ms,
+                config.seed,
+            );
+            print(&grid::render(&report, &heading))?;
+        }
+        return match missed {
+            0 => Ok(()),
+            _ => Err(Failure {
+                message: format!(
+                    "adaptive pacing missed its goal at {missed} of {} points",
+                    report.points.len()
+                ),
+                code: 1,
+            }),
         };
     }
     if let Some(limits) = &args.sweep_upstream {

@@ -567,24 +567,79 @@ fn counters_lose_no_increment() {
 // ------------------------------------------------------------- adaptive
 
 /// `b1` with adaptation on, floor 10 and the default ceiling (the rate,
-/// 60). The hand-derived figures of SPEC §14 used below:
-/// - a first throttle lowers 60 to ⌊60·8/10⌋ = 48, with `K = ⌊∛(12·SCALE)⌋
-///   = ⌊∛(4.8·10⁹)⌋ = 1686` ds (1686³ = 4 792 616 856 ≤ 4.8·10⁹ < 1687³ =
-///   4 801 149 703);
-/// - 69000 ms after it the curve reads 60 + ⌊(690 − 1686)³ / 4·10⁸⌋ = 60 +
-///   ⌊−988 047 936 / 4·10⁸⌋ = 60 − 3 = 57, and a throttle then (at least
-///   60000 ms after the decrease) lowers it to ⌊57·8/10⌋ = 45;
-/// - before any throttle the curve is clamped at the ceiling, 60.
+/// 60); the lowest rate that can refuse at bound 2000 and 3 retries is
+/// ⌈60000/6000⌉ = 10. The hand-derived figures of SPEC §14 used below:
+/// - searching from L = 60 the curve is above 60 after the origin, so the
+///   rate in force is the ceiling, 60;
+/// - a throttle with nothing counted sets L to the rate in force (60) and
+///   probes from ⌈60·31/32⌉ = 59;
+/// - 69000 ms after that the probe reads 59 + ⌊⌊60·90³/10⁶⌋·60/337500⌋ =
+///   59 + ⌊43·60/337500⌋ = 59, and a throttle then (past the 60 s hold,
+///   nothing counted) sets L = 59 and reads ⌈59·31/32⌉ = 58.
 fn adaptive_b1() -> Config {
     b1(ReleasePolicy::Refund).adaptive(10, 0)
 }
 
+/// Two openings counted at once: `observe(opened)` writes the control
+/// word, so a lost update (a load-and-store instead of the CAS) counts one.
+#[test]
+fn concurrent_openings_are_both_counted() {
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new(&adaptive_b1(), 0).unwrap());
+        let other = {
+            let pacer = Arc::clone(&pacer);
+            thread::spawn(move || pacer.observe(Outcome::Opened, 1000))
+        };
+        assert_eq!(pacer.observe(Outcome::Opened, 1000), 60);
+        assert_eq!(other.join().unwrap(), 60);
+        let control = pacer.control();
+        assert_eq!((control.opened, control.window), (2, 0));
+        assert!(!control.probing, "an opening does not end a search");
+    });
+}
+
+/// A throttle at 2000 races two openings at 1000. Sequentially: both
+/// openings first, E = 2 ends the search with L = 2 (read at the lowest,
+/// 10); one before and one after, L = 1 (10); the throttle first, nothing
+/// counted, L = 60 (59), and the openings read 2000 (within the hold) and
+/// are counted. Either way two openings are counted and the law probes
+/// from 2000.
+#[test]
+fn a_throttle_races_openings() {
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new(&adaptive_b1(), 0).unwrap());
+        let opener = {
+            let pacer = Arc::clone(&pacer);
+            thread::spawn(move || {
+                pacer.observe(Outcome::Opened, 1000);
+                pacer.observe(Outcome::Opened, 1000);
+            })
+        };
+        let throttled = pacer.observe(Outcome::Throttled, 2000);
+        opener.join().unwrap();
+        let control = pacer.control();
+        assert_eq!(
+            (
+                control.opened,
+                control.origin_ms,
+                control.probing,
+                control.again
+            ),
+            (2, 2000, true, true)
+        );
+        match (throttled, control.limit_per_min) {
+            (10, 2) | (10, 1) | (59, 60) => {}
+            other => panic!("not a sequential outcome: {other:?}"),
+        }
+    });
+}
+
 /// Two throttles race: whatever the order, the control word ends as one of
 /// the two sequential outcomes. A throttle at 1000 then one at 70000 is two
-/// decreases (60 → 48, then 57 → 45 at 70000); the one at 70000 first is a
-/// decrease (60 → 48) and the one at 1000 then reads 70000 and changes
-/// nothing. A lost update (a load-and-store instead of the CAS) can leave
-/// the decrease at 1000 alone, which reads 57 at 70000.
+/// decreases (59, then 58 at 70000, L = 59); the one at 70000 first ends
+/// the search (59, L = 60) and the one at 1000 then reads 70000, within
+/// the hold, and changes nothing. Both leave the origin at 70000; a lost
+/// update can leave the throttle at 1000 alone (origin 1000).
 #[test]
 fn racing_throttles_apply_in_some_order() {
     loom::model(|| {
@@ -596,22 +651,24 @@ fn racing_throttles_apply_in_some_order() {
         let late = pacer.observe(Outcome::Throttled, 70_000);
         let early = early.join().unwrap();
         let after = pacer.rate_in_force(70_000);
-        match (early, late, after) {
-            // 1000 first: 48, then 57 → 45.
-            (48, 45, 45) => {}
-            // 70000 first: 48; the 1000 reading holds at 48.
-            (48, 48, 48) => {}
+        let control = pacer.control();
+        assert_eq!(control.origin_ms, 70_000);
+        match (early, late, after, control.limit_per_min) {
+            // 1000 first: 59, then 58.
+            (59, 58, 58, 59) => {}
+            // 70000 first: 59; the 1000 reading holds at 59.
+            (59, 59, 59, 60) => {}
             other => panic!("not a sequential outcome: {other:?}"),
         }
     });
 }
 
 /// A throttle races a reservation that must wait for a token: the
-/// reservation refills at the rate in force when it decides (60 or 48), so
-/// its wait is ⌈60000/60⌉ = 1000 or ⌈60000/48⌉ = 1250 ms, and it debits
-/// exactly one token either way. Afterwards the rate is 48 and the level
-/// −60000 at 0: the next request needs ⌈120000/48⌉ = 2500 ms > bound 2000,
-/// refused (refusing at 48: 3 retries · 2 s · 48 ≥ 60000).
+/// reservation refills at the rate in force when it decides (60 or 59), so
+/// its wait is ⌈60000/60⌉ = 1000 or ⌈60000/59⌉ = 1017 ms, and it debits
+/// exactly one token either way. Afterwards the rate is 59 and the level
+/// −60000 at 0: the next request needs ⌈120000/59⌉ = 2034 ms > bound 2000,
+/// refused (refusing at 59: 3 retries · 2 s · 59 ≥ 60000).
 #[test]
 fn a_throttle_races_a_waiting_reservation() {
     loom::model(|| {
@@ -622,12 +679,12 @@ fn a_throttle_races_a_waiting_reservation() {
             let pacer = Arc::clone(&pacer);
             thread::spawn(move || paced(pacer.reserve(0)).0)
         };
-        assert_eq!(pacer.observe(Outcome::Throttled, 0), 48);
+        assert_eq!(pacer.observe(Outcome::Throttled, 0), 59);
         let wait = waiter.join().unwrap();
-        assert!(wait == 1000 || wait == 1250, "wait {wait}");
+        assert!(wait == 1000 || wait == 1017, "wait {wait}");
         assert_eq!(pacer.state().tokens_units, -TOKEN);
         match pacer.reserve(0) {
-            Decision::Refused(refusal) => assert_eq!(refusal.required_wait_ms, 2500),
+            Decision::Refused(refusal) => assert_eq!(refusal.required_wait_ms, 2034),
             other => panic!("expected a refusal, got {other:?}"),
         }
     });

@@ -23,7 +23,7 @@
 //! it refills nothing and drains nothing. Refusals and zero-debit
 //! admissions only read; everything that writes moves the mark forward.
 
-use crate::adaptive::{ControlView, Outcome, Range};
+use crate::adaptive::{self, ControlView, Outcome, Range};
 use crate::budget::{self, Budget, MAX_RATE_PER_MIN};
 use crate::sync::{AtomicU128, Ordering};
 
@@ -524,6 +524,7 @@ impl Params {
             range: Range {
                 floor: floor as u16,
                 ceiling: if floor == 0 { 0 } else { ceiling as u16 },
+                lowest: adaptive::lowest_rate(floor, ceiling, config.max_retries, bound_ms) as u16,
             },
         };
         Ok(params.at_rate(config.rate_per_min))
@@ -587,8 +588,8 @@ impl Params {
         }
     }
 
-    /// The control word of a pacer created at `now_ms` (SPEC §14): on the
-    /// curve at the configured rate, never decreased.
+    /// The control word of a pacer created at `now_ms` (SPEC §14):
+    /// searching from the configured rate, nothing counted.
     pub const fn initial_control(&self, now_ms: u64) -> ControlView {
         Range::initial(self.rate as u32, now_ms)
     }
@@ -863,8 +864,11 @@ impl Pacer {
     }
 
     /// Reports what the upstream answered to a new connection at `now_ms`
-    /// (SPEC §14; [`Params::observe`]): a throttle lowers the rate in force
-    /// or holds it down; an opened connection changes nothing. Returns the
+    /// (SPEC §14; [`Params::observe`]): an opened connection is counted in
+    /// its minute (and, while probing past the hold, a count above the
+    /// limit learned starts a search again); a throttle ends a search or
+    /// lowers the probe's limit to what the counts show got through, or
+    /// changes nothing within the hold after the last one. Returns the
     /// rate in force after it. With adaptation off it changes nothing and
     /// returns the configured rate.
     pub fn observe(&self, outcome: Outcome, now_ms: u64) -> u32 {

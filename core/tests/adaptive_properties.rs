@@ -1,11 +1,13 @@
 //! Adaptive pacing (SPEC §14) against an independent model.
 //!
-//! The law is re-derived here from its statement, not from the core's
-//! code: the last decrease is kept as an absolute time (the core keeps it
-//! relative to the curve's origin), the cube root is a linear search, the
-//! floor of a negative quotient is written out, and the constants are the
-//! documented ones written as literals. The bucket is the rational-number
-//! model of `model/mod.rs`, given the rate in force before each call.
+//! The law is re-derived here from its statement (the module doc of
+//! core/src/adaptive.rs), not from the core's code: the openings are kept
+//! as a list of minute labels and recounted at each throttle, times stay
+//! absolute, the search is `ℓ · 2ⁿ · (D + r) / D` in i128, the probe's cube
+//! is taken in i128 in one piece and then floored twice as stated, and the
+//! constants are the documented ones written as literals. The bucket is the
+//! rational-number model of `model/mod.rs`, given the rate in force before
+//! each call.
 
 mod model;
 
@@ -15,81 +17,146 @@ use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 
 /// The law's constants as SPEC §14 states them.
-const SCALE: i128 = 400_000_000;
-const SEARCH_SCALE: i128 = 50_000_000;
-const SPACING_MS: u64 = 60_000;
-const CUBE_CAP_DS: i128 = 200_000;
+const MINUTE_MS: u64 = 60_000;
+const HOLD_MS: u64 = 60_000;
+const SEARCH_DOUBLING_MS: i128 = 5_000;
+const RESEARCH_DOUBLING_MS: i128 = 20_000;
+const PROBE_SCALE: i128 = 5_400_000;
+const QUICK_PROBE: i128 = 16;
+const CUBE_CAP_DS: i128 = 20_000;
 
 /// The law, written from its statement.
 #[derive(Clone, Debug)]
 struct Law {
-    floor: i128,
     ceiling: i128,
-    peak: i128,
-    recover_ds: i128,
+    /// The floor raised to the lowest rate that can refuse.
+    lowest: i128,
     origin: u64,
-    /// The last decrease, absolute; `None` before the first.
-    last_decrease: Option<u64>,
-}
-
-fn cube_root(n: i128) -> i128 {
-    let mut k = 0;
-    while (k + 1) * (k + 1) * (k + 1) <= n {
-        k += 1;
-    }
-    k
-}
-
-fn floor_div(a: i128, b: i128) -> i128 {
-    if a >= 0 {
-        a / b
-    } else {
-        -((-a + b - 1) / b)
-    }
+    limit: i128,
+    probing: bool,
+    again: bool,
+    /// The minute (absolute, `⌊t/60000⌋`) the counts were last moved to;
+    /// counts never move back to an earlier minute.
+    minute: i128,
+    /// One entry per opening: the minute it was counted in.
+    openings: Vec<i128>,
 }
 
 impl Law {
-    fn new(rate: u32, floor: u32, ceiling: u32, now: u64) -> Law {
+    fn new(rate: u32, floor: u32, ceiling: u32, retries: u32, now: u64) -> Law {
+        // SPEC §3: a rate can refuse when its token comes within the retry
+        // schedule: rate · schedule ≥ 60000.
+        let bound = model::bound(Config::DEFAULT.idle_timeout_ms, retries);
+        let schedule = model::schedule_ms(retries, bound);
+        let refusing = if schedule == 0 {
+            0
+        } else {
+            (1..).find(|r| r * schedule >= 60_000).unwrap()
+        };
         Law {
-            floor: floor as i128,
             ceiling: ceiling as i128,
-            peak: rate as i128,
-            recover_ds: 0,
+            lowest: (floor as i128).max(refusing.min(ceiling as i128)),
             origin: now,
-            last_decrease: None,
+            limit: rate as i128,
+            probing: false,
+            again: false,
+            minute: (now / MINUTE_MS) as i128,
+            openings: Vec::new(),
         }
     }
 
     fn rate(&self, now: u64) -> i128 {
-        let at = now.max(self.origin);
-        let ds = (((at - self.origin) / 100) as i128).min(CUBE_CAP_DS);
-        let d = ds - self.recover_ds;
-        let scale = if self.last_decrease.is_none() {
-            SEARCH_SCALE
+        let delta = now.saturating_sub(self.origin) as i128;
+        let l = self.limit.min(self.ceiling);
+        let curve = if self.probing {
+            let keep = (l * 31 + 31) / 32;
+            let d = ((delta - HOLD_MS as i128).max(0) / 100).min(CUBE_CAP_DS);
+            let scale = if self.again {
+                PROBE_SCALE / QUICK_PROBE
+            } else {
+                PROBE_SCALE
+            };
+            // Not in the module doc: the code caps the probe at
+            // L + ⌊L/8⌋ + 2, one past the rise margin.
+            (keep + l * d.pow(3) / 1_000_000 * l / scale).min(l + l / 8 + 2)
         } else {
-            SCALE
+            let period = if self.again {
+                RESEARCH_DOUBLING_MS
+            } else {
+                SEARCH_DOUBLING_MS
+            };
+            let n = delta / period;
+            if n >= 10 {
+                self.ceiling
+            } else {
+                l * 2i128.pow(n as u32) * (period + delta % period) / period
+            }
         };
-        (self.peak + floor_div(d * d * d, scale)).clamp(self.floor, self.ceiling)
+        curve.max(self.lowest).min(self.ceiling)
     }
 
-    /// A throttle at `now`: whether it was a decrease, and the rate after.
-    fn throttle(&mut self, now: u64) -> (bool, i128) {
+    fn count(&self, minute: i128) -> i128 {
+        self.openings.iter().filter(|&&m| m == minute).count() as i128
+    }
+
+    /// Moves the counts to `at`'s minute (never back).
+    fn roll(&mut self, at: u64) {
+        self.minute = self.minute.max((at / MINUTE_MS) as i128);
+    }
+
+    /// A new origin: the counts' minute is `at`'s (relabelled there when a
+    /// regressed clock left them later).
+    fn restart(&mut self, at: u64) {
+        let shift = self.minute - (at / MINUTE_MS) as i128;
+        for m in &mut self.openings {
+            *m -= shift;
+        }
+        self.minute -= shift;
+        self.origin = at;
+    }
+
+    fn opened(&mut self, now: u64) -> i128 {
         let at = now.max(self.origin);
         let rate = self.rate(at);
-        let decrease = match self.last_decrease {
-            None => true,
-            Some(t) => at - t >= SPACING_MS,
-        };
-        if decrease {
-            let target = (rate * 8 / 10).max(self.floor);
-            self.peak = rate;
-            self.recover_ds = cube_root((rate - target) * SCALE);
-            self.origin = at;
-            self.last_decrease = Some(at);
-        } else {
-            self.origin = at;
+        self.roll(at);
+        self.openings.push(self.minute);
+        let through = self.count(self.minute).max(self.count(self.minute - 1));
+        let past_hold = at - self.origin >= HOLD_MS;
+        if self.probing && past_hold && through > self.limit + self.limit / 8 + 1 {
+            self.probing = false;
+            self.again = true;
+            self.limit = rate;
+            self.restart(at);
         }
-        (decrease, self.rate(at))
+        self.rate(at)
+    }
+
+    /// A throttle at `now`: the rate after.
+    fn throttled(&mut self, now: u64) -> i128 {
+        let at = now.max(self.origin);
+        let rate = self.rate(at);
+        if self.probing && at - self.origin < HOLD_MS {
+            return rate;
+        }
+        self.roll(at);
+        let (this, before) = (self.count(self.minute), self.count(self.minute - 1));
+        let share = (MINUTE_MS - at % MINUTE_MS) as i128;
+        let seen = this
+            .max(before)
+            .max(this + before * share / MINUTE_MS as i128);
+        self.limit = if seen == 0 {
+            rate
+        } else if !self.probing {
+            seen.min(self.ceiling)
+        } else if seen < rate {
+            seen
+        } else {
+            rate - (rate / 8).max(1)
+        };
+        self.again = !self.probing;
+        self.probing = true;
+        self.restart(at);
+        self.rate(at)
     }
 }
 
@@ -98,7 +165,8 @@ enum Op {
     /// Advance the clock by this much (may be negative: a regression).
     Reserve(i64),
     Throttle(i64),
-    Opened(i64),
+    /// Advance the clock, then report this many openings at that instant.
+    Opened(i64, u32),
     Probe(i64),
 }
 
@@ -107,23 +175,26 @@ fn step() -> impl Strategy<Value = i64> {
         4 => 0i64..=2_000,
         3 => 0i64..=70_000,
         1 => 0i64..=3_000_000,
-        1 => -5_000i64..=0,
+        1 => 0i64..=7_200_000,
+        1 => -70_000i64..=0,
+        // The hold's edges.
+        1 => prop_oneof![Just(59_999i64), Just(60_000)],
     ]
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => step().prop_map(Op::Reserve),
-        3 => step().prop_map(Op::Throttle),
-        1 => step().prop_map(Op::Opened),
+        2 => step().prop_map(Op::Throttle),
+        3 => (step(), 1u32..=40).prop_map(|(d, n)| Op::Opened(d, n)),
         1 => step().prop_map(Op::Probe),
     ]
 }
 
-/// Floor, start rate and ceiling that refuse at every rate in between at
-/// the default budget (bound 4833, 5 retries: 3/min and up can refuse).
+/// Floor, start rate and ceiling (at the default budget, bound 4833 and
+/// 5 retries, 3/min and up can refuse: floors 1 and 2 are raised to 3).
 fn range() -> impl Strategy<Value = (u32, u32, u32)> {
-    (3u32..=60)
+    (1u32..=60)
         .prop_flat_map(|floor| (Just(floor), floor..=120))
         .prop_flat_map(|(floor, rate)| (Just(floor), Just(rate), rate..=600))
 }
@@ -166,7 +237,8 @@ fn run(
     exclusive: bool,
 ) -> Result<Vec<(u64, u64, i128)>, TestCaseError> {
     let mut pacer = Pacer::new(&config(floor, rate, ceiling, burst), start).unwrap();
-    let mut law = Law::new(rate, floor, ceiling, start);
+    let retries = Config::DEFAULT.max_retries;
+    let mut law = Law::new(rate, floor, ceiling, retries, start);
     let mut bucket = Model::new(
         &MConfig {
             rate,
@@ -180,24 +252,18 @@ fn run(
     let mut now = start;
     let mut grants = Vec::new();
     for op in ops {
-        let (Op::Reserve(d) | Op::Throttle(d) | Op::Opened(d) | Op::Probe(d)) = *op;
+        let (Op::Reserve(d) | Op::Throttle(d) | Op::Opened(d, _) | Op::Probe(d)) = *op;
         now = now.saturating_add_signed(d);
         match op {
             Op::Throttle(_) => {
-                let before = law.rate(now.max(law.origin));
-                let (decrease, after) = law.throttle(now);
                 let got = pacer.observe(Outcome::Throttled, now);
-                prop_assert_eq!(got as i128, after, "throttle at {}", now);
-                if decrease {
-                    // A decrease lands exactly on ⌊rate · 8/10⌋ (or the floor).
-                    prop_assert_eq!(after, (before * 8 / 10).max(floor as i128));
-                } else {
-                    prop_assert!(after <= before, "a hold never raises the rate");
-                }
+                prop_assert_eq!(got as i128, law.throttled(now), "throttle at {}", now);
             }
-            Op::Opened(_) => {
-                let got = pacer.observe(Outcome::Opened, now);
-                prop_assert_eq!(got as i128, law.rate(now));
+            Op::Opened(_, n) => {
+                for _ in 0..*n {
+                    let got = pacer.observe(Outcome::Opened, now);
+                    prop_assert_eq!(got as i128, law.opened(now), "opened at {}", now);
+                }
             }
             Op::Probe(_) => {
                 prop_assert_eq!(pacer.rate_in_force(now) as i128, law.rate(now));
@@ -249,13 +315,14 @@ fn run(
                 }
             }
         }
-        let rate = pacer.rate_in_force(now);
+        let rate = pacer.rate_in_force(now) as i128;
+        prop_assert_eq!(rate, law.rate(now), "rate in force at {}", now);
         prop_assert!(
-            (floor..=ceiling).contains(&rate),
+            (law.lowest..=law.ceiling).contains(&rate),
             "rate {} outside [{}, {}]",
             rate,
-            floor,
-            ceiling
+            law.lowest,
+            law.ceiling
         );
     }
     Ok(grants)
@@ -295,7 +362,7 @@ proptest! {
             .map(|op| match op {
                 Op::Reserve(d) => Op::Reserve(d.max(0)),
                 Op::Throttle(d) => Op::Throttle(d.max(0)),
-                Op::Opened(d) => Op::Opened(d.max(0)),
+                Op::Opened(d, n) => Op::Opened(d.max(0), n),
                 Op::Probe(d) => Op::Probe(d.max(0)),
             })
             .collect();
@@ -333,29 +400,91 @@ fn off_by_default_observe_changes_nothing() {
     }
 }
 
-/// The hand-derived sequence of SPEC §14 (independent of the scale): rate
-/// 60, floor 10, ceiling 60.
+/// The law's part of the control word: origin, `L`, probing, again.
+fn law_of(pacer: &Pacer) -> (u64, u16, bool, bool) {
+    let c = pacer.control();
+    (c.origin_ms, c.limit_per_min, c.probing, c.again)
+}
+
+/// A hand-derived sequence of the law (SPEC §14): rate 60, floor 1,
+/// ceiling 600, the default budget (5 retries at bound 4833, hint cap 4 s:
+/// a 20 s schedule, so the lowest rate that can refuse is ⌈60000/20000⌉ =
+/// 3 and
+/// the floor 1 is raised to 3).
 #[test]
 fn the_documented_sequence() {
-    let pacer = Pacer::new(&Config::DEFAULT.adaptive(10, 0), 0).unwrap();
+    let pacer = Pacer::new(&Config::DEFAULT.adaptive(1, 600), 0).unwrap();
+    let opened = |n: u64, from: u64, step: u64| {
+        (0..n)
+            .map(|k| pacer.observe(Outcome::Opened, from + k * step))
+            .last()
+            .unwrap()
+    };
+    // Searching from L = 60, doubling every 5 s: 60·2ⁿ·(5000 + r)/5000.
     assert_eq!(pacer.rate_in_force(0), 60);
-    assert_eq!(pacer.observe(Outcome::Throttled, 1000), 48);
+    assert_eq!(pacer.rate_in_force(2500), 90, "60·7500/5000");
+    assert_eq!(pacer.rate_in_force(5000), 120, "60·2");
+    assert_eq!(pacer.rate_in_force(7500), 180, "120·7500/5000");
+    assert_eq!(pacer.rate_in_force(50_000), 600, "n = 10: the ceiling");
+    // 45 openings in minute 0 (at 100 … 4500 ms): counted, the rate is the
+    // search's (at 4500: 60·9500/5000 = 114).
+    assert_eq!(opened(45, 100, 100), 114);
+    assert_eq!(pacer.control().opened, 45);
+    // A throttle at 20 s ends the search (rate 60·16 → the ceiling 600):
+    // E = max(through 45, recent 45) = 45, and a search's burst rule takes
+    // L = min(E, ceiling) = 45 though E < 600; a quick probe (`again`).
+    // Rate ⌈45·31/32⌉ = ⌈43.6⌉ = 44.
+    assert_eq!(pacer.observe(Outcome::Throttled, 20_000), 44);
     let control = pacer.control();
-    assert_eq!(pacer.observe(Outcome::Throttled, 1000), 48);
-    assert_eq!(pacer.observe(Outcome::Opened, 1000), 48);
-    assert_eq!(
-        pacer.control(),
-        control,
-        "nothing written at the same instant"
-    );
-    assert_eq!(pacer.observe(Outcome::Throttled, 60_999), 48, "a hold");
-    assert_eq!(pacer.observe(Outcome::Throttled, 61_000), 38, "⌊48·8/10⌋");
-    let floored = Pacer::new(&Config::DEFAULT.adaptive(40, 0), 0).unwrap();
-    assert_eq!(floored.observe(Outcome::Throttled, 1000), 48);
-    assert_eq!(floored.observe(Outcome::Throttled, 60_999), 48, "a hold");
-    assert_eq!(floored.observe(Outcome::Throttled, 61_000), 40, "the floor");
-    // The refill follows the rate in force: at 48/min one token takes
-    // ⌈60000/48⌉ = 1250 ms.
+    assert_eq!(law_of(&pacer), (20_000, 45, true, true));
+    // Within the hold (30 s after the origin) a throttle changes nothing.
+    assert_eq!(pacer.observe(Outcome::Throttled, 50_000), 44);
+    assert_eq!(pacer.control(), control, "a held throttle writes nothing");
+    // The probe, S = 5400000/16 = 337500: flat through the hold and at its
+    // end (d = 0); at 140 s d = 600: ⌊45·600³/10⁶⌋ = 9720, ⌊9720·45/337500⌋
+    // = 1 → 45; at 170 s d = 900: 32805·45/337500 = 4.4 → 48; at 200 s
+    // d = 1200: 77760·45/337500 = 10.4 → 54, capped at 45 + 5 + 2 = 52.
+    assert_eq!(pacer.rate_in_force(80_000), 44);
+    assert_eq!(pacer.rate_in_force(140_000), 45);
+    assert_eq!(pacer.rate_in_force(170_000), 48);
+    assert_eq!(pacer.rate_in_force(200_000), 52);
+    // Minute 3 (180 s …): openings every second. The margin is L + ⌊L/8⌋ +
+    // 1 = 51: the 51st (at 230 s) keeps the probe (rate 52, capped), the
+    // 52nd (231 s) shows the limit rose: search again from the rate in
+    // force, 52, origin 231 s, doubling every 20 s.
+    assert_eq!(opened(51, 180_000, 1000), 52);
+    assert!(pacer.control().probing);
+    assert_eq!(pacer.observe(Outcome::Opened, 231_000), 52);
+    assert_eq!(law_of(&pacer), (231_000, 52, false, true));
+    assert_eq!(pacer.rate_in_force(251_000), 104, "52·2");
+    assert_eq!(pacer.rate_in_force(261_000), 156, "104·30000/20000");
+    // A throttle at 261 s (minute 4) ends this search: minute 3's 52 are
+    // the minute before; recent = 52·39000/60000 = 33; E = 52, L = 52,
+    // again: ⌈52·31/32⌉ = ⌈50.4⌉ = 51.
+    assert_eq!(pacer.observe(Outcome::Throttled, 261_000), 51);
+    // At 400 s (minute 6, two after the counts): nothing counted, so L is
+    // the rate in force: d = 790, ⌊52·790³/10⁶⌋ = 25638, ⌊25638·52/337500⌋
+    // = 3 → 54. Not after a search: the slow probe, ⌈54·31/32⌉ = 53.
+    assert_eq!(pacer.rate_in_force(400_000), 54);
+    assert_eq!(pacer.observe(Outcome::Throttled, 400_000), 53);
+    assert!(!pacer.control().again);
+    // 10 openings in minute 6, a throttle at 470 s (minute 7; rate 53, d =
+    // 100 adds ⌊⌊54·10⁶/10⁶⌋·54/5400000⌋ = 0): through 10, recent
+    // 10·10000/60000 = 1; E = 10 < 53: L = 10, rate ⌈310/32⌉ = 10.
+    assert_eq!(opened(10, 400_100, 100), 53);
+    assert_eq!(pacer.observe(Outcome::Throttled, 470_000), 10);
+    // 12 openings in minute 9 while held (no rise), a throttle at 610 s
+    // (minute 10): E = max(12, 12·50000/60000 = 10) = 12 ≥ the rate 10:
+    // the count does not explain it, L = 10 − max(1, ⌊10/8⌋) = 9, rate
+    // ⌈279/32⌉ = 9.
+    assert_eq!(opened(12, 541_000, 1000), 10);
+    assert_eq!(pacer.observe(Outcome::Throttled, 610_000), 9);
+    // 2 openings, a throttle at 680 s: E = 2 < 9, L = 2, ⌈62/32⌉ = 2,
+    // raised to the lowest rate that can refuse, 3.
+    assert_eq!(opened(2, 611_000, 1000), 9);
+    assert_eq!(pacer.observe(Outcome::Throttled, 680_000), 3);
+    assert_eq!(pacer.control().limit_per_min, 2);
+    // The refill follows the rate in force (floor 10, ceiling 0: 60).
     let one = Pacer::new(
         &Config {
             burst: 1,
@@ -366,8 +495,29 @@ fn the_documented_sequence() {
     )
     .unwrap();
     assert!(matches!(one.reserve(1000), Decision::Admitted(a) if a.wait_ms == 0));
-    assert_eq!(one.observe(Outcome::Throttled, 1000), 48);
-    assert!(matches!(one.reserve(1000), Decision::Admitted(a) if a.wait_ms == 1250));
+    // Nothing counted: L = 60 (the rate in force; the ceiling 60 is the
+    // configured rate), ⌈60·31/32⌉ = 59, so one token takes ⌈60000/59⌉ =
+    // 1017 ms.
+    assert_eq!(one.observe(Outcome::Throttled, 1000), 59);
+    assert!(matches!(one.reserve(1000), Decision::Admitted(a) if a.wait_ms == 1017));
+}
+
+/// Bad clocks: an observation at 0 or at `u64::MAX` neither panics nor
+/// leaves the rate outside `[lowest, ceiling]`.
+#[test]
+fn extreme_clocks_keep_the_rate_in_range() {
+    for start in [0, 1_000_000, u64::MAX - 1] {
+        let pacer = Pacer::new(&Config::DEFAULT.adaptive(1, 600), start).unwrap();
+        for now in [0, u64::MAX, 0, start, u64::MAX - 1, u64::MAX] {
+            for outcome in [Outcome::Opened, Outcome::Throttled, Outcome::Opened] {
+                let rate = pacer.observe(outcome, now);
+                assert!((3..=600).contains(&rate), "{rate} at {now} from {start}");
+                for t in [0, now, u64::MAX] {
+                    assert!((3..=600).contains(&pacer.rate_in_force(t)));
+                }
+            }
+        }
+    }
 }
 
 /// Invalid ranges are refused with `AdaptiveRange`, and a range that is

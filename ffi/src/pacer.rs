@@ -99,9 +99,11 @@ pub struct pacer_config {
     pub max_retries: u32,
     /// A pacer_release_policy value.
     pub release_policy: u32,
-    /// Adaptive pacing (SPEC §14): the lowest rate a throttle reported with
-    /// pacer_observe may lower the rate in force to, 1..=rate_per_min; 0
-    /// turns adaptation off (the rate in force stays rate_per_min).
+    /// Adaptive pacing (SPEC §14): the lowest rate the outcomes reported
+    /// with pacer_observe may lower the rate in force to, 1..=rate_per_min
+    /// (raised to the lowest rate that can refuse, SPEC §3, never above
+    /// the ceiling); 0 turns adaptation off (the rate in force stays
+    /// rate_per_min).
     pub adaptive_floor_per_min: u32,
     /// The highest rate the rate in force may climb back to,
     /// rate_per_min..=600; 0 means rate_per_min. Ignored when adaptation is
@@ -113,12 +115,15 @@ pub struct pacer_config {
 /// of pacer_observe and pacer_shared_observe).
 #[repr(u32)]
 pub enum pacer_outcome {
-    /// The upstream opened it (changes nothing: the law learns only from
-    /// throttles).
+    /// The upstream opened it: counted in its minute of the clock, so a
+    /// later throttle knows about how many got through (and, past the hold
+    /// after a throttle, a count above the limit learned starts a search
+    /// for a higher rate).
     Opened = 1,
     /// The upstream throttled it (its own rate limit, not the pacer's):
-    /// lowers the rate in force (at most once a minute; a throttle sooner
-    /// holds it down).
+    /// ends a search, or lowers the rate in force to what the counts show
+    /// got through (at most once a minute; a throttle within the hold
+    /// changes nothing).
     Throttled = 2,
 }
 
@@ -724,9 +729,12 @@ pub unsafe extern "C" fn pacer_get_info(
 }
 
 /// Reports what the upstream answered to a new connection at `now_ms`
-/// (SPEC §14; `outcome` a pacer_outcome value): PACER_OUTCOME_THROTTLED
-/// lowers the rate in force to 8/10 (at most once a minute, never below the
-/// floor; a throttle sooner holds it there), PACER_OUTCOME_OPENED changes
+/// (SPEC §14; `outcome` a pacer_outcome value): PACER_OUTCOME_OPENED is
+/// counted in its minute (past the hold, a count above the limit learned
+/// starts a search again); PACER_OUTCOME_THROTTLED ends a search at what
+/// the counts show got through, or lowers the probe's limit to it (by 1/8
+/// when the counts do not explain the throttle), at most once a minute,
+/// never below the lowest rate; a throttle within the hold changes
 /// nothing.
 /// *out_rate_per_min is the rate in force after it. With adaptation off it
 /// changes nothing and reports rate_per_min. Thread-safe and lock-free.

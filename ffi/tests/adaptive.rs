@@ -1,14 +1,14 @@
 //! Adaptive pacing through the C ABI (SPEC §14): pacer_observe,
 //! pacer_rate_in_force, their shared-pacer forms, the config fields and
 //! their status. Every expected rate is worked out by hand next to its
-//! check from the law in core/src/adaptive.rs: a throttle at least
-//! `DECREASE_SPACING_MS` after the last decrease lowers the rate to
-//! `⌊W · BETA_NUM / BETA_DEN⌋` (never below the floor); a throttle sooner
-//! holds the rate where the decrease put it; an opened connection changes
-//! nothing. A rate read at the instant of a decrease or a hold is exactly
-//! that, whatever the curve's scale. The law's two parameters are the
-//! core's to tune, so they are read from it; at 8/10 and 60 s the rates
-//! are 60 → 48 → 38 (40 with floor 40).
+//! check from the law in core/src/adaptive.rs. At rate 60 with the default
+//! ceiling (60) the search reads 60 until the first throttle; a throttle
+//! with nothing counted sets `L` to the rate in force and probes from
+//! `⌈L·31/32⌉` (60 → 59); a throttle within the 60 s hold after it changes
+//! nothing; one at the hold's end reads the probe's start again (d = 0)
+//! and lowers it the same way (59 → 58), or to what the openings counted
+//! show got through, never below the lowest rate (the floor here: the
+//! budget's 5 retries at bound 4833 can refuse from 3/min).
 
 use std::mem::{size_of, MaybeUninit};
 
@@ -26,28 +26,12 @@ use pacer_core::{Config, Counters, Outcome, ReleasePolicy};
 
 const OPENED: u32 = pacer_outcome::Opened as u32;
 const THROTTLED: u32 = pacer_outcome::Throttled as u32;
-/// The least time between two decreases, ms.
-const SPACING_MS: u64 = pacer_core::adaptive::DECREASE_SPACING_MS;
+/// The hold after a throttle, ms.
+const HOLD_MS: u64 = pacer_core::adaptive::HOLD_MS;
 
-/// A decrease from `rate`, before the floor: `⌊rate · β⌋`.
-fn lowered(rate: u32) -> u32 {
-    use pacer_core::adaptive::{BETA_DEN, BETA_NUM};
-    rate * BETA_NUM / BETA_DEN
-}
-
-/// The first decrease from the configured 60 (48 at 8/10).
+/// The first throttle's answer at rate 60, nothing counted: ⌈60·31/32⌉.
 fn first() -> u32 {
-    lowered(60)
-}
-
-/// tests/c/test_pacer.c takes the first decrease as answered and works the
-/// second out as `⌊first² / 60⌋`: true when `60 · β` is a whole number.
-#[test]
-fn the_c_tests_derivation_holds_for_this_law() {
-    use pacer_core::adaptive::{BETA_DEN, BETA_NUM};
-    assert_eq!(60 * BETA_NUM % BETA_DEN, 0);
-    assert_eq!(lowered(first()), first() * first() / 60);
-    assert!(lowered(first()) + 1 < first() && first() < 60);
+    59
 }
 
 /// Rate 60, burst 10, idle 120000, 5 retries, refund; adaptation between
@@ -127,43 +111,61 @@ fn rate_in_force(p: &PacerStorage, now_ms: u64) -> u32 {
     rate
 }
 
-/// Throttles at 1000 (a decrease), 1000 again, an opened connection, one
-/// just inside the spacing (a hold) and one at the spacing (the next
-/// decrease): the rates answered.
-fn episode(floor: u32) -> [Result<u32, pacer_status>; 5] {
+/// Throttles at 1000 (the search ends), 1000 again, then an opened
+/// connection at 1000 (`opened`) or a third throttle, one just inside the
+/// hold (nothing changes) and one at its end: the rates answered.
+fn episode(floor: u32, opened: bool) -> [Result<u32, pacer_status>; 5] {
     let p = init(&config(floor, 0), 0).unwrap();
-    // Created at 0 on the curve's peak, the configured rate (ceiling 0 = 60).
+    // Created at 0 searching from the configured rate (ceiling 0 = 60).
     assert_eq!(rate_in_force(&p, 0), 60);
     let t = 1000;
     let answers = [
         observe(&p, THROTTLED, t),
         observe(&p, THROTTLED, t),
-        observe(&p, OPENED, t),
-        observe(&p, THROTTLED, t + SPACING_MS - 1),
-        observe(&p, THROTTLED, t + SPACING_MS),
+        observe(&p, if opened { OPENED } else { THROTTLED }, t),
+        observe(&p, THROTTLED, t + HOLD_MS - 1),
+        observe(&p, THROTTLED, t + HOLD_MS),
     ];
-    assert_eq!(rate_in_force(&p, t + SPACING_MS), answers[4].unwrap());
+    assert_eq!(rate_in_force(&p, t + HOLD_MS), answers[4].unwrap());
     answers
 }
 
 #[test]
-fn a_throttle_lowers_the_rate_once_per_episode() {
-    // ⌊60 · β⌋ (48); the same instant again: no change; opened: no change;
-    // 1 ms short of the spacing after the decrease: held there (and the
-    // curve restarts there); 1 ms later the spacing is reached, measured
-    // from the decrease: ⌊first · β⌋ (⌊38.4⌋ = 38), above the floor 10.
-    let (f, second) = (first(), lowered(first()));
-    assert!(second > 10);
-    assert_eq!(episode(10), [Ok(f), Ok(f), Ok(f), Ok(f), Ok(second)]);
+fn a_throttle_lowers_the_rate_once_per_hold() {
+    // Nothing counted: 60 → L = 60, ⌈60·31/32⌉ = ⌈58.1⌉ = 59; the same
+    // instant and 1 ms short of the hold: held at 59; at the hold's end the
+    // probe reads 59 (d = 0), nothing counted: L = 59, ⌈59·31/32⌉ =
+    // ⌈57.2⌉ = 58.
+    assert_eq!(episode(10, false), [Ok(59), Ok(59), Ok(59), Ok(59), Ok(58)]);
 }
 
 #[test]
-fn the_floor_stops_a_decrease() {
-    // As above, with a floor between the two decreases (40 at 8/10): the
-    // second stops at the floor.
-    let (f, floor) = (first(), (first() + lowered(first())) / 2);
-    assert!(lowered(f) < floor && floor < f);
-    assert_eq!(episode(floor), [Ok(f), Ok(f), Ok(f), Ok(f), Ok(floor)]);
+fn the_lowest_rate_stops_a_decrease() {
+    // One opening counted at 1000 (minute 0): at 61000 (minute 1) through
+    // = 1, recent = ⌊1·59000/60000⌋ = 0, so E = 1 < 59: L = 1, ⌈31/32⌉ = 1,
+    // raised to the lowest rate, the floor (10 or 40).
+    assert_eq!(episode(10, true), [Ok(59), Ok(59), Ok(59), Ok(59), Ok(10)]);
+    assert_eq!(episode(40, true), [Ok(59), Ok(59), Ok(59), Ok(59), Ok(40)]);
+}
+
+#[test]
+fn the_openings_counted_set_the_rate() {
+    let p = init(&config(10, 0), 0).unwrap();
+    // 30 openings at 1000 (the search reads 60·6000/5000 = 72 → 60).
+    for _ in 0..30 {
+        assert_eq!(observe(&p, OPENED, 1000), Ok(60));
+    }
+    // A throttle at 2000 ends the search: E = 30, L = 30 (a search's
+    // burst rule), ⌈30·31/32⌉ = ⌈29.1⌉ = 30.
+    assert_eq!(observe(&p, THROTTLED, 2000), Ok(30));
+    // One more opening, within the hold: 31 counted in minute 0.
+    assert_eq!(observe(&p, OPENED, 2000), Ok(30));
+    assert_eq!(observe(&p, THROTTLED, 61_999), Ok(30), "held");
+    // At 62000 (minute 1): through 31, recent ⌊31·58000/60000⌋ = 29, E =
+    // 31 ≥ the rate 30: the count does not explain the throttle, L = 30 −
+    // max(1, ⌊30/8⌋) = 27, ⌈27·31/32⌉ = ⌈26.2⌉ = 27.
+    assert_eq!(observe(&p, THROTTLED, 62_000), Ok(27));
+    assert_eq!(rate_in_force(&p, 62_000), 27);
 }
 
 #[test]
@@ -173,7 +175,7 @@ fn adaptation_off_changes_nothing() {
     for (outcome, now) in [
         (THROTTLED, 1000),
         (OPENED, 1000),
-        (THROTTLED, 1000 + SPACING_MS),
+        (THROTTLED, 1000 + HOLD_MS),
     ] {
         assert_eq!(observe(&p, outcome, now), Ok(60));
     }
@@ -189,8 +191,8 @@ fn a_decrease_writes_the_control_word_alone() {
     let after = words(&p);
     assert_ne!(after[16..], before[16..], "the control word");
     assert_eq!(after[..16], before[..16], "the state word");
-    // The control word's high 64 bits (native byte order): the curve's
-    // origin, the decrease instant.
+    // The control word's high 64 bits (native byte order): the law's
+    // origin, the throttle's instant.
     let control = u128::from_ne_bytes(after[16..].try_into().unwrap());
     assert_eq!((control >> 64) as u64, 1000);
 }
@@ -330,13 +332,14 @@ fn a_throttle_through_one_handle_slows_the_other() {
     let b = SharedPacer::open(&path, &core_config(10, 0)).unwrap();
     let t0 = clock_ms();
     assert_eq!(b.pacer().rate_in_force(clock_ms()), 60);
-    // The decrease happens at a's clock reading (≥ t0): `first` (48)
-    // there, and b reads it at t0 (a reading before the decrease instant
-    // reads it).
+    // The throttle happens at a's clock reading (≥ t0): `first` (59)
+    // there, and b reads it at t0 (a reading before the origin reads the
+    // origin).
     assert_eq!(a.pacer().observe(Outcome::Throttled, clock_ms()), first());
     assert_eq!(b.pacer().rate_in_force(t0), first());
-    // One episode for the machine: b's throttle, within the spacing of a's
-    // decrease, holds the rate there rather than lowering it again (38).
+    // One episode for the machine: b's throttle, within the hold after
+    // a's, changes nothing (rather than lowering the rate again to 58);
+    // a's opening, within the hold too, is counted and changes no rate.
     assert_eq!(b.pacer().observe(Outcome::Throttled, clock_ms()), first());
     assert_eq!(a.pacer().observe(Outcome::Opened, t0), first());
     assert_eq!(a.pacer().rate_in_force(t0), first());
@@ -362,12 +365,13 @@ fn the_file_holds_the_initial_state_and_control_words() {
     drop(shared);
     let f = file(&path);
     let created_at = u64_at(&f, 72);
-    // The control word at 65552, native byte order: the curve's origin,
-    // the creation instant, in the high 64 bits; below it the rest of the
-    // controller (the peak, the configured rate, among it: never 0).
+    // The control word at 65552, native byte order: the law's origin, the
+    // creation instant, in the high 64 bits; below it the rest of the
+    // controller (L, the configured rate 60, in the low 14 bits; searching,
+    // nothing counted).
     let word = u128::from_ne_bytes(f[65552..65568].try_into().unwrap());
     assert_eq!((word >> 64) as u64, created_at);
-    assert_ne!(word as u64, 0);
+    assert_eq!(word as u64, 60);
     // The state word before it, at 65536: its clock mark (the high 64
     // bits) the creation instant too.
     let state = u128::from_ne_bytes(f[65536..65552].try_into().unwrap());

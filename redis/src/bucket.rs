@@ -40,11 +40,14 @@ const FIELDS_END: usize = 199;
 const FLOOR: (usize, usize) = (200, 3);
 const CEILING: (usize, usize) = (204, 3);
 const ORIGIN: (usize, usize) = (208, 16);
-const SINCE_DECREASE: (usize, usize) = (225, 10);
-const RECOVER: (usize, usize) = (236, 5);
-const PEAK: (usize, usize) = (242, 3);
-const ADAPTIVE_END: usize = 245;
-const ADAPTIVE_GAPS: [usize; 6] = [199, 203, 207, 224, 235, 241];
+const WINDOW: (usize, usize) = (225, 5);
+const OPENED: (usize, usize) = (231, 5);
+const OPENED_BEFORE: (usize, usize) = (237, 5);
+const LIMIT_PER_MIN: (usize, usize) = (243, 5);
+const PROBING: (usize, usize) = (249, 1);
+const AGAIN: (usize, usize) = (251, 1);
+const ADAPTIVE_END: usize = 252;
+const ADAPTIVE_GAPS: [usize; 9] = [199, 203, 207, 224, 230, 236, 242, 248, 250];
 
 /// A command's reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -356,13 +359,12 @@ impl Header {
             put(&mut out, FLOOR, u64::from(c.adaptive_floor_per_min));
             put(&mut out, CEILING, u64::from(c.adaptive_ceiling_per_min));
             put(&mut out, ORIGIN, control.origin_ms);
-            put(
-                &mut out,
-                SINCE_DECREASE,
-                u64::from(control.since_decrease_ms),
-            );
-            put(&mut out, RECOVER, u64::from(control.recover_ds));
-            put(&mut out, PEAK, u64::from(control.peak_per_min));
+            put(&mut out, WINDOW, u64::from(control.window));
+            put(&mut out, OPENED, u64::from(control.opened));
+            put(&mut out, OPENED_BEFORE, u64::from(control.opened_before));
+            put(&mut out, LIMIT_PER_MIN, u64::from(control.limit_per_min));
+            put(&mut out, PROBING, u64::from(control.probing));
+            put(&mut out, AGAIN, u64::from(control.again));
         }
         out
     }
@@ -448,8 +450,8 @@ impl Header {
 /// hold an adaptive bucket's fields in their form and in the ranges the
 /// commands write (a floor and a ceiling of at least 1, as the commands
 /// store them, [`Params::plan`] checking the rest of the range; the origin
-/// below 2^52, each control field within its type, the peak within the
-/// range), `None` for anything else.
+/// below 2^52, the minute and the counts within 16 bits, the limit at most
+/// the ceiling, the two flags 0 or 1), `None` for anything else.
 #[allow(clippy::type_complexity)]
 fn decode_adaptive(bytes: &[u8]) -> Option<Option<(u32, u32, ControlView)>> {
     if bytes[FIELDS_END..HEADER_LEN].iter().all(|&b| b == b' ') {
@@ -462,16 +464,25 @@ fn decode_adaptive(bytes: &[u8]) -> Option<Option<(u32, u32, ControlView)>> {
         .all(|i| bytes[i] == b' ');
     let floor = u32::try_from(get(bytes, FLOOR)?).ok()?;
     let ceiling = u32::try_from(get(bytes, CEILING)?).ok()?;
+    let sixteen = |field| u16::try_from(get(bytes, field)?).ok();
+    let flag = |field| match get(bytes, field)? {
+        0 => Some(false),
+        1 => Some(true),
+        _ => None,
+    };
     let control = ControlView {
         origin_ms: get(bytes, ORIGIN)?,
-        since_decrease_ms: u32::try_from(get(bytes, SINCE_DECREASE)?).ok()?,
-        recover_ds: u16::try_from(get(bytes, RECOVER)?).ok()?,
-        peak_per_min: u16::try_from(get(bytes, PEAK)?).ok()?,
+        window: sixteen(WINDOW)?,
+        opened: sixteen(OPENED)?,
+        opened_before: sixteen(OPENED_BEFORE)?,
+        limit_per_min: sixteen(LIMIT_PER_MIN)?,
+        probing: flag(PROBING)?,
+        again: flag(AGAIN)?,
     };
     let in_range = floor >= 1
         && ceiling >= 1
         && control.origin_ms < LIMIT
-        && (floor..=ceiling).contains(&u32::from(control.peak_per_min));
+        && u32::from(control.limit_per_min) <= ceiling;
     (spaces && in_range).then_some(Some((floor, ceiling, control)))
 }
 
@@ -865,11 +876,14 @@ fn info(header: &Header, params: &Params, now_ms: u64) -> Reply {
     let n = |v: u64| Item::Int(v as i64);
     let control = header.control.unwrap_or(ControlView {
         origin_ms: 0,
-        since_decrease_ms: 0,
-        recover_ds: 0,
-        peak_per_min: 0,
+        window: 0,
+        opened: 0,
+        opened_before: 0,
+        limit_per_min: 0,
+        probing: false,
+        again: false,
     });
-    let pairs: [(&str, Item); 27] = [
+    let pairs: [(&str, Item); 30] = [
         ("rate_per_min", n(u64::from(c.rate_per_min))),
         ("burst", n(u64::from(c.burst))),
         ("idle_timeout_ms", n(c.idle_timeout_ms)),
@@ -899,10 +913,13 @@ fn info(header: &Header, params: &Params, now_ms: u64) -> Reply {
             "adaptive_ceiling_per_min",
             n(u64::from(c.adaptive_ceiling_per_min)),
         ),
-        ("peak_per_min", n(u64::from(control.peak_per_min))),
         ("origin_ms", n(control.origin_ms)),
-        ("since_decrease_ms", n(u64::from(control.since_decrease_ms))),
-        ("recover_ds", n(u64::from(control.recover_ds))),
+        ("window", n(u64::from(control.window))),
+        ("opened", n(u64::from(control.opened))),
+        ("opened_before", n(u64::from(control.opened_before))),
+        ("limit_per_min", n(u64::from(control.limit_per_min))),
+        ("probing", n(u64::from(control.probing))),
+        ("again", n(u64::from(control.again))),
     ];
     let mut items = Vec::with_capacity(2 * pairs.len());
     for (name, value) in pairs {
@@ -998,14 +1015,17 @@ mod tests {
             counters: [1, 0, 0, 0, 0],
             control: Some(ControlView {
                 origin_ms: 1_700_000_000_123,
-                since_decrease_ms: u32::MAX,
-                recover_ds: 2080,
-                peak_per_min: 60,
+                window: 65_535,
+                opened: 1234,
+                opened_before: 7,
+                limit_per_min: 90,
+                probing: true,
+                again: false,
             }),
         };
         let bytes = header.encode();
         // Written out by hand from docs/redis.md "The key".
-        let tail = " 010 090 0001700000000123 4294967295 02080 060           ";
+        let tail = " 010 090 0001700000000123 65535 01234 00007 00090 1 0    ";
         assert_eq!(&bytes[FIELDS_END..], tail.as_bytes());
         assert_eq!(Header::decode(&bytes), Some(header.clone()));
         // What no command writes: each is not a bucket.
@@ -1016,12 +1036,15 @@ mod tests {
             (204, "059"),              // ceiling below the rate
             (204, "601"),              // ceiling above 600
             (208, "4503599627370496"), // origin at 2^52
-            (225, "4294967296"),       // since_decrease_ms past u32
-            (236, "65536"),            // recover_ds past u16
-            (242, "009"),              // peak below the floor
-            (242, "091"),              // peak above the ceiling
+            (225, "65536"),            // window past u16
+            (231, "65536"),            // opened past u16
+            (237, "99999"),            // opened_before past u16
+            (243, "00091"),            // limit above the ceiling
+            (249, "2"),                // probing neither 0 nor 1
+            (251, "9"),                // again neither 0 nor 1
             (203, "0"),                // a digit in a gap
-            (245, "x"),                // a letter in the padding
+            (250, "0"),                // a digit in a gap
+            (252, "x"),                // a letter in the padding
             (211, "x"),                // a letter in a field
         ] {
             let mut spoiled = bytes;

@@ -915,8 +915,6 @@ fn the_shipped_library_is_pacer_on_the_server_clock() {
 // ---------------------------------------------------------------------------
 // Adaptive buckets (SPEC §14): `ADAPT floor ceiling` and `PACER.OBSERVE`.
 
-use pacer_core::adaptive::{BETA_DEN, BETA_NUM, DECREASE_SPACING_MS, SCALE};
-
 /// `op` on `key` by one engine, by name.
 fn by(
     doors: &mut Doors,
@@ -954,142 +952,145 @@ fn without_secret(value: Value) -> Vec<u8> {
     bytes
 }
 
-/// Hand-derived, whatever SCALE is (β = BETA_NUM/BETA_DEN, 8/10 today):
-/// rate 60, burst 10, idle 120000, retries 5, refund, ADAPT 10 0 (the
-/// ceiling is the rate), created at 0.
-/// - throttled at 1000: the first throttle ever is a decrease; the curve
-///   at 1000 is still at 60 (⌊10³/SEARCH_SCALE⌋ = 0), so ⌊60·β⌋ (48).
-/// - throttled at 1000 again, opened at 1000: 48, nothing written (the same
-///   instant holds nothing; an opened connection changes nothing).
-/// - after it the bucket refills at 48/min: ten admissions empty the burst,
-///   the eleventh waits ⌈60000/48⌉ = 1250 ms.
-/// - throttled at 60999: within 60000 ms of the decrease, a hold: the
-///   curve restarts at 60999 at the same K and W, reading 48.
-/// - throttled at 61000: 60000 ms since the decrease, and 1 ms after the
-///   origin (d = −K: the rate is 48), so a decrease to ⌊48·β⌋ (38); with
-///   ADAPT 40 0 instead, to the floor 40.
-///
-/// INFO after the first throttle: rate_in_force 48, peak 60, origin 1000,
-/// since_decrease_ms 0, recover_ds ⌊∛(12·SCALE)⌋.
+/// `OBSERVE outcome AT t` on `key` by `engine`: the reply.
+fn observed(doors: &mut Doors, engine: &str, key: &str, outcome: &str, t: u64) -> Value {
+    by(
+        doors,
+        engine,
+        "observe",
+        key,
+        &[outcome, "AT", &t.to_string()],
+    )
+    .unwrap_or_else(|e| panic!("{engine} observe {outcome} at {t}: {e}"))
+}
+
+/// `INFO AT t` on `key` by `engine`.
+fn info_at(doors: &mut Doors, engine: &str, key: &str, t: u64) -> Value {
+    by(doors, engine, "info", key, &["AT", &t.to_string()])
+        .unwrap_or_else(|e| panic!("{engine} info at {t}: {e}"))
+}
+
+/// `OBSERVE outcome AT t` on `key` by `engine` replies `reply` and leaves
+/// `fields` in bytes 199–255 (an adaptive bucket's fields).
+fn expect_observe(
+    doors: &mut Doors,
+    engine: &str,
+    key: &str,
+    (outcome, t): (&str, u64),
+    reply: i64,
+    fields: &str,
+) {
+    let got = observed(doors, engine, key, outcome, t);
+    assert_eq!(got, Value::Int(reply), "{engine}: {outcome} at {t}");
+    let Value::BulkString(b) = bytes(&mut doors.con, key) else {
+        panic!("{engine}: no bucket at {key}")
+    };
+    assert_eq!(
+        &b[199..256],
+        fields.as_bytes(),
+        "{engine}: {outcome} at {t}"
+    );
+}
+
+/// Hand-derived from core/src/adaptive.rs's module doc: rate 60, burst 10,
+/// idle 120000, retries 5, refund (the default budget: bound 4833, so a
+/// rate refuses from ⌈60000/20000⌉ = 3, the lowest), ADAPT 1 600, created
+/// at 0.
+/// - searching from L = 60, doubling every 5 s: at 2500, 60·7500/5000 =
+///   90; at 5000, 120; at 12500, 240·7500/5000 = 360; at 17500, 720: the
+///   ceiling 600.
+/// - 45 openings at 1000, 2000, …, 45000 (minute 0): counted, 45.
+/// - throttled at 50000: ends the search, so `again`; E = max(45, 45):
+///   L = min(45, 600) = 45, origin 50000; the probe starts at
+///   ⌈45·31/32⌉ = 44.
+/// - throttled at 80000: within the hold (30 s after the origin): 44,
+///   nothing written.
+/// - opened at 70000, minute 1: the 45 become the minute before, 1 now.
+/// - at 170000 (d = 600 ds past the hold): 44 + ⌊⌊45·600³/10^6⌋·45 /
+///   337500⌋ = 44 + ⌊9720·45/337500⌋ = 45.
+/// - 52 openings at 180000, …, 180051 (minute 3: both counts dropped):
+///   the 52nd makes through = 52 > 45 + ⌊45/8⌋ + 1 = 51, a rise. The rate
+///   then (d = 700): 44 + ⌊⌊45·700³/10^6⌋·45/337500⌋ = 44 + ⌊15435·45 /
+///   337500⌋ = 46; search again from 46, origin 180051, doubling every
+///   20 s: 46 at once, 46·30000/20000 = 69 at 190051.
+/// - throttled at 200051 (the same minute): ends the search; E = 52: L =
+///   52, probing with `again`, 51 = ⌈52·31/32⌉.
+/// - throttled at 260051, past the hold, minute 1 of the origin: the 52
+///   are the minute before, recent = ⌊52·39949/60000⌋ = 34, E = 52 ≥ 51,
+///   the rate: the count does not explain it: L = 51 − max(1, ⌊51/8⌋) =
+///   45, not `again`; the probe starts at 44.
 #[test]
 fn observe_follows_the_law_by_hand_on_every_engine() {
     let mut doors = Doors::open();
-    let beta = |rate: i64| rate * i64::from(BETA_NUM) / i64::from(BETA_DEN);
-    let first = beta(60);
-    let second = beta(first);
-    assert_eq!(DECREASE_SPACING_MS, 60_000, "the times below assume it");
-    // A floor between the two decreases: the second stops there.
-    let high_floor = second + 2;
-    assert!(high_floor < first);
-    let k = (0..)
-        .take_while(|r: &i64| r * r * r <= (60 - first) * SCALE)
-        .last()
-        .unwrap();
-    let mut headers: Vec<Vec<Vec<u8>>> = Vec::new();
+    let d = &mut doors;
+    let mut config = vec!["60", "10", "120000", "5", "refund", "ADAPT", "1", "600"];
+    config.extend(["AT", "0"]);
+    let mut keys: Vec<Vec<u8>> = Vec::new();
     for engine in ["module", "script", "function"] {
-        for floor in [10, high_floor] {
-            let key = format!("adapt:{engine}:{floor}");
-            let floor_text = floor.to_string();
-            let config = [
-                "60",
-                "10",
-                "120000",
-                "5",
-                "refund",
-                "ADAPT",
-                &floor_text,
-                "0",
-            ];
-            let at = |t: &'static str| {
-                let mut v = config.to_vec();
-                v.extend(["AT", t]);
-                v
-            };
-            let mut run = |op: &str, args: &[&str]| -> Value {
-                by(&mut doors, engine, op, &key, args)
-                    .unwrap_or_else(|e| panic!("{engine} {op} {args:?}: {e}"))
-            };
-            let mut seen = Vec::new();
-            assert_eq!(run("create", &at("0")), Value::Int(1), "{engine}");
-            let throttled = |t: &'static str| vec!["throttled", "AT", t];
-            assert_eq!(
-                run("observe", &throttled("1000")),
-                Value::Int(first),
-                "{engine}"
-            );
-            let key_bytes = |doors: &mut Doors| bytes(&mut doors.con, &key);
-            let after_first = key_bytes(&mut doors);
-            let mut run = |op: &str, args: &[&str]| -> Value {
-                by(&mut doors, engine, op, &key, args)
-                    .unwrap_or_else(|e| panic!("{engine} {op} {args:?}: {e}"))
-            };
-            assert_eq!(
-                run("observe", &throttled("1000")),
-                Value::Int(first),
-                "{engine}"
-            );
-            assert_eq!(
-                run("observe", &["opened", "AT", "1000"]),
-                Value::Int(first),
-                "{engine}"
-            );
-            let info = run("info", &["AT", "1000"]);
-            for (name, value) in [
-                ("rate_in_force", first),
-                ("adaptive_floor_per_min", floor),
-                ("adaptive_ceiling_per_min", 60),
-                ("peak_per_min", 60),
-                ("origin_ms", 1000),
-                ("since_decrease_ms", 0),
-                ("recover_ds", k),
-            ] {
-                assert_eq!(
-                    info_value(&info, name),
-                    Value::Int(value),
-                    "{engine} {name}"
-                );
-            }
-            seen.push(without_secret(after_first.clone()));
-            assert_eq!(
-                key_bytes(&mut doors),
-                after_first,
-                "{engine}: a hold of nothing wrote"
-            );
-            let mut run = |op: &str, args: &[&str]| -> Value {
-                by(&mut doors, engine, op, &key, args)
-                    .unwrap_or_else(|e| panic!("{engine} {op} {args:?}: {e}"))
-            };
-            let waits: Vec<Value> = (0..11)
-                .map(|_| match run("reserve", &at("1000")) {
-                    Value::Array(items) => items[1].clone(),
-                    other => panic!("{other:?}"),
-                })
-                .collect();
-            assert_eq!(waits[9], Value::Int(0), "{engine}");
-            assert_eq!(waits[10], Value::Int(1250), "{engine}: refilled at 48/min");
-            assert_eq!(
-                run("observe", &throttled("60999")),
-                Value::Int(first),
-                "{engine}"
-            );
-            let expected = second.max(floor);
-            assert_eq!(
-                run("observe", &throttled("61000")),
-                Value::Int(expected),
-                "{engine}"
-            );
-            let info = run("info", &["AT", "61000"]);
-            assert_eq!(info_value(&info, "peak_per_min"), Value::Int(first));
-            assert_eq!(info_value(&info, "rate_in_force"), Value::Int(expected));
-            seen.push(without_secret(key_bytes(&mut doors)));
-            headers.push(seen);
+        let key = &format!("adapt:{engine}");
+        assert_eq!(by(d, engine, "create", key, &config), Ok(Value::Int(1)));
+        let rate = |d: &mut Doors, t: u64| info_value(&info_at(d, engine, key, t), "rate_in_force");
+        for (t, expected) in [
+            (0, 60),
+            (2500, 90),
+            (5000, 120),
+            (12_500, 360),
+            (17_500, 600),
+        ] {
+            assert_eq!(rate(d, t), Value::Int(expected), "{engine} at {t}");
         }
+        // At 1000: 60·6000/5000 = 72.
+        let fields = " 001 600 0000000000000000 00000 00001 00000 00060 0 0    ";
+        expect_observe(d, engine, key, ("opened", 1000), 72, fields);
+        for t in (2..=45).map(|i| i * 1000) {
+            observed(d, engine, key, "opened", t);
+        }
+        let fields = " 001 600 0000000000050000 00000 00045 00000 00045 1 1    ";
+        expect_observe(d, engine, key, ("throttled", 50_000), 44, fields);
+        let held = bytes(&mut d.con, key);
+        expect_observe(d, engine, key, ("throttled", 80_000), 44, fields);
+        assert_eq!(bytes(&mut d.con, key), held, "{engine}: a hold wrote");
+        let fields = " 001 600 0000000000050000 00001 00001 00045 00045 1 1    ";
+        expect_observe(d, engine, key, ("opened", 70_000), 44, fields);
+        assert_eq!(rate(d, 170_000), Value::Int(45), "{engine}");
+        for t in 180_000..180_051 {
+            observed(d, engine, key, "opened", t);
+        }
+        // The rise.
+        let fields = " 001 600 0000000000180051 00000 00052 00000 00046 0 1    ";
+        expect_observe(d, engine, key, ("opened", 180_051), 46, fields);
+        for (t, expected) in [(180_051, 46), (190_051, 69), (200_051, 92)] {
+            assert_eq!(rate(d, t), Value::Int(expected), "{engine} at {t}");
+        }
+        let fields = " 001 600 0000000000200051 00000 00052 00000 00052 1 1    ";
+        expect_observe(d, engine, key, ("throttled", 200_051), 51, fields);
+        // The cut.
+        let fields = " 001 600 0000000000260051 00000 00000 00052 00045 1 0    ";
+        expect_observe(d, engine, key, ("throttled", 260_051), 44, fields);
+        let info = info_at(d, engine, key, 260_051);
+        for (name, value) in [
+            ("rate_in_force", 44),
+            ("adaptive_floor_per_min", 1),
+            ("adaptive_ceiling_per_min", 600),
+            ("origin_ms", 260_051),
+            ("window", 0),
+            ("opened", 0),
+            ("opened_before", 52),
+            ("limit_per_min", 45),
+            ("probing", 1),
+            ("again", 0),
+        ] {
+            assert_eq!(
+                info_value(&info, name),
+                Value::Int(value),
+                "{engine} {name}"
+            );
+        }
+        keys.push(without_secret(bytes(&mut d.con, key)));
     }
     // The module's, the script's and the function's keys are the same.
-    assert_eq!(headers[0], headers[2]);
-    assert_eq!(headers[0], headers[4]);
-    assert_eq!(headers[1], headers[3]);
-    assert_eq!(headers[1], headers[5]);
+    assert_eq!(keys[0], keys[1]);
+    assert_eq!(keys[0], keys[2]);
 
     // A fixed-rate bucket: OBSERVE answers the rate and writes nothing.
     for engine in ["module", "script", "function"] {
@@ -1121,10 +1122,13 @@ fn observe_follows_the_law_by_hand_on_every_engine() {
             ("rate_in_force", 60),
             ("adaptive_floor_per_min", 0),
             ("adaptive_ceiling_per_min", 0),
-            ("peak_per_min", 0),
             ("origin_ms", 0),
-            ("since_decrease_ms", 0),
-            ("recover_ds", 0),
+            ("window", 0),
+            ("opened", 0),
+            ("opened_before", 0),
+            ("limit_per_min", 0),
+            ("probing", 0),
+            ("again", 0),
         ] {
             assert_eq!(
                 info_value(&info, name),
@@ -1350,24 +1354,29 @@ fn an_edited_adaptive_header_is_not_a_bucket_to_any_engine() {
     let Value::BulkString(good) = bytes(&mut doors.con, "good") else {
         panic!("no bucket bytes")
     };
-    // Floor 10, ceiling 90, origin 5, since 0, K, peak 60.
-    assert_eq!(&good[199..225], b" 010 090 0000000000000005 ");
-    assert_eq!(&good[225..236], b"0000000000 ");
-    assert_eq!(&good[241..256], b" 060           ");
-    let edits: [(&str, usize, &str); 14] = [
+    // Floor 10, ceiling 90, origin 5, nothing counted, L 60 (the rate at
+    // 5 while searching: 60·5005/5000), probing, again.
+    assert_eq!(
+        &good[199..256],
+        b" 010 090 0000000000000005 00000 00000 00000 00060 1 1    "
+    );
+    let edits: [(&str, usize, &str); 17] = [
         ("floor 0 with the fields there", 200, "000"),
         ("floor above the rate", 200, "061"),
         ("ceiling 0 (stored as the rate)", 204, "000"),
         ("ceiling below the rate", 204, "059"),
         ("ceiling above 600", 204, "601"),
         ("origin at 2^52", 208, "4503599627370496"),
-        ("since_decrease_ms past 32 bits", 225, "4294967296"),
-        ("recover_ds past 16 bits", 236, "65536"),
-        ("peak below the floor", 242, "009"),
-        ("peak above the ceiling", 242, "091"),
+        ("window past 16 bits", 225, "65536"),
+        ("opened past 16 bits", 231, "65536"),
+        ("opened_before past 16 bits", 237, "99999"),
+        ("limit above the ceiling", 243, "00091"),
+        ("probing neither 0 nor 1", 249, "2"),
+        ("again neither 0 nor 1", 251, "x"),
         ("a sign in the floor", 200, "+10"),
         ("a digit in a gap", 203, "0"),
-        ("a letter in the padding", 250, "x"),
+        ("a digit in the last gap", 250, "0"),
+        ("a letter in the padding", 253, "x"),
         ("a space inside the origin", 215, " "),
     ];
     edits_are_not_buckets(&mut doors, &good, &edits, &config, &ticket);

@@ -11,7 +11,8 @@
 //! that the Redis engines are the core, not what the core decides
 //! (that is checked from SPEC.md by the core's own tests).
 //!
-//! `PACER_DIFFERENTIAL_TRACES` sets the number of traces (default 10000);
+//! `PACER_DIFFERENTIAL_TRACES` sets the number of traces (default 10000),
+//! `PACER_DIFFERENTIAL_ADAPTIVE_TRACES` that of adaptive ones (default 10000);
 //! `PACER_DIFFERENTIAL_SEED` the first seed; `PACER_DIFFERENTIAL_ENGINES`
 //! `module`, `script` or `function` runs one engine only (for chasing a
 //! disagreement).
@@ -298,6 +299,9 @@ enum AdaptiveOp {
     Release(u64),
     Redeem(u64),
     Observe(Upstream),
+    /// An observation at a clock no engine accepts (`AT` past 2^52, up to
+    /// u64::MAX): the same error everywhere, nothing changed.
+    ObserveBeyond(Upstream, u64),
     Info,
     /// Sends the `n`-th spent ticket or booking text (released, or a
     /// booking redeemed) again: redeemed when `true`, else released.
@@ -349,28 +353,41 @@ fn adaptive_trace(seed: u64) -> AdaptiveTrace {
         _ => rng.below(LIMIT),
     };
     let mut t = start;
-    let steps = (0..1 + rng.below(40))
+    // Some traces mostly count openings (a probe's count rising past its
+    // limit needs more than L + L/8 + 1 of them in a minute).
+    let opens = rng.below(4) == 0;
+    let steps = (0..1 + rng.below(60))
         .map(|_| {
-            // Clock jumps of up to minutes (the curve moves over tens of
-            // seconds), now and then hours (past the cube's cap), back.
-            t = match rng.below(12) {
+            // Clock jumps within a minute (the counting window), of up to
+            // minutes (the search doubles every 5 s or 20 s, the hold is a
+            // minute, the probe moves over minutes), now and then hours
+            // (past the cube's cap), back, and hostile readings: 0, the
+            // largest accepted (2^52 − 1).
+            t = match rng.below(16) {
                 0 => t.saturating_sub(rng.below(120_000)),
                 1 | 2 => t,
                 3 => t + rng.below(100),
                 4 | 5 => t + rng.below(300_000),
                 6 => t + rng.below(30_000_000),
-                _ => t + rng.below(5_000),
+                7 if rng.below(8) == 0 => 0,
+                8 if rng.below(8) == 0 => LIMIT - 1,
+                _ => t + rng.below(if opens { 1_500 } else { 5_000 }),
             }
             .min(LIMIT - 1);
-            let op = match rng.below(14) {
+            let op = match rng.below(if opens { 20 } else { 15 }) {
                 0..=2 => AdaptiveOp::Reserve,
                 3..=4 => AdaptiveOp::Book(rng.below(u64::from(config.max_retries) + 3) as u32),
                 5 => AdaptiveOp::Release(rng.next_u64()),
                 6 if rng.below(3) == 0 => AdaptiveOp::Again(rng.next_u64(), rng.below(2) == 0),
                 6 => AdaptiveOp::Redeem(rng.next_u64()),
                 7..=9 => AdaptiveOp::Observe(Upstream::Throttled),
-                10..=11 => AdaptiveOp::Observe(Upstream::Opened),
-                _ => AdaptiveOp::Info,
+                10 if rng.below(4) == 0 => {
+                    let outcome = pick(&mut rng, &[Upstream::Opened, Upstream::Throttled]);
+                    AdaptiveOp::ObserveBeyond(outcome, pick(&mut rng, &[LIMIT, u64::MAX]))
+                }
+                10..=12 => AdaptiveOp::Observe(Upstream::Opened),
+                13 => AdaptiveOp::Info,
+                _ => AdaptiveOp::Observe(Upstream::Opened),
             };
             (t, op)
         })
@@ -581,8 +598,18 @@ fn adaptive_args(trace: &AdaptiveTrace, retries_left: Option<u32>, t: u64) -> Ve
 #[derive(Default)]
 struct Covered {
     steps: u64,
+    /// Throttles that started a probe (ending a search or a probe).
     decreases: u64,
+    /// Throttles within a probe's hold (nothing changed).
     holds: u64,
+    /// Openings counted without a change of law.
+    counted: u64,
+    /// Openings that showed a rise: a search again.
+    rises: u64,
+    /// Probes (and searches) that count across a minute's end.
+    rolled: u64,
+    /// Observations at a clock no engine accepts.
+    beyond: u64,
     observed_fixed: u64,
     rate_changes: u64,
     at_floor: u64,
@@ -593,7 +620,7 @@ struct Covered {
 
 #[test]
 fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
-    let traces: u64 = env_number("PACER_DIFFERENTIAL_ADAPTIVE_TRACES", 3_000);
+    let traces: u64 = env_number("PACER_DIFFERENTIAL_ADAPTIVE_TRACES", 10_000);
     let first: u64 = env_number("PACER_DIFFERENTIAL_SEED", 1);
     let server = common::Server::with_module();
     let mut doors = Door::all(&server);
@@ -682,6 +709,10 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
                     let args = vec![outcome.name().to_string(), "AT".into(), t.to_string()];
                     ("observe", args, None)
                 }
+                AdaptiveOp::ObserveBeyond(outcome, at) => {
+                    let args = vec![outcome.name().to_string(), "AT".into(), at.to_string()];
+                    ("observe", args, None)
+                }
                 AdaptiveOp::Release(_)
                 | AdaptiveOp::Redeem(_)
                 | AdaptiveOp::Again(..)
@@ -706,6 +737,13 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
                 );
             }
             let (reply, bytes) = &results[0];
+            if let AdaptiveOp::ObserveBeyond(_, at) = op {
+                let expected =
+                    format!("ERR pacer: AT must be a whole number below 2^52, got '{at}'");
+                assert_eq!(reply, &Err(expected), "{}", context(i));
+                covered.beyond += 1;
+            }
+            let beyond = matches!(op, AdaptiveOp::ObserveBeyond(..));
             let again = matches!(op, AdaptiveOp::Again(..)) && name != "info";
             if again {
                 // docs/redis.md "Tickets": spent, whatever the op; nothing
@@ -720,7 +758,7 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
             }
             // (An error answers nothing more below: no answer is expected.)
             let reply = match reply {
-                Err(_) if again => &Value::Nil,
+                Err(_) if again || beyond => &Value::Nil,
                 reply => reply
                     .as_ref()
                     .unwrap_or_else(|e| panic!("{}: {name} {args:?}: {e}", context(i))),
@@ -743,12 +781,18 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
             if let Some(rate) = observed {
                 assert_eq!(reply, &Value::Int(i64::from(rate)), "{}", context(i));
                 let after = core.pacer().control();
+                let throttled = matches!(op, AdaptiveOp::Observe(Upstream::Throttled));
                 if trace.config.adaptive_floor_per_min == 0 {
                     covered.observed_fixed += 1;
-                } else if after.since_decrease_ms == 0 && after != before {
-                    covered.decreases += 1;
-                } else if after != before {
+                } else if throttled && after == before && before.probing {
                     covered.holds += 1;
+                } else if throttled && after.probing && after.origin_ms >= before.origin_ms {
+                    covered.decreases += 1;
+                } else if !throttled && before.probing && !after.probing {
+                    covered.rises += 1;
+                } else if !throttled {
+                    covered.counted += 1;
+                    covered.rolled += u64::from(after.window > before.window);
                 }
             }
             let in_force = core.pacer().params_in_force(t);
@@ -803,12 +847,18 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
     }
     println!(
         "differential (adaptive): {traces} traces, {} steps agree on module, script, function \
-         and core ({} decreases, {} held throttles, {} observations of fixed-rate buckets; \
-         the rate in force changed {} times, was at the floor {} times, above the configured \
-         rate {} times; the mode changed {} times; {} spent tickets or bookings sent again)",
+         and core ({} throttles that started a probe, {} held throttles, {} openings counted \
+         ({} in a later minute), {} rises, {} observations past 2^52, {} observations of \
+         fixed-rate buckets; the rate in force changed {} times, was at the floor {} times, \
+         above the configured rate {} times; the mode changed {} times; {} spent tickets or \
+         bookings sent again)",
         covered.steps,
         covered.decreases,
         covered.holds,
+        covered.counted,
+        covered.rolled,
+        covered.rises,
+        covered.beyond,
         covered.observed_fixed,
         covered.rate_changes,
         covered.at_floor,
@@ -818,8 +868,13 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
     );
     if traces >= 100 {
         assert!(covered.decreases > 0 && covered.holds > 0 && covered.observed_fixed > 0);
+        assert!(covered.counted > 0 && covered.rolled > 0 && covered.rises > 0);
+        assert!(covered.beyond > 0);
         assert!(covered.rate_changes > 0 && covered.at_floor > 0 && covered.above_start > 0);
-        assert!(covered.mode_changes > 0 && covered.spent_again > 0);
+        assert!(covered.spent_again > 0);
+        // The law never sets a rate below the lowest that can refuse (nor
+        // above a ceiling below it), so an adaptive bucket keeps its mode.
+        assert_eq!(covered.mode_changes, 0);
     }
 }
 

@@ -364,10 +364,13 @@ fn spec7_sequence_replies_and_header() {
         ("rate_in_force", Int(60)),
         ("adaptive_floor_per_min", Int(0)),
         ("adaptive_ceiling_per_min", Int(0)),
-        ("peak_per_min", Int(0)),
         ("origin_ms", Int(0)),
-        ("since_decrease_ms", Int(0)),
-        ("recover_ds", Int(0)),
+        ("window", Int(0)),
+        ("opened", Int(0)),
+        ("opened_before", Int(0)),
+        ("limit_per_min", Int(0)),
+        ("probing", Int(0)),
+        ("again", Int(0)),
     ];
     let expected: Vec<Item> = expected
         .into_iter()
@@ -1351,29 +1354,21 @@ fn tickets_expire_after_65536() {
 
 // ---------------------------------------------------------------------------
 // Adaptive pacing (SPEC §14, core/src/adaptive.rs). The law's constants are
-// tuned on the simulator, so the expectations below are derived from them
-// by hand-written formulas (the core's constants are read, never the code
-// under test): with W the peak, S the scale (SEARCH_SCALE before the first
-// decrease, SCALE after), d the whole deciseconds since the origin less K,
-// rate = clamp(W + ⌊d³/S⌋, floor, ceiling); a decrease sets W to the rate
-// then, target = max(floor, ⌊W·BETA_NUM/BETA_DEN⌋), K = ⌊∛((W − target)·
-// SCALE)⌋, and the rate right after is target (⌈K³/SCALE⌉ = W − target).
+// tuned on the simulator, so the expectations below come from a model of
+// the law written again here from the core's module doc (the core's
+// constants are read, never its code): with Δ = now − t₀, ℓ = min(L,
+// ceiling), searching, ℓ·2ⁿ·(D + r)/D (n = ⌊Δ/D⌋, r = Δ mod D, D 5 s or
+// with `again` 20 s; the ceiling from n ≥ 10); probing, ⌈31ℓ/32⌉ +
+// ⌊⌊ℓ·d³/10^6⌋·ℓ/S⌋ (d the deciseconds past the hold, capped; S the probe
+// scale, /16 with `again`), at most ℓ + ⌊ℓ/8⌋ + 2; clamped to [lowest,
+// ceiling]. Openings are counted per minute of the clock; a throttle sets
+// L from the counts.
 
-use pacer_core::adaptive::{BETA_DEN, BETA_NUM, CUBE_CAP_DS, SCALE};
-
-/// ⌊∛n⌋, by counting (n is at most 600·SCALE here).
-fn cube_root(n: i64) -> i64 {
-    let mut r = 0i64;
-    while (r + 1) * (r + 1) * (r + 1) <= n {
-        r += 1;
-    }
-    r
-}
-
-/// ⌊rate·BETA_NUM/BETA_DEN⌋.
-fn lowered(rate: i64) -> i64 {
-    rate * i64::from(BETA_NUM) / i64::from(BETA_DEN)
-}
+use pacer_core::adaptive::{
+    COUNT_CAP, CUBE_CAP_DS, CUT_DEN, HOLD_MS, KEEP_DEN, KEEP_NUM, PROBE_SCALE, PROBE_SPLIT,
+    QUICK_PROBE, RESEARCH_DOUBLING_MS, RISE_MARGIN, SEARCH_DOUBLINGS_CAP, SEARCH_DOUBLING_MS,
+    WINDOW_MS,
+};
 
 /// The script's `local NAME = <digits>` lines, each name once.
 fn lua_constants(source: &str) -> std::collections::HashMap<String, i64> {
@@ -1418,9 +1413,12 @@ fn adaptive_constants_are_the_cores() {
             .split_once('=')
             .map(|(_, v)| v.trim().trim_end_matches(';').replace('_', ""))
             .expect("a value");
-        let value: i64 = value
-            .parse()
-            .unwrap_or_else(|_| panic!("core constant {name} is not a plain number: {value}"));
+        let value: i64 = match value.as_str() {
+            "u16::MAX" => i64::from(u16::MAX),
+            value => value
+                .parse()
+                .unwrap_or_else(|_| panic!("core constant {name} is not a plain number: {value}")),
+        };
         assert_eq!(
             lua.get(name),
             Some(&value),
@@ -1429,14 +1427,20 @@ fn adaptive_constants_are_the_cores() {
         compared.push(name.to_string());
     }
     for (name, value) in [
-        ("SCALE", SCALE),
-        ("BETA_NUM", i64::from(BETA_NUM)),
-        ("BETA_DEN", i64::from(BETA_DEN)),
+        ("WINDOW_MS", WINDOW_MS as i64),
+        ("HOLD_MS", HOLD_MS as i64),
+        ("SEARCH_DOUBLING_MS", SEARCH_DOUBLING_MS as i64),
+        ("RESEARCH_DOUBLING_MS", RESEARCH_DOUBLING_MS as i64),
+        ("SEARCH_DOUBLINGS_CAP", SEARCH_DOUBLINGS_CAP as i64),
+        ("KEEP_NUM", i64::from(KEEP_NUM)),
+        ("KEEP_DEN", i64::from(KEEP_DEN)),
+        ("PROBE_SCALE", PROBE_SCALE),
+        ("QUICK_PROBE", QUICK_PROBE),
+        ("PROBE_SPLIT", PROBE_SPLIT),
+        ("RISE_MARGIN", i64::from(RISE_MARGIN)),
+        ("CUT_DEN", i64::from(CUT_DEN)),
         ("CUBE_CAP_DS", CUBE_CAP_DS),
-        (
-            "DECREASE_SPACING_MS",
-            pacer_core::adaptive::DECREASE_SPACING_MS as i64,
-        ),
+        ("COUNT_CAP", i64::from(COUNT_CAP)),
     ] {
         assert_eq!(lua.get(name), Some(&value), "pacer.lua's {name}");
         assert!(
@@ -1444,55 +1448,187 @@ fn adaptive_constants_are_the_cores() {
             "{name} read from the core"
         );
     }
-    // Exact in doubles: a cube in the curve or the bisection, the product
-    // the root is taken of, and K within its 16 bits.
+    // Exact in doubles (docs/redis.md, "Exact in Lua"), with ℓ ≤ 600: the
+    // probe's ℓ·d³ and ⌊ℓ·d³/PROBE_SPLIT⌋·ℓ, the search's ℓ·2⁹·(D + r) <
+    // ℓ·2⁹·2D, a count times the window.
     let two_53 = 1i64 << 53;
-    assert!(CUBE_CAP_DS.pow(3) < two_53 && 65_535i64.pow(3) < two_53);
-    assert!(600 * SCALE < two_53);
-    assert!(cube_root(600 * SCALE) < 65_536 && cube_root(600 * SCALE) <= CUBE_CAP_DS);
-    // K³ > (W − target − 1)·SCALE for every K the law takes: 3K² + 3K <
-    // SCALE, so a decrease lands on its target exactly.
-    let k = cube_root(600 * SCALE);
-    assert!(3 * k * k + 3 * k < SCALE);
+    assert!(600 * CUBE_CAP_DS.pow(3) < two_53);
+    assert!(600 * CUBE_CAP_DS.pow(3) / PROBE_SPLIT * 600 < two_53);
+    const { assert!(PROBE_SCALE % QUICK_PROBE == 0, "the quick scale is whole") };
+    let period = RESEARCH_DOUBLING_MS.max(SEARCH_DOUBLING_MS) as i64;
+    assert!(600 * (1 << (SEARCH_DOUBLINGS_CAP - 1)) * 2 * period < two_53);
+    assert!(i64::from(COUNT_CAP) * WINDOW_MS as i64 * 2 < two_53);
+    // Past SEARCH_DOUBLINGS_CAP doublings any rate is at any ceiling.
+    const { assert!(1 << SEARCH_DOUBLINGS_CAP > 600) };
+}
+
+/// An adaptive bucket's range and what SPEC §3 says of its budget: the
+/// lowest rate the law sets.
+#[derive(Clone, Copy, Debug)]
+struct Law {
+    ceiling: u64,
+    lowest: u64,
+}
+
+/// The control word, as the key holds it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Word {
+    origin: u64,
+    window: u64,
+    opened: u64,
+    before: u64,
+    limit: u64,
+    probing: bool,
+    again: bool,
+}
+
+impl Law {
+    /// `lowest`: the floor, raised to the lowest rate that can refuse (a
+    /// refused request's retries, `retries · max(1, ⌊bound/1000⌋)` s,
+    /// outlast one token's wait, 60000/rate ms), never above the ceiling;
+    /// the floor with no retries.
+    fn new(floor: u64, ceiling: u64, retries: u64, bound_ms: u64) -> Law {
+        let schedule_ms = retries * (bound_ms / 1000).max(1) * 1000;
+        let lowest = if schedule_ms == 0 {
+            floor
+        } else {
+            floor.max(60_000u64.div_ceil(schedule_ms).min(ceiling))
+        };
+        Law { ceiling, lowest }
+    }
+
+    /// A bucket created at `t` with configured rate `rate`.
+    fn created(rate: u64, t: u64) -> Word {
+        Word {
+            origin: t,
+            window: 0,
+            opened: 0,
+            before: 0,
+            limit: rate,
+            probing: false,
+            again: false,
+        }
+    }
+
+    /// The rate in force at `now` (in u128: no product can overflow).
+    fn rate(&self, w: &Word, now: u64) -> u64 {
+        let delta = u128::from(now.saturating_sub(w.origin));
+        let l = u128::from(w.limit.min(self.ceiling));
+        let curve = if !w.probing {
+            let d = u128::from(if w.again { 20_000u64 } else { 5_000 });
+            let n = delta / d;
+            if n >= 10 {
+                u128::from(self.ceiling)
+            } else {
+                l * (1 << n) * (d + delta % d) / d
+            }
+        } else {
+            let keep = (l * 31).div_ceil(32);
+            let d = (delta.saturating_sub(60_000) / 100).min(20_000);
+            let scale = if w.again { 5_400_000 / 16 } else { 5_400_000 };
+            (keep + l * d * d * d / 1_000_000 * l / scale).min(l + l / 8 + 2)
+        };
+        curve.clamp(u128::from(self.lowest), u128::from(self.ceiling)) as u64
+    }
+
+    /// The upstream's answer at `now`: the word to store (`None`: nothing
+    /// is written) and the rate in force after it.
+    fn observe(&self, w: &Word, opened: bool, now: u64) -> (Option<Word>, u64) {
+        let at = now.max(w.origin);
+        let rate = self.rate(w, at);
+        let held = w.probing && at - w.origin < 60_000;
+        if held && !opened {
+            return (None, rate);
+        }
+        // The counts moved to at's minute of the clock.
+        let mut c = *w;
+        let minute = (at / 60_000 - w.origin / 60_000).min(65_535);
+        if minute > w.window {
+            c.before = if minute == w.window + 1 { w.opened } else { 0 };
+            c.opened = 0;
+            c.window = minute;
+        }
+        let through = c.opened.max(c.before);
+        if opened {
+            c.opened = (c.opened + 1).min(65_535);
+            let through = c.opened.max(c.before);
+            if !w.probing || held || through <= w.limit + w.limit / 8 + 1 {
+                return (Some(c), rate);
+            }
+            c.probing = false;
+            c.again = true;
+            c.limit = rate;
+        } else {
+            let recent = c.opened + c.before * (60_000 - at % 60_000) / 60_000;
+            let seen = through.max(recent);
+            c.limit = if seen == 0 {
+                rate
+            } else if !w.probing {
+                seen.min(self.ceiling)
+            } else if seen < rate {
+                seen
+            } else {
+                rate - (rate / 8).max(1)
+            };
+            c.again = !w.probing;
+            c.probing = true;
+        }
+        c.origin = at;
+        c.window = 0;
+        (Some(c), self.rate(&c, at))
+    }
 }
 
 /// The adaptive fields after byte 199 (docs/redis.md, "The key").
-fn adaptive_tail(floor: i64, ceiling: i64, origin: u64, since: u64, k: i64, peak: i64) -> String {
-    format!("{floor:03} {ceiling:03} {origin:016} {since:010} {k:05} {peak:03}           ")
+fn adaptive_tail(floor: u64, ceiling: u64, w: &Word) -> String {
+    format!(
+        "{floor:03} {ceiling:03} {:016} {:05} {:05} {:05} {:05} {} {}    ",
+        w.origin,
+        w.window,
+        w.opened,
+        w.before,
+        w.limit,
+        u8::from(w.probing),
+        u8::from(w.again)
+    )
 }
 
-/// Clocks at 2^52 − 1: a bucket created there and throttled at once (d = 0:
-/// the rate is the configured 60), and a bucket created at 0 whose curve
-/// at 2^52 − 1 is at the cube's cap (d = 200000, d³ = 8·10^15 < 2^53,
-/// far above the ceiling 600).
+/// Clocks at 2^52 − 1: a bucket created there and throttled at once with
+/// nothing counted (L = the rate then, 60; the probe starts at ⌈60·31/32⌉
+/// = 59); buckets created at 0 read at 2^52 − 1: a search long past its
+/// tenth doubling (the ceiling), and a probe at the cube's cap (d = 20000,
+/// ℓ·d³ = 600·8·10^12 = 4.8·10^15 < 2^53).
 #[test]
 fn adaptive_at_the_clock_edge() {
     let mut lua = Lua::start();
     let max = MAX_ARG.to_string();
+    // Idle 120000, r 5: bound ⌊(120000 − 62000)/12⌋ = 4833, cap_s 4, so a
+    // rate refuses from ⌈60000/20000⌉ = 3: lowest = max(10, 3) = 10.
+    let law = Law::new(10, 60, 5, 4833);
+    assert_eq!(law.lowest, 10);
     let config = ["60", "10", "120000", "5", "refund", "ADAPT", "10", "0"];
     assert_eq!(
         lua.run("edge", "create", &with_at(&config, &max)),
         vec![Int(1)]
     );
-    // Created: W = 60, K = 0, never decreased (since = 2^32 − 1).
+    let created = Law::created(60, MAX_ARG);
+    assert_eq!(&lua.header("edge")[200..], adaptive_tail(10, 60, &created));
     assert_eq!(
         &lua.header("edge")[200..],
-        adaptive_tail(10, 60, MAX_ARG, 4_294_967_295, 0, 60)
+        "010 060 4503599627370495 00000 00000 00000 00060 0 0    "
     );
-    let first = lowered(60);
     assert_eq!(
         lua.run("edge", "observe", &["throttled", "AT", &max]),
-        vec![Int(first)]
+        vec![Int(59)]
     );
-    let k = cube_root((60 - first) * SCALE);
     assert_eq!(
         &lua.header("edge")[200..],
-        adaptive_tail(10, 60, MAX_ARG, 0, k, 60)
+        "010 060 4503599627370495 00000 00000 00000 00060 1 1    "
     );
-    assert_eq!(lua.info("edge", MAX_ARG, "rate_in_force"), Int(first));
+    assert_eq!(lua.info("edge", MAX_ARG, "rate_in_force"), Int(59));
     assert_eq!(lua.info("edge", MAX_ARG, "origin_ms"), Int(MAX_ARG as i64));
 
-    // Created at 0, ceiling 600: at 2^52 − 1 the curve is clamped to 600.
+    // Created at 0, ceiling 600: at 2^52 − 1 the search is at the ceiling.
     let wide = ["60", "10", "120000", "5", "refund", "ADAPT", "10", "600"];
     lua.run("cap", "create", &with_at(&wide, "0"));
     assert_eq!(lua.info("cap", MAX_ARG, "rate_in_force"), Int(600));
@@ -1503,28 +1639,40 @@ fn adaptive_at_the_clock_edge() {
     }
     let reply = lua.run("cap", "reserve", &with_at(&wide, &max));
     assert_eq!((&reply[0], &reply[1]), (&s("admitted"), &Int(100)));
-    // A throttle there: W = 600, target ⌊600·β⌋.
-    let target = lowered(600);
+    // A throttle there, nothing counted: L = 600, the probe starts at
+    // ⌈600·31/32⌉ = 582.
     assert_eq!(
         lua.run("cap", "observe", &["throttled", "AT", &max]),
-        vec![Int(target)]
+        vec![Int(582)]
     );
-    let k = cube_root((600 - target) * SCALE);
-    assert_eq!(
-        &lua.header("cap")[200..],
-        adaptive_tail(10, 600, MAX_ARG, 0, k, 600)
-    );
-    // Another throttle at the same instant holds (nothing written).
+    // Another throttle at the same instant is within the hold (nothing
+    // written).
     let before = lua.value("cap");
     assert_eq!(
         lua.run("cap", "observe", &["throttled", "AT", &max]),
-        vec![Int(target)]
+        vec![Int(582)]
     );
     assert_eq!(lua.value("cap"), before);
+
+    // Rate 600 created and throttled at 0 (L = 600, `again`): at 2^52 − 1
+    // d is capped at 20000 and the probe, 582 + ⌊⌊600·20000³/10^6⌋·600 /
+    // 337500⌋, is far past its own cap 600 + 75 + 2: the ceiling, 600.
+    let top = ["600", "10", "120000", "5", "refund", "ADAPT", "1", "600"];
+    lua.run("top", "create", &with_at(&top, "0"));
+    assert_eq!(
+        lua.run("top", "observe", &["throttled", "AT", "0"]),
+        vec![Int(582)]
+    );
+    assert_eq!(lua.info("top", MAX_ARG, "rate_in_force"), Int(600));
+    // The same probe at ℓ = 60 (a bucket of rate 60, ceiling 600) stops at
+    // its cap 60 + 7 + 2 = 69.
+    let mid = ["60", "10", "120000", "5", "refund", "ADAPT", "1", "600"];
+    lua.run("mid", "create", &with_at(&mid, "0"));
+    lua.run("mid", "observe", &["throttled", "AT", "0"]);
+    assert_eq!(lua.info("mid", MAX_ARG, "rate_in_force"), Int(69));
 }
 
-/// floor = ceiling = rate: the rate never moves. A throttle is a decrease
-/// to max(60, ⌊60·β⌋) = 60 with K = ∛0 = 0.
+/// floor = ceiling = rate: the rate never moves, whatever is observed.
 #[test]
 fn adaptive_floor_equals_ceiling() {
     let mut lua = Lua::start();
@@ -1532,12 +1680,18 @@ fn adaptive_floor_equals_ceiling() {
     lua.run("k", "create", &with_at(&config, "0"));
     assert_eq!(lua.info("k", 86_400_000, "rate_in_force"), Int(60));
     assert_eq!(
+        lua.run("k", "observe", &["opened", "AT", "1000"]),
+        vec![Int(60)]
+    );
+    // One opening counted, then a throttle ending the search: L = min(1,
+    // 60) = 1, probing, but the rate is clamped to the floor 60.
+    assert_eq!(
         lua.run("k", "observe", &["throttled", "AT", "5000"]),
         vec![Int(60)]
     );
     assert_eq!(
         &lua.header("k")[200..],
-        adaptive_tail(60, 60, 5000, 0, 0, 60)
+        "060 060 0000000000005000 00000 00001 00000 00001 1 1    "
     );
     // The §7 waits at 60/min, as for a fixed-rate bucket: 0, 1000, 2000.
     for wait in [0, 1000, 2000] {
@@ -1546,66 +1700,140 @@ fn adaptive_floor_equals_ceiling() {
     }
 }
 
-/// Rate 600, ceiling 600, floor 1: waits at the rate in force, and a
-/// throttle at the floor. Idle 120000, r 5: bound 4833, cap_s 4; refusing
-/// while r·cap_s·1000·rate = 20000·rate ≥ 60000, i.e. at rate 3 and more.
+/// The lowest rate: rate 3, floor 1, idle 120000, r 5 (bound 4833, cap_s
+/// 4: a rate refuses from 3) never goes below 3, so the bucket keeps
+/// refusing; with r 0 nothing refuses and the floor, 1, is the lowest.
 #[test]
-fn adaptive_rate_600_and_a_throttle_at_the_floor() {
+fn adaptive_lowest_rate_is_the_lowest_that_refuses() {
     let mut lua = Lua::start();
-    let config = ["600", "1", "120000", "5", "refund", "ADAPT", "1", "600"];
+    let config = ["3", "1", "120000", "5", "refund", "ADAPT", "1", "0"];
     lua.run("k", "create", &with_at(&config, "0"));
-    // Full: 0; then ⌈60000/600⌉ = 100.
-    assert_eq!(lua.run("k", "reserve", &with_at(&config, "0"))[1], Int(0));
-    assert_eq!(lua.run("k", "reserve", &with_at(&config, "0"))[1], Int(100));
-    // A throttle at 0: the rate drops to ⌊600·β⌋; tokens −60000 now wait
-    // ⌈120000/rate⌉.
-    let rate = lowered(600);
-    assert_eq!(
-        lua.run("k", "observe", &["throttled", "AT", "0"]),
-        vec![Int(rate)]
-    );
-    let wait = (120_000 + rate - 1) / rate;
-    assert_eq!(
-        lua.run("k", "reserve", &with_at(&config, "0"))[1],
-        Int(wait)
-    );
-
-    // Rate 3, floor 2: a throttle at 0 lowers to max(2, ⌊3·β⌋) = 2 (β ≥
-    // 2/3), where the bucket no longer refuses: shaping-low-rate, debt floor
-    // 4833·2 = 9666 units.
-    assert!(lowered(3) <= 2);
-    let low = ["3", "1", "120000", "5", "refund", "ADAPT", "2", "0"];
-    lua.run("low", "create", &with_at(&low, "0"));
-    assert_eq!(lua.info("low", 0, "mode"), s("refusing"));
-    assert_eq!(
-        lua.run("low", "observe", &["throttled", "AT", "0"]),
-        vec![Int(2)]
-    );
-    assert_eq!(lua.info("low", 0, "mode"), s("shaping-low-rate"));
-    assert_eq!(lua.info("low", 0, "max_debt_units"), Int(9666));
-    let k = cube_root(SCALE);
-    assert_eq!(&lua.header("low")[200..], adaptive_tail(2, 3, 0, 0, k, 3));
-    // A throttle every 99 ms holds the rate at the origin (d = −K: rate 2)
-    // and moves the origin; at 60000 ms since the decrease the next one is
-    // a decrease from 2, at the floor: target max(2, ⌊2·β⌋) = 2, K = 0.
-    let mut t = 0;
-    while t + 99 < 60_000 {
-        t += 99;
-        assert_eq!(
-            lua.run("low", "observe", &["throttled", "AT", &t.to_string()]),
-            vec![Int(2)]
-        );
+    // Three openings, a throttle at 30 ending the search: L = min(3, 3) =
+    // 3, probing, origin 30.
+    for t in ["0", "10", "20"] {
+        assert_eq!(lua.run("k", "observe", &["opened", "AT", t]), vec![Int(3)]);
     }
-    assert_eq!(&lua.header("low")[200..], adaptive_tail(2, 3, t, t, k, 3));
     assert_eq!(
-        lua.run("low", "observe", &["throttled", "AT", "60000"]),
+        lua.run("k", "observe", &["throttled", "AT", "30"]),
+        vec![Int(3)]
+    );
+    assert_eq!(lua.info("k", 30, "mode"), s("refusing"));
+    // One opening at 70 s (the next minute: before = 3, opened = 1; 3 ≤
+    // 3 + 0 + 1, no rise), a throttle at 90 s, past the hold: through =
+    // max(1, 3) = 3, recent = 1 + ⌊3·30000/60000⌋ = 2, so E = 3 ≥ the rate
+    // 3: the count does not explain it, L = 3 − max(1, ⌊3/8⌋) = 2, which
+    // the law lifts back to the lowest, 3.
+    lua.run("k", "observe", &["opened", "AT", "70000"]);
+    assert_eq!(
+        lua.run("k", "observe", &["throttled", "AT", "90000"]),
+        vec![Int(3)]
+    );
+    assert_eq!(
+        &lua.header("k")[200..],
+        "001 003 0000000000090000 00000 00001 00003 00002 1 0    "
+    );
+    assert_eq!(lua.info("k", 90000, "mode"), s("refusing"));
+    assert_eq!(lua.info("k", 90000, "max_debt_units"), Int(4833 * 3));
+
+    // No retries: the same sequence goes down to 2, shaping.
+    let none = ["3", "1", "120000", "0", "refund", "ADAPT", "1", "0"];
+    lua.run("n", "create", &with_at(&none, "0"));
+    for t in ["0", "10", "20"] {
+        lua.run("n", "observe", &["opened", "AT", t]);
+    }
+    lua.run("n", "observe", &["throttled", "AT", "30"]);
+    lua.run("n", "observe", &["opened", "AT", "70000"]);
+    // ⌈2·31/32⌉ = 2.
+    assert_eq!(
+        lua.run("n", "observe", &["throttled", "AT", "90000"]),
         vec![Int(2)]
     );
-    assert_eq!(
-        &lua.header("low")[200..],
-        adaptive_tail(2, 3, 60000, 0, 0, 2)
+    assert_eq!(lua.info("n", 90000, "mode"), s("shaping-no-retry"));
+}
+
+/// Random observations (openings, throttles, readings) on the script
+/// against the model above, which is not the core: every reply, every
+/// header, the rate INFO reads. Clocks move within a minute, across
+/// minutes, by hours, back, and to 0 and 2^52 − 1.
+#[test]
+fn adaptive_law_matches_the_model() {
+    let mut lua = Lua::start();
+    // (rate, floor, ceiling as sent, idle, r) and the bound SPEC §3 gives.
+    let buckets: [(u64, u64, u64, u64, u64, u64); 5] = [
+        (60, 1, 600, 30_000, 3, 2000),   // lowest ⌈60000/6000⌉ = 10
+        (20, 5, 120, 120_000, 5, 4833),  // lowest max(5, 3) = 5
+        (3, 1, 0, 30_000, 0, 15_000),    // no retries: lowest 1
+        (600, 1, 600, 120_000, 5, 4833), // lowest 3
+        (10, 2, 40, 60_000, 2, 9000),    // ⌈60000/18000⌉ = 4
+    ];
+    let mut rng = pacer_cli::rng::SplitMix64::new(0x1a_5eed);
+    let (mut rises, mut holds, mut cuts, mut unseen, mut rolls) = (0, 0, 0, 0, 0);
+    for round in 0..400u64 {
+        let (rate, floor, ceiling, idle, retries, bound) = buckets[(round % 5) as usize];
+        let top = if ceiling == 0 { rate } else { ceiling };
+        let law = Law::new(floor, top, retries, bound);
+        let args: Vec<String> = [rate, 1, idle, retries]
+            .iter()
+            .map(u64::to_string)
+            .chain(["refund".into(), "ADAPT".into(), floor.to_string()])
+            .chain([ceiling.to_string()])
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let key = format!("m{round}");
+        let mut t = match rng.below(3) {
+            0 => rng.below(1000),
+            1 => 1_700_000_000_000 + rng.below(1 << 30),
+            _ => MAX_ARG - rng.below(600_000_000),
+        };
+        lua.run(&key, "create", &with_at(&args, &t.to_string()));
+        let mut w = Law::created(rate, t);
+        let opens = rng.below(2) == 0;
+        for step in 0..80 {
+            t = match rng.below(20) {
+                0 => t.saturating_sub(rng.below(90_000)),
+                1 => t + rng.below(600_000),
+                2 if rng.below(4) == 0 => t + rng.below(30_000_000),
+                3 if rng.below(20) == 0 => 0,
+                4 if rng.below(20) == 0 => MAX_ARG,
+                _ => t + rng.below(if opens { 1_000 } else { 6_000 }),
+            }
+            .min(MAX_ARG);
+            let at = t.to_string();
+            let context = format!("round {round} step {step} at {t}: {w:?}");
+            if rng.below(10) == 0 {
+                let got = lua.info(&key, t, "rate_in_force");
+                assert_eq!(got, Int(law.rate(&w, t) as i64), "{context}");
+                continue;
+            }
+            let opened = rng.below(if opens { 10 } else { 3 }) != 0;
+            let outcome = if opened { "opened" } else { "throttled" };
+            let (next, expected) = law.observe(&w, opened, t);
+            let reply = lua.run(&key, "observe", &[outcome, "AT", &at]);
+            assert_eq!(reply, vec![Int(expected as i64)], "{outcome} {context}");
+            if let Some(next) = next {
+                rises += u64::from(opened && w.probing && !next.probing);
+                rolls += u64::from(next.window > w.window && next.origin == w.origin);
+                if !opened && w.probing {
+                    let rate = law.rate(&w, t.max(w.origin));
+                    cuts += u64::from(next.limit == rate - (rate / 8).max(1));
+                }
+                unseen += u64::from(!opened && next.opened == 0 && next.before == 0);
+                w = next;
+            } else {
+                holds += 1;
+            }
+            assert_eq!(
+                &lua.header(&key)[200..],
+                adaptive_tail(floor, top, &w),
+                "{outcome} {context}"
+            );
+        }
+    }
+    println!(
+        "adaptive model: {rises} rises, {holds} held throttles, {cuts} cuts, {unseen} \
+         throttles with nothing counted, {rolls} counts moved to a later minute"
     );
-    assert_eq!(lua.info("low", 60000, "peak_per_min"), Int(2));
+    assert!(rises > 0 && holds > 0 && cuts > 0 && unseen > 0 && rolls > 0);
 }
 
 /// The bindings ship this script. Node's and Python's packages copy it in

@@ -448,16 +448,18 @@ static void test_foreign_tickets(void) {
 }
 
 /* Adaptive pacing (SPEC §14) at rate 60, burst 10, idle 120000, 5
- * retries, refund, created at 0. The law (core/src/adaptive.rs): a
- * throttle at least SPACING_MS after the last decrease lowers the rate to
- * floor(W * beta), never below the floor; a throttle sooner holds the rate
- * where the decrease put it; an opened connection changes nothing. A rate
- * read at the instant of a decrease or a hold is exactly that.
+ * retries, refund, created at 0. The law (core/src/adaptive.rs): searching
+ * from the rate with the default ceiling (60), the rate reads 60; a
+ * throttle with nothing counted sets L to the rate in force and probes
+ * from ceil(L * 31/32); a throttle within HOLD_MS of it changes nothing;
+ * one at the hold's end sets L to what the openings counted show got
+ * through when that is below the rate in force, never below the lowest
+ * rate (here the floor: 5 retries at bound 4833 can refuse from 3/min).
  *
- * With beta = 8/10 (SPEC §14): 60 -> floor(60 * 8/10) = 48, then 60000 ms
- * after that decrease floor(48 * 8/10) = floor(38.4) = 38, or the floor
- * when that is above it. */
-#define SPACING_MS 60000u
+ * 60 -> ceil(60 * 31/32) = 59; one opening is counted at 1000 (minute 0),
+ * so at 61000 (minute 1) E = 1 < 59, L = 1, ceil(31/32) = 1, raised to the
+ * floor (10 or 40). */
+#define HOLD_MS 60000u
 
 static pacer_config adaptive_config(uint32_t floor, uint32_t ceiling) {
   pacer_config c = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND, floor, ceiling};
@@ -470,9 +472,9 @@ static uint32_t observed(const pacer *p, uint32_t outcome, uint64_t now) {
   return s == PACER_STATUS_OK ? rate : 1000 + (uint32_t)s;
 }
 
-/* Throttles at 1000 (a decrease), at 1000 again, an opened connection, a
- * throttle 59999 ms after the decrease (a hold), one at 61000 (the next
- * decrease, to `second`). Returns the first decrease. */
+/* Throttles at 1000 (the search ends), at 1000 again, an opened
+ * connection, a throttle 59999 ms after the first (held), one at 61000
+ * (past the hold, to `second`). Returns the first throttle's rate. */
 static uint32_t adaptive_episode(uint32_t floor, uint32_t second) {
   pacer p;
   pacer_config c = adaptive_config(floor, 0);
@@ -480,21 +482,22 @@ static uint32_t adaptive_episode(uint32_t floor, uint32_t second) {
   uint32_t rate = 0;
   CHECK(pacer_rate_in_force(&p, 0, &rate) == PACER_STATUS_OK && rate == 60, "created at the rate: %u", rate);
   uint32_t first = observed(&p, PACER_OUTCOME_THROTTLED, 1000);
-  CHECK(first == 48, "first decrease %u, want 48", first);
-  CHECK(observed(&p, PACER_OUTCOME_THROTTLED, 1000) == first, "the same instant again: no second decrease");
-  CHECK(observed(&p, PACER_OUTCOME_OPENED, 1000) == first, "opened: no change");
+  CHECK(first == 59, "first throttle %u, want 59", first);
+  CHECK(observed(&p, PACER_OUTCOME_THROTTLED, 1000) == first, "the same instant again: held");
+  CHECK(observed(&p, PACER_OUTCOME_OPENED, 1000) == first, "opened: counted, no change of rate");
   CHECK(pacer_rate_in_force(&p, 1000, &rate) == PACER_STATUS_OK && rate == first, "in force: %u", rate);
-  CHECK(observed(&p, PACER_OUTCOME_THROTTLED, 1000 + SPACING_MS - 1) == first, "inside the spacing: held");
-  uint32_t got = observed(&p, PACER_OUTCOME_THROTTLED, 1000 + SPACING_MS);
-  CHECK(got == second, "floor %u: second decrease %u, want %u (from %u)", floor, got, second, first);
-  CHECK(pacer_rate_in_force(&p, 1000 + SPACING_MS, &rate) == PACER_STATUS_OK && rate == second, "in force: %u", rate);
+  CHECK(observed(&p, PACER_OUTCOME_THROTTLED, 1000 + HOLD_MS - 1) == first, "inside the hold: held");
+  uint32_t got = observed(&p, PACER_OUTCOME_THROTTLED, 1000 + HOLD_MS);
+  CHECK(got == second, "floor %u: second throttle %u, want %u (from %u)", floor, got, second, first);
+  CHECK(pacer_rate_in_force(&p, 1000 + HOLD_MS, &rate) == PACER_STATUS_OK && rate == second, "in force: %u", rate);
   return first;
 }
 
 static void test_adaptive(void) {
-  /* Floor 10: the second decrease is 38. Floor 40 stops it at 40. */
-  CHECK(adaptive_episode(10, 38) == 48, "floor 10");
-  CHECK(adaptive_episode(40, 40) == 48, "floor 40");
+  /* The one opening explains the second throttle: L = 1, raised to the
+   * floor, 10 or 40. */
+  CHECK(adaptive_episode(10, 10) == 59, "floor 10");
+  CHECK(adaptive_episode(40, 40) == 59, "floor 40");
 
   /* Adaptation off: observe answers the rate and changes nothing (the
    * words' bytes are compared in ffi/tests/adaptive.rs and, through the
@@ -506,8 +509,8 @@ static void test_adaptive(void) {
   CHECK(pacer_get_info(&p, &before) == PACER_STATUS_OK, "info");
   CHECK(observed(&p, PACER_OUTCOME_THROTTLED, 1000) == 60, "off: throttle");
   CHECK(observed(&p, PACER_OUTCOME_OPENED, 1000) == 60, "off: opened");
-  CHECK(observed(&p, PACER_OUTCOME_THROTTLED, 1000 + SPACING_MS) == 60, "off: throttle later");
-  CHECK(pacer_rate_in_force(&p, 1000 + SPACING_MS, &(uint32_t){0}) == PACER_STATUS_OK, "off: rate");
+  CHECK(observed(&p, PACER_OUTCOME_THROTTLED, 1000 + HOLD_MS) == 60, "off: throttle later");
+  CHECK(pacer_rate_in_force(&p, 1000 + HOLD_MS, &(uint32_t){0}) == PACER_STATUS_OK, "off: rate");
   CHECK(pacer_get_info(&p, &now) == PACER_STATUS_OK && now.high_water_ms == before.high_water_ms &&
             now.tokens_units == before.tokens_units && now.mode == before.mode,
         "off: the state changed");
@@ -544,8 +547,9 @@ static void test_adaptive(void) {
   CHECK(pacer_rate_in_force(NULL, 1000, &rate) == PACER_STATUS_NULL_PARAMETER, "NULL pacer");
   CHECK(pacer_rate_in_force(&a, 1000, NULL) == PACER_STATUS_NULL_PARAMETER, "NULL out");
   CHECK(rate == 7, "a failed call wrote its out-parameter");
-  /* Nothing changed: the first throttle still decreases from 60. */
-  CHECK(observed(&a, PACER_OUTCOME_THROTTLED, 1000) == 48, "after the failed calls");
+  /* Nothing changed: the first throttle still ends the search at 60,
+   * ceil(60 * 31/32) = 59. */
+  CHECK(observed(&a, PACER_OUTCOME_THROTTLED, 1000) == 59, "after the failed calls");
   _Alignas(16) unsigned char raw[PACER_STORAGE_SIZE + 16];
   memcpy(raw + 8, &a, sizeof a);
   CHECK(pacer_observe((const pacer *)(const void *)(raw + 8), PACER_OUTCOME_THROTTLED, 1000, &rate) ==

@@ -690,12 +690,13 @@ static uint64_t u64_in(const unsigned char *file, size_t at) {
 /* Adaptive pacing on a shared bucket (SPEC §14): the control word lives in
  * the file beside the state word, so a throttle reported through one
  * handle, or by another process, lowers the rate in force every handle
- * reads. ADAPTIVE is rate 60, floor 10, ceiling 60: a throttle lowers the
- * rate to floor(60 * beta), `first` below (48 at the core's beta of 8/10,
- * the core's to tune; tests/c/test_pacer.c checks the value), a rate read
- * at or before the decrease instant is exactly that, and a throttle within
- * 60000 ms of the decrease holds the rate there (the same episode) and
- * answers it. (Header fields are little-endian, the words native: this
+ * reads. ADAPTIVE is rate 60, floor 10, ceiling 60: a first throttle,
+ * nothing counted, ends the search at the rate in force, 60, and probes
+ * from ceil(60 * 31/32) = 59, `first` below (tests/c/test_pacer.c checks
+ * the value), a rate read at or before the throttle's instant is exactly
+ * that, and a throttle within the 60000 ms hold after it changes nothing
+ * (the same episode) and answers it; an opening within the hold is
+ * counted and changes no rate. (Header fields are little-endian, the words native: this
  * test assumes a little-endian machine, as write_at above does.) */
 static void test_adaptive_shared(void) {
   char path[600];
@@ -732,17 +733,17 @@ static void test_adaptive_shared(void) {
   uint64_t t0 = pacer_clock_monotonic_ms();
   CHECK(pacer_shared_rate_in_force(&b, &rate) == PACER_STATUS_OK && rate == 60, "b before: %u", rate);
   uint32_t first = 0;
-  CHECK(pacer_shared_observe(&a, PACER_OUTCOME_THROTTLED, &first) == PACER_STATUS_OK && first == 48,
+  CHECK(pacer_shared_observe(&a, PACER_OUTCOME_THROTTLED, &first) == PACER_STATUS_OK && first == 59,
         "a throttled: %u", first);
-  CHECK(pacer_rate_in_force(pb, t0, &rate) == PACER_STATUS_OK && rate == first, "b reads a's decrease: %u", rate);
+  CHECK(pacer_rate_in_force(pb, t0, &rate) == PACER_STATUS_OK && rate == first, "b reads a's throttle: %u", rate);
   CHECK(pacer_shared_rate_in_force(&b, &rate) == PACER_STATUS_OK && rate >= first && rate < 60, "b now: %u", rate);
   CHECK(pacer_shared_observe(&b, PACER_OUTCOME_THROTTLED, &rate) == PACER_STATUS_OK && rate == first,
         "b's throttle in the same episode holds %u: %u", first, rate);
   CHECK(pacer_shared_observe(&b, PACER_OUTCOME_OPENED, &rate) == PACER_STATUS_OK && rate >= first && rate < 60,
         "opened: %u", rate);
   CHECK(read_file(path, after, sizeof after) == FILE_BYTES && memcmp(after + 65552, control_before, 16) != 0,
-        "the decrease was not written to the file");
-  CHECK(u64_in(after, 65560) >= t0, "the origin moved to the decrease: %" PRIu64, u64_in(after, 65560));
+        "the throttle was not written to the file");
+  CHECK(u64_in(after, 65560) >= t0, "the origin moved to the throttle: %" PRIu64, u64_in(after, 65560));
 
   /* Bad arguments. */
   rate = 7;

@@ -1,21 +1,33 @@
 'use strict';
 // Adaptive pacing (SPEC §14) through Pacer and SharedPacer: observe(),
 // rateInForce(), the `adaptive` option and its errors. Every expected value
-// is worked out by hand below, never read back from the code under test,
-// and none depends on the curve's scale constant:
+// is worked out by hand below from the law's statement (core/src/adaptive.rs),
+// never read back from the code under test.
 //
-// - Rate 60 with the default ceiling (the rate): before any throttle the
-//   curve starts at its peak 60 and only rises, so the rate in force is the
-//   ceiling, 60, at any instant.
-// - The first throttle, at t, lowers it at t to max(floor, ⌊rate·8/10⌋):
-//   ⌊60·8/10⌋ = 48. A throttle less than 60000 ms after that decrease
-//   lowers nothing: it holds the rate where the decrease put it (the curve
-//   restarts there, so it reads 48 again at that instant). An 'opened'
-//   changes nothing. So a hold at 60999 and a throttle at 61000 (60000 ms
-//   after the decrease, reading 48 since the hold) give ⌊48·8/10⌋ =
-//   ⌊38.4⌋ = 38, or the floor when that is higher (40 with floor 40).
-// - At 48/min the bucket refills 48 units per ms: a whole token (60000
-//   units) takes ⌈60000/48⌉ = 1250 ms, not the 1000 ms of 60/min.
+// BASE: rate 60, retries 5, idle 120000: bound 4833 ms, hint cap 4 s, so the
+// refusal schedule is 5·4000 = 20000 ms and the lowest rate that can refuse
+// is ⌈60000/20000⌉ = 3/min. The rate in force is clamped to
+// [lowest, ceiling] with lowest = max(floor, 3) (capped at the ceiling):
+// 10 with floor 10, 40 with floor 40. The ceiling left out is the rate, 60.
+//
+// - Searching (from creation, L = 60): curve = 60·2ⁿ·(5000 + r)/5000 ≥ 60,
+//   clamped to the ceiling 60: the rate in force is 60 at any instant.
+// - 40 openings reported at 1000 (minute 0), then a throttle at 1000 ends
+//   the search: E = max(through, recent) = max(40, 40) = 40, L = min(40, 60)
+//   = 40, probing, `again`, origin 1000. The probe reads ⌈40·31/32⌉ =
+//   ⌈38.75⌉ = 39 through the hold (d = 0 while Δ ≤ 60000).
+// - A throttle while probing within 60000 ms of the origin changes nothing
+//   (39 at 1000 and at 60999); an opening in the hold is counted (41 in
+//   minute 0) but cannot show a rise.
+// - A throttle at 61000 (Δ = 60000, no longer held; minute 1): the counts
+//   roll, opened_before = 41, opened = 0: through = 41, recent = 0 +
+//   ⌊41·59000/60000⌋ = 40, E = 41. The rate in force R = 39 (d = 0). E ≥ R:
+//   the count does not explain it, L = 39 − max(1, ⌊39/8⌋) = 35, and the
+//   probe reads ⌈35·31/32⌉ = ⌈33.90625⌉ = 34 (40, the lowest, with floor 40).
+// - Nothing counted at a throttle: L = R. A pacer throttled at 1000 with
+//   nothing reported probes from L = 60: ⌈60·31/32⌉ = ⌈58.125⌉ = 59.
+// - At 30/min (30 openings, then a throttle: L = 30, ⌈30·31/32⌉ = 30) a
+//   token (60000 units) refills in 60000/30 = 2000 ms, not 1000.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
@@ -31,22 +43,105 @@ function adaptivePacer(adaptive, extra = {}) {
   return new Pacer({ ...BASE, now: () => 0, adaptive, ...extra });
 }
 
-test('a throttle lowers the rate to 8/10; throttles within a minute hold it; the floor holds', () => {
+function opened(pacer, n, at) {
+  const rates = [];
+  for (let i = 0; i < n; i += 1) rates.push(pacer.observe('opened', at));
+  return rates;
+}
+
+test('a throttle ends the search at what got through; throttles in the hold change nothing; then a cut', () => {
   const pacer = adaptivePacer({ floorPerMinute: 10 });
   assert.deepEqual(pacer.adaptive, { floorPerMinute: 10, ceilingPerMinute: 60 });
   assert.equal(pacer.rateInForce(0), 60);
-  assert.equal(pacer.observe('throttled', 1000), 48);
-  assert.equal(pacer.observe('throttled', 1000), 48, 'a second throttle at once lowers nothing');
-  assert.equal(pacer.rateInForce(1000), 48);
-  assert.equal(pacer.observe('opened', 1000), 48, 'an opened changes nothing');
-  assert.equal(pacer.observe('throttled', 60999), 48, 'within the minute: held');
-  assert.equal(pacer.rateInForce(60999), 48);
-  assert.equal(pacer.observe('throttled', 61000), 38, 'a minute after the decrease: lowered again');
+  assert.deepEqual(opened(pacer, 40, 1000), Array(40).fill(60), 'searching at the ceiling');
+  assert.equal(pacer.observe('throttled', 1000), 39, 'L = 40 got through: ⌈40·31/32⌉');
+  assert.equal(pacer.observe('throttled', 1000), 39, 'a second throttle at once changes nothing');
+  assert.equal(pacer.rateInForce(1000), 39);
+  assert.equal(pacer.observe('opened', 1000), 39, 'an opening in the hold: counted, no rise');
+  assert.equal(pacer.observe('throttled', 60999), 39, 'within the hold: nothing changes');
+  assert.equal(pacer.rateInForce(60999), 39);
+  assert.equal(pacer.observe('throttled', 61000), 34, 'E = 41 ≥ R = 39: L = 35, ⌈35·31/32⌉');
 
   const floored = adaptivePacer({ floorPerMinute: 40 });
-  assert.equal(floored.observe('throttled', 1000), 48);
-  assert.equal(floored.observe('throttled', 60999), 48);
-  assert.equal(floored.observe('throttled', 61000), 40, '38 is below the floor of 40');
+  opened(floored, 40, 1000);
+  assert.equal(floored.observe('throttled', 1000), 40, '39 is below the floor of 40');
+  assert.equal(floored.observe('throttled', 60999), 40);
+  assert.equal(floored.observe('throttled', 61000), 40, 'E = 40 ≥ R = 40: L = 35, 34 clamped to 40');
+});
+
+// Continuing the first pacer above after its throttle at 61000 (L = 35,
+// probing, not `again`, origin 61000, minute 1): at 181000 (minute 3) the
+// counts are dropped; 20 openings there (through 20 ≤ 35 + ⌊35/8⌋ + 1 = 40:
+// no rise). The rate in force at 181000: d = ⌊(120000 − 60000)/100⌋ = 600,
+// ⌊35·600³/10⁶⌋ = 7560, ⌊7560·35/5400000⌋ = 0: R = 34. A throttle there:
+// E = max(20, 20) = 20 < 34, so L = 20 and the probe reads ⌈20·31/32⌉ =
+// ⌈19.375⌉ = 20.
+test('a throttle the count explains lowers the rate to what got through', () => {
+  const pacer = adaptivePacer({ floorPerMinute: 10 });
+  opened(pacer, 40, 1000);
+  assert.equal(pacer.observe('throttled', 1000), 39);
+  pacer.observe('opened', 1000);
+  assert.equal(pacer.observe('throttled', 61000), 34);
+  assert.equal(pacer.rateInForce(181000), 34);
+  assert.deepEqual(opened(pacer, 20, 181000), Array(20).fill(34));
+  assert.equal(pacer.observe('throttled', 181000), 20, 'E = 20 < R = 34: L = 20');
+  // The floor bounds it: the same with floor 25 reads max(20, 25) = 25.
+  const floored = adaptivePacer({ floorPerMinute: 25 });
+  opened(floored, 40, 1000);
+  floored.observe('throttled', 1000);
+  floored.observe('opened', 1000);
+  assert.equal(floored.observe('throttled', 61000), 34);
+  opened(floored, 20, 181000);
+  assert.equal(floored.observe('throttled', 181000), 25);
+});
+
+// After the throttle at 1000 (L = 40, `again`, origin 1000) a rise shows
+// when a minute's count passes L + ⌊L/8⌋ + 1 = 40 + 5 + 1 = 46, at least
+// 60000 ms after the origin. 7 more openings at 30000 make minute 0's count
+// 47, but in the hold: 39 stays. One opening at 61000 (Δ = 60000, minute 1):
+// opened_before = 47, opened = 1, through = 47 > 46: search again from the
+// rate in force, 39, origin 61000, doubling every 20000 ms:
+// 39·2ⁿ·(20000 + r)/20000 is 39 at 61000, ⌊39·30000/20000⌋ = ⌊58.5⌋ = 58
+// at 71000, and 78 at 81000, clamped to the ceiling 60.
+// With 6 more at 30000 instead (46 in minute 0, not above 46) the opening at
+// 61000 changes nothing: still probing, at 71000 d = 100,
+// ⌊40·100³/10⁶⌋ = 40, ⌊40·40/(5400000/16)⌋ = ⌊1600/337500⌋ = 0: 39.
+test('a count above L + L/8 + 1 after the hold searches again; at or below it, or in the hold, nothing', () => {
+  const rise = adaptivePacer({ floorPerMinute: 10 });
+  opened(rise, 40, 1000);
+  assert.equal(rise.observe('throttled', 1000), 39);
+  assert.deepEqual(opened(rise, 7, 30000), Array(7).fill(39), 'in the hold: no rise');
+  assert.equal(rise.rateInForce(30000), 39);
+  assert.equal(rise.observe('opened', 61000), 39, 'the search starts at the rate in force');
+  assert.equal(rise.rateInForce(71000), 58);
+  assert.equal(rise.rateInForce(81000), 60);
+  assert.equal(rise.rateInForce(3600000), 60);
+
+  const level = adaptivePacer({ floorPerMinute: 10 });
+  opened(level, 40, 1000);
+  assert.equal(level.observe('throttled', 1000), 39);
+  opened(level, 6, 30000);
+  assert.equal(level.observe('opened', 61000), 39);
+  assert.equal(level.rateInForce(71000), 39, 'through = 46, not above 46: still probing');
+});
+
+// Ceiling 600, floor 1 (lowest max(1, 3) = 3): a new pacer searches from 60,
+// 60·2ⁿ·(5000 + r)/5000: 60 at 0, 90 at 2500, 120 at 5000, 240 at 10000,
+// 480 at 15000, 600 (the ceiling) from 960 at 20000 on. Three openings in
+// minute 0 and a throttle at 20000 end the search: E = max(3, 3) = 3,
+// L = min(3, 600) = 3, the probe reads ⌈3·31/32⌉ = 3, the lowest: 3.
+// Nothing reported and a throttle at 20000: L = R = 600, ⌈600·31/32⌉ =
+// ⌈581.25⌉ = 582.
+test('with a ceiling above the rate a new pacer searches upward, doubling every 5 s', () => {
+  const pacer = adaptivePacer({ floorPerMinute: 1, ceilingPerMinute: 600 });
+  assert.deepEqual([0, 2500, 5000, 10000, 15000, 20000, 3600000].map((t) => pacer.rateInForce(t)),
+    [60, 90, 120, 240, 480, 600, 600]);
+  assert.deepEqual(opened(pacer, 3, 0), [60, 60, 60]);
+  assert.equal(pacer.observe('throttled', 20000), 3);
+  assert.equal(pacer.rateInForce(79999), 3);
+
+  const blind = adaptivePacer({ floorPerMinute: 1, ceilingPerMinute: 600 });
+  assert.equal(blind.observe('throttled', 20000), 582, 'nothing counted: L = R = 600');
 });
 
 test('before any throttle the rate in force is the configured rate, whenever it is read', () => {
@@ -55,7 +150,7 @@ test('before any throttle the rate in force is the configured rate, whenever it 
   assert.equal(pacer.observe('opened', 5000), 60);
 });
 
-test('the refill follows the rate in force: a token takes 1250 ms at 48/min, not 1000', () => {
+test('the refill follows the rate in force: a token takes 2000 ms at 30/min, not 1000', () => {
   const adaptive = adaptivePacer({ floorPerMinute: 10 }, { burst: 1 });
   const fixed = new Pacer({ ...BASE, burst: 1, now: () => 0 });
   for (const pacer of [adaptive, fixed]) {
@@ -63,12 +158,13 @@ test('the refill follows the rate in force: a token takes 1250 ms at 48/min, not
     assert.equal(first.kind, 'admitted');
     assert.equal(first.waitMs, 0, 'the burst token');
   }
-  assert.equal(adaptive.observe('throttled', 1000), 48);
+  opened(adaptive, 30, 1000);
+  assert.equal(adaptive.observe('throttled', 1000), 30);
   assert.equal(fixed.observe('throttled', 1000), 60);
   const slowed = adaptive.reserve(1000);
   assert.equal(slowed.kind, 'admitted');
   assert.equal(slowed.path, 'paced');
-  assert.equal(slowed.waitMs, 1250);
+  assert.equal(slowed.waitMs, 2000);
   assert.equal(fixed.reserve(1000).waitMs, 1000);
 });
 
@@ -92,8 +188,9 @@ test('observe and rateInForce default to the pacer\'s clock', () => {
   let now = 0;
   const pacer = new Pacer({ ...BASE, now: () => now, adaptive: { floorPerMinute: 10 } });
   now = 1000;
-  assert.equal(pacer.observe('throttled'), 48);
-  assert.equal(pacer.rateInForce(), 48);
+  // Nothing counted: L = R = 60, ⌈60·31/32⌉ = 59.
+  assert.equal(pacer.observe('throttled'), 59);
+  assert.equal(pacer.rateInForce(), 59);
 });
 
 // Each bad `adaptive` with the error it gets and the name that error gives.
@@ -142,10 +239,32 @@ test('a bad outcome or clock is an error that changes nothing', () => {
   throwsNaming(() => pacer.observe('throttled', -1), RangeError, 'nowMs', 'negative clock');
   throwsNaming(() => pacer.observe('throttled', 1.5), RangeError, 'nowMs', 'fractional clock');
   throwsNaming(() => pacer.observe('throttled', '1000'), TypeError, 'nowMs', 'string clock');
+  throwsNaming(() => pacer.observe('throttled', NaN), RangeError, 'nowMs', 'NaN clock');
+  throwsNaming(() => pacer.observe('opened', -1), RangeError, 'nowMs', 'negative clock');
+  throwsNaming(() => pacer.observe('opened', 0.5), RangeError, 'nowMs', 'fractional clock');
+  throwsNaming(() => pacer.observe('opened', Infinity), RangeError, 'nowMs', 'infinite clock');
   throwsNaming(() => pacer.rateInForce(NaN), RangeError, 'nowMs', 'NaN clock');
-  // Still at 60, never decreased: the first real throttle lowers it.
+  // Still searching, nothing counted: the first real throttle probes from
+  // L = R = 60, ⌈60·31/32⌉ = 59.
   assert.equal(pacer.rateInForce(1000), 60);
-  assert.equal(pacer.observe('throttled', 1000), 48);
+  assert.equal(pacer.observe('throttled', 1000), 59);
+});
+
+// The clock's ends: 0 and the largest safe integer. Created at 0, a throttle
+// at 0 with nothing counted gives 59 (as above); one opening at
+// 2^53 − 1 (Δ far past the hold, d capped at 20000 ds: ⌊60·8·10¹²/10⁶⌋ =
+// 480000000, ·60 = 2.88·10¹⁰, /337500 = 85333 ≫, the curve capped at
+// 60 + 7 + 2 = 69, clamped to the ceiling 60), through 1 ≤ 60 + 7 + 1:
+// nothing rises, and it reads 60.
+test('clock 0 and 2^53 − 1 are fine', () => {
+  const pacer = adaptivePacer({ floorPerMinute: 10 });
+  assert.equal(pacer.observe('throttled', 0), 59);
+  assert.equal(pacer.rateInForce(0), 59);
+  assert.equal(pacer.observe('opened', Number.MAX_SAFE_INTEGER), 60);
+  assert.equal(pacer.rateInForce(Number.MAX_SAFE_INTEGER), 60);
+  // A throttle there: the one opening counted, E = 1 < R = 60: L = 1,
+  // ⌈1·31/32⌉ = 1, clamped to the lowest, 10.
+  assert.equal(pacer.observe('throttled', Number.MAX_SAFE_INTEGER), 10);
 });
 
 test('after close() observe and rateInForce throw ERR_PACER_CLOSED; adaptive still answers', () => {
@@ -190,12 +309,11 @@ test('shared, adaptation off: observe changes nothing and answers the configured
   assert.throws(() => s.rateInForce(), { code: 'ERR_PACER_CLOSED' });
 });
 
-// The shared clock cannot be held still, so the rate read some time after
-// a throttle is anywhere from the lowered 48 (the curve climbs with time)
-// up to, but not yet back at, 60 (it takes the curve seconds at the least).
-// A throttle at the decrease's instant or within its minute reads 48
-// exactly: it holds the rate where the decrease put it.
-test('shared: a throttle through one handle is seen through another, and so is its minute', () => {
+// The shared clock cannot be held still, but a test runs well within the
+// 60000 ms hold: a throttle with nothing counted ends the search with
+// L = R = 60 and the probe reads ⌈60·31/32⌉ = 59 through the hold, through
+// either handle; a throttle or an opening in the hold changes nothing.
+test('shared: a throttle through one handle is seen through another, and so is its hold', () => {
   const p = sharedPath('two');
   const adaptive = { floorPerMinute: 10 };
   const a = SharedPacer.open(p, { ...BASE, adaptive });
@@ -203,15 +321,11 @@ test('shared: a throttle through one handle is seen through another, and so is i
   try {
     assert.deepEqual(b.adaptive, { floorPerMinute: 10, ceilingPerMinute: 60 });
     assert.equal(b.rateInForce(), 60);
-    assert.equal(a.observe('throttled'), 48);
-    const seen = b.rateInForce();
-    assert.ok(seen >= 48 && seen < 60, `b reads ${seen} after a's throttle`);
-    // Within a's decrease's minute for b too: its throttle holds 48.
-    assert.equal(b.observe('throttled'), 48);
-    const opened = b.observe('opened');
-    assert.ok(opened >= 48 && opened < 60, `b's opened gave ${opened}`);
-    const after = a.rateInForce();
-    assert.ok(after >= 48 && after < 60, `a reads ${after} after b's hold`);
+    assert.equal(a.observe('throttled'), 59);
+    assert.equal(b.rateInForce(), 59, "b reads a's throttle");
+    assert.equal(b.observe('throttled'), 59, 'within the hold: nothing changes');
+    assert.equal(b.observe('opened'), 59);
+    assert.equal(a.rateInForce(), 59);
     // The bounds are part of the bucket's configuration: the ceiling left
     // out is the rate, so 60 given is the same; another floor, or none, is not.
     SharedPacer.open(p, { ...BASE, adaptive: { floorPerMinute: 10, ceilingPerMinute: 60 } }).close();

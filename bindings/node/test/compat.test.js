@@ -385,38 +385,45 @@ test('bookRefusals (opt-in): keyed retries redeem their place in line; off, noth
   assert.equal(plain.forget('a'), false);
 });
 
-// Adaptive pacing (SPEC §14), opt-in. By hand: rate 60 with the default
-// ceiling (the rate) reads 60 until the first throttle, which lowers it at
-// once to ⌊60·8/10⌋ = 48; a throttle within 60000 ms of that decrease
-// holds it at 48 (at that instant), an opened changes nothing, and a
-// throttle 60000 ms after the decrease, reading 48 since a hold 1 ms
-// before, gives ⌊48·8/10⌋ = 38. At 48/min a token refills in
-// ⌈60000/48⌉ = 1250 ms, at 60/min in 1000.
+// Adaptive pacing (SPEC §14), opt-in. By hand, from the law's statement
+// (core/src/adaptive.rs): retries 5, idle 120000 (bound 4833 ms, hint cap
+// 4 s, schedule 20000 ms) make 3/min the lowest rate that can refuse, so the
+// rate in force is clamped to [max(10, 3), 60] = [10, 60]. Rate 60 with the
+// default ceiling (the rate) reads 60 while it searches. 30 openings at
+// 1000, then a throttle, end the search at L = min(30, 60) = 30: the probe
+// reads ⌈30·31/32⌉ = 30, and a throttle within 60000 ms of it changes
+// nothing. At 30/min a token refills in 60000/30 = 2000 ms, at 60/min in
+// 1000. A throttle with nothing counted ends the search at L = R = 60:
+// ⌈60·31/32⌉ = 59; an opening then is counted (1 in minute 0); held through
+// 60999; at 61000 the count rolls (before = 1, this minute 0): E =
+// max(1, ⌊1·59000/60000⌋) = 1 < R = 59, so L = 1, ⌈1·31/32⌉ = 1, clamped
+// to the floor: 10.
 test('adaptive (opt-in): a throttle lowers the rate in force and the next admission waits at it', async () => {
   const time = new FakeTime(0);
   const p = pacer(time, { burst: 1, idleTimeoutMs: 120000, maxRetries: 5, adaptive: { floorPerMinute: 10 } });
   assert.equal(p.rateInForce(), 60);
   await time.advance(1000);
   assert.deepEqual(shape(await p.admit()), admitted(0));
-  assert.equal(p.observe('throttled'), 48);
-  assert.equal(p.observe('throttled'), 48, 'one decrease a minute');
-  assert.equal(p.rateInForce(), 48);
+  for (let i = 0; i < 30; i += 1) assert.equal(p.observe('opened'), 60);
+  assert.equal(p.observe('throttled'), 30);
+  assert.equal(p.observe('throttled'), 30, 'in the hold: nothing changes');
+  assert.equal(p.rateInForce(), 30);
   let woke = false;
   const next = p.admit().then((outcome) => { woke = true; return outcome; });
-  await time.advance(1249);
+  await time.advance(1999);
   await flush();
-  assert.equal(woke, false, 'still waiting after 1249 ms');
+  assert.equal(woke, false, 'still waiting after 1999 ms');
   await time.advance(1);
-  assert.deepEqual(shape(await next), admitted(1250));
+  assert.deepEqual(shape(await next), admitted(2000));
 
   const clock = new FakeTime(1000);
   const again = pacer(clock, { idleTimeoutMs: 120000, maxRetries: 5, adaptive: { floorPerMinute: 10 } });
-  assert.equal(again.observe('throttled'), 48);
-  assert.equal(again.observe('opened'), 48);
+  assert.equal(again.observe('throttled'), 59);
+  assert.equal(again.observe('opened'), 59);
   clock.nowMs = 60999;
-  assert.equal(again.observe('throttled'), 48, 'held within the minute');
+  assert.equal(again.observe('throttled'), 59, 'held within the minute');
   clock.nowMs = 61000;
-  assert.equal(again.observe('throttled'), 38);
+  assert.equal(again.observe('throttled'), 10, 'one got through: L = 1, at the floor');
   assert.throws(() => again.observe('throttle'), TypeError);
   assert.throws(() => again.observe(undefined), TypeError);
 });
@@ -433,7 +440,7 @@ test('adaptive off (no bounds, or unusable ones): observe changes nothing; the d
   assert.deepEqual(shape(await next), admitted(1000));
   // The constructor reads numbers as it reads the rate: a floor that is not
   // a positive number is no adaptation; one above the rate is held at the
-  // rate, where a throttle lowers nothing (max(60, 48) = 60).
+  // rate, where a throttle lowers nothing (the floor is the rate, 60).
   for (const adaptive of [{ floorPerMinute: NaN }, { floorPerMinute: -5 }, { floorPerMinute: 0 }, null, 'on', {}]) {
     const odd = pacer(new FakeTime(0), { idleTimeoutMs: 120000, maxRetries: 5, adaptive });
     assert.equal(odd.observe('throttled'), 60, JSON.stringify(adaptive));
@@ -474,8 +481,8 @@ test('wsAdaptivePacing: the floor turns it on, read as the host reads numbers; b
 
 test('sharedWsUpgradePacer: adaptive when CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN is set, not otherwise', () => {
   const saved = process.env.CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN;
-  // Hold the default clock still, so the rate read after the throttle is
-  // the lowered one (the curve climbs only with time).
+  // Hold the default clock still (a throttle with nothing counted: L = R =
+  // 60, ⌈60·31/32⌉ = 59, flat through the hold anyway).
   const frozen = performance.now();
   Object.defineProperty(performance, 'now', { value: () => frozen, configurable: true, writable: true });
   try {
@@ -485,8 +492,8 @@ test('sharedWsUpgradePacer: adaptive when CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN is se
     resetWsUpgradePacerForTests();
     const adaptive = sharedWsUpgradePacer();
     assert.equal(adaptive.rateInForce(), 60);
-    assert.equal(adaptive.observe('throttled'), 48);
-    assert.equal(adaptive.rateInForce(), 48);
+    assert.equal(adaptive.observe('throttled'), 59);
+    assert.equal(adaptive.rateInForce(), 59);
     assert.deepEqual(parentNotices, []);
   } finally {
     delete performance.now;

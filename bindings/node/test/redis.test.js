@@ -544,8 +544,10 @@ describe('the drop-in module on a fleet bucket (PACER_REDIS_URL)', () => {
     try {
       const pacer = compat.sharedWsUpgradePacer();
       assert.equal((await pacer.admit()).kind, 'admitted');
-      // Rate 60, floor 10: the bucket's first throttle gives ⌊60·8/10⌋ = 48.
-      assert.equal(await pacer.observe('throttled'), 48);
+      // Rate 60, floor 10 (CONFIG's lowest rate that can refuse is
+      // ⌈60000/6000⌉ = 10): the bucket's first throttle, nothing counted,
+      // ends the search at L = R = 60: ⌈60·31/32⌉ = 59.
+      assert.equal(await pacer.observe('throttled'), 59);
       const info = await serverInfo(functionServer, key);
       assert.equal(info.adaptive_floor_per_min, 10);
       assert.equal(info.adaptive_ceiling_per_min, 60);
@@ -569,19 +571,22 @@ describe('the drop-in module on a fleet bucket (PACER_REDIS_URL)', () => {
 
 // ---------------------------------------------------------------- adaptive pacing (SPEC §14)
 
-// By hand, as test/adaptive.test.js: rate 60 with the default ceiling reads
-// 60 until the first throttle, which lowers it at once to ⌊60·8/10⌋ = 48;
-// a throttle within the minute after holds it there (48 at that instant);
-// an opened changes nothing. The rate climbs back from 48 with time, but
-// not to 60 within a test.
+// By hand, as test/adaptive.test.js, from the law in core/src/adaptive.rs:
+// CONFIG (3 retries, hint cap 2 s: schedule 6000 ms) makes ⌈60000/6000⌉ =
+// 10 the lowest rate that can refuse, so with floor 10 the rate in force is
+// clamped to [10, 60]. Rate 60 with the default ceiling reads 60 while it
+// searches; the first throttle with nothing counted ends the search at
+// L = R = 60, and the probe reads ⌈60·31/32⌉ = 59, flat through the 60 s
+// hold (a test runs well within it); a throttle in the hold changes
+// nothing, an opening in it is counted and changes nothing else.
 const ADAPTIVE = { ...CONFIG, adaptive: { floorPerMinute: 10 } };
 
 describe('adaptive pacing (SPEC §14)', () => {
-  /** Canned answers: an admission to RESERVE and BOOK, 48 to OBSERVE. */
+  /** Canned answers: an admission to RESERVE and BOOK, 59 to OBSERVE. */
   function canned(args) {
     if (args[0] === 'SCRIPT') return SHA;
     const op = args[0].startsWith('PACER.') ? args[0].slice(6).toLowerCase() : args[4];
-    return op === 'observe' ? 48 : ['admitted', 0, '1.1.60000.0.0123456789abcdef', 'paced', 0];
+    return op === 'observe' ? 59 : ['admitted', 0, '1.1.60000.0.0123456789abcdef', 'paced', 0];
   }
 
   test('the wire: ADAPT floor ceiling after the configuration (and BOOK\'s retries_left); OBSERVE key outcome', async () => {
@@ -601,7 +606,7 @@ describe('adaptive pacing (SPEC §14)', () => {
         assert.deepEqual(pacer.adaptive, { floorPerMinute: 10, ceilingPerMinute: adaptive.ceilingPerMinute ?? 60 });
         await pacer.reserve();
         await pacer.reserveOrBook(3);
-        assert.equal(await pacer.observe('throttled'), 48);
+        assert.equal(await pacer.observe('throttled'), 59);
         await pacer.observe('opened');
         const calls = client.sent.filter((args) => args[0] !== 'SCRIPT');
         assert.deepEqual(calls, [
@@ -655,11 +660,13 @@ describe('adaptive pacing (SPEC §14)', () => {
 
   test('during an outage: local observes on its fallback (its share of the rate), open and closed learn nothing', async () => {
     const url = `redis://127.0.0.1:${await freePort()}`;
-    // fleetSize 2: the fallback paces at 30/min between ⌊10/2⌋ = 5 and
-    // ⌊60/2⌋ = 30; a throttle gives ⌊30·8/10⌋ = 24, and one just after holds it.
+    // fleetSize 2: the fallback paces at 30/min between ⌊10/2⌋ = 5 (raised
+    // to the lowest rate that can refuse, 10) and ⌊60/2⌋ = 30; a throttle
+    // with nothing counted ends its search at L = R = 30, ⌈30·31/32⌉ = 30,
+    // and one just after, in the hold, changes nothing.
     const local = await RedisPacer.connect({ url, key: freshKey(), ...ADAPTIVE, fleetSize: 2, onNotice: () => {} });
-    assert.equal(await local.observe('throttled'), 24);
-    assert.equal(await local.observe('throttled'), 24);
+    assert.equal(await local.observe('throttled'), 30);
+    assert.equal(await local.observe('throttled'), 30);
     await local.close();
     for (const onFailure of ['open', 'closed']) {
       const pacer = await RedisPacer.connect({ url, key: freshKey(), ...ADAPTIVE, onFailure, onNotice: () => {} });
@@ -686,17 +693,20 @@ describe('adaptive pacing (SPEC §14)', () => {
           // and a client without them is another configuration.
           assert.notEqual((await b.reserveOrBook(3)).kind, undefined);
           await assert.rejects(fixed.reserve(), { code: 'ERR_PACER_REDIS' });
-          assert.equal(await a.observe('throttled'), 48);
-          const seen = (await b.info()).rateInForce;
-          assert.ok(seen >= 48 && seen < 60, `b reads ${seen} after a's throttle`);
-          assert.equal(await b.observe('throttled'), 48, 'within the minute of the decrease: held');
-          const opened = await b.observe('opened');
-          assert.ok(opened >= 48 && opened < 60, `b's opened gave ${opened}`);
+          assert.equal(await a.observe('throttled'), 59);
+          assert.equal((await b.info()).rateInForce, 59, "b reads a's throttle");
+          assert.equal(await b.observe('throttled'), 59, 'within the hold: nothing changes');
+          assert.equal(await b.observe('opened'), 59);
           const info = await a.info();
           assert.equal(info.adaptiveFloorPerMin, 10);
           assert.equal(info.adaptiveCeilingPerMin, 60, 'the ceiling left out is the rate');
-          assert.equal(info.peakPerMin, 60, 'the rate when the upstream throttled');
-          assert.ok(info.rateInForce >= 48 && info.rateInForce < 60);
+          // L = 60 (nothing counted), probing, again; the opening counted in
+          // its minute (window 0, or 1 should the clock's minute turn
+          // between the throttle and it: the one before then holds 0).
+          assert.deepEqual([info.limitPerMin, info.probing, info.again, info.opened, info.openedBefore, info.rateInForce],
+            [60, 1, 1, 1, 0, 59]);
+          assert.ok(info.window === 0 || info.window === 1, `window ${info.window}`);
+          assert.ok(info.nowMs - info.originMs >= 0 && info.nowMs - info.originMs < 60000);
           assert.equal(a.counters().fallbacks + b.counters().fallbacks, 0);
         } finally {
           await Promise.all([a.close(), b.close(), fixed.close()]);

@@ -908,11 +908,15 @@ def test_a_redemption_admits_with_the_ticket_the_reply_carries(d: Driver) -> Non
 
 # ------------------------------------------------------------ adaptive pacing
 #
-# SPEC §14 on the fleet's bucket. The server's clock runs, so only what holds
-# for a few seconds after a throttle is expected: the first decrease takes
-# 60/min to ⌊60·8/10⌋ = 48 and sets K = ⌊∛(12·400000000)⌋ = 1686 ds (1686³ =
-# 4792616856 ≤ 4.8·10⁹ < 1687³); the curve reads 48 until 4.7 s after it, and
-# a throttle within the minute holds it there.
+# SPEC §14 on the fleet's bucket (the law in core/src/adaptive.rs). The
+# server's clock runs, but a test runs well within the law's 60000 ms hold.
+# CONFIG's budget (3 retries, hint cap 2 s: schedule 6000 ms) makes
+# ⌈60000/6000⌉ = 10 the lowest rate that can refuse; with floor 10 the rate
+# in force is clamped to [10, 60]. A new bucket searches from L = 60, at the
+# default ceiling 60 at any instant; a throttle with nothing counted ends the
+# search with L = R = 60 (probing, `again`) and the probe reads ⌈60·31/32⌉ =
+# ⌈58.125⌉ = 59 through the hold; a throttle in the hold changes nothing; an
+# opening in the hold is counted and changes nothing else.
 
 ADAPTIVE = {**CONFIG, "adaptive_floor_per_min": 10}
 
@@ -924,17 +928,24 @@ def test_a_throttle_one_proxy_reports_slows_the_fleet(d: Driver, each_engine: Re
     two = d.pacer(url=server.url, key=key, **ADAPTIVE)
     assert d(one.create()) is True
     info = d(one.info())
-    # ADAPT 10 0 is stored with the ceiling as the rate, at the peak, never decreased.
+    # ADAPT 10 0 is stored with the ceiling as the rate, searching from L = 60, nothing counted.
     assert (info["rate_in_force"], info["adaptive_floor_per_min"], info["adaptive_ceiling_per_min"],
-            info["peak_per_min"], info["since_decrease_ms"], info["recover_ds"]) == (60, 10, 60, 60, 2**32 - 1, 0)
+            info["limit_per_min"], info["probing"], info["again"], info["window"], info["opened"],
+            info["opened_before"]) == (60, 10, 60, 60, 0, 0, 0, 0, 0)
+    assert info["origin_ms"] <= info["now_ms"]
     assert d(two.rate_in_force()) == 60
-    assert d(one.observe("throttled")) == 48
-    assert d(two.rate_in_force()) == 48
-    assert d(two.observe(pacer.Outcome.THROTTLED)) == 48  # within the minute: a hold
-    assert d(two.observe("opened")) == 48
+    assert d(one.observe("throttled")) == 59
+    assert d(two.rate_in_force()) == 59
+    assert d(two.observe(pacer.Outcome.THROTTLED)) == 59  # within the hold: nothing changes
+    assert d(two.observe("opened")) == 59
     info = d(two.info())
-    assert (info["peak_per_min"], info["recover_ds"], info["rate_in_force"]) == (60, 1686, 48)
-    assert info["since_decrease_ms"] < 60_000
+    # L = 60, probing, again; the opening counted in its minute (0, or 1 when
+    # the clock's minute turned between the throttle and it: then the one
+    # before is the throttle minute's count, 0).
+    assert (info["limit_per_min"], info["probing"], info["again"], info["opened"], info["opened_before"],
+            info["rate_in_force"]) == (60, 1, 1, 1, 0, 59)
+    assert info["window"] in (0, 1)
+    assert 0 <= info["now_ms"] - info["origin_ms"] < 60_000
     # The adaptive settings are the bucket's configuration.
     for other in ({}, {"adaptive_floor_per_min": 20}):
         mismatched = d.pacer(url=server.url, key=key, **{**CONFIG, **other})
@@ -952,19 +963,26 @@ def test_a_throttle_one_proxy_reports_slows_the_fleet(d: Driver, each_engine: Re
 
 
 def test_reserve_and_book_carry_adapt(d: Driver, each_engine: RedisServer) -> None:
-    """Burst 1: a reservation after a throttle waits ⌈60000/48⌉ = 1250 ms less
+    """Burst 1: 30 openings reported, then a throttle, end the search at
+    L = min(E, 60) with E = max(through, recent) = 30 (⌈30·31/32⌉ = 30), or
+    29 when the clock's minute turned among the openings (recent = k +
+    ⌊(30 − k)·left/60000⌋ = 29 for left < 60000; ⌈29·31/32⌉ = 29). A
+    reservation after it waits 60000/30 = 2000 ms (⌈60000/29⌉ = 2069) less
     the time since the first debit, more than any wait at 60/min (1000 ms)."""
     fleet = d.pacer(url=each_engine.url, key=fresh_key("adaptive-refill"), **{**ADAPTIVE, "burst": 1})
     first = d(fleet.reserve())
     assert isinstance(first, RedisAdmitted) and first.wait_ms == 0 and first.fallback is None
-    assert d(fleet.observe("throttled")) == 48
+    for _ in range(30):
+        assert d(fleet.observe("opened")) == 60  # searching, at the ceiling
+    rate = d(fleet.observe("throttled"))
+    assert rate in (30, 29)
     second = d(fleet.reserve())
-    assert isinstance(second, RedisAdmitted) and 1000 < second.wait_ms <= 1250
+    assert isinstance(second, RedisAdmitted) and 1000 < second.wait_ms <= -(-60000 // rate)
     # BOOK … retries_left ADAPT floor ceiling on the same bucket: a refusal past
     # the bound books (or refuses), never a configuration error.
     booked = d(fleet.reserve_or_book(3))
     assert isinstance(booked, (RedisBooked, RedisRefused, RedisAdmitted)) and booked.fallback is None
-    assert d(fleet.info())["rate_in_force"] == 48
+    assert d(fleet.info())["rate_in_force"] == rate
 
 
 def test_adaptation_off_asks_nothing(d: Driver, plain_server: RedisServer) -> None:
@@ -981,15 +999,23 @@ def test_adaptation_off_asks_nothing(d: Driver, plain_server: RedisServer) -> No
 
 def test_observe_while_redis_fails(d: Driver) -> None:
     """local reports to its fallback pacer, adaptive at ⌊rate/N⌋ between
-    ⌊floor/N⌋ and ⌊ceiling/N⌋: N = 2 gives 30 between 5 and 30, so a throttle
-    gives ⌊30·8/10⌋ = 24; open and closed learn nothing and answer 60.
+    ⌊floor/N⌋ and ⌊ceiling/N⌋: N = 2 gives 30 between 5 and 30 (the lowest
+    rate that can refuse, ⌈60000/6000⌉ = 10, above the floor 5). A throttle
+    with nothing counted ends its search at L = R = 30: ⌈30·31/32⌉ = 30;
+    20 openings and a throttle on a fresh one: L = min(20, 30) = 20,
+    ⌈20·31/32⌉ = 20 (19 should its clock's minute turn among them:
+    ⌈19·31/32⌉ = 19). Open and closed learn nothing and answer 60.
     rate_in_force needs Redis, as info."""
     import redis
 
     url = f"redis://127.0.0.1:{free_port()}"
     local = d.pacer(url=url, key="k", fleet_size=2, **ADAPTIVE)
-    assert d(local.observe("throttled")) == 24
-    assert d(local.observe("opened")) == 24
+    assert d(local.observe("throttled")) == 30
+    assert d(local.observe("throttled")) == 30  # in the hold: nothing changes
+    assert d(local.observe("opened")) == 30
+    counted = d.pacer(url=url, key="k", fleet_size=2, **ADAPTIVE)
+    assert [d(counted.observe("opened")) for _ in range(20)] == [30] * 20
+    assert d(counted.observe("throttled")) in (20, 19)
     fallback = local.fallback_pacer
     assert fallback is not None
     assert (fallback.config.adaptive_floor_per_min, fallback.config.adaptive_ceiling_per_min) == (5, 30)

@@ -297,7 +297,7 @@ class PacerConfig:
     #: Adaptive pacing (SPEC §14): the lowest rate a throttle may lower the
     #: rate in force to; 0 = adaptation off.
     adaptive_floor_per_min: int = 0
-    #: The highest rate the rate in force may climb back to; 0 = the rate.
+    #: The highest rate the rate in force may reach (searching or probing); 0 = the rate.
     adaptive_ceiling_per_min: int = 0
 
 
@@ -484,7 +484,7 @@ class Pacer(fast.Core):
         :param release_policy: ``"refund"`` (always refund) or ``"strict"``
         :param adaptive_floor_per_min: adaptive pacing (SPEC §14, ``observe``): the lowest
             rate a throttle may lower the rate in force to, 1..rate_per_minute; 0 = off
-        :param adaptive_ceiling_per_min: the highest rate it may climb back to,
+        :param adaptive_ceiling_per_min: the highest rate it may reach (searching or probing),
             rate_per_minute..600; 0 = rate_per_minute (ignored when adaptation is off)
         :param clock: monotonic clock in seconds (float), like ``time.monotonic``
         :param sleep: the coroutine ``admit`` waits with; default ``asyncio.sleep``
@@ -769,12 +769,17 @@ class Pacer(fast.Core):
         pacing, SPEC §14), at ``now_ms`` (default the pacer's clock), and
         returns the rate in force after it, new connections per minute.
 
-        ``Outcome.THROTTLED`` (``"throttled"``: the upstream's own rate
-        limit) lowers the rate in force to ``max(floor, ⌊rate·8/10⌋)`` when
-        the last decrease is a minute or more ago (or there was none), and
-        otherwise holds it where that decrease put it; ``Outcome.OPENED``
-        (``"opened"``) changes nothing. Between throttles the rate climbs
-        back with time, up to the ceiling; ``reserve`` refills at it. With
+        ``Outcome.OPENED`` (``"opened"``) is counted (per minute of the
+        clock). ``Outcome.THROTTLED`` (``"throttled"``: the upstream's own
+        rate limit) sets the rate to just under what got through (⌈L·31/32⌉:
+        ``L`` the count, at most the ceiling, when it ends the search or is
+        below the rate in force; else the rate in force less 1/8), unless a
+        throttle less than a minute before already did: then it changes
+        nothing. Before the first throttle the rate doubles every 5 s up to
+        the ceiling; after one it stays flat for a minute, then probes
+        slowly above; a minute's count well above ``L`` searches again. It
+        stays within the floor (raised to the lowest rate that can refuse)
+        and the ceiling; ``reserve`` refills at it. With
         adaptation off it changes nothing and returns ``rate_per_minute``.
         A bad outcome or time raises (TypeError/ValueError) and changes
         nothing. Thread-safe and lock-free."""

@@ -288,14 +288,18 @@ function upstream(...statuses: number[]): () => Promise<{ status: number }> {
   };
 }
 
-// Adaptive pacing (opt-in), worked out by hand: at 60/minute with the
-// default ceiling (the rate) the rate in force reads 60 until the upstream
-// first throttles; the host's classification of a 429 or 403 reports it
-// and the rate drops at once to max(floor, ⌊60·8/10⌋) = 48, where a token
-// takes ⌈60000/48⌉ = 1250 ms to refill, not 1000. A throttle within a
-// minute of that decrease holds the rate where it put it (48 at that
-// instant) and lowers nothing; a 101 changes nothing. A throttle 60000 ms
-// after the decrease, 1 ms after such a hold, drops it to ⌊48·8/10⌋ = 38.
+// Adaptive pacing (opt-in), worked out by hand from the law's statement
+// (core/src/adaptive.rs): retries 5, idle 120000 (bound 4833 ms, hint cap
+// 4 s, schedule 20000 ms) make 3/min the lowest rate that can refuse, so
+// the rate in force stays in [max(10, 3), 60] = [10, 60]. At 60/minute with
+// the default ceiling (the rate) it reads 60 while it searches. The host's
+// classification of a 429 or 403 reports a throttle: the first, with
+// nothing counted, ends the search at L = R = 60 and the rate in force is
+// ⌈60·31/32⌉ = 59, where a token takes ⌈60000/59⌉ = 1017 ms to refill, not
+// 1000. A throttle within 60000 ms of that changes nothing; a 101 is
+// counted (one opening). A throttle 60000 ms after it, 1 ms after such a
+// hold: that one opening is all that got through in the last minute
+// (E = 1 < R = 59), so L = 1, ⌈1·31/32⌉ = 1, clamped to the floor: 10.
 test('adaptive: the upgrade answers the host classifies reach the pacer; a 429 or 403 lowers the rate in force', async () => {
   const time = new FakeTime();
   const p = new WsUpgradePacer({
@@ -305,23 +309,23 @@ test('adaptive: the upgrade answers the host classifies reach the pacer; a 429 o
   const upgrade = upstream(429, 429, 101, 429, 403);
   assert.equal(p.rateInForce(), 60);
   assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 429 });
-  assert.equal(p.rateInForce(), 48);
-  // The burst's second token: admitted at once; its 429 lowers nothing.
+  assert.equal(p.rateInForce(), 59);
+  // The burst's second token: admitted at once; its 429 changes nothing.
   assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 429 });
-  assert.equal(p.rateInForce(), 48);
-  // The bucket is empty: the third waits a token at 48/minute.
+  assert.equal(p.rateInForce(), 59);
+  // The bucket is empty: the third waits a token at 59/minute.
   const third = watch(upgradeUpstream({ pacer: p, upgrade }));
-  await time.advance(1_249);
-  assert.equal(third.value, undefined, 'still waiting after 1249 ms');
+  await time.advance(1_016);
+  assert.equal(third.value, undefined, 'still waiting after 1016 ms');
   await time.advance(1);
   assert.deepEqual(third.value, { outcome: 'upgraded' });
-  // 1 ms short of a minute after the decrease (the bucket full again): held.
-  await time.advance(60_000 - 1 - 1_250);
+  // 1 ms short of a minute after the throttle (the bucket full again): held.
+  await time.advance(60_000 - 1 - 1_017);
   assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 429 });
-  assert.equal(p.rateInForce(), 48);
+  assert.equal(p.rateInForce(), 59);
   await time.advance(1);
   assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 403 });
-  assert.equal(p.rateInForce(), 38);
+  assert.equal(p.rateInForce(), 10);
 });
 
 test('adaptive off (no settings): the same answers change nothing', async () => {
@@ -341,10 +345,10 @@ test('adaptive: the shared pacer turns it on from CLODEX_WS_ADAPTIVE_FLOOR_PER_M
     const shared = sharedWsUpgradePacer() as InstanceType<typeof WsUpgradePacer>;
     assert.equal(shared.rateInForce(), 60);
     assert.deepEqual(await upgradeUpstream({ upgrade: upstream(429) }), { outcome: 'rate-limited', status: 429 });
-    // The real clock moves on: the rate climbs back from 48, but not to 60
-    // within this test.
-    const rate = shared.rateInForce();
-    assert.ok(rate >= 48 && rate < 60, `the shared pacer's rate in force is ${rate}`);
+    // The real clock moves on, but well within the 60 s hold: the throttle,
+    // nothing counted, ended the search at L = R = 60, and the rate in force
+    // reads ⌈60·31/32⌉ = 59 until the hold ends.
+    assert.equal(shared.rateInForce(), 59);
     assert.deepEqual(lines, []);
   } finally {
     delete process.env.CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN;
