@@ -489,7 +489,8 @@ fn adaptive_call(
         }
         Some(_) => {}
     }
-    if outcome.is_none() || outcome == Some(OUTCOME_OPENED) {
+    // An opening is counted in an adaptive pacer's control word (SPEC §14).
+    if outcome.is_none() || (outcome == Some(OUTCOME_OPENED) && adaptive_bounds(cfg).is_none()) {
         assert!(
             unchanged,
             "{what} (outcome {outcome:?}) changed the shared pacer"
