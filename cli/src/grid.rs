@@ -46,17 +46,13 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
+pub use crate::upstream_sweep::{THROTTLE_GOAL_PERCENT, TURNS_GOAL_PERCENT};
+
 use crate::sim::{
     self, Arrivals, Buckets, Limits, Load, OnRefusal, SimConfig, SimReport, UpstreamKind,
     UpstreamModel, DEFAULT_UPSTREAM_BURST, MAX_LIMIT_CHANGES,
 };
 
-/// Adaptive pacing completes at least this share of the best fixed rate's
-/// turns, percent.
-pub const TURNS_GOAL_PERCENT: f64 = 90.0;
-/// Its throttles stay within this share of its completed turns (plus the
-/// learning allowance), percent.
-pub const THROTTLE_GOAL_PERCENT: f64 = 5.0;
 /// At most this share of the rate samples judged may lie above the limit,
 /// percent.
 pub const ABOVE_GOAL_PERCENT: f64 = 10.0;
