@@ -3,8 +3,8 @@
 //! records each decision (one relaxed increment per call, or a plain
 //! addition through an exclusive borrow: [`Counters::record_mut`]).
 
-use crate::pacer::{Admission, AdmitPath, BookingDecision, Decision, Redemption};
 use crate::sync::{AtomicU64, Ordering};
+use crate::types::{Admission, AdmitPath, BookingDecision, Decision, Redemption};
 
 /// Live counters, updated with relaxed atomic increments (plain additions
 /// through `&mut`).

@@ -10,7 +10,8 @@
 //! Admission is one atomic load and one compare-and-swap on a 128-bit word
 //! (native on x86_64 and AArch64; see [`Pacer::is_lock_free`]).
 //!
-//! - [`Pacer`] — `reserve` / `release`, the rule of SPEC §4 in `pacer.rs`.
+//! - [`Pacer`] — `reserve` / `release`, the atomic store (`pacer.rs`) of the rule of SPEC §4
+//!   (`rule.rs`: [`Params`], pure transitions); the types in `types.rs`.
 //! - [`settings::resolve`] — settings strings to a [`Budget`], with notices.
 //! - [`budget`] — the derived quantities (wait bound, hint, can-refuse).
 //! - [`Notice`], [`NoticeRegistry`] — once-per-key notices and their text.
@@ -41,22 +42,25 @@ pub mod frame;
 mod loom_tests;
 mod notice;
 mod pacer;
+mod rule;
 pub mod settings;
 mod sync;
 mod text;
+mod types;
 
 pub use adaptive::{ControlView, Outcome};
 pub use budget::Budget;
 pub use counters::{CounterSnapshot, Counters};
 pub use notice::{Notice, NoticeKey, NoticeKind, NoticeRegistry};
-pub use pacer::{
-    Admission, AdmitPath, Booked, Booking, BookingDecision, Config, ConfigError, Decision, Mode,
-    Pacer, Params, Redemption, Refusal, ReleasePolicy, StateView, Ticket, Transition, MAX_BURST,
-    UNITS_PER_TOKEN,
-};
+pub use pacer::Pacer;
 #[cfg(not(loom))]
 pub use pacer::{CONTROL_OFFSET, SHARED_OFFSET, STATE_OFFSET};
+pub use rule::{Params, Transition};
 pub use settings::{resolve, Parsed, Resolution, Settings};
+pub use types::{
+    Admission, AdmitPath, Booked, Booking, BookingDecision, Config, ConfigError, Decision, Mode,
+    Redemption, Refusal, ReleasePolicy, StateView, Ticket, MAX_BURST, UNITS_PER_TOKEN,
+};
 
 /// The README's Rust programs, compiled and run as this crate's doctests so
 /// that a snippet that stops working fails the tests.

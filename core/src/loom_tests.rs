@@ -20,8 +20,9 @@ use loom::thread;
 
 use crate::adaptive::Outcome;
 use crate::counters::Counters;
-use crate::pacer::{
-    AdmitPath, BookingDecision, Config, Decision, Pacer, ReleasePolicy, StateView, Ticket,
+use crate::pacer::Pacer;
+use crate::types::{
+    AdmitPath, BookingDecision, Config, Decision, ReleasePolicy, StateView, Ticket,
 };
 
 /// One token in units.
@@ -82,6 +83,25 @@ fn assert_in_bounds(pacer: &Pacer, capacity: i64, max_debt: i64) -> StateView {
     state
 }
 
+/// Runs `f` on a new thread with its own handle on `pacer`.
+fn on_thread<T: Send + 'static>(
+    pacer: &Arc<Pacer>,
+    f: impl FnOnce(&Pacer) -> T + Send + 'static,
+) -> thread::JoinHandle<T> {
+    let pacer = pacer.clone();
+    thread::spawn(move || f(&pacer))
+}
+
+/// The state word: the high-water mark, the tokens (units) and the
+/// release stack counter.
+fn view(high_water_ms: u64, tokens_units: i64, seq: u32) -> StateView {
+    StateView {
+        high_water_ms,
+        tokens_units,
+        seq,
+    }
+}
+
 fn sorted<const N: usize>(mut values: [u64; N]) -> [u64; N] {
     values.sort_unstable();
     values
@@ -122,11 +142,7 @@ fn concurrent_reservations_get_distinct_slots_burst_1() {
         }
         assert_eq!(
             pacer.state(),
-            StateView {
-                high_water_ms: 0,
-                tokens_units: TOKEN - 3 * TOKEN,
-                seq: 3
-            },
+            view(0, TOKEN - 3 * TOKEN, 3),
             "a debit was lost"
         );
     });
@@ -139,21 +155,12 @@ fn concurrent_reservations_get_distinct_slots_burst_1() {
 fn concurrent_reservations_respect_burst_2() {
     loom::model(|| {
         let pacer = Arc::new(Pacer::new(&b2(ReleasePolicy::Refund), 0).unwrap());
-        let handles: [_; 3] = core::array::from_fn(|_| {
-            let pacer = pacer.clone();
-            thread::spawn(move || paced(pacer.reserve(0)).0)
-        });
+        let handles: [_; 3] =
+            core::array::from_fn(|_| on_thread(&pacer, move |pacer| paced(pacer.reserve(0)).0));
         let waits = sorted(handles.map(|h| h.join().unwrap()));
         assert_eq!(waits, [0, 0, 1000]);
         assert!(waits.iter().filter(|&&w| w == 0).count() <= 2);
-        assert_eq!(
-            pacer.state(),
-            StateView {
-                high_water_ms: 0,
-                tokens_units: 2 * TOKEN - 3 * TOKEN,
-                seq: 3
-            }
-        );
+        assert_eq!(pacer.state(), view(0, 2 * TOKEN - 3 * TOKEN, 3));
     });
 }
 
@@ -167,8 +174,7 @@ fn concurrent_refusals_debit_nothing() {
     loom::model(|| {
         let pacer = Arc::new(Pacer::new(&config(1, 10_000, 2, ReleasePolicy::Refund), 0).unwrap());
         let handles: [_; 3] = core::array::from_fn(|_| {
-            let pacer = pacer.clone();
-            thread::spawn(move || match pacer.reserve(0) {
+            on_thread(&pacer, move |pacer| match pacer.reserve(0) {
                 Decision::Admitted(admission) => {
                     assert_eq!(admission.wait_ms, 0);
                     assert!(admission.ticket.is_some());
@@ -187,14 +193,7 @@ fn concurrent_refusals_debit_nothing() {
             .filter(|&&a| a)
             .count();
         assert_eq!(admitted, 1);
-        assert_eq!(
-            pacer.state(),
-            StateView {
-                high_water_ms: 0,
-                tokens_units: 0,
-                seq: 1
-            }
-        );
+        assert_eq!(pacer.state(), view(0, 0, 1));
     });
 }
 
@@ -209,10 +208,7 @@ fn concurrent_refusals_debit_nothing() {
 fn racing_clock_readings_never_refill_twice() {
     loom::model(|| {
         let pacer = Arc::new(Pacer::new(&b1(ReleasePolicy::Refund), 0).unwrap());
-        let a = {
-            let pacer = pacer.clone();
-            thread::spawn(move || paced(pacer.reserve(1000)))
-        };
+        let a = on_thread(&pacer, move |pacer| paced(pacer.reserve(1000)));
         let b = {
             let pacer = pacer.clone();
             thread::spawn(move || match pacer.reserve(0) {
@@ -229,27 +225,13 @@ fn racing_clock_readings_never_refill_twice() {
         assert_eq!(a_wait, 0);
         if a_ticket.seq() == 1 {
             assert_eq!((b_seq, b_wait, b_regressed), (2, 1000, true));
-            assert_eq!(
-                state,
-                StateView {
-                    high_water_ms: 1000,
-                    tokens_units: -TOKEN,
-                    seq: 2
-                }
-            );
+            assert_eq!(state, view(1000, -TOKEN, 2));
         } else {
             assert_eq!(
                 (a_ticket.seq(), b_seq, b_wait, b_regressed),
                 (2, 1, 0, false)
             );
-            assert_eq!(
-                state,
-                StateView {
-                    high_water_ms: 1000,
-                    tokens_units: 0,
-                    seq: 2
-                }
-            );
+            assert_eq!(state, view(1000, 0, 2));
         }
     });
 }
@@ -267,22 +249,16 @@ fn release_races_reserve_same_instant() {
         let pacer = Arc::new(Pacer::new(&b1(ReleasePolicy::Refund), 0).unwrap());
         let (wait, ticket) = paced(pacer.reserve(0));
         assert_eq!(wait, 0);
-        let x = {
-            let pacer = pacer.clone();
-            thread::spawn(move || {
-                let refunded = pacer.release(ticket, 0);
-                assert_in_bounds(&pacer, TOKEN, 120_000);
-                refunded
-            })
-        };
-        let y = {
-            let pacer = pacer.clone();
-            thread::spawn(move || {
-                let (wait, _) = paced(pacer.reserve(0));
-                assert_in_bounds(&pacer, TOKEN, 120_000);
-                wait
-            })
-        };
+        let x = on_thread(&pacer, move |pacer| {
+            let refunded = pacer.release(ticket, 0);
+            assert_in_bounds(&pacer, TOKEN, 120_000);
+            refunded
+        });
+        let y = on_thread(&pacer, move |pacer| {
+            let (wait, _) = paced(pacer.reserve(0));
+            assert_in_bounds(&pacer, TOKEN, 120_000);
+            wait
+        });
         assert!(x.join().unwrap(), "a refund-policy release always refunds");
         let y_wait = y.join().unwrap();
         assert!(y_wait == 0 || y_wait == 1000, "y waited {y_wait}");
@@ -306,42 +282,22 @@ fn release_races_reserve_capped_at_capacity() {
     loom::model(|| {
         let pacer = Arc::new(Pacer::new(&b1(ReleasePolicy::Refund), 0).unwrap());
         let (_, ticket) = paced(pacer.reserve(0));
-        let x = {
-            let pacer = pacer.clone();
-            thread::spawn(move || {
-                let refunded = pacer.release(ticket, 1000);
-                assert_in_bounds(&pacer, TOKEN, 120_000);
-                refunded
-            })
-        };
-        let y = {
-            let pacer = pacer.clone();
-            thread::spawn(move || {
-                let (wait, _) = paced(pacer.reserve(0));
-                assert_in_bounds(&pacer, TOKEN, 120_000);
-                wait
-            })
-        };
+        let x = on_thread(&pacer, move |pacer| {
+            let refunded = pacer.release(ticket, 1000);
+            assert_in_bounds(&pacer, TOKEN, 120_000);
+            refunded
+        });
+        let y = on_thread(&pacer, move |pacer| {
+            let (wait, _) = paced(pacer.reserve(0));
+            assert_in_bounds(&pacer, TOKEN, 120_000);
+            wait
+        });
         assert!(x.join().unwrap());
         let y_wait = y.join().unwrap();
         let state = pacer.state();
         match y_wait {
-            0 => assert_eq!(
-                state,
-                StateView {
-                    high_water_ms: 1000,
-                    tokens_units: 0,
-                    seq: 2
-                }
-            ),
-            1000 => assert_eq!(
-                state,
-                StateView {
-                    high_water_ms: 1000,
-                    tokens_units: TOKEN,
-                    seq: 2
-                }
-            ),
+            0 => assert_eq!(state, view(1000, 0, 2)),
+            1000 => assert_eq!(state, view(1000, TOKEN, 2)),
             other => panic!("y waited {other}"),
         }
     });
@@ -359,28 +315,15 @@ fn two_releases_race_a_reservation() {
         let pacer = Arc::new(Pacer::new(&b2(ReleasePolicy::Refund), 0).unwrap());
         let (_, t1) = paced(pacer.reserve(0));
         let (_, t2) = paced(pacer.reserve(0));
-        let release = |ticket: Ticket| {
-            let pacer = pacer.clone();
-            thread::spawn(move || pacer.release(ticket, 0))
-        };
+        let release = |ticket: Ticket| on_thread(&pacer, move |pacer| pacer.release(ticket, 0));
         let x = release(t1);
         let y = release(t2);
-        let z = {
-            let pacer = pacer.clone();
-            thread::spawn(move || paced(pacer.reserve(0)).0)
-        };
+        let z = on_thread(&pacer, move |pacer| paced(pacer.reserve(0)).0);
         assert!(x.join().unwrap());
         assert!(y.join().unwrap());
         let z_wait = z.join().unwrap();
         assert!(z_wait == 0 || z_wait == 1000, "z waited {z_wait}");
-        assert_eq!(
-            pacer.state(),
-            StateView {
-                high_water_ms: 0,
-                tokens_units: TOKEN,
-                seq: 3
-            }
-        );
+        assert_eq!(pacer.state(), view(0, TOKEN, 3));
     });
 }
 
@@ -412,14 +355,11 @@ fn strict_releases_refund_only_from_the_top() {
                 (refunded, after)
             })
         };
-        let y = {
-            let pacer = pacer.clone();
-            thread::spawn(move || {
-                let refunded = pacer.release(t2, 0);
-                assert_in_bounds(&pacer, 2 * TOKEN, 120_000);
-                refunded
-            })
-        };
+        let y = on_thread(&pacer, move |pacer| {
+            let refunded = pacer.release(t2, 0);
+            assert_in_bounds(&pacer, 2 * TOKEN, 120_000);
+            refunded
+        });
         let (x_refunded, x_after) = x.join().unwrap();
         let y_refunded = y.join().unwrap();
         assert!(
@@ -434,23 +374,9 @@ fn strict_releases_refund_only_from_the_top() {
         if x_refunded {
             // Only possible when Y's refund was already in: X then left the
             // stack empty and the bucket full.
-            assert_eq!(
-                x_after,
-                StateView {
-                    high_water_ms: 0,
-                    tokens_units: 2 * TOKEN,
-                    seq: 0
-                }
-            );
+            assert_eq!(x_after, view(0, 2 * TOKEN, 0));
         } else {
-            assert_eq!(
-                state,
-                StateView {
-                    high_water_ms: 0,
-                    tokens_units: TOKEN,
-                    seq: 1
-                }
-            );
+            assert_eq!(state, view(0, TOKEN, 1));
         }
     });
 }
@@ -465,37 +391,17 @@ fn strict_release_races_reserve() {
     loom::model(|| {
         let pacer = Arc::new(Pacer::new(&b1(ReleasePolicy::Strict), 0).unwrap());
         let (_, ticket) = paced(pacer.reserve(0));
-        let x = {
-            let pacer = pacer.clone();
-            thread::spawn(move || pacer.release(ticket, 0))
-        };
-        let z = {
-            let pacer = pacer.clone();
-            thread::spawn(move || paced(pacer.reserve(0)).0)
-        };
+        let x = on_thread(&pacer, move |pacer| pacer.release(ticket, 0));
+        let z = on_thread(&pacer, move |pacer| paced(pacer.reserve(0)).0);
         let x_refunded = x.join().unwrap();
         let z_wait = z.join().unwrap();
         let state = pacer.state();
         if x_refunded {
             assert_eq!(z_wait, 0);
-            assert_eq!(
-                state,
-                StateView {
-                    high_water_ms: 0,
-                    tokens_units: 0,
-                    seq: 1
-                }
-            );
+            assert_eq!(state, view(0, 0, 1));
         } else {
             assert_eq!(z_wait, 1000);
-            assert_eq!(
-                state,
-                StateView {
-                    high_water_ms: 0,
-                    tokens_units: -TOKEN,
-                    seq: 2
-                }
-            );
+            assert_eq!(state, view(0, -TOKEN, 2));
         }
     });
 }
@@ -515,8 +421,7 @@ fn concurrent_bookings_take_distinct_fifo_slots() {
             assert_eq!(paced(pacer.reserve(0)).0, want);
         }
         let handles: [_; 2] = core::array::from_fn(|_| {
-            let pacer = pacer.clone();
-            thread::spawn(move || match pacer.reserve_or_book(0, 3) {
+            on_thread(&pacer, move |pacer| match pacer.reserve_or_book(0, 3) {
                 BookingDecision::Booked(b) => (b.booking.slot_ms, b.booking.ticket.seq()),
                 other => panic!("expected a booking: {other:?}"),
             })

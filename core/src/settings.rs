@@ -86,13 +86,16 @@ struct Resolved {
     explicit: bool,
 }
 
+/// One numeric setting: unset, the default; malformed, the default and a
+/// `malformed` notice `[default]`; outside `[min, max]`, the nearest bound
+/// and a `clamped` notice `[value used, context]`.
 fn resolve_range<'a>(
     raw: Option<&'a str>,
     default: u64,
     min: u64,
     max: u64,
-    malformed: NoticeKind,
-    clamped: NoticeKind,
+    (malformed, clamped): (NoticeKind, NoticeKind),
+    context: u64,
     out: &mut Resolution<'a>,
 ) -> Resolved {
     let text = raw.unwrap_or("");
@@ -111,7 +114,7 @@ fn resolve_range<'a>(
         Parsed::Value(v) => {
             let value = v.clamp(min, max);
             if value != v {
-                out.push(Notice::new(clamped, text, [value, 0, 0]));
+                out.push(Notice::new(clamped, text, [value, context, 0]));
             }
             Resolved {
                 value,
@@ -146,27 +149,16 @@ fn resolve_inner<'a>(settings: &Settings<'a>, idle_override_ms: Option<u64>) -> 
         notices: heapless::Vec::new(),
     };
 
-    let rate_text = settings.rate_per_min.unwrap_or("");
-    let rate_per_min = match parse_setting(settings.rate_per_min) {
-        Parsed::Unset => DEFAULT_RATE_PER_MIN,
-        Parsed::Malformed => {
-            out.push(Notice::new(
-                NoticeKind::RateMalformed,
-                rate_text,
-                [DEFAULT_RATE_PER_MIN as u64, 0, 0],
-            ));
-            DEFAULT_RATE_PER_MIN
-        }
-        Parsed::Value(v) if v > MAX_RATE_PER_MIN as u64 => {
-            out.push(Notice::new(
-                NoticeKind::RateClamped,
-                rate_text,
-                [MAX_RATE_PER_MIN as u64, 0, 0],
-            ));
-            MAX_RATE_PER_MIN
-        }
-        Parsed::Value(v) => v as u32,
-    };
+    let rate_per_min = resolve_range(
+        settings.rate_per_min,
+        DEFAULT_RATE_PER_MIN as u64,
+        0,
+        MAX_RATE_PER_MIN as u64,
+        (NoticeKind::RateMalformed, NoticeKind::RateClamped),
+        0,
+        &mut out,
+    )
+    .value as u32;
 
     let idle = match idle_override_ms {
         Some(value) => Resolved {
@@ -178,8 +170,8 @@ fn resolve_inner<'a>(settings: &Settings<'a>, idle_override_ms: Option<u64>) -> 
             DEFAULT_IDLE_TIMEOUT_MS,
             MIN_IDLE_TIMEOUT_MS,
             MAX_IDLE_TIMEOUT_MS,
-            NoticeKind::IdleMalformed,
-            NoticeKind::IdleClamped,
+            (NoticeKind::IdleMalformed, NoticeKind::IdleClamped),
+            0,
             &mut out,
         ),
     };
@@ -188,8 +180,8 @@ fn resolve_inner<'a>(settings: &Settings<'a>, idle_override_ms: Option<u64>) -> 
         DEFAULT_TOTAL_TIMEOUT_MS,
         MIN_TOTAL_TIMEOUT_MS,
         MAX_TOTAL_TIMEOUT_MS,
-        NoticeKind::TotalMalformed,
-        NoticeKind::TotalClamped,
+        (NoticeKind::TotalMalformed, NoticeKind::TotalClamped),
+        0,
         &mut out,
     );
 
@@ -220,27 +212,16 @@ fn resolve_inner<'a>(settings: &Settings<'a>, idle_override_ms: Option<u64>) -> 
     } else {
         ceiling
     };
-    let retries_text = settings.max_retries.unwrap_or("");
-    let max_retries = match parse_setting(settings.max_retries) {
-        Parsed::Unset => default_retries,
-        Parsed::Malformed => {
-            out.push(Notice::new(
-                NoticeKind::RetriesMalformed,
-                retries_text,
-                [default_retries as u64, 0, 0],
-            ));
-            default_retries
-        }
-        Parsed::Value(v) if v > ceiling as u64 => {
-            out.push(Notice::new(
-                NoticeKind::RetriesClamped,
-                retries_text,
-                [ceiling as u64, idle_ms, 0],
-            ));
-            ceiling
-        }
-        Parsed::Value(v) => v as u32,
-    };
+    let max_retries = resolve_range(
+        settings.max_retries,
+        default_retries as u64,
+        0,
+        ceiling as u64,
+        (NoticeKind::RetriesMalformed, NoticeKind::RetriesClamped),
+        idle_ms,
+        &mut out,
+    )
+    .value as u32;
 
     let budget = Budget {
         rate_per_min,
