@@ -126,7 +126,8 @@ const cases = [
     what: 'the raw addon call `Pacer.reserve` makes: clock into `exchange[0]`, `reserveHot(handle)`, code from `exchange[1]`; admit path',
     make() {
       const { reserveHot, exchange } = native;
-      const fresh = () => new native.NativePacer(RATE_PER_MINUTE, BURST, 120000, 5, false, 0).handle();
+      const config = new native.NativeConfig(RATE_PER_MINUTE, BURST, 120000, 5, false);
+      const fresh = () => new native.NativePacer(config, 0).handle();
       return {
         run(n) {
           const handle = fresh();

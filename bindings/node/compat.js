@@ -406,16 +406,15 @@ class WsUpgradePacer {
     const adaptive = coreAdaptive(options.adaptive, paced ? rate : 0);
     this.#now = options.now ?? monotonicEpochNow;
     this.#schedule = options.schedule ?? defaultSchedule;
-    this.#native = new native.NativePacer(
+    this.#native = new native.NativePacer(new native.NativeConfig(
       paced ? rate : 0,
       Number.isFinite(burst) ? Math.min(constants.maxBurst, Math.max(1, Math.floor(burst))) : WS_NEW_CONNECTION_BURST,
       idle,
       paced ? retries : 0,
       false,
-      this.#clock(),
       adaptive?.floorPerMinute,
       adaptive?.ceilingPerMinute,
-    );
+    ), this.#clock());
     this.#handle = this.#native.handle();
     const mode = this.#native.info()[0];
     this.#enabled = mode !== MODE_DISABLED;

@@ -481,11 +481,9 @@ class Pacer {
     this.#now = now;
     this.#schedule = schedule;
     const factory = options[NATIVE_FACTORY];
-    const { floorPerMinute, ceilingPerMinute } = adaptive ?? {};
-    this.#native = factory
-      ? factory(rate, burst, idle, retries, policy === 'strict', floorPerMinute, ceilingPerMinute)
-      : new native.NativePacer(rate, burst, idle, retries, policy === 'strict', this.#clock(),
-        floorPerMinute, ceilingPerMinute);
+    const nativeConfig = new native.NativeConfig(rate, burst, idle, retries, policy === 'strict',
+      adaptive?.floorPerMinute, adaptive?.ceilingPerMinute);
+    this.#native = factory ? factory(nativeConfig) : new native.NativePacer(nativeConfig, this.#clock());
     this.#handle = this.#native.handle();
     this.#shared = Boolean(factory);
     // A shared native half books on the machine-wide line, at its clock.
@@ -923,9 +921,9 @@ class SharedPacer {
     if (options.now !== undefined) {
       throw new TypeError('pacer: a shared pacer takes no `now`: every process sharing it reads sharedClockMs()');
     }
-    const factory = (rate, burst, idle, retries, strict, floor, ceiling) => {
+    const factory = (nativeConfig) => {
       try {
-        return native.NativeSharedPacer.open(pathOrName, rate, burst, idle, retries, strict, floor, ceiling);
+        return native.NativeSharedPacer.open(pathOrName, nativeConfig);
       } catch (error) {
         if (/^(RATE_TOO_HIGH|BURST_TOO_LARGE|RETRIES_EXCEED_LADDER|ADAPTIVE_RANGE):/.test(String(error?.message))) {
           throw error;

@@ -87,35 +87,46 @@ fn encode(decision: Decision) -> f64 {
     }
 }
 
-/// The core config from the JS numbers (`index.js` has range-checked them),
-/// adaptation off (see [`adaptive_of`]).
-fn config_of(
-    rate_per_minute: f64,
-    burst: f64,
-    idle_timeout_ms: f64,
-    max_retries: f64,
-    strict: bool,
-) -> Config {
-    Config {
-        rate_per_min: to_u32(rate_per_minute),
-        burst: to_u32(burst),
-        idle_timeout_ms: to_u64(idle_timeout_ms),
-        max_retries: to_u32(max_retries),
-        release_policy: if strict {
-            ReleasePolicy::Strict
-        } else {
-            ReleasePolicy::Refund
-        },
-        adaptive_floor_per_min: 0,
-        adaptive_ceiling_per_min: 0,
-    }
+/// A pacer's configuration from the JS numbers (`index.js` has
+/// range-checked them): what `NativePacer` and `NativeSharedPacer.open`
+/// are built from.
+#[napi]
+pub struct NativeConfig {
+    config: Config,
 }
 
-/// `config` with the adaptive bounds (SPEC §14) the constructors take last:
-/// a floor left out (or 0) keeps adaptation off, a ceiling left out (or 0)
-/// is the rate.
-fn adaptive_of(config: Config, floor: Option<f64>, ceiling: Option<f64>) -> Config {
-    config.adaptive(floor.map_or(0, to_u32), ceiling.map_or(0, to_u32))
+#[napi]
+impl NativeConfig {
+    /// The adaptive floor and ceiling per minute (SPEC §14) may be left
+    /// out: a floor left out (or 0) keeps adaptation off, a ceiling left out
+    /// (or 0) is the rate.
+    #[napi(constructor)]
+    pub fn new(
+        rate_per_minute: f64,
+        burst: f64,
+        idle_timeout_ms: f64,
+        max_retries: f64,
+        strict: bool,
+        floor: Option<f64>,
+        ceiling: Option<f64>,
+    ) -> Self {
+        let config = Config {
+            rate_per_min: to_u32(rate_per_minute),
+            burst: to_u32(burst),
+            idle_timeout_ms: to_u64(idle_timeout_ms),
+            max_retries: to_u32(max_retries),
+            release_policy: if strict {
+                ReleasePolicy::Strict
+            } else {
+                ReleasePolicy::Refund
+            },
+            adaptive_floor_per_min: 0,
+            adaptive_ceiling_per_min: 0,
+        };
+        NativeConfig {
+            config: config.adaptive(floor.map_or(0, to_u32), ceiling.map_or(0, to_u32)),
+        }
+    }
 }
 
 /// An outcome as `index.js` and `compat.js` pass it (the core's `Outcome`
@@ -216,23 +227,9 @@ fn tables() -> Result<Tables> {
 impl NativePacer {
     /// Fails with the core's reason (as `RATE_TOO_HIGH: …`) when the config is
     /// rejected; `index.js` checks ranges first and throws a `RangeError`.
-    /// The last two arguments, the adaptive floor and ceiling per minute
-    /// (SPEC §14), may be left out: adaptation off.
     #[napi(constructor)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        rate_per_minute: f64,
-        burst: f64,
-        idle_timeout_ms: f64,
-        max_retries: f64,
-        strict: bool,
-        now_ms: f64,
-        floor: Option<f64>,
-        ceiling: Option<f64>,
-    ) -> Result<Self> {
-        let config = config_of(rate_per_minute, burst, idle_timeout_ms, max_retries, strict);
-        let config = adaptive_of(config, floor, ceiling);
-        match Pacer::new(&config, to_u64(now_ms)) {
+    pub fn new(config: &NativeConfig, now_ms: f64) -> Result<Self> {
+        match Pacer::new(&config.config, to_u64(now_ms)) {
             Ok(pacer) => Ok(NativePacer {
                 core: Rc::new(Core {
                     parts: RefCell::new(Parts {
@@ -700,6 +697,16 @@ impl SharedCore {
         }
     }
 
+    /// `f` on the pacer at the shared clock, read once, and that reading;
+    /// `SHARED_NOT_OPEN: …` once closed.
+    fn at_clock<R>(&self, f: impl FnOnce(&Pacer, u64) -> R) -> Result<(R, u64)> {
+        self.with_pacer(|pacer| {
+            let now_ms = shm::clock_ms();
+            (f(pacer, now_ms), now_ms)
+        })
+        .map_err(shared_error)
+    }
+
     /// `Pacer::reserve` at the shared clock, counted and encoded by
     /// [`encode`].
     fn reserve(&self) -> std::result::Result<f64, pacer_status> {
@@ -730,22 +737,9 @@ unsafe extern "C" fn reserve_shared_hot(
 impl NativeSharedPacer {
     /// Opens (or creates) the shared pacer; fails with `CODE: text`, the
     /// code being the C library's status name (`SHARED_CONFIG_MISMATCH`, …).
-    /// The adaptive floor and ceiling per minute (SPEC §14) may be left
-    /// out: adaptation off.
     #[napi(factory)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn open(
-        path_or_name: String,
-        rate_per_minute: f64,
-        burst: f64,
-        idle_timeout_ms: f64,
-        max_retries: f64,
-        strict: bool,
-        floor: Option<f64>,
-        ceiling: Option<f64>,
-    ) -> Result<Self> {
-        let config = config_of(rate_per_minute, burst, idle_timeout_ms, max_retries, strict);
-        let config = adaptive_of(config, floor, ceiling);
+    pub fn open(path_or_name: String, config: &NativeConfig) -> Result<Self> {
+        let config = config.config;
         if let Err(error) = Pacer::new(&config, 0) {
             return Err(Error::new(Status::InvalidArg, config_error_text(error)));
         }
@@ -782,11 +776,7 @@ impl NativeSharedPacer {
     pub fn reserve_or_book(&self, _now_ms: f64, retries_left: f64) -> Result<Vec<f64>> {
         let (decision, now_ms) = self
             .core
-            .with_pacer(|pacer| {
-                let now_ms = shm::clock_ms();
-                (pacer.reserve_or_book(now_ms, to_u32(retries_left)), now_ms)
-            })
-            .map_err(shared_error)?;
+            .at_clock(|pacer, now_ms| pacer.reserve_or_book(now_ms, to_u32(retries_left)))?;
         self.core.counters.record_booking(&decision);
         Ok(booking_result(decision, now_ms))
     }
@@ -799,11 +789,7 @@ impl NativeSharedPacer {
     pub fn redeem(&self, seq: f64, slot_ms: f64) -> Result<Vec<f64>> {
         let (redemption, now_ms) = self
             .core
-            .with_pacer(|pacer| {
-                let now_ms = shm::clock_ms();
-                (pacer.redeem(booking_of(seq, slot_ms), now_ms), now_ms)
-            })
-            .map_err(shared_error)?;
+            .at_clock(|pacer, now_ms| pacer.redeem(booking_of(seq, slot_ms), now_ms))?;
         self.core.counters.record_redemption(&redemption);
         Ok(redemption_result(redemption, now_ms))
     }

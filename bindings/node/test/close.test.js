@@ -11,8 +11,10 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
-const { Pacer, SharedPacer } = require('../index.js');
-const { FakeTime, flush, quiet } = require('./helpers.js');
+const { SharedPacer } = require('../index.js');
+// smallPacer: rate 60, burst 1, idle 30000, retries 3: bound 2000 (SPEC
+// §3), one token a second; the second request at t=0 waits 1000 ms.
+const { FakeTime, flush, quiet, smallPacer, oneQueued } = require('./helpers.js');
 
 const dir = process.env.PACER_SHM_TEST_DIR || fs.mkdtempSync(path.join(os.tmpdir(), 'pacer-node-close-'));
 if (!process.env.PACER_SHM_TEST_DIR) test.after(() => fs.rmSync(dir, { recursive: true, force: true }));
@@ -26,15 +28,6 @@ function sharedPath(what) {
 /** The closed error: a plain Error with the documented code, naming close(). */
 function isClosedError(e) {
   return e instanceof Error && e.code === 'ERR_PACER_CLOSED' && /close\(\)/.test(e.message);
-}
-
-// rate 60, burst 1, idle 30000, retries 3: bound 2000 (SPEC §3), one token
-// a second; the second request at t=0 waits 1000 ms.
-function smallPacer(time) {
-  return new Pacer({
-    ratePerMinute: 60, burst: 1, idleTimeoutMs: 30000, maxRetries: 3,
-    now: time.now, schedule: time.schedule, onNotice: quiet,
-  });
 }
 
 test('Pacer: every call after close() throws ERR_PACER_CLOSED; getters and counters still answer', async () => {
@@ -61,11 +54,7 @@ test('Pacer: every call after close() throws ERR_PACER_CLOSED; getters and count
 });
 
 test('Pacer: close() while an admit waits refunds its slot and rejects it; a later abort changes nothing', async () => {
-  const time = new FakeTime();
-  const pacer = smallPacer(time);
-  await pacer.admit();
-  const controller = new AbortController();
-  const queued = pacer.admit({ signal: controller.signal });
+  const { time, pacer, controller, queued } = await oneQueued();
   const outcome = queued.then(() => 'resolved', (e) => e);
   assert.equal(time.pending().length, 1, 'queued for 1000 ms');
   await time.advance(300);
@@ -84,12 +73,8 @@ test('Pacer: close() while an admit waits refunds its slot and rejects it; a lat
 });
 
 test('Pacer: an abort before close() keeps the abort reason and refunds once', async () => {
-  const time = new FakeTime();
-  const pacer = smallPacer(time);
-  await pacer.admit();
-  const controller = new AbortController();
+  const { pacer, controller, queued } = await oneQueued();
   const reason = new Error('client went away');
-  const queued = pacer.admit({ signal: controller.signal });
   controller.abort(reason);
   pacer.close(); // same tick: the admit has not seen its rejection yet
   await assert.rejects(queued, (e) => e === reason);

@@ -45,11 +45,13 @@ function fanOut(p, count) {
 }
 
 test('constants and names', () => {
-  assert.equal(compat.WS_NEW_CONNECTIONS_PER_MIN_ENV, 'CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN');
-  assert.equal(compat.DEFAULT_WS_NEW_CONNECTIONS_PER_MIN, 60);
-  assert.equal(compat.MAX_WS_NEW_CONNECTIONS_PER_MIN, 600);
-  assert.equal(compat.WS_NEW_CONNECTION_BURST, 10);
-  assert.equal(compat.WS_NEW_CONNECTION_MAX_WAIT_CEILING_MS, 15000);
+  for (const [name, value] of Object.entries({
+    WS_NEW_CONNECTIONS_PER_MIN_ENV: 'CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN',
+    DEFAULT_WS_NEW_CONNECTIONS_PER_MIN: 60,
+    MAX_WS_NEW_CONNECTIONS_PER_MIN: 600,
+    WS_NEW_CONNECTION_BURST: 10,
+    WS_NEW_CONNECTION_MAX_WAIT_CEILING_MS: 15000,
+  })) assert.equal(compat[name], value, name);
 });
 
 test('§7 defaults, 30 at once: 10 now, 4 queued 1-4 s, the 15th refused (5000, hint 4)', async () => {
@@ -217,47 +219,43 @@ test('§6.6 sustained 82/min for four minutes: at most 61 in the final minute', 
   assert.ok(finalMinute >= 55, `final minute admitted ${finalMinute}: the pacer still admits its rate`);
 });
 
+/** Checks `fn` on each row of `rows`: its arguments, then what it answers. */
+function answers(fn, rows) {
+  for (const row of rows) {
+    const args = row.slice(0, -1);
+    assert.equal(fn(...args), row.at(-1), `${fn.name}(${args.join(', ')})`);
+  }
+}
+
 test('numeric helpers: the design record budgets and the safe values for odd numbers', () => {
-  // SPEC §3 worked budgets.
-  assert.equal(wsNewConnectionMaxWaitMs(120000, 5), 4833);
-  assert.equal(wsNewConnectionMaxWaitMs(30000, 3), 2000);
-  assert.equal(wsNewConnectionMaxWaitMs(10000, 2), 666);
-  assert.equal(wsNewConnectionMaxWaitMs(3600000, 5), 15000);
-  assert.equal(wsNewConnectionMaxWaitMs(60000, 4), 3000);
-  assert.equal(wsNewConnectionMaxWaitMs(14001, 3), 0);
-  assert.equal(wsNewConnectionMaxWaitMs(120000, 0), 15000);
-  assert.equal(wsNewConnectionMaxWaitMs(3600000, 10), 15000);
-  for (const [idle, retries] of [[NaN, 5], [Infinity, 5], [-Infinity, 5], [-1, 5], [0, 5],
-    [120000, -1], [120000, NaN], [120000, Infinity], [3600000, 99], [3600000, 1e12]]) {
-    assert.equal(wsNewConnectionMaxWaitMs(idle, retries), 0, `${idle}, ${retries}`);
-  }
-  // Hints: cap max(1, floor(bound/1000)); want max(1, ceil(required/1000)).
-  assert.equal(pacedRetryAfterSeconds(60000, 666), 1);
-  assert.equal(pacedRetryAfterSeconds(60000, 2000), 2);
-  assert.equal(pacedRetryAfterSeconds(60000, 4833), 4);
-  assert.equal(pacedRetryAfterSeconds(60000, 15000), 15);
-  assert.equal(pacedRetryAfterSeconds(3000, 15000), 3);
-  assert.equal(pacedRetryAfterSeconds(1200, 4833), 2);
-  assert.equal(pacedRetryAfterSeconds(1000.5, 15000), 2);
-  assert.equal(pacedRetryAfterSeconds(1e300, 15000), 15);
-  for (const [required, bound] of [[NaN, 4833], [Infinity, 4833], [-5, 4833], [0, 4833],
-    [60000, NaN], [60000, Infinity], [60000, -1], [60000, 0]]) {
-    assert.equal(pacedRetryAfterSeconds(required, bound), 1, `${required}, ${bound}`);
-  }
-  // Schedules: retries · cap · 1000.
-  assert.equal(refusalScheduleMs(4833, 5), 20000);
-  assert.equal(refusalScheduleMs(666, 2), 2000);
-  assert.equal(refusalScheduleMs(15000, 5), 75000);
-  assert.equal(refusalScheduleMs(NaN, 5), 5000);
-  for (const retries of [0, -1, NaN, Infinity, -Infinity]) assert.equal(refusalScheduleMs(4833, retries), 0);
-  // Can refuse: schedule · rate >= 60000. Defaults: 3/min yes, 2/min no;
-  // idle 10000 (bound 666, 2 retries, schedule 2000): 30 yes, 29 no.
-  assert.equal(canRefuseAtRate(4833, 5, 3), true);
-  assert.equal(canRefuseAtRate(4833, 5, 2), false);
-  assert.equal(canRefuseAtRate(666, 2, 30), true);
-  assert.equal(canRefuseAtRate(666, 2, 29), false);
-  for (const rate of [NaN, Infinity, -1, 0]) assert.equal(canRefuseAtRate(4833, 5, rate), false, `${rate}`);
-  assert.equal(canRefuseAtRate(4833, 0, 60), false);
+  answers(wsNewConnectionMaxWaitMs, [
+    // SPEC §3 worked budgets.
+    [120000, 5, 4833], [30000, 3, 2000], [10000, 2, 666], [3600000, 5, 15000],
+    [60000, 4, 3000], [14001, 3, 0], [120000, 0, 15000], [3600000, 10, 15000],
+    // Odd numbers: no wait.
+    [NaN, 5, 0], [Infinity, 5, 0], [-Infinity, 5, 0], [-1, 5, 0], [0, 5, 0],
+    [120000, -1, 0], [120000, NaN, 0], [120000, Infinity, 0], [3600000, 99, 0], [3600000, 1e12, 0],
+  ]);
+  answers(pacedRetryAfterSeconds, [
+    // Hints: cap max(1, floor(bound/1000)); want max(1, ceil(required/1000)).
+    [60000, 666, 1], [60000, 2000, 2], [60000, 4833, 4], [60000, 15000, 15],
+    [3000, 15000, 3], [1200, 4833, 2], [1000.5, 15000, 2], [1e300, 15000, 15],
+    // Odd numbers: 1 s.
+    [NaN, 4833, 1], [Infinity, 4833, 1], [-5, 4833, 1], [0, 4833, 1],
+    [60000, NaN, 1], [60000, Infinity, 1], [60000, -1, 1], [60000, 0, 1],
+  ]);
+  answers(refusalScheduleMs, [
+    // Schedules: retries · cap · 1000.
+    [4833, 5, 20000], [666, 2, 2000], [15000, 5, 75000], [NaN, 5, 5000],
+    [4833, 0, 0], [4833, -1, 0], [4833, NaN, 0], [4833, Infinity, 0], [4833, -Infinity, 0],
+  ]);
+  answers(canRefuseAtRate, [
+    // Can refuse: schedule · rate >= 60000. Defaults: 3/min yes, 2/min no;
+    // idle 10000 (bound 666, 2 retries, schedule 2000): 30 yes, 29 no.
+    [4833, 5, 3, true], [4833, 5, 2, false], [666, 2, 30, true], [666, 2, 29, false],
+    [4833, 5, NaN, false], [4833, 5, Infinity, false], [4833, 5, -1, false], [4833, 5, 0, false],
+    [4833, 0, 60, false],
+  ]);
 });
 
 test('wsNewConnectionsPerMinute: defaults, clamps, the host\'s Number parsing, notices once with namespaced keys', () => {
@@ -265,18 +263,14 @@ test('wsNewConnectionsPerMinute: defaults, clamps, the host\'s Number parsing, n
   const warn = (m) => warned.push(m);
   const env = (v) => ({ CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN: v });
   assert.equal(wsNewConnectionsPerMinute({}, warn), 60);
-  assert.equal(wsNewConnectionsPerMinute(env('  '), warn), 60);
-  assert.equal(wsNewConnectionsPerMinute(env(' 30 '), warn), 30);
-  assert.equal(wsNewConnectionsPerMinute(env('0'), warn), 0);
-  assert.equal(wsNewConnectionsPerMinute(env('abc'), warn), 60);
-  assert.equal(wsNewConnectionsPerMinute(env('abc'), warn), 60);
-  assert.equal(wsNewConnectionsPerMinute(env('601'), warn), 600);
-  // What JavaScript's Number reads as an integer, as the host accepts it.
-  assert.equal(wsNewConnectionsPerMinute(env('1e2'), warn), 100);
-  assert.equal(wsNewConnectionsPerMinute(env('0x10'), warn), 16);
-  assert.equal(wsNewConnectionsPerMinute(env('60.0'), warn), 60);
-  assert.equal(wsNewConnectionsPerMinute(env('1e21'), warn), 600);
-  assert.equal(wsNewConnectionsPerMinute(env('12.5'), warn), 60);
+  // Each text, in this order, and the rate it reads as.
+  for (const [text, rate] of [
+    ['  ', 60], [' 30 ', 30], ['0', 0], ['abc', 60], ['abc', 60], ['601', 600],
+    // What JavaScript's Number reads as an integer, as the host accepts it.
+    ['1e2', 100], ['0x10', 16], ['60.0', 60], ['1e21', 600], ['12.5', 60],
+  ]) {
+    assert.equal(wsNewConnectionsPerMinute(env(text), warn), rate, JSON.stringify(text));
+  }
   assert.deepEqual(warned, [
     'ignoring CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=abc (expected a non-negative integer; using 60)',
     'clamping CLODEX_WS_MAX_NEW_CONNECTIONS_PER_MIN=601 to 600 (a higher rate shapes nothing OpenAI throttles on)',
@@ -296,25 +290,22 @@ test('wsNewConnectionsPerMinute: defaults, clamps, the host\'s Number parsing, n
 test('upstreamRequestBudget: the design record budget table and its notices', () => {
   const warned = [];
   const warn = (m) => warned.push(m);
-  const budget = (env, extra = {}) => upstreamRequestBudget({ env, warn, ...extra });
-  assert.deepEqual(budget({}), { idleTimeoutMs: 120000, totalTimeoutMs: 600000, maxRetries: 5 });
-  assert.deepEqual(budget({ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: '30000' }),
-    { idleTimeoutMs: 30000, totalTimeoutMs: 600000, maxRetries: 3 });
-  assert.deepEqual(budget({ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: '10000' }),
-    { idleTimeoutMs: 10000, totalTimeoutMs: 600000, maxRetries: 2 });
-  assert.deepEqual(budget({ CLODEX_UPSTREAM_MAX_RETRIES: '0' }),
-    { idleTimeoutMs: 120000, totalTimeoutMs: 600000, maxRetries: 0 });
-  assert.deepEqual(budget({ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: '600000', CLODEX_UPSTREAM_TOTAL_TIMEOUT_MS: '60000' }),
-    { idleTimeoutMs: 60000, totalTimeoutMs: 60000, maxRetries: 4 });
-  assert.deepEqual(budget({ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: '3600000', CLODEX_UPSTREAM_MAX_RETRIES: '99' }),
-    { idleTimeoutMs: 3600000, totalTimeoutMs: 3600000, maxRetries: 10 });
-  assert.deepEqual(budget({ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: 'abc', CLODEX_UPSTREAM_MAX_RETRIES: '-1' }),
-    { idleTimeoutMs: 120000, totalTimeoutMs: 600000, maxRetries: 5 });
-  assert.deepEqual(budget({ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: '5000' }),
-    { idleTimeoutMs: 10000, totalTimeoutMs: 600000, maxRetries: 2 });
-  // A caller's own idle timeout: used as given, no notice.
-  assert.deepEqual(budget({ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: 'ignored' }, { idleTimeoutMs: 30000 }),
-    { idleTimeoutMs: 30000, totalTimeoutMs: 600000, maxRetries: 3 });
+  // Each row: the settings, then the budget as [idle, total, retries]; the
+  // last also passes a caller's own idle timeout, used as given with no notice.
+  for (const [env, [idleTimeoutMs, totalTimeoutMs, maxRetries], extra] of [
+    [{}, [120000, 600000, 5]],
+    [{ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: '30000' }, [30000, 600000, 3]],
+    [{ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: '10000' }, [10000, 600000, 2]],
+    [{ CLODEX_UPSTREAM_MAX_RETRIES: '0' }, [120000, 600000, 0]],
+    [{ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: '600000', CLODEX_UPSTREAM_TOTAL_TIMEOUT_MS: '60000' }, [60000, 60000, 4]],
+    [{ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: '3600000', CLODEX_UPSTREAM_MAX_RETRIES: '99' }, [3600000, 3600000, 10]],
+    [{ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: 'abc', CLODEX_UPSTREAM_MAX_RETRIES: '-1' }, [120000, 600000, 5]],
+    [{ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: '5000' }, [10000, 600000, 2]],
+    [{ CLODEX_UPSTREAM_IDLE_TIMEOUT_MS: 'ignored' }, [30000, 600000, 3], { idleTimeoutMs: 30000 }],
+  ]) {
+    assert.deepEqual(upstreamRequestBudget({ env, warn, ...extra }), { idleTimeoutMs, totalTimeoutMs, maxRetries },
+      JSON.stringify(env));
+  }
   assert.deepEqual(warned, [
     'lowering the resolved idle timeout from 600000ms to 60000ms because it cannot exceed CLODEX_UPSTREAM_TOTAL_TIMEOUT_MS',
     'raising the resolved total timeout from 600000ms to 3600000ms so it is not shorter than CLODEX_UPSTREAM_IDLE_TIMEOUT_MS',

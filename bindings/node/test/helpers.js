@@ -1,9 +1,11 @@
 'use strict';
 // Test helpers: a fake clock and scheduler (nothing really sleeps), the
-// shared vectors, and the check that an error names what was wrong.
+// shared vectors, the check that an error names what was wrong, and a small
+// pacer on that clock.
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
+const { Pacer } = require('../index.js');
 
 class FakeTime {
   constructor(start = 0) {
@@ -63,4 +65,30 @@ function throwsNaming(fn, type, name, label) {
   }, label);
 }
 
-module.exports = { FakeTime, flush, loadVectors, quiet, throwsNaming };
+// rate 60, burst 1, idle 30000, retries 3: bound floor((30000-14000)/8) = 2000,
+// cap 2 s, schedule 3·2000 = 6000 >= 1000: refusing; one token a second.
+function smallPacer(time, extra = {}) {
+  return new Pacer({
+    ratePerMinute: 60,
+    burst: 1,
+    idleTimeoutMs: 30000,
+    maxRetries: 3,
+    now: time.now,
+    schedule: time.schedule,
+    onNotice: quiet,
+    ...extra,
+  });
+}
+
+/** A small pacer at t=0 whose one token an admit took, and a second admit
+ * queued behind it (for 1000 ms) under `controller`'s signal. */
+async function oneQueued() {
+  const time = new FakeTime();
+  const pacer = smallPacer(time);
+  await pacer.admit();
+  const controller = new AbortController();
+  const queued = pacer.admit({ signal: controller.signal });
+  return { time, pacer, controller, queued };
+}
+
+module.exports = { FakeTime, flush, loadVectors, quiet, throwsNaming, smallPacer, oneQueued };

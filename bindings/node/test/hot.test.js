@@ -29,8 +29,10 @@ const gc = vm.runInNewContext('gc');
 // 4-second hint cap. Codes as in src/lib.rs `encode`: admitted
 // `8·(seq·2^14 + wait_ms) + path` (paced = 1), refused
 // `−(1 + 32·required_wait_ms + 2·retry_after_s + regressed)`.
+const TWO_BURST = new native.NativeConfig(60, 2, 120000, 5, false);
+
 function twoBurst() {
-  return new native.NativePacer(60, 2, 120000, 5, false, 0);
+  return new native.NativePacer(TWO_BURST, 0);
 }
 
 test('reserveHot gives the encoded decision', () => {
@@ -82,7 +84,7 @@ test('bad arguments throw a TypeError and change nothing', () => {
     assert.throws(() => hot(notHandle, 0), (e) => e instanceof TypeError && /not a pacer handle/.test(e.message));
   }
   // A handle of the other kind indexes the other table: unknown there.
-  const shared = native.NativeSharedPacer.open(path.join(os.tmpdir(), `pacer-hot-${process.pid}`), 60, 2, 120000, 5, false);
+  const shared = native.NativeSharedPacer.open(path.join(os.tmpdir(), `pacer-hot-${process.pid}`), TWO_BURST);
   try {
     assert.throws(() => hot(shared.handle(), 0), /not a pacer handle/);
     assert.throws(() => native.reserveSharedHot(handle), /not a pacer handle/);
@@ -109,7 +111,7 @@ test('a handle keeps its pacer alive after the class object is gone', async () =
 
 test('reserveSharedHot decides at the shared clock and throws SHARED_NOT_OPEN once closed', () => {
   const file = path.join(os.tmpdir(), `pacer-hot-shared-${process.pid}`);
-  const shared = native.NativeSharedPacer.open(file, 60, 2, 120000, 5, false);
+  const shared = native.NativeSharedPacer.open(file, TWO_BURST);
   try {
     const handle = shared.handle();
     assert.equal(native.reserveSharedHot(handle), undefined);

@@ -6,22 +6,10 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { Pacer, NoticeRegistry, resolveBudget, refusalResponse, Ticket } = require('../index.js');
-const { FakeTime, flush, quiet } = require('./helpers.js');
-
-// rate 60, burst 1, idle 30000, retries 3: bound floor((30000-14000)/8) = 2000,
-// cap 2 s, schedule 3·2000 = 6000 >= 1000: refusing.
-function smallPacer(time, extra = {}) {
-  return new Pacer({
-    ratePerMinute: 60,
-    burst: 1,
-    idleTimeoutMs: 30000,
-    maxRetries: 3,
-    now: time.now,
-    schedule: time.schedule,
-    onNotice: quiet,
-    ...extra,
-  });
-}
+// smallPacer: rate 60, burst 1, idle 30000, retries 3: bound
+// floor((30000-14000)/8) = 2000, cap 2 s, schedule 3·2000 = 6000 >= 1000:
+// refusing.
+const { FakeTime, flush, quiet, smallPacer, oneQueued } = require('./helpers.js');
 
 test('defaults: bound 4833, refusing', () => {
   const pacer = new Pacer({ onNotice: quiet });
@@ -69,11 +57,7 @@ test('abort before admit: rejects with the reason, nothing reserved', async () =
 });
 
 test('abort during the wait: AbortError, the slot goes back', async () => {
-  const time = new FakeTime();
-  const pacer = smallPacer(time);
-  await pacer.admit();
-  const controller = new AbortController();
-  const queued = pacer.admit({ signal: controller.signal });
+  const { time, pacer, controller, queued } = await oneQueued();
   assert.equal(time.pending().length, 1);
   await time.advance(300);
   controller.abort();
@@ -86,11 +70,7 @@ test('abort during the wait: AbortError, the slot goes back', async () => {
 });
 
 test('abort after admission changes nothing', async () => {
-  const time = new FakeTime();
-  const pacer = smallPacer(time);
-  await pacer.admit();
-  const controller = new AbortController();
-  const queued = pacer.admit({ signal: controller.signal });
+  const { time, pacer, controller, queued } = await oneQueued();
   await time.advance(1000);
   const admission = await queued;
   controller.abort();

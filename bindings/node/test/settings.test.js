@@ -27,15 +27,15 @@ function budgetOf(b) {
   };
 }
 
-test('a NUL in a setting: the default and a notice, never the digits before it', () => {
-  const { budget, seen } = resolve({
+// Each case: the settings, then each notice as [kind, key, raw, text]; the
+// budget is the default one.
+for (const [name, env, notices] of [
+  ['a NUL in a setting: the default and a notice, never the digits before it', {
     PACER_RATE_PER_MIN: '12\u0000x',
     PACER_IDLE_TIMEOUT_MS: '30000\u0000',
     PACER_TOTAL_TIMEOUT_MS: '\u00006',
     PACER_MAX_RETRIES: '3\u00001',
-  });
-  assert.deepEqual(budgetOf(budget), DEFAULTS);
-  assert.deepEqual(seen.map((n) => [n.kind, n.key, n.raw, n.text]), [
+  }, [
     ['rate_malformed', 'rate:12\u0000x', '12\u0000x',
       'ignoring new-connection rate "12\uFFFDx": not a whole number of connections per minute; using 60/minute'],
     ['idle_malformed', 'idle:30000\u0000', '30000\u0000',
@@ -44,19 +44,21 @@ test('a NUL in a setting: the default and a notice, never the digits before it',
       'ignoring total timeout "\uFFFD6": not a whole number of milliseconds; using 600000ms'],
     ['retries_malformed', 'retries:3\u00001', '3\u00001',
       'ignoring max retries "3\uFFFD1": not a whole number; using 5'],
-  ]);
-});
-
-test('a lone surrogate in a setting: the default and a notice whose raw is the text as given', () => {
-  const { budget, seen } = resolve({ PACER_RATE_PER_MIN: '\ud800', PACER_MAX_RETRIES: '2\udfff' });
-  assert.deepEqual(budgetOf(budget), DEFAULTS);
-  assert.deepEqual(seen.map((n) => [n.kind, n.key, n.raw, n.text]), [
-    ['rate_malformed', 'rate:\ud800', '\ud800',
-      'ignoring new-connection rate "\uFFFD": not a whole number of connections per minute; using 60/minute'],
-    ['retries_malformed', 'retries:2\udfff', '2\udfff',
-      'ignoring max retries "2\uFFFD": not a whole number; using 5'],
-  ]);
-});
+  ]],
+  ['a lone surrogate in a setting: the default and a notice whose raw is the text as given',
+    { PACER_RATE_PER_MIN: '\ud800', PACER_MAX_RETRIES: '2\udfff' }, [
+      ['rate_malformed', 'rate:\ud800', '\ud800',
+        'ignoring new-connection rate "\uFFFD": not a whole number of connections per minute; using 60/minute'],
+      ['retries_malformed', 'retries:2\udfff', '2\udfff',
+        'ignoring max retries "2\uFFFD": not a whole number; using 5'],
+    ]],
+]) {
+  test(name, () => {
+    const { budget, seen } = resolve(env);
+    assert.deepEqual(budgetOf(budget), DEFAULTS);
+    assert.deepEqual(seen.map((n) => [n.kind, n.key, n.raw, n.text]), notices);
+  });
+}
 
 test('two different unreadable texts are two notices (their keys are the texts as given)', () => {
   const registry = new NoticeRegistry();

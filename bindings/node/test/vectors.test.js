@@ -42,11 +42,17 @@ function replay(scenario, api) {
   });
 }
 
+/** The raw native pacer of `scenario`'s config, at its start time. */
+function nativePacer(scenario) {
+  const c = scenario.config;
+  const config = new native.NativeConfig(c.rate_per_min, c.burst, c.idle_timeout_ms, c.max_retries,
+    c.release_policy === 'strict');
+  return new native.NativePacer(config, scenario.t);
+}
+
 test('every scenario through the native pacer', () => {
   for (const scenario of scenarios) {
-    const c = scenario.config;
-    const pacer = new native.NativePacer(c.rate_per_min, c.burst, c.idle_timeout_ms, c.max_retries,
-      c.release_policy === 'strict', scenario.t);
+    const pacer = nativePacer(scenario);
     const [mode, bound] = pacer.info();
     assert.equal(bound, scenario.expect_pacer.bound_ms, scenario.name);
     assert.equal(mode !== 0, scenario.expect_pacer.enabled, scenario.name);
@@ -65,9 +71,7 @@ test('every scenario through the native pacer', () => {
 
 test('every scenario through the native hot call (reserveHot, via reserveCode)', () => {
   for (const scenario of scenarios) {
-    const c = scenario.config;
-    const pacer = new native.NativePacer(c.rate_per_min, c.burst, c.idle_timeout_ms, c.max_retries,
-      c.release_policy === 'strict', scenario.t);
+    const pacer = nativePacer(scenario);
     const handle = pacer.handle();
     const bound = pacer.info()[1];
     replay(scenario, {

@@ -77,6 +77,17 @@ async function settled<T>(promise: Promise<T>, what: string): Promise<T> {
   return box.value as T;
 }
 
+/** Asks `p` again with its bucket empty: still waiting once the reactions
+ * ran (`why` it must wait), then, `advanceMs` later, admitted queued after
+ * `waitedMs`. */
+async function admitsLater(p: WsUpgradePacer, time: FakeTime, why: string, advanceMs: number, waitedMs: number) {
+  const next = watch(p.admit());
+  await flush();
+  assert.equal(next.value, undefined, why);
+  await time.advance(advanceMs);
+  assert.deepEqual(shape(next.value!), admitted(waitedMs, true));
+}
+
 let lines: string[] = [];
 installParentNoticeSink((line) => lines.push(line));
 beforeEach(() => {
@@ -138,11 +149,7 @@ test('release() hands back one token, once', async () => {
   first.release?.();
   first.release?.(); // a second call would mint a token never charged
   assert.deepEqual(shape(await settled(p.admit(), 'the third')), admitted(0, false));
-  const fourth = watch(p.admit());
-  await flush();
-  assert.equal(fourth.value, undefined, 'the bucket is empty again: the fourth waits');
-  await time.advance(1_000);
-  assert.deepEqual(shape(fourth.value!), admitted(1_000, true));
+  await admitsLater(p, time, 'the bucket is empty again: the fourth waits', 1_000, 1_000);
 });
 
 test('at the debt floor release() hands back only the fraction the admission debited', async () => {
@@ -163,11 +170,7 @@ test('at the debt floor release() hands back only the fraction the admission deb
   if (sixth.kind !== 'admitted') throw new Error('unreachable');
   sixth.release?.(); // 0 tokens at t=4833, plus 0.833
   await time.advance(67); // t=4900: 0.9 tokens, so the next one waits 100 ms
-  const next = watch(p.admit());
-  await flush();
-  assert.equal(next.value, undefined, 'a whole token refunded would have admitted it at once');
-  await time.advance(200);
-  assert.deepEqual(shape(next.value!), admitted(100, true));
+  await admitsLater(p, time, 'a whole token refunded would have admitted it at once', 200, 100);
 });
 
 test('a clock that steps back mid-wait still reads queued', async () => {
