@@ -35,29 +35,19 @@ import (
 // retries, refund: wait bound 4833 ms) with adaptation on between floor
 // and the rate (ceiling 0).
 func adaptiveConfig(clock *fakeClock, floor int) pacer.Config {
-	cfg := pacer.DefaultConfig()
+	cfg := defaults(clock, noSleep)
 	cfg.AdaptiveFloorPerMin = floor
-	cfg.Clock = clock.Now
-	cfg.Sleep = noSleep
 	return cfg
 }
 
 func mustObserve(t *testing.T, p *pacer.Pacer, o pacer.Outcome, now uint64) int {
 	t.Helper()
-	rate, err := p.Observe(o, now)
-	if err != nil {
-		t.Fatalf("Observe(%v, %d): %v", o, now, err)
-	}
-	return rate
+	return must(t, func() (int, error) { return p.Observe(o, now) }, "Observe(%v, %d)", o, now)
 }
 
 func mustRateInForce(t *testing.T, p *pacer.Pacer, now uint64) int {
 	t.Helper()
-	rate, err := p.RateInForce(now)
-	if err != nil {
-		t.Fatalf("RateInForce(%d): %v", now, err)
-	}
-	return rate
+	return must(t, func() (int, error) { return p.RateInForce(now) }, "RateInForce(%d)", now)
 }
 
 func observeOpened(t *testing.T, p *pacer.Pacer, n int, now uint64, want int) {
@@ -166,16 +156,12 @@ func TestAdaptiveRefillFollowsTheRate(t *testing.T) {
 	cfg := adaptiveConfig(clock, 10)
 	cfg.Burst = 1
 	p := mustNew(t, cfg)
-	if d := mustReserve(t, p, 1000); !d.Admitted || d.WaitMs != 0 {
-		t.Fatalf("first: %+v", d)
-	}
+	mustAdmitAfter(t, p, 1000, 0)
 	observeOpened(t, p, 30, 1000, 60)
 	if got := mustObserve(t, p, pacer.OutcomeThrottled, 1000); got != 30 {
 		t.Fatalf("throttle = %d, want 30", got)
 	}
-	if d := mustReserve(t, p, 1000); !d.Admitted || d.WaitMs != 2000 {
-		t.Fatalf("second: %+v, want admitted after 2000 ms", d)
-	}
+	mustAdmitAfter(t, p, 1000, 2000)
 }
 
 // The clock's ends: a throttle at 0 with nothing counted reads 59; an

@@ -27,10 +27,7 @@ import (
 // reservations at t = 0 that admit (waits 0 ×10, 1000, 2000, 3000, 4000).
 func drained(t *testing.T, clock *fakeClock, sleep func(context.Context, time.Duration) error) *pacer.Pacer {
 	t.Helper()
-	cfg := pacer.DefaultConfig()
-	cfg.Clock = clock.Now
-	cfg.Sleep = sleep
-	p := mustNew(t, cfg)
+	p := mustNew(t, defaults(clock, sleep))
 	want := []uint64{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1000, 2000, 3000, 4000}
 	for i, w := range want {
 		if d := mustReserve(t, p, 0); !d.Admitted || d.WaitMs != w {
@@ -40,22 +37,23 @@ func drained(t *testing.T, clock *fakeClock, sleep func(context.Context, time.Du
 	return p
 }
 
+// booked is drained on a fixed clock at t = 0 and the booking its 15th
+// debit made there with 5 retries left: slot 5000, −5 tokens.
+func booked(t *testing.T) (*pacer.Pacer, *pacer.Booking) {
+	t.Helper()
+	p := drained(t, &fakeClock{}, noSleep)
+	return p, mustBook(t, p, 0, 5).Booking
+}
+
 func mustBook(t *testing.T, p *pacer.Pacer, now uint64, retriesLeft uint32) pacer.BookingDecision {
 	t.Helper()
-	d, err := p.ReserveOrBook(now, retriesLeft)
-	if err != nil {
-		t.Fatalf("ReserveOrBook(%d, %d): %v", now, retriesLeft, err)
-	}
-	return d
+	book := func() (pacer.BookingDecision, error) { return p.ReserveOrBook(now, retriesLeft) }
+	return must(t, book, "ReserveOrBook(%d, %d)", now, retriesLeft)
 }
 
 func mustInfo(t *testing.T, p *pacer.Pacer) pacer.Info {
 	t.Helper()
-	i, err := p.Info()
-	if err != nil {
-		t.Fatalf("Info: %v", err)
-	}
-	return i
+	return must(t, p.Info, "Info")
 }
 
 // advancingSleep is a timer that fires at once and moves the clock by the
@@ -74,13 +72,17 @@ func (s *advancingSleep) Sleep(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-func refusal(t *testing.T, err error) *pacer.RefusedError {
+// refusedKey checks that p.AdmitKey(key) is refused with exactly want.
+func refusedKey(t *testing.T, p *pacer.Pacer, key string, want pacer.RefusedError) {
 	t.Helper()
+	_, err := p.AdmitKey(t.Context(), key)
 	var r *pacer.RefusedError
 	if !errors.Is(err, pacer.ErrRefused) || !errors.As(err, &r) {
-		t.Fatalf("got %v, want a *RefusedError", err)
+		t.Fatalf("AdmitKey(%q): %v, want a *RefusedError", key, err)
 	}
-	return r
+	if *r != want {
+		t.Fatalf("AdmitKey(%q): %+v, want %+v", key, *r, want)
+	}
 }
 
 func TestReserveOrBookSlotsAndHorizon(t *testing.T) {
@@ -156,8 +158,7 @@ func TestReserveOrBookAdmitsLikeReserve(t *testing.T) {
 }
 
 func TestRedeem(t *testing.T) {
-	p := drained(t, &fakeClock{}, noSleep)
-	b := mustBook(t, p, 0, 5).Booking
+	p, b := booked(t)
 	// 10 − 4 − 1 = −5 tokens at t = 0.
 	state := mustInfo(t, p)
 	if state.TokensUnits != -5*pacer.UnitsPerToken {
@@ -215,8 +216,7 @@ func TestRedeem(t *testing.T) {
 }
 
 func TestRedeemReleasedBooking(t *testing.T) {
-	p := drained(t, &fakeClock{}, noSleep)
-	b := mustBook(t, p, 0, 5).Booking
+	p, b := booked(t)
 	if ok, err := p.Release(b.Ticket, 0); !ok || err != nil {
 		t.Fatalf("release: %v, %v", ok, err)
 	}
@@ -226,10 +226,8 @@ func TestRedeemReleasedBooking(t *testing.T) {
 }
 
 func TestRedeemBadInputChangesNothing(t *testing.T) {
-	p := drained(t, &fakeClock{}, noSleep)
-	b := mustBook(t, p, 0, 5).Booking
-	other := drained(t, &fakeClock{}, noSleep)
-	foreign := mustBook(t, other, 0, 5).Booking
+	p, b := booked(t)
+	_, foreign := booked(t)
 	state, counters := mustInfo(t, p), mustCounters(t, p)
 	moved := *b
 	moved.SlotMs = 0
@@ -265,8 +263,7 @@ func TestRedeemBadInputChangesNothing(t *testing.T) {
 }
 
 func TestBookingCallsAfterClose(t *testing.T) {
-	p := drained(t, &fakeClock{}, noSleep)
-	b := mustBook(t, p, 0, 5).Booking
+	p, b := booked(t)
 	if _, err := p.AdmitKey(t.Context(), "k"); err == nil {
 		t.Fatal("want a refusal")
 	}
@@ -301,14 +298,8 @@ func TestAdmitKey(t *testing.T) {
 	sleep := &advancingSleep{clock: clock}
 	p := drained(t, clock, sleep.Sleep)
 	// a books slot 5000 (hint 1), b slot 6000 (hint ceil(1167/1000) = 2).
-	_, err := p.AdmitKey(t.Context(), "a")
-	if r := refusal(t, err); *r != (pacer.RefusedError{RequiredWaitMs: 5000, RetryAfterSeconds: 1, Booked: true}) {
-		t.Fatalf("a: %+v", *r)
-	}
-	_, err = p.AdmitKey(t.Context(), "b")
-	if r := refusal(t, err); *r != (pacer.RefusedError{RequiredWaitMs: 6000, RetryAfterSeconds: 2, Booked: true}) {
-		t.Fatalf("b: %+v", *r)
-	}
+	refusedKey(t, p, "a", pacer.RefusedError{RequiredWaitMs: 5000, RetryAfterSeconds: 1, Booked: true})
+	refusedKey(t, p, "b", pacer.RefusedError{RequiredWaitMs: 6000, RetryAfterSeconds: 2, Booked: true})
 	if p.PendingKeys() != 2 {
 		t.Fatalf("pending %d", p.PendingKeys())
 	}
@@ -318,10 +309,7 @@ func TestAdmitKey(t *testing.T) {
 	if state.TokensUnits != -6*pacer.UnitsPerToken {
 		t.Fatalf("state %+v", state)
 	}
-	_, err = p.AdmitKey(t.Context(), "a")
-	if r := refusal(t, err); *r != (pacer.RefusedError{RequiredWaitMs: 5000, RetryAfterSeconds: 1, Booked: true}) {
-		t.Fatalf("a again: %+v", *r)
-	}
+	refusedKey(t, p, "a", pacer.RefusedError{RequiredWaitMs: 5000, RetryAfterSeconds: 1, Booked: true})
 	if got := mustInfo(t, p); got != state {
 		t.Fatalf("the retry changed the state: %+v, was %+v", got, state)
 	}
@@ -358,23 +346,8 @@ func TestAdmitKey(t *testing.T) {
 }
 
 func TestAdmitKeyCancelledDuringWaitRefunds(t *testing.T) {
-	clock := &fakeClock{}
-	gate := newGatedSleep()
-	p := drained(t, clock, gate.Sleep)
-	if _, err := p.AdmitKey(t.Context(), "k"); !errors.Is(err, pacer.ErrRefused) {
-		t.Fatalf("first attempt: %v", err)
-	}
-	// −5 tokens at 0 once k holds slot 5000.
-	clock.Set(1000)
 	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() {
-		_, err := p.AdmitKey(ctx, "k")
-		done <- err
-	}()
-	if d := <-gate.entered; d != 4*time.Second {
-		t.Fatalf("redeemed wait %v, want 4s", d)
-	}
+	p, done := redeemingKey(t, ctx)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
@@ -434,24 +407,15 @@ func TestAdmitKeyCountsDownRetries(t *testing.T) {
 		held = append(held, d.Booking)
 	}
 	// y's first attempt: 9000 > 8000, a plain refusal at the cap 2.
-	_, err := p.AdmitKey(t.Context(), "y")
-	if r := refusal(t, err); *r != (pacer.RefusedError{RequiredWaitMs: 9000, RetryAfterSeconds: 2}) {
-		t.Fatalf("y: %+v", *r)
-	}
+	refusedKey(t, p, "y", pacer.RefusedError{RequiredWaitMs: 9000, RetryAfterSeconds: 2})
 	// The slot-8000 booking goes back: the next wait is 8000 again.
 	if ok, err := p.Release(held[len(held)-1].Ticket, 0); !ok || err != nil {
 		t.Fatalf("release: %v, %v", ok, err)
 	}
 	// y has 2 retries left: horizon 6000 < 8000, refused, nothing held.
-	_, err = p.AdmitKey(t.Context(), "y")
-	if r := refusal(t, err); *r != (pacer.RefusedError{RequiredWaitMs: 8000, RetryAfterSeconds: 2}) {
-		t.Fatalf("y's second attempt: %+v", *r)
-	}
+	refusedKey(t, p, "y", pacer.RefusedError{RequiredWaitMs: 8000, RetryAfterSeconds: 2})
 	// A fresh key has all 3: horizon 8000, booked, hint min(2, ceil(6000/1000)) = 2.
-	_, err = p.AdmitKey(t.Context(), "z")
-	if r := refusal(t, err); *r != (pacer.RefusedError{RequiredWaitMs: 8000, RetryAfterSeconds: 2, Booked: true}) {
-		t.Fatalf("z: %+v", *r)
-	}
+	refusedKey(t, p, "z", pacer.RefusedError{RequiredWaitMs: 8000, RetryAfterSeconds: 2, Booked: true})
 	if p.PendingKeys() != 2 {
 		t.Fatalf("pending %d", p.PendingKeys())
 	}
@@ -462,10 +426,7 @@ func TestAdmitKeyCountsDownRetries(t *testing.T) {
 	// y's third attempt has 1 retry left: horizon 4000 < 8000, refused,
 	// nothing debited.
 	tokens := mustInfo(t, p).TokensUnits
-	_, err = p.AdmitKey(t.Context(), "y")
-	if r := refusal(t, err); *r != (pacer.RefusedError{RequiredWaitMs: 8000, RetryAfterSeconds: 2}) {
-		t.Fatalf("y's third attempt: %+v", *r)
-	}
+	refusedKey(t, p, "y", pacer.RefusedError{RequiredWaitMs: 8000, RetryAfterSeconds: 2})
 	if got := mustInfo(t, p).TokensUnits; got != tokens {
 		t.Fatalf("tokens %d, were %d", got, tokens)
 	}
@@ -473,10 +434,7 @@ func TestAdmitKeyCountsDownRetries(t *testing.T) {
 		t.Fatalf("Forget(y): %v, %v: nothing booked, nothing to refund", ok, err)
 	}
 	// Forgotten, y starts over with all 3 retries: booked at 8000.
-	_, err = p.AdmitKey(t.Context(), "y")
-	if r := refusal(t, err); *r != (pacer.RefusedError{RequiredWaitMs: 8000, RetryAfterSeconds: 2, Booked: true}) {
-		t.Fatalf("y after Forget: %+v", *r)
-	}
+	refusedKey(t, p, "y", pacer.RefusedError{RequiredWaitMs: 8000, RetryAfterSeconds: 2, Booked: true})
 	if ok, err := p.Forget("y"); !ok || err != nil || p.PendingKeys() != 0 {
 		t.Fatalf("Forget(y): %v, %v, pending %d", ok, err, p.PendingKeys())
 	}
@@ -498,11 +456,7 @@ func TestAdmitKeyCountsDownRetries(t *testing.T) {
 // Tokens end at 10 − 14 − 20 = −24; forgetting every key refunds the 20
 // bookings: −4.
 func TestAdmitKeyConcurrentDistinctKeys(t *testing.T) {
-	clock := &fakeClock{}
-	cfg := pacer.DefaultConfig()
-	cfg.Clock = clock.Now
-	cfg.Sleep = noSleep
-	p := mustNew(t, cfg)
+	p := mustNew(t, defaults(&fakeClock{}, noSleep))
 	type outcome struct {
 		a   pacer.Admission
 		err error
@@ -510,12 +464,10 @@ func TestAdmitKeyConcurrentDistinctKeys(t *testing.T) {
 	results := make([]outcome, 64)
 	var wg sync.WaitGroup
 	for i := range results {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			a, err := p.AdmitKey(t.Context(), fmt.Sprintf("req-%d", i))
 			results[i] = outcome{a, err}
-		}()
+		})
 	}
 	wg.Wait()
 	waits := map[time.Duration]int{}
@@ -559,9 +511,7 @@ func TestAdmitKeyConcurrentDistinctKeys(t *testing.T) {
 	var mu sync.Mutex
 	refunded := 0
 	for i := range results {
-		refunds.Add(1)
-		go func() {
-			defer refunds.Done()
+		refunds.Go(func() {
 			ok, err := p.Forget(fmt.Sprintf("req-%d", i))
 			if err != nil {
 				t.Error(err)
@@ -571,7 +521,7 @@ func TestAdmitKeyConcurrentDistinctKeys(t *testing.T) {
 				refunded++
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	refunds.Wait()
 	if refunded != 20 || p.PendingKeys() != 0 {

@@ -27,6 +27,22 @@ func waitingAdmit(t *testing.T, gate *gatedSleep, want time.Duration, admit func
 	return done
 }
 
+// redeemingKey is drained on a fixed clock with a gated sleep, after k's
+// first attempt booked slot 5000 (−5 tokens at 0): at t = 1000 k's retry,
+// p.AdmitKey(ctx, "k"), redeems the booking and is asleep in the gate for
+// the 4000 ms left; its result arrives on the channel.
+func redeemingKey(t *testing.T, ctx context.Context) (*pacer.Pacer, <-chan error) {
+	t.Helper()
+	clock := &fakeClock{}
+	gate := newGatedSleep()
+	p := drained(t, clock, gate.Sleep)
+	if _, err := p.AdmitKey(t.Context(), "k"); !errors.Is(err, pacer.ErrRefused) {
+		t.Fatalf("first attempt: %v", err)
+	}
+	clock.Set(1000)
+	return p, waitingAdmit(t, gate, 4*time.Second, func() error { _, err := p.AdmitKey(ctx, "k"); return err })
+}
+
 // longOneTaken is long (rate 60, burst 1, bound 15000) on a fixed clock at
 // t = 0 with a gated sleep, after one Admit took its one token.
 func longOneTaken(t *testing.T) (*pacer.Pacer, *gatedSleep) {
@@ -37,6 +53,20 @@ func longOneTaken(t *testing.T) (*pacer.Pacer, *gatedSleep) {
 		t.Fatal(err)
 	}
 	return p, gate
+}
+
+// cancelledWhileWaiting is longOneTaken after a second Admit, queued for
+// 1000 ms, was cancelled during its wait: it returned context.Canceled.
+func cancelledWhileWaiting(t *testing.T) *pacer.Pacer {
+	t.Helper()
+	p, gate := longOneTaken(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := waitingAdmit(t, gate, time.Second, func() error { _, err := p.Admit(ctx); return err })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+	return p
 }
 
 // long (rate 60, burst 1, bound 15000) at t = 0: the first Admit takes the
@@ -78,13 +108,7 @@ func TestCloseWakesWaitingAdmitAndRefunds(t *testing.T) { closedWhileWaiting(t, 
 // A cancel before Close: the caller's own cancellation is reported, and
 // the slot refunded once (Close finds nothing more to give back).
 func TestCancelThenCloseReportsTheCancel(t *testing.T) {
-	p, gate := longOneTaken(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := waitingAdmit(t, gate, time.Second, func() error { _, err := p.Admit(ctx); return err })
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("got %v, want context.Canceled", err)
-	}
+	p := cancelledWhileWaiting(t)
 	_ = p.Close()
 	if c, err := p.CountersAfterClose(); err != nil || c.Released != 1 || c.Refunded != 1 {
 		t.Fatalf("counters %+v, %v; want one refund", c, err)
@@ -96,14 +120,7 @@ func TestCancelThenCloseReportsTheCancel(t *testing.T) {
 // token comes back (−5 tokens at 0; released at 1000: −300000 + 1000·60 +
 // 60000 = −180000 units), the key is forgotten, AdmitKey returns ErrClosed.
 func TestCloseWakesWaitingAdmitKeyAndRefunds(t *testing.T) {
-	clock := &fakeClock{}
-	gate := newGatedSleep()
-	p := drained(t, clock, gate.Sleep)
-	if _, err := p.AdmitKey(t.Context(), "k"); !errors.Is(err, pacer.ErrRefused) {
-		t.Fatalf("first attempt: %v", err)
-	}
-	clock.Set(1000)
-	done := waitingAdmit(t, gate, 4*time.Second, func() error { _, err := p.AdmitKey(t.Context(), "k"); return err })
+	p, done := redeemingKey(t, t.Context())
 	_ = p.Close()
 	if err := <-done; !errors.Is(err, pacer.ErrClosed) {
 		t.Fatalf("got %v, want ErrClosed", err)
@@ -122,12 +139,7 @@ func TestCloseWakesWaitingAdmitKeyAndRefunds(t *testing.T) {
 // Tickets issued before Close still release after it: an admission that
 // will not open its connection gives its slot back to a closed pacer too.
 func TestReleaseAfterClose(t *testing.T) {
-	clock := &fakeClock{}
-	p := mustNew(t, long(clock, noSleep))
-	a, err := p.Admit(t.Context())
-	if err != nil || a.Ticket == nil {
-		t.Fatalf("%+v, %v", a, err)
-	}
+	p, a := admittedOnce(t)
 	_ = p.Close()
 	if !a.Release() {
 		t.Fatal("Release after Close should refund")

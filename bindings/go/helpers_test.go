@@ -115,20 +115,34 @@ func mustNew(t testing.TB, cfg pacer.Config) *pacer.Pacer {
 	return p
 }
 
+// must is what get returns, failing t (the call named by format and
+// args) when get returns an error.
+func must[T any](t testing.TB, get func() (T, error), format string, args ...any) T {
+	t.Helper()
+	v, err := get()
+	if err != nil {
+		t.Fatalf(format+": %v", append(args, err)...)
+	}
+	return v
+}
+
+// mustAdmitAfter is a Reserve at now that must be admitted after a wait
+// of waitMs.
+func mustAdmitAfter(t *testing.T, p *pacer.Pacer, now, waitMs uint64) pacer.Decision {
+	t.Helper()
+	d := mustReserve(t, p, now)
+	if !d.Admitted || d.WaitMs != waitMs {
+		t.Fatalf("Reserve(%d) = %+v, want admitted after %d ms", now, d, waitMs)
+	}
+	return d
+}
+
 func mustCounters(t *testing.T, p *pacer.Pacer) pacer.Counters {
 	t.Helper()
-	c, err := p.Counters()
-	if err != nil {
-		t.Fatalf("Counters: %v", err)
-	}
-	return c
+	return must(t, p.Counters, "Counters")
 }
 
 func mustReserve(t *testing.T, p *pacer.Pacer, now uint64) pacer.Decision {
 	t.Helper()
-	d, err := p.Reserve(now)
-	if err != nil {
-		t.Fatalf("Reserve(%d): %v", now, err)
-	}
-	return d
+	return must(t, func() (pacer.Decision, error) { return p.Reserve(now) }, "Reserve(%d)", now)
 }

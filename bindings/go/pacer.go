@@ -21,15 +21,10 @@ const (
 	ReleaseStrict ReleasePolicy = 1
 )
 
-func (p ReleasePolicy) String() string {
-	switch p {
-	case ReleaseRefund:
-		return "refund"
-	case ReleaseStrict:
-		return "strict"
-	}
-	return "unknown"
-}
+// releasePolicyNames are the release policies there are, by their names.
+var releasePolicyNames = map[ReleasePolicy]string{ReleaseRefund: "refund", ReleaseStrict: "strict"}
+
+func (p ReleasePolicy) String() string { return nameOf(releasePolicyNames, p) }
 
 // Mode is how a pacer treats overflow, fixed by its Config.
 type Mode uint32
@@ -46,19 +41,15 @@ const (
 	ModeShapingNoRetry Mode = 3
 )
 
-func (m Mode) String() string {
-	switch m {
-	case ModeDisabled:
-		return "disabled"
-	case ModeRefusing:
-		return "refusing"
-	case ModeShapingLowRate:
-		return "shaping-low-rate"
-	case ModeShapingNoRetry:
-		return "shaping-no-retry"
-	}
-	return "unknown"
+// modeNames are the modes there are, by the names PACER.INFO gives them.
+var modeNames = map[Mode]string{
+	ModeDisabled:       "disabled",
+	ModeRefusing:       "refusing",
+	ModeShapingLowRate: "shaping-low-rate",
+	ModeShapingNoRetry: "shaping-no-retry",
 }
+
+func (m Mode) String() string { return nameOf(modeNames, m) }
 
 // Path is the rule that admitted a request.
 type Path uint32
@@ -79,23 +70,18 @@ const (
 	PathBooked Path = 5
 )
 
-func (p Path) String() string {
-	switch p {
-	case PathNone:
-		return "none"
-	case PathDisabled:
-		return "disabled"
-	case PathPaced:
-		return "paced"
-	case PathShaped:
-		return "shaped"
-	case PathOverflow:
-		return "overflow"
-	case PathBooked:
-		return "booked"
-	}
-	return "unknown"
+// pathNames are the paths there are, by the names the Redis replies give
+// them.
+var pathNames = map[Path]string{
+	PathNone:     "none",
+	PathDisabled: "disabled",
+	PathPaced:    "paced",
+	PathShaped:   "shaped",
+	PathOverflow: "overflow",
+	PathBooked:   "booked",
 }
+
+func (p Path) String() string { return nameOf(pathNames, p) }
 
 // Outcome is what the upstream answered to a new connection, reported
 // with Observe (adaptive pacing, SPEC §14).
@@ -116,11 +102,25 @@ const (
 var outcomeNames = map[Outcome]string{OutcomeOpened: "opened", OutcomeThrottled: "throttled"}
 
 // String is "opened", "throttled", or "unknown".
-func (o Outcome) String() string {
-	if name, ok := outcomeNames[o]; ok {
+func (o Outcome) String() string { return nameOf(outcomeNames, o) }
+
+// nameOf is v's name in names, or "unknown" for a value names lacks.
+func nameOf[T comparable](names map[T]string, v T) string {
+	if name, ok := names[v]; ok {
 		return name
 	}
 	return "unknown"
+}
+
+// named is the value whose name in names is name, or otherwise when none
+// is.
+func named[T comparable](names map[T]string, name string, otherwise T) T {
+	for v, n := range names {
+		if n == name {
+			return v
+		}
+	}
+	return otherwise
 }
 
 // checkOutcome is the ErrInvalidInput error for an outcome that is neither
@@ -580,24 +580,14 @@ func (p *Pacer) Observe(outcome Outcome, nowMs uint64) (int, error) {
 	if err := checkOutcome(outcome); err != nil {
 		return 0, err
 	}
-	if !p.enter() {
-		return 0, ErrClosed
-	}
-	rate, err := p.mem.observe(outcome, nowMs)
-	runtime.KeepAlive(p)
-	return rate, err
+	return onStorage(p, func(s *storage) (int, error) { return s.observe(outcome, nowMs) })
 }
 
 // RateInForce is the rate Reserve decides at, at nowMs, new connections
 // per minute (SPEC §14): RatePerMinute unless adaptation is on. It reads
 // only.
 func (p *Pacer) RateInForce(nowMs uint64) (int, error) {
-	if !p.enter() {
-		return 0, ErrClosed
-	}
-	rate, err := p.mem.rateInForce(nowMs)
-	runtime.KeepAlive(p)
-	return rate, err
+	return onStorage(p, func(s *storage) (int, error) { return s.rateInForce(nowMs) })
 }
 
 // Counters are what a pacer decided so far.
@@ -613,12 +603,7 @@ type Counters struct {
 
 // Counters reads the decision counters (each read independently).
 func (p *Pacer) Counters() (Counters, error) {
-	if !p.enter() {
-		return Counters{}, ErrClosed
-	}
-	c, err := p.mem.counters()
-	runtime.KeepAlive(p)
-	return c, err
+	return onStorage(p, (*storage).counters)
 }
 
 // Info is a pacer's derived parameters and current state.
@@ -634,10 +619,17 @@ type Info struct {
 
 // Info reads the pacer's derived parameters and current state.
 func (p *Pacer) Info() (Info, error) {
+	return onStorage(p, (*storage).info)
+}
+
+// onStorage is op on p's storage, or ErrClosed for a nil, closed or
+// unattached Pacer; p is kept alive until op returns.
+func onStorage[T any](p *Pacer, op func(*storage) (T, error)) (T, error) {
 	if !p.enter() {
-		return Info{}, ErrClosed
+		var zero T
+		return zero, ErrClosed
 	}
-	i, err := p.mem.info()
+	v, err := op(p.mem)
 	runtime.KeepAlive(p)
-	return i, err
+	return v, err
 }

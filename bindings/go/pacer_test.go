@@ -40,6 +40,27 @@ func long(clock *fakeClock, sleep func(context.Context, time.Duration) error) pa
 	}
 }
 
+// defaults is SPEC §2's defaults (rate 60, burst 10, idle 120000, retries
+// 5: bound 4833) on clock, with sleep.
+func defaults(clock *fakeClock, sleep func(context.Context, time.Duration) error) pacer.Config {
+	cfg := pacer.DefaultConfig()
+	cfg.Clock = clock.Now
+	cfg.Sleep = sleep
+	return cfg
+}
+
+// admittedOnce is long on a fixed clock at t = 0 with its one token taken
+// by an Admit, and that admission (with its ticket).
+func admittedOnce(t *testing.T) (*pacer.Pacer, pacer.Admission) {
+	t.Helper()
+	p := mustNew(t, long(&fakeClock{}, noSleep))
+	a, err := p.Admit(t.Context())
+	if err != nil || a.Ticket == nil {
+		t.Fatalf("%+v, %v", a, err)
+	}
+	return p, a
+}
+
 func TestDefaults(t *testing.T) {
 	p := mustNew(t, pacer.DefaultConfig())
 	// idle 120000, r 5: floor((120000 − 62000) / 12) = 4833.
@@ -133,43 +154,22 @@ func TestAdmitCancelledBefore(t *testing.T) {
 	if c := mustCounters(t, p); c != (pacer.Counters{}) {
 		t.Fatalf("counters %+v, want nothing decided", c)
 	}
-	if d := mustReserve(t, p, 0); !d.Admitted || d.WaitMs != 0 {
-		t.Fatalf("the one token should still be there: %+v", d)
-	}
+	mustAdmitAfter(t, p, 0, 0) // the one token is still there
 }
 
 func TestAdmitCancelledDuringRefunds(t *testing.T) {
-	p, gate := longOneTaken(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() {
-		_, err := p.Admit(ctx)
-		done <- err
-	}()
-	if d := <-gate.entered; d != time.Second {
-		t.Fatalf("queued for %v, want 1s", d)
-	}
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("got %v, want context.Canceled", err)
-	}
+	p := cancelledWhileWaiting(t)
 	c := mustCounters(t, p)
 	if c.Released != 1 || c.Refunded != 1 {
 		t.Fatalf("counters %+v, want the slot released and refunded", c)
 	}
 	// SPEC §7: the released slot is given back, so the next arrival waits
 	// 1000, not 2000.
-	if d := mustReserve(t, p, 0); !d.Admitted || d.WaitMs != 1000 {
-		t.Fatalf("next arrival %+v, want wait 1000", d)
-	}
+	mustAdmitAfter(t, p, 0, 1000)
 }
 
 func TestAdmitCancelledAfterKeepsAdmission(t *testing.T) {
-	clock := &fakeClock{}
-	p := mustNew(t, long(clock, noSleep))
-	if _, err := p.Admit(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	p, _ := admittedOnce(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	a, err := p.Admit(ctx)
 	if err != nil || !a.Queued || a.Wait != time.Second {
@@ -263,15 +263,13 @@ func TestReleaseAtMostOnce(t *testing.T) {
 	var refunds atomic.Int32
 	var wg sync.WaitGroup
 	for range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if ok, err := p.Release(d.Ticket, 0); err != nil {
 				t.Error(err)
 			} else if ok {
 				refunds.Add(1)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if refunds.Load() != 1 || !d.Ticket.Spent() {
@@ -568,50 +566,46 @@ func TestBudgetFromEnvAndNoticesOnce(t *testing.T) {
 // the bad bytes as U+FFFD; its Raw is the text exactly as given. Texts are
 // SPEC §2's rendering, written out by hand.
 func TestResolveUnrepresentableText(t *testing.T) {
-	str := func(s string) *string { return &s }
+	// The setting each kind of notice is about, holding raw.
+	setting := map[pacer.NoticeKind]func(raw string) pacer.Settings{
+		pacer.NoticeRateMalformed:    func(raw string) pacer.Settings { return pacer.Settings{RatePerMinute: &raw} },
+		pacer.NoticeRetriesMalformed: func(raw string) pacer.Settings { return pacer.Settings{MaxRetries: &raw} },
+		pacer.NoticeIdleMalformed:    func(raw string) pacer.Settings { return pacer.Settings{IdleTimeoutMs: &raw} },
+	}
 	for _, tc := range []struct {
-		name     string
-		settings pacer.Settings
-		kind     pacer.NoticeKind
-		raw      string
-		key      string
-		text     string
-		check    func(pacer.Budget) bool
+		name string
+		kind pacer.NoticeKind
+		raw  string
+		key  string
+		text string
 	}{
 		{
-			name: "rate with NUL", settings: pacer.Settings{RatePerMinute: str("12\x00x")},
-			kind: pacer.NoticeRateMalformed, raw: "12\x00x", key: "rate:12\uFFFDx",
-			text:  "ignoring new-connection rate \"12\uFFFDx\": not a whole number of connections per minute; using 60/minute",
-			check: func(b pacer.Budget) bool { return b.RatePerMinute == 60 && b.WaitBoundMs == 4833 },
+			name: "rate with NUL", kind: pacer.NoticeRateMalformed, raw: "12\x00x", key: "rate:12\uFFFDx",
+			text: "ignoring new-connection rate \"12\uFFFDx\": not a whole number of connections per minute; using 60/minute",
 		},
 		{
-			name: "rate not UTF-8", settings: pacer.Settings{RatePerMinute: str("\xff12")},
-			kind: pacer.NoticeRateMalformed, raw: "\xff12", key: "rate:\uFFFD12",
-			text:  "ignoring new-connection rate \"\uFFFD12\": not a whole number of connections per minute; using 60/minute",
-			check: func(b pacer.Budget) bool { return b.RatePerMinute == 60 && b.WaitBoundMs == 4833 },
+			name: "rate not UTF-8", kind: pacer.NoticeRateMalformed, raw: "\xff12", key: "rate:\uFFFD12",
+			text: "ignoring new-connection rate \"\uFFFD12\": not a whole number of connections per minute; using 60/minute",
 		},
 		{
 			// A NUL right after a valid number: never read as 60.
-			name: "retries with trailing NUL", settings: pacer.Settings{MaxRetries: str("3\x00")},
-			kind: pacer.NoticeRetriesMalformed, raw: "3\x00", key: "retries:3\uFFFD",
+			name: "retries with trailing NUL", kind: pacer.NoticeRetriesMalformed, raw: "3\x00", key: "retries:3\uFFFD",
 			text: "ignoring max retries \"3\uFFFD\": not a whole number; using 5",
-			// 5 retries, idle 120000: bound 4833 (3 retries would give 13500).
-			check: func(b pacer.Budget) bool { return b.MaxRetries == 5 && b.WaitBoundMs == 4833 },
 		},
 		{
-			name: "idle not UTF-8", settings: pacer.Settings{IdleTimeoutMs: str("9\xfe\xff")},
-			kind: pacer.NoticeIdleMalformed, raw: "9\xfe\xff", key: "idle:9\uFFFD\uFFFD",
-			text:  "ignoring idle timeout \"9\uFFFD\uFFFD\": not a whole number of milliseconds; using 120000ms",
-			check: func(b pacer.Budget) bool { return b.IdleTimeoutMs == 120000 && b.WaitBoundMs == 4833 },
+			name: "idle not UTF-8", kind: pacer.NoticeIdleMalformed, raw: "9\xfe\xff", key: "idle:9\uFFFD\uFFFD",
+			text: "ignoring idle timeout \"9\uFFFD\uFFFD\": not a whole number of milliseconds; using 120000ms",
 		},
 	} {
 		logs := &logCapture{}
-		b, err := pacer.Resolve(tc.settings, pacer.NewNotifier(slog.New(logs)))
+		b, err := pacer.Resolve(setting[tc.kind](tc.raw), pacer.NewNotifier(slog.New(logs)))
 		if err != nil {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
 		}
-		if !tc.check(b) {
+		// Every setting keeps its default: rate 60, 5 retries, idle
+		// 120000, so bound 4833 (3 retries would give 13500).
+		if b.RatePerMinute != 60 || b.MaxRetries != 5 || b.IdleTimeoutMs != 120000 || b.WaitBoundMs != 4833 {
 			t.Errorf("%s: budget %+v", tc.name, b)
 		}
 		if len(b.Notices) != 1 {
@@ -733,9 +727,7 @@ func TestHammerReserveFixedClock(t *testing.T) {
 	refused := 0
 	var wg sync.WaitGroup
 	for range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for range 20 {
 				d, err := p.Reserve(0)
 				if err != nil {
@@ -750,7 +742,7 @@ func TestHammerReserveFixedClock(t *testing.T) {
 				}
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if len(waits) > hammerBound {
@@ -782,10 +774,7 @@ func TestHammerReserveFixedClock(t *testing.T) {
 
 func TestHammerAdmitFixedClock(t *testing.T) {
 	clock := &fakeClock{}
-	cfg := pacer.DefaultConfig()
-	cfg.Clock = clock.Now
-	cfg.Sleep = noSleep
-	p := mustNew(t, cfg)
+	p := mustNew(t, defaults(clock, noSleep))
 	for round, now := range []uint64{0, 60_000, 120_000} {
 		// A minute refills 60 tokens, capped at the burst of 10: every
 		// round starts full, so each admits the same 14 (bound 15).
@@ -793,9 +782,7 @@ func TestHammerAdmitFixedClock(t *testing.T) {
 		var admitted, refused atomic.Int64
 		var wg sync.WaitGroup
 		for range 64 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				_, err := p.Admit(t.Context())
 				switch {
 				case err == nil:
@@ -805,7 +792,7 @@ func TestHammerAdmitFixedClock(t *testing.T) {
 				default:
 					t.Error(err)
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		if admitted.Load() > hammerBound || admitted.Load() != 14 || refused.Load() != 50 {
@@ -822,9 +809,7 @@ func TestHammerWithReleases(t *testing.T) {
 	var admitted, refunds atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range 20 {
 				d, err := p.Reserve(0)
 				if err != nil {
@@ -841,7 +826,7 @@ func TestHammerWithReleases(t *testing.T) {
 					}
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if admitted.Load() > hammerBound+refunds.Load() {

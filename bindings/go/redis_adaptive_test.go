@@ -30,11 +30,7 @@ func adaptiveFleetConfig(floor int) pacer.Config {
 
 func mustRedisObserve(t *testing.T, r *pacer.RedisPacer, o pacer.Outcome) int {
 	t.Helper()
-	rate, err := r.Observe(context.Background(), o)
-	if err != nil {
-		t.Fatalf("Observe(%v): %v", o, err)
-	}
-	return rate
+	return must(t, func() (int, error) { return r.Observe(context.Background(), o) }, "Observe(%v)", o)
 }
 
 func TestRedisAdaptive(t *testing.T) {

@@ -130,6 +130,31 @@ func (a RedisAdmission) Release(ctx context.Context) (bool, error) {
 	return a.pacer.Release(ctx, a.Ticket)
 }
 
+// guarded runs call for one of r's exported methods. A nil ctx is an
+// ErrInvalidInput error, then check's error (when check is not nil); a
+// pacer not made by OpenRedis is ErrClosed, and so is a closed one unless
+// release (a release works after Close too: see enterRelease). Close
+// waits for call when it started before Close.
+func guarded[T any](ctx context.Context, r *RedisPacer, release bool, check func() error, call func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if ctx == nil {
+		return zero, inputError("ctx", nil, "must not be nil")
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return zero, err
+		}
+	}
+	tracked, ok := r.enterRelease()
+	if !ok || !tracked && !release {
+		return zero, ErrClosed
+	}
+	if tracked {
+		defer r.running.Done()
+	}
+	return call(ctx)
+}
+
 // configArgs is the command's configuration arguments, then extra, then
 // ADAPT floor ceiling when adaptation is on (docs/redis.md: after BOOK's
 // retries_left).
@@ -147,14 +172,7 @@ func (r *RedisPacer) configArgs(extra ...any) []any {
 // already sent is read to its reply (within Timeout) and the ticket or
 // booking the reply carries is released (so for ReserveOrBook and Redeem).
 func (r *RedisPacer) Reserve(ctx context.Context) (RedisDecision, error) {
-	if ctx == nil {
-		return RedisDecision{}, inputError("ctx", nil, "must not be nil")
-	}
-	if !r.enter() {
-		return RedisDecision{}, ErrClosed
-	}
-	defer r.running.Done()
-	return r.reserve(ctx)
+	return guarded(ctx, r, false, nil, r.reserve)
 }
 
 func (r *RedisPacer) reserve(ctx context.Context) (RedisDecision, error) {
@@ -179,14 +197,9 @@ func (r *RedisPacer) reserve(ctx context.Context) (RedisDecision, error) {
 // booking on the retry, or release Booking.Ticket if the request ends
 // without redeeming it. Beyond the horizon it is a plain refusal.
 func (r *RedisPacer) ReserveOrBook(ctx context.Context, retriesLeft uint32) (RedisBookingDecision, error) {
-	if ctx == nil {
-		return RedisBookingDecision{}, inputError("ctx", nil, "must not be nil")
-	}
-	if !r.enter() {
-		return RedisBookingDecision{}, ErrClosed
-	}
-	defer r.running.Done()
-	return r.reserveOrBook(ctx, retriesLeft)
+	return guarded(ctx, r, false, nil, func(ctx context.Context) (RedisBookingDecision, error) {
+		return r.reserveOrBook(ctx, retriesLeft)
+	})
 }
 
 func (r *RedisPacer) reserveOrBook(ctx context.Context, retriesLeft uint32) (RedisBookingDecision, error) {
@@ -217,14 +230,9 @@ func (r *RedisPacer) reserveOrBook(ctx context.Context, retriesLeft uint32) (Red
 // its slot). A booking already redeemed or released returns
 // ErrBookingSpent; the server's errors are *RedisError.
 func (r *RedisPacer) Redeem(ctx context.Context, b *RedisBooking) (RedisDecision, error) {
-	if ctx == nil {
-		return RedisDecision{}, inputError("ctx", nil, "must not be nil")
-	}
-	if !r.enter() {
-		return RedisDecision{}, ErrClosed
-	}
-	defer r.running.Done()
-	return r.redeem(ctx, b)
+	return guarded(ctx, r, false, nil, func(ctx context.Context) (RedisDecision, error) {
+		return r.redeem(ctx, b)
+	})
 }
 
 func (r *RedisPacer) redeem(ctx context.Context, b *RedisBooking) (RedisDecision, error) {
@@ -300,7 +308,7 @@ func (r *RedisPacer) parseRedeem(reply any) (RedisDecision, error) {
 		wait, okWait := whole(items[1])
 		text, okText := items[2].(string)
 		regressed, okFlag := flag(items[4])
-		if okWait && okText && text != "" && okFlag && pathNamed(str(items[3])) == PathBooked {
+		if okWait && okText && text != "" && okFlag && named(pathNames, str(items[3]), PathNone) == PathBooked {
 			return RedisDecision{
 				Admitted: true, Path: PathBooked, WaitMs: wait, Queued: wait > 0,
 				Ticket: &RedisTicket{Key: r.key, Value: text}, ClockRegressed: regressed,
@@ -324,17 +332,9 @@ func (r *RedisPacer) parseRedeem(reply any) (RedisDecision, error) {
 // debit passes with time. It works after Close too when the client is
 // still open (see Close).
 func (r *RedisPacer) Release(ctx context.Context, t *RedisTicket) (bool, error) {
-	if ctx == nil {
-		return false, inputError("ctx", nil, "must not be nil")
-	}
-	tracked, ok := r.enterRelease()
-	if !ok {
-		return false, ErrClosed
-	}
-	if tracked {
-		defer r.running.Done()
-	}
-	return r.release(ctx, t)
+	return guarded(ctx, r, true, nil, func(ctx context.Context) (bool, error) {
+		return r.release(ctx, t)
+	})
 }
 
 func (r *RedisPacer) release(ctx context.Context, t *RedisTicket) (bool, error) {
@@ -387,25 +387,28 @@ func (r *RedisPacer) release(ctx context.Context, t *RedisTicket) (bool, error) 
 // returned; if the pacer is closed during the wait, the ticket is released
 // and ErrClosed returned.
 func (r *RedisPacer) Admit(ctx context.Context) (RedisAdmission, error) {
-	if ctx == nil {
-		return RedisAdmission{}, inputError("ctx", nil, "must not be nil")
-	}
-	if err := ctx.Err(); err != nil {
-		return RedisAdmission{}, err
-	}
-	if !r.enter() {
-		return RedisAdmission{}, ErrClosed
-	}
-	defer r.running.Done()
-	start := r.clock()
-	d, err := r.reserve(ctx)
-	if err != nil {
-		return RedisAdmission{}, err
-	}
-	if !d.Admitted {
-		return RedisAdmission{}, refusedError(d, false)
-	}
-	return r.await(ctx, start, d)
+	return r.admit(ctx, func(ctx context.Context) (RedisDecision, bool, error) {
+		d, err := r.reserve(ctx)
+		return d, false, err
+	})
+}
+
+// admit is Admit and AdmitKey around their attempt: a ctx already done
+// returns its error; a refusal is a *RefusedError (Booked when the attempt
+// booked a place); an admission is awaited.
+func (r *RedisPacer) admit(ctx context.Context, attempt func(context.Context) (RedisDecision, bool, error)) (RedisAdmission, error) {
+	ended := func() error { return ctx.Err() }
+	return guarded(ctx, r, false, ended, func(ctx context.Context) (RedisAdmission, error) {
+		start := r.clock()
+		d, booked, err := attempt(ctx)
+		if err != nil {
+			return RedisAdmission{}, err
+		}
+		if !d.Admitted {
+			return RedisAdmission{}, refusedError(d, booked)
+		}
+		return r.await(ctx, start, d)
+	})
 }
 
 func refusedError(d RedisDecision, booked bool) error {
@@ -501,25 +504,9 @@ func (r *RedisPacer) dropKey(key string, e *redisKeyed) {
 // during the wait releases it and returns ErrClosed. A key that ends without admission must be
 // given to Forget.
 func (r *RedisPacer) AdmitKey(ctx context.Context, key string) (RedisAdmission, error) {
-	if ctx == nil {
-		return RedisAdmission{}, inputError("ctx", nil, "must not be nil")
-	}
-	if err := ctx.Err(); err != nil {
-		return RedisAdmission{}, err
-	}
-	if !r.enter() {
-		return RedisAdmission{}, ErrClosed
-	}
-	defer r.running.Done()
-	start := r.clock()
-	d, booked, err := r.attempt(ctx, key)
-	if err != nil {
-		return RedisAdmission{}, err
-	}
-	if !d.Admitted {
-		return RedisAdmission{}, refusedError(d, booked)
-	}
-	return r.await(ctx, start, d)
+	return r.admit(ctx, func(ctx context.Context) (RedisDecision, bool, error) {
+		return r.attempt(ctx, key)
+	})
 }
 
 // attempt is one attempt of request key, in order with the key's others.
@@ -570,16 +557,12 @@ func (r *RedisPacer) attempt(ctx context.Context, key string) (RedisDecision, bo
 // same and a Redis booking is not refunded (false): its token passes with
 // its slot.
 func (r *RedisPacer) Forget(ctx context.Context, key string) (bool, error) {
-	if ctx == nil {
-		return false, inputError("ctx", nil, "must not be nil")
-	}
-	tracked, ok := r.enterRelease()
-	if !ok {
-		return false, ErrClosed
-	}
-	if tracked {
-		defer r.running.Done()
-	}
+	return guarded(ctx, r, true, nil, func(ctx context.Context) (bool, error) {
+		return r.forget(ctx, key)
+	})
+}
+
+func (r *RedisPacer) forget(ctx context.Context, key string) (bool, error) {
 	e := r.keyEntry(key, false)
 	if e == nil {
 		return false, nil
@@ -614,13 +597,10 @@ func (r *RedisPacer) PendingKeys() int {
 // bucket. No failure policy applies: an outage is a
 // *RedisUnavailableError.
 func (r *RedisPacer) Create(ctx context.Context) (bool, error) {
-	if ctx == nil {
-		return false, inputError("ctx", nil, "must not be nil")
-	}
-	if !r.enter() {
-		return false, ErrClosed
-	}
-	defer r.running.Done()
+	return guarded(ctx, r, false, nil, r.create)
+}
+
+func (r *RedisPacer) create(ctx context.Context) (bool, error) {
 	reply, err := r.run(ctx, "create", nil, r.configArgs()...)
 	if err != nil {
 		return false, unavailable("create", err)
@@ -675,14 +655,7 @@ type RedisInfo struct {
 // Info reads the bucket (PACER.INFO). No failure policy applies: an
 // outage is a *RedisUnavailableError; a missing bucket is a *RedisError.
 func (r *RedisPacer) Info(ctx context.Context) (RedisInfo, error) {
-	if ctx == nil {
-		return RedisInfo{}, inputError("ctx", nil, "must not be nil")
-	}
-	if !r.enter() {
-		return RedisInfo{}, ErrClosed
-	}
-	defer r.running.Done()
-	return r.info(ctx)
+	return guarded(ctx, r, false, nil, r.info)
 }
 
 func (r *RedisPacer) info(ctx context.Context) (RedisInfo, error) {
@@ -711,7 +684,7 @@ func (r *RedisPacer) info(ctx context.Context) (RedisInfo, error) {
 				info.ReleasePolicy = ReleaseStrict
 			}
 		case "mode":
-			info.Mode = modeNamed(str(v))
+			info.Mode = named(modeNames, str(v), ModeDisabled)
 		case "wait_bound_ms":
 			info.WaitBoundMs = num(v)
 		case "capacity_units":
@@ -779,16 +752,13 @@ func (r *RedisPacer) info(ctx context.Context) (RedisInfo, error) {
 // outcome other than OutcomeOpened or OutcomeThrottled returns
 // ErrInvalidInput and sends nothing.
 func (r *RedisPacer) Observe(ctx context.Context, outcome Outcome) (int, error) {
-	if ctx == nil {
-		return 0, inputError("ctx", nil, "must not be nil")
-	}
-	if err := checkOutcome(outcome); err != nil {
-		return 0, err
-	}
-	if !r.enter() {
-		return 0, ErrClosed
-	}
-	defer r.running.Done()
+	known := func() error { return checkOutcome(outcome) }
+	return guarded(ctx, r, false, known, func(ctx context.Context) (int, error) {
+		return r.observe(ctx, outcome)
+	})
+}
+
+func (r *RedisPacer) observe(ctx context.Context, outcome Outcome) (int, error) {
 	if r.adapt == nil || r.mode == ModeDisabled {
 		return r.cfg.RatePerMinute, nil
 	}
@@ -819,13 +789,10 @@ func (r *RedisPacer) Observe(ctx context.Context, outcome Outcome) (int, error) 
 // failure policy applies (an outage is a *RedisUnavailableError) and a
 // missing bucket is a *RedisError.
 func (r *RedisPacer) RateInForce(ctx context.Context) (int, error) {
-	if ctx == nil {
-		return 0, inputError("ctx", nil, "must not be nil")
-	}
-	if !r.enter() {
-		return 0, ErrClosed
-	}
-	defer r.running.Done()
+	return guarded(ctx, r, false, nil, r.rateInForce)
+}
+
+func (r *RedisPacer) rateInForce(ctx context.Context) (int, error) {
 	if r.adapt == nil || r.mode == ModeDisabled {
 		return r.cfg.RatePerMinute, nil
 	}
@@ -902,7 +869,7 @@ func (r *RedisPacer) parseAdmission(op string, reply any) (RedisDecision, *Redis
 	switch str(items[0]) {
 	case "admitted":
 		wait, okWait := whole(items[1])
-		path := pathNamed(str(items[3]))
+		path := named(pathNames, str(items[3]), PathNone)
 		text, isText := items[2].(string)
 		if len(items) < 5 || !okWait || path == PathNone || !(isText && text != "" || items[2] == nil) {
 			break
@@ -1012,22 +979,4 @@ func signed(v any) int64 {
 		return n
 	}
 	return 0
-}
-
-func pathNamed(name string) Path {
-	for _, p := range []Path{PathDisabled, PathPaced, PathShaped, PathOverflow, PathBooked} {
-		if p.String() == name {
-			return p
-		}
-	}
-	return PathNone
-}
-
-func modeNamed(name string) Mode {
-	for _, m := range []Mode{ModeDisabled, ModeRefusing, ModeShapingLowRate, ModeShapingNoRetry} {
-		if m.String() == name {
-			return m
-		}
-	}
-	return ModeDisabled
 }

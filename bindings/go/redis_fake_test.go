@@ -54,11 +54,7 @@ func (lb *loopback) Addr() string { return lb.l.Addr().String() }
 
 // spawn runs f in a goroutine the end of the test waits for.
 func (lb *loopback) spawn(f func()) {
-	lb.wg.Add(1)
-	go func() {
-		defer lb.wg.Done()
-		f()
-	}()
+	lb.wg.Go(f)
 }
 
 // track keeps c to close at the end; false (c closed) once ended.

@@ -54,20 +54,12 @@ func openRedis(t *testing.T, opts pacer.RedisOptions) (*pacer.RedisPacer, *logCa
 
 func mustRedisReserve(t *testing.T, r *pacer.RedisPacer) pacer.RedisDecision {
 	t.Helper()
-	d, err := r.Reserve(context.Background())
-	if err != nil {
-		t.Fatalf("Reserve: %v", err)
-	}
-	return d
+	return must(t, func() (pacer.RedisDecision, error) { return r.Reserve(context.Background()) }, "Reserve")
 }
 
 func mustRedisInfo(t *testing.T, r *pacer.RedisPacer) pacer.RedisInfo {
 	t.Helper()
-	info, err := r.Info(context.Background())
-	if err != nil {
-		t.Fatalf("Info: %v", err)
-	}
-	return info
+	return must(t, func() (pacer.RedisInfo, error) { return r.Info(context.Background()) }, "Info")
 }
 
 // countMessages is how many notices contain part.
@@ -796,16 +788,14 @@ func TestRedisConcurrentCalls(t *testing.T) {
 	r, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Config: cfg})
 	var wg sync.WaitGroup
 	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range 5 {
 				_, err := r.AdmitKey(context.Background(), "g"+strconv.Itoa(g)+"-"+strconv.Itoa(i))
 				if err != nil && !errors.Is(err, pacer.ErrRefused) {
 					t.Error(err)
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	info := mustRedisInfo(t, r)

@@ -602,15 +602,13 @@ func TestSharedBookingsFIFOWithACProcess(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for g := 0; g < goroutines; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := 0; i < perGoroutine; i++ {
 				key := fmt.Sprintf("go-%d-%d", g, i)
 				a, err := s.AdmitKey(context.Background(), key)
 				results[g*perGoroutine+i] = goResult{key, a, err}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	err := cmd.Wait()

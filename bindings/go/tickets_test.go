@@ -79,9 +79,7 @@ func TestTicketsFromManyGoroutines(t *testing.T) {
 	tickets := make([][]*pacer.Ticket, goroutines)
 	var wg sync.WaitGroup
 	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for range each {
 				d, err := p.Reserve(0)
 				if err != nil || !d.Admitted || d.Ticket == nil {
@@ -90,7 +88,7 @@ func TestTicketsFromManyGoroutines(t *testing.T) {
 				}
 				tickets[g] = append(tickets[g], d.Ticket)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	seen := map[*pacer.Ticket]bool{}
@@ -110,15 +108,13 @@ func TestTicketsFromManyGoroutines(t *testing.T) {
 	var refunds atomic.Int64
 	for tk := range seen {
 		for range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				if ok, err := p.Release(tk, 0); err != nil {
 					t.Error(err)
 				} else if ok {
 					refunds.Add(1)
 				}
-			}()
+			})
 		}
 	}
 	wg.Wait()
@@ -129,19 +125,12 @@ func TestTicketsFromManyGoroutines(t *testing.T) {
 }
 
 func TestAdmissionCopiesReleaseOnce(t *testing.T) {
-	clock := &fakeClock{}
-	p := mustNew(t, long(clock, noSleep))
-	a, err := p.Admit(t.Context())
-	if err != nil || a.Ticket == nil {
-		t.Fatalf("%+v, %v", a, err)
-	}
+	p, a := admittedOnce(t)
 	copies := []pacer.Admission{a, a, a, a}
 	var refunds atomic.Int32
 	var wg sync.WaitGroup
 	for i := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			var ok bool
 			if i%2 == 0 {
 				ok = copies[i%len(copies)].Release()
@@ -151,7 +140,7 @@ func TestAdmissionCopiesReleaseOnce(t *testing.T) {
 			if ok {
 				refunds.Add(1)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if refunds.Load() != 1 {
@@ -176,9 +165,7 @@ func TestCloseDuringCalls(t *testing.T) {
 	const goroutines = 4
 	for g := range goroutines {
 		started.Add(1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			var once sync.Once
 			running := func() { once.Do(started.Done) }
 			defer running()
@@ -217,7 +204,7 @@ func TestCloseDuringCalls(t *testing.T) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	started.Wait()
 	if err := p.Close(); err != nil {
