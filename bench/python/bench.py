@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -94,6 +94,9 @@ class Case:
 
     id: str
     what: str
+    #: What every call answers (``None`` or ``True``), for the ``check`` of a
+    #: case that does not define its own.
+    answer: Any
 
     def timed(self, n: int) -> int:
         raise NotImplementedError
@@ -102,7 +105,7 @@ class Case:
         raise NotImplementedError
 
     def check(self, results: list[Any]) -> None:
-        raise NotImplementedError
+        assert all(r is self.answer for r in results)
 
 
 # ---------------------------------------------------------------- the cases
@@ -111,6 +114,7 @@ class Case:
 class LoopEmpty(Case):
     id = "loop_empty"
     what = "the benchmark loop alone (for ... in repeat), included in every row"
+    answer = None
 
     def timed(self, n: int) -> int:
         start = now_ns()
@@ -121,49 +125,68 @@ class LoopEmpty(Case):
     def kept(self, n: int) -> list[Any]:
         return [None for _ in repeat(None, n)]
 
-    def check(self, results: list[Any]) -> None:
-        assert all(r is None for r in results)
 
+class CallCase(Case):
+    """A case whose calls are ``call()``, no arguments (``call`` is bound
+    once, outside the loop)."""
 
-class FloorCffi(Case):
-    id = "floor_cffi_noop"
-    what = "pacer_abi_version() through the compiled cffi module: the cffi crossing floor"
+    call: Callable[[], Any]
 
     def timed(self, n: int) -> int:
-        call = lib.pacer_abi_version
+        call = self.call
         start = now_ns()
         for _ in repeat(None, n):
             call()
         return now_ns() - start
 
     def kept(self, n: int) -> list[Any]:
-        call = lib.pacer_abi_version
+        call = self.call
         return [call() for _ in repeat(None, n)]
+
+
+class FloorCffi(CallCase):
+    id = "floor_cffi_noop"
+    what = "pacer_abi_version() through the compiled cffi module: the cffi crossing floor"
+
+    def __init__(self) -> None:
+        self.call = lib.pacer_abi_version
 
     def check(self, results: list[Any]) -> None:
         assert all(r == pacer.ABI_VERSION for r in results)
 
 
-class FloorC(Case):
+class FloorC(CallCase):
     id = "floor_c_noop"
     what = "pacer._fast.noop(): the crossing floor of the binding's C extension (METH_NOARGS)"
+    answer = None
+
+    def __init__(self) -> None:
+        self.call = _fast.noop
+
+
+class StepCase(Case):
+    """A case whose calls are ``step(now)``, one for each reading of
+    ``_clock(n)`` (``step`` is bound once, outside the loop)."""
+
+    step: Callable[[int], Any]
+
+    def _clock(self, n: int) -> Iterable[int]:
+        raise NotImplementedError
 
     def timed(self, n: int) -> int:
-        call = _fast.noop
+        step = self.step
+        clock = self._clock(n)
         start = now_ns()
-        for _ in repeat(None, n):
-            call()
+        for now in clock:
+            step(now)
         return now_ns() - start
 
     def kept(self, n: int) -> list[Any]:
-        call = _fast.noop
-        return [call() for _ in repeat(None, n)]
-
-    def check(self, results: list[Any]) -> None:
-        assert all(r is None for r in results)
+        step = self.step
+        return [step(now) for now in self._clock(n)]
 
 
-class AdvancingCase(Case):
+class AdvancingCase(StepCase):
     """A case whose calls each get a clock reading 1000 ms after the last."""
 
     now = 0
@@ -173,25 +196,18 @@ class AdvancingCase(Case):
         return range(start, self.now, 1000)
 
 
-class PacerReserve(AdvancingCase):
-    id = "pacer_reserve"
-    what = "Pacer.reserve(now_ms) admitting (60/min, burst 1, clock +1000 ms per call): Admitted with a Ticket"
+class ReserveCase(StepCase):
+    """``Pacer.reserve(now_ms)`` on a pacer at 60/min, burst 1 (the calls
+    give the time: the pacer's own clock is not read)."""
 
     def __init__(self) -> None:
         self.pacer = pacer.Pacer(rate_per_minute=60, burst=1, clock=lambda: 0)
-        self.now = 0
+        self.step = self.pacer.reserve
 
-    def timed(self, n: int) -> int:
-        reserve = self.pacer.reserve
-        clock = self._clock(n)
-        start = now_ns()
-        for now in clock:
-            reserve(now)
-        return now_ns() - start
 
-    def kept(self, n: int) -> list[Any]:
-        reserve = self.pacer.reserve
-        return [reserve(now) for now in self._clock(n)]
+class PacerReserve(AdvancingCase, ReserveCase):
+    id = "pacer_reserve"
+    what = "Pacer.reserve(now_ms) admitting (60/min, burst 1, clock +1000 ms per call): Admitted with a Ticket"
 
     def check(self, results: list[Any]) -> None:
         # One token a second at 60/min: every call admits at once, debiting one token.
@@ -200,12 +216,12 @@ class PacerReserve(AdvancingCase):
             assert r.ticket is not None and r.ticket.debit_units == 60000 and not r.ticket.spent, r
 
 
-class PacerRefuse(Case):
+class PacerRefuse(ReserveCase):
     id = "pacer_reserve_refuse"
     what = "Pacer.reserve(now_ms) on a drained pacer at a fixed clock: Refused"
 
     def __init__(self) -> None:
-        self.pacer = pacer.Pacer(rate_per_minute=60, burst=1, clock=lambda: 0)
+        super().__init__()
         # Default budget: wait bound 4833 ms, so admissions wait 0..4000 ms, then refusals.
         for _ in range(100):
             if isinstance(self.pacer.reserve(0), pacer.Refused):
@@ -213,16 +229,8 @@ class PacerRefuse(Case):
         else:  # pragma: no cover - the pacer never refused
             raise AssertionError("pacer_reserve_refuse: the pacer does not drain")
 
-    def timed(self, n: int) -> int:
-        reserve = self.pacer.reserve
-        start = now_ns()
-        for _ in repeat(None, n):
-            reserve(0)
-        return now_ns() - start
-
-    def kept(self, n: int) -> list[Any]:
-        reserve = self.pacer.reserve
-        return [reserve(0) for _ in repeat(None, n)]
+    def _clock(self, n: int) -> Iterable[int]:
+        return repeat(0, n)  # a fixed clock
 
     def check(self, results: list[Any]) -> None:
         # The 6th admission would wait 5000 ms, past the 4833 ms bound; the hint is 5 s capped at 4 s.
@@ -232,25 +240,15 @@ class PacerRefuse(Case):
 class PyBucketCase(AdvancingCase):
     id = "py_bucket"
     what = "a plain Python token bucket (integer ms math), try_take(now_ms) admitting, clock +1000 ms per call"
+    answer = True
 
     def __init__(self) -> None:
         self.bucket = PyBucket(60, 1, 0)
+        self.step = self.bucket.try_take
         self.now = 0
 
-    def timed(self, n: int) -> int:
-        take = self.bucket.try_take
-        clock = self._clock(n)
-        start = now_ns()
-        for now in clock:
-            take(now)
-        return now_ns() - start
-
-    def kept(self, n: int) -> list[Any]:
-        take = self.bucket.try_take
-        return [take(now) for now in self._clock(n)]
-
     def check(self, results: list[Any]) -> None:
-        assert all(r is True for r in results)
+        super().check(results)
         drained = PyBucket(60, 1, 0)
         assert [drained.try_take(0), drained.try_take(999), drained.try_take(1000)] == [True, False, True]
 
@@ -274,48 +272,49 @@ class AsyncCase(Case):
         raise NotImplementedError
 
 
+class AwaitCase(AsyncCase):
+    """An async case whose calls are ``await call()``, no arguments
+    (``call`` is bound once, outside the loop)."""
+
+    call: Callable[[], Awaitable[Any]]
+
+    async def _timed(self, n: int) -> int:
+        call = self.call
+        start = now_ns()
+        for _ in repeat(None, n):
+            await call()
+        return now_ns() - start
+
+    async def _kept(self, n: int) -> list[Any]:
+        call = self.call
+        return [await call() for _ in repeat(None, n)]
+
+
 async def _nothing() -> None:
     return None
 
 
-class AwaitNoop(AsyncCase):
+class AwaitNoop(AwaitCase):
     id = "asyncio_await_noop"
     what = "await of a no-op coroutine in a running loop: the await cost inside every async row (not subtracted)"
+    answer = None
 
-    async def _timed(self, n: int) -> int:
-        start = now_ns()
-        for _ in repeat(None, n):
-            await _nothing()
-        return now_ns() - start
-
-    async def _kept(self, n: int) -> list[Any]:
-        return [await _nothing() for _ in repeat(None, n)]
-
-    def check(self, results: list[Any]) -> None:
-        assert all(r is None for r in results)
+    def __init__(self) -> None:
+        self.call = _nothing
 
 
-class AioLimiterAcquire(AsyncCase):
+class AioLimiterAcquire(AwaitCase):
     id = "aiolimiter_acquire"
     what = "await AsyncLimiter.acquire() (aiolimiter), capacity never reached so it never waits"
+    answer = None
 
     def __init__(self) -> None:
         # max_rate 10**12 per second: the leaky bucket's level never reaches it.
         self.limiter = aiolimiter.AsyncLimiter(UNREACHED, 1)
-
-    async def _timed(self, n: int) -> int:
-        acquire = self.limiter.acquire
-        start = now_ns()
-        for _ in repeat(None, n):
-            await acquire()
-        return now_ns() - start
-
-    async def _kept(self, n: int) -> list[Any]:
-        acquire = self.limiter.acquire
-        return [await acquire() for _ in repeat(None, n)]
+        self.call = self.limiter.acquire
 
     def check(self, results: list[Any]) -> None:
-        assert all(r is None for r in results)
+        super().check(results)
         assert self.limiter.has_capacity()
         # As configured for a pacer-like rate, it would make the second caller wait.
         small = aiolimiter.AsyncLimiter(1, 60)
@@ -327,56 +326,35 @@ class AioLimiterAcquire(AsyncCase):
         assert self.loop.run_until_complete(twice()) == (True, False)
 
 
-class PacerAdmit(AsyncCase):
+class PacerAdmit(AwaitCase):
     id = "pacer_admit_async_e2e"
     what = "await Pacer.admit() end to end (clock read, reserve, no sleep): admits at once, clock +1 s per call"
 
     def __init__(self) -> None:
         # A clock in whole seconds, one second later at every read.
         self.pacer = pacer.Pacer(rate_per_minute=60, burst=1, clock=itertools.count().__next__)
-
-    async def _timed(self, n: int) -> int:
-        admit = self.pacer.admit
-        start = now_ns()
-        for _ in repeat(None, n):
-            await admit()
-        return now_ns() - start
-
-    async def _kept(self, n: int) -> list[Any]:
-        admit = self.pacer.admit
-        return [await admit() for _ in repeat(None, n)]
+        self.call = self.pacer.admit
 
     def check(self, results: list[Any]) -> None:
         for r in results:
             assert isinstance(r, pacer.Admitted) and r.wait_ms == 0 and r.ticket is not None, r
 
 
-class PyBucketAdmit(AsyncCase):
+class PyBucketAdmit(AwaitCase):
     id = "py_bucket_admit_async_e2e"
     what = "await PyBucket.admit(): the plain bucket in the same asyncio shape, same clock"
+    answer = True
 
     def __init__(self) -> None:
         clock = itertools.count().__next__
         self.bucket = PyBucket(60, 1, clock() * 1000, clock)
-
-    async def _timed(self, n: int) -> int:
-        admit = self.bucket.admit
-        start = now_ns()
-        for _ in repeat(None, n):
-            await admit()
-        return now_ns() - start
-
-    async def _kept(self, n: int) -> list[Any]:
-        admit = self.bucket.admit
-        return [await admit() for _ in repeat(None, n)]
-
-    def check(self, results: list[Any]) -> None:
-        assert all(r is True for r in results)
+        self.call = self.bucket.admit
 
 
 class LimitsHit(Case):
     id = "limits_hit"
     what = "limits FixedWindowRateLimiter.hit() over MemoryStorage, admitting (limit never reached)"
+    answer = True
 
     def __init__(self) -> None:
         self.storage = limits.storage.MemoryStorage()
@@ -395,7 +373,7 @@ class LimitsHit(Case):
         return [hit(item, "bench") for _ in repeat(None, n)]
 
     def check(self, results: list[Any]) -> None:
-        assert all(r is True for r in results)
+        super().check(results)
         one = limits.RateLimitItemPerMinute(1)
         assert [self.limiter.hit(one, "check"), self.limiter.hit(one, "check")] == [True, False]
 
@@ -403,6 +381,7 @@ class LimitsHit(Case):
 class PyrateTryAcquire(Case):
     id = "pyrate_try_acquire"
     what = "pyrate-limiter Limiter.try_acquire(blocking=False) on its default InMemoryBucket, admitting"
+    answer = True
 
     def __init__(self) -> None:
         rate = pyrate_limiter.Rate(UNREACHED, pyrate_limiter.Duration.SECOND)
@@ -420,7 +399,7 @@ class PyrateTryAcquire(Case):
         return [acquire("bench", blocking=False) for _ in repeat(None, n)]
 
     def check(self, results: list[Any]) -> None:
-        assert all(r is True for r in results)
+        super().check(results)
         small = pyrate_limiter.Limiter(pyrate_limiter.Rate(1, pyrate_limiter.Duration.MINUTE))
         assert [small.try_acquire("check", blocking=False), small.try_acquire("check", blocking=False)] == [True, False]
 

@@ -55,6 +55,22 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(guarded())
 
 
+#: Keys no keyed call takes (not a str, int or bytes; a bool is not an int here).
+BAD_KEYS = ({}, [], 1.5, True, (1, 2), object())
+
+
+def check_keyed_calls_refuse_bad_keys(p: Any) -> None:
+    """Each of BAD_KEYS is a TypeError naming the key for each keyed call of
+    ``p`` (a Pacer or a SharedPacer): admit, admit_blocking and forget."""
+    for key in BAD_KEYS:
+        with pytest.raises(TypeError, match="key"):
+            run(p.admit(key=key))
+        with pytest.raises(TypeError, match="key"):
+            p.admit_blocking(key=key)
+        with pytest.raises(TypeError, match="key"):
+            p.forget(key)
+
+
 class GateSleep:
     """An injected sleep: records the delays asked for and waits until opened."""
 

@@ -25,6 +25,23 @@ def make(clock: FakeClock, registry: pacer.NoticeRegistry, **options) -> pacer.P
     return pacer.Pacer(clock=clock, notice_registry=registry, **{**ONE_SLOT, **options})
 
 
+async def cancelled(task: asyncio.Task) -> BaseException:
+    """Cancels ``task`` and waits for it to end: it must raise CancelledError,
+    which is returned (its notes, if any, say what else went wrong)."""
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError) as caught:
+        await task
+    return caught.value
+
+
+def check_counted(p: pacer.Pacer, now_ms: int, next_wait_ms: int, **counted: int) -> None:
+    """``p``'s counters named in ``counted`` have those values, and a request
+    reserving at ``now_ms`` now waits ``next_wait_ms``."""
+    c = p.counters()
+    assert {name: getattr(c, name) for name in counted} == counted
+    assert p.reserve(now_ms).wait_ms == next_wait_ms
+
+
 def test_admit_at_once_does_not_sleep(clock: FakeClock, registry: pacer.NoticeRegistry) -> None:
     sleep = GateSleep()
     p = make(clock, registry, sleep=sleep)
@@ -56,14 +73,9 @@ def test_admit_sleeps_the_granted_wait(clock: FakeClock, registry: pacer.NoticeR
 def test_cancel_before_the_task_runs_reserves_nothing(clock: FakeClock, registry: pacer.NoticeRegistry) -> None:
     async def main() -> None:
         p = make(clock, registry, sleep=GateSleep())
-        task = asyncio.create_task(p.admit())
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        c = p.counters()
-        assert (c.admitted, c.refused, c.released) == (0, 0, 0)
+        await cancelled(asyncio.create_task(p.admit()))
         # The token is still there: the next request is admitted at once.
-        assert p.reserve(clock.ms).wait_ms == 0
+        check_counted(p, clock.ms, 0, admitted=0, refused=0, released=0)
 
     run(main())
 
@@ -76,14 +88,10 @@ def test_cancel_during_the_wait_refunds_and_reraises(clock: FakeClock, registry:
         assert first.wait_ms == 0
         task = asyncio.create_task(p.admit())
         await sleep.started.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        c = p.counters()
-        assert (c.admitted, c.released, c.refunded) == (2, 1, 1)
+        await cancelled(task)
         # SPEC §7: a queued request released at t=0 gives its slot back: the
         # next arrival waits 1000, not 2000.
-        assert p.reserve(clock.ms).wait_ms == 1000
+        check_counted(p, clock.ms, 1000, admitted=2, released=1, refunded=1)
 
     run(main())
 
@@ -105,12 +113,9 @@ def test_cancel_after_the_wait_keeps_the_admission(clock: FakeClock, registry: p
         task = asyncio.create_task(request())
         while not admitted:
             await asyncio.sleep(0)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await cancelled(task)
         # Admission was complete: nothing was given back on the caller's behalf.
-        assert p.counters().released == 0
-        assert p.reserve(clock.ms).wait_ms == 2000
+        check_counted(p, clock.ms, 2000, released=0)
         # The caller still can: the ticket is live until released.
         assert admitted[0].release() is True
         assert admitted[0].release() is False
@@ -126,9 +131,7 @@ def test_asyncio_timeout_refunds(clock: FakeClock, registry: pacer.NoticeRegistr
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.005):
                 await p.admit()  # granted 1000 ms; the timeout fires after 5
-        c = p.counters()
-        assert (c.admitted, c.released, c.refunded) == (2, 1, 1)
-        assert p.reserve(clock.ms).wait_ms == 1000
+        check_counted(p, clock.ms, 1000, admitted=2, released=1, refunded=1)
 
     run(main())
 
@@ -223,11 +226,9 @@ def test_a_failing_release_never_replaces_the_callers_cancellation(clock: FakeCl
         p._c_release = lambda *args: pacer._lib.PACER_STATUS_PANIC
         task = asyncio.create_task(p.admit())
         await sleep.started.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError) as caught:
-            await task
+        error = await cancelled(task)
         if sys.version_info >= (3, 11):
-            notes = getattr(caught.value, "__notes__", [])
+            notes = getattr(error, "__notes__", [])
             assert len(notes) == 1 and notes[0].startswith("pacer: giving the admission back failed: "), notes
             assert "pacer_release failed with status 2" in notes[0]
         c = p.counters()

@@ -22,7 +22,7 @@ import threading
 from typing import Any
 
 import pytest
-from conftest import FakeClock, GateSleep, run
+from conftest import FakeClock, GateSleep, check_keyed_calls_refuse_bad_keys, run
 
 import pacer
 
@@ -368,13 +368,7 @@ def test_bad_input_raises_and_changes_nothing(clock: FakeClock, registry: pacer.
     with pytest.raises(TypeError, match="now_ms"):
         p.redeem(booked.booking, 167.0)  # type: ignore[arg-type]
 
-    for key in ({}, [], 1.5, True, (1, 2), object()):
-        with pytest.raises(TypeError, match="key"):
-            run(p.admit(key=key))  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="key"):
-            p.admit_blocking(key=key)  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="key"):
-            p.forget(key)  # type: ignore[arg-type]
+    check_keyed_calls_refuse_bad_keys(p)
     with pytest.raises(ValueError, match="now_ms"):
         p.forget("k", -1)
 

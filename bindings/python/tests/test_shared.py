@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, GateSleep, run
+from conftest import REPO_ROOT, GateSleep, check_keyed_calls_refuse_bad_keys, run
 
 import pacer
 from pacer import AdmitPath, Admitted, Mode, PacerState, Refused, SharedPacer, SharedPacerError, shared_clock_ms
@@ -1231,16 +1231,9 @@ def test_keyed_calls_check_input_and_the_handle(shm_path: str, monkeypatch: pyte
     drain(s)
     key, _ = book_one(s, "k")
     state, counters = s.state(), s.counters()
-    bad_keys = ({}, [], 1.5, True, (1, 2), object())
 
     def bad_input() -> None:
-        for bad in bad_keys:
-            with pytest.raises(TypeError, match="key"):
-                run(s.admit(key=bad))  # type: ignore[arg-type]
-            with pytest.raises(TypeError, match="key"):
-                s.admit_blocking(key=bad)  # type: ignore[arg-type]
-            with pytest.raises(TypeError, match="key"):
-                s.forget(bad)  # type: ignore[arg-type]
+        check_keyed_calls_refuse_bad_keys(s)
         with pytest.raises(ValueError, match="timeout"):
             s.admit_blocking(timeout=-1, key=key)
         # No clock: forget takes no time, on the object or the pacer under it.

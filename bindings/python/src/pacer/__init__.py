@@ -67,6 +67,7 @@ from ._pacer import (
     Ticket,
     refusal_response,
 )
+from . import _redis
 from ._redis import (
     AsyncRedisAdmitted,
     AsyncRedisPacer,
@@ -108,16 +109,6 @@ def library_version() -> str:
 
 __all__ = [
     "ABI_VERSION",
-    "AsyncRedisAdmitted",
-    "AsyncRedisPacer",
-    "OutageNotice",
-    "RedisAdmitted",
-    "RedisBooked",
-    "RedisBooking",
-    "RedisPacer",
-    "RedisPacerError",
-    "RedisRefused",
-    "RedisTicket",
     "DEFAULT_BURST",
     "DEFAULT_IDLE_TIMEOUT_MS",
     "DEFAULT_MAX_RETRIES",
@@ -161,3 +152,5 @@ __all__ = [
     "status_name",
     "wait_bound_ms",
 ]
+# The fleet pacers' names: those _redis exports.
+__all__ += _redis.__all__

@@ -293,12 +293,33 @@ ticket_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)ticket_new_from(type, pacer, seq_value, debit_value, owner_value);
 }
 
+/* The GC support of this module's two types (Ticket, Core): each instance
+ * holds one object (a ticket its pacer, a pacer its storage's owner) and,
+ * as an instance of a heap type, its type. */
+static int
+traverse_held(PyObject *self, PyObject *held, visitproc visit, void *arg)
+{
+    Py_VISIT(held);
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+/* Untracks `self`, clears it and frees it with `release` (which takes the
+ * object and its type), then drops the type's reference. */
+static void
+dealloc_with(PyObject *self, inquiry clear, void (*release)(PyObject *, PyTypeObject *))
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    clear(self);
+    release(self, type);
+    Py_DECREF(type);
+}
+
 static int
 ticket_traverse(Ticket *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->pacer);
-    Py_VISIT(Py_TYPE(self));
-    return 0;
+    return traverse_held((PyObject *)self, self->pacer, visit, arg);
 }
 
 static int
@@ -308,18 +329,21 @@ ticket_clear(Ticket *self)
     return 0;
 }
 
+/* A plain Ticket goes back to the free list while there is room. */
 static void
-ticket_dealloc(Ticket *self)
+ticket_release(PyObject *self, PyTypeObject *type)
 {
-    PyTypeObject *type = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    Py_CLEAR(self->pacer);
     if (type == ticket_type && ticket_free_count < TICKET_FREELIST) {
-        ticket_freelist[ticket_free_count++] = self;
+        ticket_freelist[ticket_free_count++] = (Ticket *)self;
     } else {
         PyObject_GC_Del(self);
     }
-    Py_DECREF(type);
+}
+
+static void
+ticket_dealloc(Ticket *self)
+{
+    dealloc_with((PyObject *)self, (inquiry)ticket_clear, ticket_release);
 }
 
 static PyObject *
@@ -393,9 +417,7 @@ typedef struct {
 static int
 core_traverse(Core *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->owner);
-    Py_VISIT(Py_TYPE(self));
-    return 0;
+    return traverse_held((PyObject *)self, self->owner, visit, arg);
 }
 
 static int
@@ -408,13 +430,15 @@ core_clear(Core *self)
 }
 
 static void
+core_release(PyObject *self, PyTypeObject *type)
+{
+    type->tp_free(self);
+}
+
+static void
 core_dealloc(Core *self)
 {
-    PyTypeObject *type = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    core_clear(self);
-    type->tp_free((PyObject *)self);
-    Py_DECREF(type);
+    dealloc_with((PyObject *)self, (inquiry)core_clear, core_release);
 }
 
 /* A u64 from a Python int given for `now_ms`: the exact-int case here, all

@@ -16,7 +16,7 @@ except ImportError as error:  # pragma: no cover - exercised by a broken install
 
 check_abi(int(lib.pacer_abi_version()), int(lib.PACER_ABI_VERSION))
 
-__all__ = ["aligned_new", "fast", "ffi", "lib"]
+__all__ = ["aligned_new", "aligned_struct", "fast", "ffi", "lib"]
 
 
 def aligned_new(ctype: str, size: int, align: int) -> tuple[object, object]:
@@ -27,3 +27,11 @@ def aligned_new(ctype: str, size: int, align: int) -> tuple[object, object]:
     owner = ffi.new("uint8_t[]", size + align - 1)
     offset = -int(ffi.cast("uintptr_t", owner)) % align
     return owner, ffi.cast(ctype, owner + offset)
+
+
+def aligned_struct(struct: str, size: int, align: int = 1) -> tuple[object, object]:
+    """Caller-owned storage for ``struct`` (e.g. ``"struct pacer"``) as a
+    pointer to it (``aligned_new``): ``size`` and ``align`` are the header's
+    (``PACER_STORAGE_SIZE``, ...), raised to the struct's own size and
+    alignment as cffi sees them."""
+    return aligned_new(f"{struct} *", max(int(size), ffi.sizeof(struct)), max(int(align), ffi.alignof(struct)))

@@ -4,8 +4,10 @@ waiting and the cancellation that belong to Python."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import functools
+import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from . import _check
-from ._native import aligned_new, fast, ffi, lib
+from ._native import aligned_struct, fast, ffi, lib
 from ._settings import (
     ENV_NAMES,
     Budget,
@@ -42,7 +44,6 @@ _POLICIES = {"refund": lib.PACER_RELEASE_POLICY_REFUND, "strict": lib.PACER_RELE
 _ADMITTED = lib.PACER_DECISION_KIND_ADMITTED
 _BOOKED = lib.PACER_DECISION_KIND_BOOKED
 _LIVE = lib.PACER_TICKET_STATE_LIVE
-_OK = lib.PACER_STATUS_OK
 _U64_MAX = _check.U64_MAX
 _new = ffi.new
 
@@ -50,17 +51,61 @@ _new = ffi.new
 _blocking_sleep = time.sleep
 
 
-def _give_back(decision: Admitted, error: BaseException) -> None:
-    """Releases an admission whose wait ended in ``error`` (a cancellation,
-    a timeout, an interruption). The caller's own exception is what it
-    sees: a release that fails (a library fault) is attached to it as a
-    note, never raised in its place."""
+def _note(error: BaseException, failure: BaseException) -> None:
+    """Attaches to ``error`` (the caller's own exception) a note that giving
+    the admission back failed with ``failure``."""
+    add_note = getattr(error, "add_note", None)  # Python 3.11+
+    if add_note is not None:
+        add_note(f"pacer: giving the admission back failed: {failure}")
+
+
+def _give_back(release: Callable[[], Any], error: BaseException) -> None:
+    """Releases (``release()``) an admission whose wait ended in ``error`` (a
+    cancellation, a timeout, an interruption). The caller's own exception is
+    what it sees: a release that fails (a library fault) is attached to it
+    as a note, never raised in its place."""
     try:
-        decision.release()
+        release()
     except Exception as failure:  # noqa: BLE001 - reported on the caller's exception
-        add_note = getattr(error, "add_note", None)  # Python 3.11+
-        if add_note is not None:
-            add_note(f"pacer: giving the admission back failed: {failure}")
+        _note(error, failure)
+
+
+def _sleep_granted(decision: Any, limit: float | None, sleep: Callable[[float], Any]) -> Any:
+    """The blocking wait of an admission with a wait (``admit_blocking``'s,
+    a pacer's or a fleet pacer's): a wait longer than ``limit`` seconds is
+    released at once and raises TimeoutError; else ``sleep`` sleeps it in
+    this thread (interrupted, the admission is given back and the exception
+    re-raised)."""
+    if limit is not None and decision.wait_ms > limit * 1000:
+        decision.release()
+        raise TimeoutError(
+            f"pacer: the granted wait of {decision.wait_ms}ms is longer than the timeout of {limit}s"
+        )
+    try:
+        sleep(decision.wait_ms / 1000)
+    except BaseException as error:
+        _give_back(decision.release, error)
+        raise
+    return decision
+
+
+async def _await_granted(decision: Any, sleep: Callable[[float], Awaitable[Any]]) -> Any:
+    """The asyncio wait of an admission with a wait (``admit``'s, a pacer's
+    or a fleet pacer's): ``await sleep(seconds)``; cancelled meanwhile, the
+    admission is given back (its ``release()``, awaited when it is a
+    coroutine) and the caller's own exception re-raised."""
+    try:
+        await sleep(decision.wait_ms / 1000)
+    except BaseException as error:
+        # A cancelled request opens no connection: give the slot back.
+        try:
+            released = decision.release()
+            if inspect.isawaitable(released):
+                await released
+        except Exception as failure:  # noqa: BLE001 - reported on the caller's exception
+            _note(error, failure)
+        raise
+    return decision
 
 
 class AdmitPath(enum.Enum):
@@ -276,13 +321,31 @@ Redemption = Admitted | Booked
 
 
 class _Pending:
-    """One keyed request refused so far: its refused attempts and its booking."""
+    """One keyed request refused so far: its refused attempts and its
+    booking (a pacer's keys and a fleet pacer's)."""
 
     __slots__ = ("attempts", "booking")
 
     def __init__(self) -> None:
         self.attempts = 0
         self.booking: Booking | None = None
+
+    def record(self, pending: dict[Any, _Pending], key: Any, outcome: Any) -> bool:
+        """Files the outcome of the request's attempt in ``pending`` (under
+        the pacer's keyed lock): True for an admission (the key is
+        forgotten); else the refused attempt is counted and a booking kept."""
+        if isinstance(outcome, Admitted):
+            pending.pop(key, None)
+            return True
+        if isinstance(outcome, Booked):
+            self.booking = outcome.booking
+        self.attempts += 1
+        pending[key] = self
+        return False
+
+    def retries_left(self, max_retries: int) -> int:
+        """The retries the request has left: ``max_retries`` less its attempts refused so far."""
+        return max(0, max_retries - self.attempts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,12 +389,46 @@ class PacerState:
     tokens_units: int
 
 
-def _adaptive_text(config: PacerConfig) -> str:
-    """The adaptive settings for a repr: nothing when adaptation is off."""
-    if config.adaptive_floor_per_min == 0:
-        return ""
-    return (f" adaptive_floor_per_min={config.adaptive_floor_per_min}"
-            f" adaptive_ceiling_per_min={config.adaptive_ceiling_per_min}")
+def _config_text(c: PacerConfig) -> str:
+    """The settings for a pacer's repr (a plain, shared or fleet pacer's);
+    the adaptive ones only when adaptation is on."""
+    text = (f"rate_per_minute={c.rate_per_minute} burst={c.burst} idle_timeout_ms={c.idle_timeout_ms} "
+            f"max_retries={c.max_retries} release_policy={c.release_policy!r}")
+    if c.adaptive_floor_per_min == 0:
+        return text
+    return (f"{text} adaptive_floor_per_min={c.adaptive_floor_per_min}"
+            f" adaptive_ceiling_per_min={c.adaptive_ceiling_per_min}")
+
+
+class _PacerView:
+    """The settings of a pacer that decides through a ``Pacer`` underneath
+    (``_pacer``): a shared pacer's and a fleet pacer's (its local pacer,
+    which checked and completed the configuration)."""
+
+    __slots__ = ()
+
+    _pacer: Pacer
+
+    @property
+    def config(self) -> PacerConfig:
+        return self._pacer.config
+
+    @property
+    def mode(self) -> Mode:
+        return self._pacer.mode
+
+    @property
+    def wait_bound_ms(self) -> int:
+        """The longest wait an admission is given, ms."""
+        return self._pacer.wait_bound_ms
+
+    @property
+    def can_refuse(self) -> bool:
+        return self._pacer.can_refuse
+
+    @property
+    def enabled(self) -> bool:
+        return self._pacer.enabled
 
 
 class RefusalResponse(NamedTuple):
@@ -371,17 +468,17 @@ class NativeCalls:
     shared: bool
 
 
-_LOCAL_CALLS = NativeCalls(
-    reserve=lib.pacer_reserve,
-    release=lib.pacer_release,
-    get_counters=lib.pacer_get_counters,
-    get_info=lib.pacer_get_info,
-    reserve_or_book=lib.pacer_reserve_or_book,
-    redeem=lib.pacer_redeem,
-    observe=lib.pacer_observe,
-    rate_in_force=lib.pacer_rate_in_force,
-    shared=False,
-)
+    @classmethod
+    def named(cls, source: Any, prefix: str, *, shared: bool) -> NativeCalls:
+        """Each call is ``source``'s attribute named ``prefix`` and the
+        field's name: ``lib.pacer_reserve``, ... for a plain pacer; a shared
+        handle's ``_reserve``, ... for a shared pacer."""
+        calls = {field.name: getattr(source, prefix + field.name)
+                 for field in dataclasses.fields(cls) if field.name != "shared"}
+        return cls(**calls, shared=shared)
+
+
+_LOCAL_CALLS = NativeCalls.named(lib, "pacer_", shared=False)
 #: pacer_reserve's address in the cffi module, for the C ``reserve`` (pacer._fast).
 _RESERVE_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "pacer_reserve")))
 
@@ -496,11 +593,7 @@ class Pacer(fast.Core):
         sleep = _check.callable_or("sleep", sleep, asyncio.sleep)
         registry = _check_registry(notice_registry)
         now_ms = _check.clock_ms(clock)
-        owner, storage = aligned_new(
-            "struct pacer *",
-            max(int(lib.PACER_STORAGE_SIZE), ffi.sizeof("struct pacer")),
-            max(int(lib.PACER_STORAGE_ALIGN), ffi.alignof("struct pacer")),
-        )
+        owner, storage = aligned_struct("struct pacer", lib.PACER_STORAGE_SIZE, lib.PACER_STORAGE_ALIGN)
         status = lib.pacer_init(storage, c_config, now_ms)
         if status in (lib.PACER_STATUS_RATE_TOO_HIGH, lib.PACER_STATUS_BURST_TOO_LARGE,
                       lib.PACER_STATUS_RETRIES_EXCEED_LADDER):  # pragma: no cover - checked above
@@ -628,9 +721,13 @@ class Pacer(fast.Core):
         if type(now_ms) is not int or now_ms < 0 or now_ms > _U64_MAX:
             now_ms = _check.u64("now_ms", now_ms)
         out = _new("struct pacer_decision *")
-        status = self._c_reserve(self._storage, now_ms, out)
-        if status != _OK:
-            raise PacerError("pacer_reserve", status)
+        _ok("pacer_reserve", self._c_reserve(self._storage, now_ms, out))
+        return self._decided(out, None)  # type: ignore[return-value]
+
+    def _decided(self, out: Any, c_booking: Any) -> BookingDecision:
+        """The answer of a ``struct pacer_decision`` this pacer's core made
+        (reserve's; reserve_or_book's, its ``struct pacer_booking`` filled
+        when booked; redeem's when admitted)."""
         if out.kind == _ADMITTED:
             ticket = out.ticket
             return Admitted(
@@ -639,6 +736,9 @@ class Pacer(fast.Core):
                 out.clock_regressed,
                 _ticket_of(self, ticket) if ticket.state == _LIVE else None,
             )
+        if out.kind == _BOOKED:
+            booking = Booking(_ticket_of(self, c_booking.ticket), int(c_booking.slot_ms))
+            return Booked(booking, out.required_wait_ms, out.retry_after_s, out.clock_regressed)
         return Refused(out.required_wait_ms, out.retry_after_s, out.clock_regressed)
 
     def release(self, ticket: Ticket, now_ms: int | None = None) -> bool:
@@ -649,12 +749,7 @@ class Pacer(fast.Core):
         exactly one goes through."""
         if not isinstance(ticket, Ticket):
             raise TypeError(f"pacer: ticket must be a Ticket from reserve(), got {_check.describe(ticket)}")
-        if now_ms is None:
-            now = self._now()
-        elif self._shared:
-            raise TypeError(_NO_CLOCK)
-        else:
-            now = _check.u64("now_ms", now_ms)
+        now = self._clock_argument(now_ms)
         if ticket._pacer is not self:
             return False
         with self._release_lock:
@@ -664,9 +759,7 @@ class Pacer(fast.Core):
         c_ticket = _new("struct pacer_ticket *", _c_ticket_fields(ticket))
         refunded = _new("bool *")
         try:
-            status = self._c_release(self._storage, c_ticket, now, refunded)
-            if status != _OK:  # pragma: no cover - no argument can cause it
-                raise PacerError("pacer_release", status)
+            _ok("pacer_release", self._c_release(self._storage, c_ticket, now, refunded))
         except BaseException:
             # Not released (a library fault, or a shared pacer closed): the
             # ticket keeps its refund right.
@@ -693,22 +786,8 @@ class Pacer(fast.Core):
         retries_left = _check.u32("retries_left", retries_left)
         out = _new("struct pacer_decision *")
         c_booking = _new("struct pacer_booking *")
-        status = self._c_reserve_or_book(self._storage, now_ms, retries_left, out, c_booking)
-        if status != _OK:
-            raise PacerError("pacer_reserve_or_book", status)
-        if out.kind == _ADMITTED:
-            ticket = out.ticket
-            return Admitted(
-                out.wait_ms,
-                _PATHS[out.path],
-                out.clock_regressed,
-                _ticket_of(self, ticket) if ticket.state == _LIVE else None,
-            )
-        if out.kind == _BOOKED:
-            c_ticket = c_booking.ticket
-            booking = Booking(_ticket_of(self, c_ticket), int(c_booking.slot_ms))
-            return Booked(booking, out.required_wait_ms, out.retry_after_s, out.clock_regressed)
-        return Refused(out.required_wait_ms, out.retry_after_s, out.clock_regressed)
+        _ok("pacer_reserve_or_book", self._c_reserve_or_book(self._storage, now_ms, retries_left, out, c_booking))
+        return self._decided(out, c_booking)
 
     def redeem(self, booking: Booking, now_ms: int) -> Redemption:
         """Presents ``booking`` on the request's retry at ``now_ms``. Changes
@@ -742,14 +821,12 @@ class Pacer(fast.Core):
         with self._release_lock:
             if ticket._spent:
                 raise ValueError("pacer: this booking was redeemed or released already")
-            status = self._c_redeem(self._storage, c_booking, now_ms, out)
-            if status != _OK:
-                raise PacerError("pacer_redeem", status)
+            _ok("pacer_redeem", self._c_redeem(self._storage, c_booking, now_ms, out))
             admitted = out.kind == _ADMITTED
             if admitted:
                 ticket._spent = True
         if admitted:
-            return Admitted(out.wait_ms, _PATHS[out.path], out.clock_regressed, _ticket_of(self, out.ticket))
+            return self._decided(out, None)  # type: ignore[return-value]
         return Booked(booking, out.required_wait_ms, out.retry_after_s, out.clock_regressed)
 
     # ------------------------------------------------------------ adaptive pacing
@@ -817,13 +894,8 @@ class Pacer(fast.Core):
         closed shared pacer), the key keeps its booking and the error is
         raised."""
         _check.key("key", key)
-        now: int | None
-        if now_ms is None:
-            now = None if self._shared else self._now()
-        elif self._shared:
-            raise TypeError(_NO_CLOCK)
-        else:
-            now = _check.u64("now_ms", now_ms)
+        # A shared pacer's release reads the shared clock: no time to give it.
+        now = None if now_ms is None and self._shared else self._clock_argument(now_ms)
         with self._keyed_lock:
             entry = self._pending.pop(key, None)
         if entry is None or entry.booking is None:
@@ -842,27 +914,27 @@ class Pacer(fast.Core):
         it has left (``max_retries`` minus its attempts refused so far). A
         booking or a not-yet redemption is returned as a ``Refused``."""
         with self._keyed_lock:
-            entry = self._pending.get(key)
-            if entry is None:
-                entry = _Pending()
+            entry = self._pending.get(key) or _Pending()
             outcome: BookingDecision
             if entry.booking is not None:
                 outcome = self.redeem(entry.booking, now_ms)
             else:
-                retries_left = max(0, self._config.max_retries - entry.attempts)
-                outcome = self.reserve_or_book(now_ms, retries_left)
-                if isinstance(outcome, Booked):
-                    entry.booking = outcome.booking
-            if isinstance(outcome, Admitted):
-                self._pending.pop(key, None)
-                return outcome
-            entry.attempts += 1
-            self._pending[key] = entry
+                outcome = self.reserve_or_book(now_ms, entry.retries_left(self._config.max_retries))
+            if entry.record(self._pending, key, outcome):
+                return outcome  # type: ignore[return-value]
         if isinstance(outcome, Booked):
             return Refused(outcome.required_wait_ms, outcome.retry_after_s, outcome.clock_regressed)
         return outcome
 
     # ------------------------------------------------------------ waiting
+
+    def _decide(self, key: Key | None) -> Decision:
+        """The decision of an admission (``admit``, ``admit_blocking``) now:
+        ``reserve``, or with ``key`` (checked) the keyed request's attempt."""
+        if key is not None:
+            _check.key("key", key)
+        now_ms = self._now()
+        return self.reserve(now_ms) if key is None else self._attempt(key, now_ms)
 
     async def admit(self, *, key: Key | None = None) -> Decision:
         """Waits (with ``sleep``, default ``asyncio.sleep``) for permission to
@@ -876,19 +948,10 @@ class Pacer(fast.Core):
         retries books a place in line, still answered as ``Refused``; the
         key's next attempt redeems it. See ``forget`` for a keyed request
         that ends without being admitted."""
-        if key is not None:
-            _check.key("key", key)
-        now_ms = self._now()
-        decision = self.reserve(now_ms) if key is None else self._attempt(key, now_ms)
+        decision = self._decide(key)
         if isinstance(decision, Refused) or decision.wait_ms == 0:
             return decision
-        try:
-            await self._sleep(decision.wait_ms / 1000)
-        except BaseException as error:
-            # A cancelled request opens no connection: give the slot back.
-            _give_back(decision, error)
-            raise
-        return decision
+        return await _await_granted(decision, self._sleep)  # type: ignore[no-any-return]
 
     def admit_blocking(self, timeout: float | None = None, *, key: Key | None = None) -> Decision:
         """``admit`` for threaded code: sleeps the granted wait in this thread.
@@ -897,23 +960,10 @@ class Pacer(fast.Core):
         KeyboardInterrupt), it gives the slot back and re-raises. ``key`` as
         for ``admit``."""
         limit = None if timeout is None else _check.seconds("timeout", timeout)
-        if key is not None:
-            _check.key("key", key)
-        now_ms = self._now()
-        decision = self.reserve(now_ms) if key is None else self._attempt(key, now_ms)
+        decision = self._decide(key)
         if isinstance(decision, Refused) or decision.wait_ms == 0:
             return decision
-        if limit is not None and decision.wait_ms > limit * 1000:
-            decision.release()
-            raise TimeoutError(
-                f"pacer: the granted wait of {decision.wait_ms}ms is longer than the timeout of {limit}s"
-            )
-        try:
-            _blocking_sleep(decision.wait_ms / 1000)
-        except BaseException as error:
-            _give_back(decision, error)
-            raise
-        return decision
+        return _sleep_granted(decision, limit, _blocking_sleep)  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------ diagnostics
 
@@ -931,9 +981,7 @@ class Pacer(fast.Core):
 
     def __repr__(self) -> str:
         c = self._config
-        return (f"<pacer.Pacer rate_per_minute={c.rate_per_minute} burst={c.burst} "
-                f"idle_timeout_ms={c.idle_timeout_ms} max_retries={c.max_retries} "
-                f"release_policy={c.release_policy!r}{_adaptive_text(c)} mode={self._mode.value}>")
+        return f"<pacer.Pacer {_config_text(c)} mode={self._mode.value}>"
 
 
 def refusal_response(retry_after_s: int, *, message_prefix: str = DEFAULT_MESSAGE_PREFIX) -> RefusalResponse:

@@ -29,15 +29,17 @@ from ._pacer import (
     Admitted,
     Booked,
     Booking,
-    Mode,
     Outcome,
     Pacer,
-    PacerConfig,
     Refused,
     ReleasePolicy,
     Ticket,
-    _adaptive_text,
+    _await_granted,
+    _config_text,
     _outcome_code,
+    _PacerView,
+    _Pending,
+    _sleep_granted,
 )
 from ._settings import NoticeRegistry, _check_registry, hint_cap_s, logger
 
@@ -184,9 +186,7 @@ class RedisBooking(Booking):
 
     def release(self, now_ms: int | None = None) -> Any:  # type: ignore[override]
         """Gives the booked token back: ``pacer.release(booking.ticket)``."""
-        if now_ms is not None:
-            raise TypeError(_NO_CLOCK)
-        ticket: RedisTicket = self._ticket  # type: ignore[assignment]
+        ticket: RedisTicket = _without_clock(now_ms, self._ticket)
         return ticket._pacer.release(ticket)
 
     def __repr__(self) -> str:
@@ -194,6 +194,15 @@ class RedisBooking(Booking):
 
 
 _NO_CLOCK = "pacer: a fleet pacer takes no clock: the Redis server's clock decides"
+
+
+def _without_clock(now_ms: int | None, ticket: Any) -> Any:
+    """The ticket a fleet pacer's admission or booking releases (None:
+    nothing was debited); a time given is a TypeError (the server's clock
+    decides)."""
+    if now_ms is not None:
+        raise TypeError(_NO_CLOCK)
+    return ticket
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,12 +215,8 @@ class RedisAdmitted(Admitted):
     fallback: Fallback | None = None
 
     def release(self, now_ms: int | None = None) -> bool:
-        if now_ms is not None:
-            raise TypeError(_NO_CLOCK)
-        ticket: Any = self.ticket
-        if ticket is None:
-            return False
-        return bool(ticket._pacer.release(ticket))
+        ticket = _without_clock(now_ms, self.ticket)
+        return ticket is not None and bool(ticket._pacer.release(ticket))
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,12 +225,8 @@ class AsyncRedisAdmitted(RedisAdmitted):
     outcome.release()``."""
 
     async def release(self, now_ms: int | None = None) -> bool:  # type: ignore[override]
-        if now_ms is not None:
-            raise TypeError(_NO_CLOCK)
-        ticket: Any = self.ticket
-        if ticket is None:
-            return False
-        return bool(await ticket._pacer.release(ticket))
+        ticket = _without_clock(now_ms, self.ticket)
+        return ticket is not None and bool(await ticket._pacer.release(ticket))
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,16 +250,6 @@ class RedisBooked(Booked):
 
     def release(self, now_ms: int | None = None) -> Any:
         return self.booking.release(now_ms)
-
-
-class _Pending:
-    """One keyed request refused so far: its refused attempts and its booking."""
-
-    __slots__ = ("attempts", "booking")
-
-    def __init__(self) -> None:
-        self.attempts = 0
-        self.booking: RedisBooking | None = None
 
 
 class _Down(Exception):
@@ -425,7 +416,7 @@ def _bit_reply(reply: Any) -> bool:
     return _flag([reply], 0)
 
 
-class _FleetCore:
+class _FleetCore(_PacerView):
     """What ``RedisPacer`` and ``AsyncRedisPacer`` share, sans I/O: the
     settings, every call as a generator of what it asks (``_create_call``
     ...), the commands of an ask (``_exchange``, the engine found and the
@@ -433,27 +424,23 @@ class _FleetCore:
     keyed bookings. The two shells only perform the asks (``_ask``): with
     blocking calls, or with awaits."""
 
-    _local_pacer: Pacer
+    _pacer: Pacer
     _fallback_pacer: Pacer | None
 
     def _setup(
         self,
         *,
         key: Any,
-        rate_per_minute: int,
-        burst: int,
-        idle_timeout_ms: int,
-        max_retries: int | None,
-        release_policy: ReleasePolicy,
-        adaptive_floor_per_min: int,
-        adaptive_ceiling_per_min: int,
         engine: Any,
         on_failure: Any,
         fleet_size: Any,
         timeout_ms: Any,
         retry_after_ms: Any,
         notice_registry: NoticeRegistry | None,
+        **settings: Any,
     ) -> None:
+        """Checks and keeps the fleet pacer's arguments; ``settings`` are
+        the ``Pacer``'s (``rate_per_minute`` ... ``adaptive_ceiling_per_min``)."""
         if isinstance(key, str):
             key_bytes = key.encode("utf-8")
         elif isinstance(key, bytes):
@@ -471,17 +458,8 @@ class _FleetCore:
         self._registry = _check_registry(notice_registry)
         # The configuration, checked and completed as a Pacer's (its mode
         # notice too). It answers locally when pacing is off.
-        self._local_pacer = Pacer(
-            rate_per_minute=rate_per_minute,
-            burst=burst,
-            idle_timeout_ms=idle_timeout_ms,
-            max_retries=max_retries,
-            release_policy=release_policy,
-            adaptive_floor_per_min=adaptive_floor_per_min,
-            adaptive_ceiling_per_min=adaptive_ceiling_per_min,
-            notice_registry=self._registry,
-        )
-        bound = self._local_pacer.wait_bound_ms
+        self._pacer = Pacer(**settings, notice_registry=self._registry)
+        bound = self._pacer.wait_bound_ms
         if timeout_ms is None:
             timeout = min(bound, DEFAULT_TIMEOUT_MS) if bound > 0 else DEFAULT_TIMEOUT_MS
         else:
@@ -492,7 +470,7 @@ class _FleetCore:
         self._key: BucketKey = key
         self._engine_option: Engine = engine  # type: ignore[assignment]
         self._policy: FailurePolicy = on_failure  # type: ignore[assignment]
-        config = self._local_pacer.config
+        config = self._pacer.config
         self._config_args = (
             str(config.rate_per_minute),
             str(config.burst),
@@ -523,27 +501,6 @@ class _FleetCore:
     def key(self) -> BucketKey:
         """The bucket's key."""
         return self._key
-
-    @property
-    def config(self) -> PacerConfig:
-        return self._local_pacer.config
-
-    @property
-    def mode(self) -> Mode:
-        return self._local_pacer.mode
-
-    @property
-    def wait_bound_ms(self) -> int:
-        """The longest wait an admission is given, ms."""
-        return self._local_pacer.wait_bound_ms
-
-    @property
-    def can_refuse(self) -> bool:
-        return self._local_pacer.can_refuse
-
-    @property
-    def enabled(self) -> bool:
-        return self._local_pacer.enabled
 
     @property
     def engine(self) -> str | None:
@@ -888,20 +845,12 @@ class _FleetCore:
             raise ValueError("pacer: this booking was redeemed or released already")
         return booking
 
-    def _retries_left(self, entry: _Pending) -> int:
-        return max(0, self.config.max_retries - entry.attempts)
-
     def _settle(self, key: Any, entry: _Pending, outcome: Any) -> Any:
         """Files the outcome of one keyed attempt; a booking or a not-yet
         redemption is answered as a refusal."""
         with self._keyed_lock:
-            if isinstance(outcome, Admitted):
-                self._pending.pop(key, None)
+            if entry.record(self._pending, key, outcome):
                 return outcome
-            if isinstance(outcome, Booked):
-                entry.booking = outcome.booking  # type: ignore[assignment]
-            entry.attempts += 1
-            self._pending[key] = entry
         if isinstance(outcome, Booked):
             fallback = getattr(outcome, "fallback", None)
             return RedisRefused(outcome.required_wait_ms, outcome.retry_after_s, outcome.clock_regressed, fallback)
@@ -979,7 +928,7 @@ class _FleetCore:
         _outcome_code(outcome)
         self._check_open()
         if self._observes_locally():
-            return self._local_pacer.observe(outcome)
+            return self._pacer.observe(outcome)
         try:
             reply = yield ("observe", (Outcome(outcome).value,))
         except _Down:
@@ -989,7 +938,7 @@ class _FleetCore:
     def _rate_call(self) -> _Call:
         self._check_open()
         if self._observes_locally():
-            return self._local_pacer.rate_in_force()
+            return self._pacer.rate_in_force()
         return self._rate_reply((yield from self._info_call()).get("rate_in_force"))
 
     def _next_attempt(self, key: Any) -> tuple[_Pending, Callable[[Any], Any], Any]:
@@ -999,7 +948,7 @@ class _FleetCore:
         entry = self._entry(key)
         if entry.booking is not None:
             return entry, self.redeem, entry.booking  # type: ignore[attr-defined]
-        return entry, self.reserve_or_book, self._retries_left(entry)  # type: ignore[attr-defined]
+        return entry, self.reserve_or_book, entry.retries_left(self.config.max_retries)  # type: ignore[attr-defined]
 
     def _forgotten(self, key: Any) -> RedisTicket | None:
         """Forgets a keyed request: the ticket of its booking to release, if any."""
@@ -1012,11 +961,8 @@ class _FleetCore:
 
     def __repr__(self) -> str:
         c = self.config
-        return (f"<pacer.{type(self).__name__} key={self._key!r} rate_per_minute={c.rate_per_minute} "
-                f"burst={c.burst} idle_timeout_ms={c.idle_timeout_ms} max_retries={c.max_retries} "
-                f"release_policy={c.release_policy!r}{_adaptive_text(c)} "
-                f"engine={self._engine or self._engine_option} "
-                f"on_failure={self._policy}>")
+        return (f"<pacer.{type(self).__name__} key={self._key!r} {_config_text(c)} "
+                f"engine={self._engine or self._engine_option} on_failure={self._policy}>")
 
 
 def _redis_py() -> Any:
@@ -1312,17 +1258,7 @@ class RedisPacer(_FleetCore):
         decision = self.reserve() if key is None else self._attempt(key)
         if isinstance(decision, Refused) or decision.wait_ms == 0:
             return decision
-        if limit is not None and decision.wait_ms > limit * 1000:
-            decision.release()
-            raise TimeoutError(
-                f"pacer: the granted wait of {decision.wait_ms}ms is longer than the timeout of {limit}s"
-            )
-        try:
-            _blocking_sleep(decision.wait_ms / 1000)
-        except BaseException as error:
-            _give_back(decision.release, error)
-            raise
-        return decision
+        return _sleep_granted(decision, limit, _blocking_sleep)  # type: ignore[no-any-return]
 
     #: ``admit``, under the name the local ``Pacer`` gives its blocking call.
     admit_blocking = admit
@@ -1496,15 +1432,7 @@ class AsyncRedisPacer(_FleetCore):
         decision = await self.reserve() if key is None else await self._attempt(key)
         if isinstance(decision, Refused) or decision.wait_ms == 0:
             return decision
-        try:
-            await self._sleep(decision.wait_ms / 1000)
-        except BaseException as error:
-            try:
-                await decision.release()  # type: ignore[misc]
-            except Exception as failure:  # noqa: BLE001 - reported on the caller's exception
-                _note(error, failure)
-            raise
-        return decision
+        return await _await_granted(decision, self._sleep)  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------ closing
 
@@ -1573,21 +1501,6 @@ def _cause(down: _Down) -> BaseException:
     return rex.ConnectionError("pacer: Redis failed less than retry_after_ms ago; not asking yet")
 
 
-def _note(error: BaseException, failure: BaseException) -> None:
-    add_note = getattr(error, "add_note", None)  # Python 3.11+
-    if add_note is not None:
-        add_note(f"pacer: giving the admission back failed: {failure}")
-
-
-def _give_back(release: Callable[[], Any], error: BaseException) -> None:
-    """Releases an admission whose wait ended in ``error``; the caller sees
-    its own exception (a failed release is added to it as a note)."""
-    try:
-        release()
-    except Exception as failure:  # noqa: BLE001 - reported on the caller's exception
-        _note(error, failure)
-
-
 __all__ = [
     "AsyncRedisAdmitted",
     "AsyncRedisPacer",
@@ -1599,5 +1512,4 @@ __all__ = [
     "RedisPacerError",
     "RedisRefused",
     "RedisTicket",
-    "script_text",
 ]

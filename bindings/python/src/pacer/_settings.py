@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _check
-from ._native import aligned_new, ffi, lib
+from ._native import aligned_struct, ffi, lib
 
 logger = logging.getLogger("pacer")
 
@@ -144,11 +144,7 @@ class NoticeRegistry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._owner, self._storage = aligned_new(
-            "struct pacer_notice_registry *",
-            max(int(lib.PACER_NOTICE_REGISTRY_SIZE), ffi.sizeof("struct pacer_notice_registry")),
-            ffi.alignof("struct pacer_notice_registry"),
-        )
+        self._owner, self._storage = aligned_struct("struct pacer_notice_registry", lib.PACER_NOTICE_REGISTRY_SIZE)
         _ok("pacer_notice_registry_init", lib.pacer_notice_registry_init(self._storage))
 
     def first_time(self, notice: Notice) -> bool:

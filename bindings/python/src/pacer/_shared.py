@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from . import _check
-from ._native import aligned_new, ffi, lib
+from ._native import aligned_struct, ffi, lib
 from ._pacer import (
     _NO_CLOCK,
     DEFAULT_BURST,
@@ -27,15 +27,14 @@ from ._pacer import (
     Counters,
     Decision,
     Key,
-    Mode,
     NativeCalls,
     Outcome,
     Pacer,
-    PacerConfig,
     PacerState,
     ReleasePolicy,
     Ticket,
-    _adaptive_text,
+    _config_text,
+    _PacerView,
     _settings,
 )
 from ._settings import NoticeRegistry, _check_registry
@@ -151,11 +150,8 @@ class _Handle:
     __slots__ = ("ptr", "pacer", "path", "_lock", "_active", "_closing", "_finalize", "calls", "__weakref__")
 
     def __init__(self, path: str, encoded: bytes, c_config: Any) -> None:
-        owner, handle = aligned_new(
-            "struct pacer_shared *",
-            max(int(lib.PACER_SHARED_STORAGE_SIZE), ffi.sizeof("struct pacer_shared")),
-            max(int(lib.PACER_SHARED_STORAGE_ALIGN), ffi.alignof("struct pacer_shared")),
-        )
+        owner, handle = aligned_struct("struct pacer_shared", lib.PACER_SHARED_STORAGE_SIZE,
+                                       lib.PACER_SHARED_STORAGE_ALIGN)
         c_path = ffi.new("char[]", encoded)
         status = lib.pacer_shared_open(handle, c_path, c_config)
         if status != _OK:
@@ -173,17 +169,7 @@ class _Handle:
             self._finalize()
             raise SharedPacerError("pacer_shared_pacer", status, path)
         self.pacer = out[0]
-        self.calls = NativeCalls(
-            reserve=self._reserve,
-            release=self._release,
-            get_counters=self._get_counters,
-            get_info=self._get_info,
-            reserve_or_book=self._reserve_or_book,
-            redeem=self._redeem,
-            observe=self._observe,
-            rate_in_force=self._rate_in_force,
-            shared=True,
-        )
+        self.calls = NativeCalls.named(self, "_", shared=True)
 
     @property
     def closed(self) -> bool:
@@ -274,7 +260,7 @@ _UNSET: Any = _Unset()
 _OPEN_TOKEN = object()
 
 
-class SharedPacer:
+class SharedPacer(_PacerView):
     """A pacer whose bucket lives in a shared-memory file: every process on
     the machine that opens the same name with the same settings paces
     against one bucket. Made by ``SharedPacer.open``.
@@ -366,27 +352,6 @@ class SharedPacer:
     @property
     def closed(self) -> bool:
         return self._handle.closed
-
-    @property
-    def config(self) -> PacerConfig:
-        return self._pacer.config
-
-    @property
-    def mode(self) -> Mode:
-        return self._pacer.mode
-
-    @property
-    def wait_bound_ms(self) -> int:
-        """The longest wait an admission is given, ms."""
-        return self._pacer.wait_bound_ms
-
-    @property
-    def can_refuse(self) -> bool:
-        return self._pacer.can_refuse
-
-    @property
-    def enabled(self) -> bool:
-        return self._pacer.enabled
 
     def now_ms(self) -> int:
         """The shared clock, ``shared_clock_ms()``."""
@@ -497,9 +462,7 @@ class SharedPacer:
     def __repr__(self) -> str:
         c = self._pacer.config
         state = "closed" if self.closed else f"mode={self._pacer.mode.value}"
-        return (f"<pacer.SharedPacer {self.path!r} rate_per_minute={c.rate_per_minute} burst={c.burst} "
-                f"idle_timeout_ms={c.idle_timeout_ms} max_retries={c.max_retries} "
-                f"release_policy={c.release_policy!r}{_adaptive_text(c)} {state}>")
+        return f"<pacer.SharedPacer {self.path!r} {_config_text(c)} {state}>"
 
 
 __all__ = ["SharedPacer", "SharedPacerError", "shared_clock_ms", "status_name"]
