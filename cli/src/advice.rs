@@ -131,15 +131,17 @@ pub fn advise(config: &SimConfig, report: &SimReport) -> Result<Option<Advice>, 
     Ok(Some(advice))
 }
 
+/// One run of the simulator.
+type Simulated = Result<SimReport, String>;
+
+/// What a search of a range found: the value and its run, or `None`.
+type Found = Result<Option<(u32, SimReport)>, String>;
+
 /// The lowest `x` in `lo..=hi` whose run ends no turn in a terminal error,
 /// by bisection (terminal errors fall as `x` rises; the answer's own run is
 /// returned, so what is reported was simulated), or `None` when even `hi`
 /// leaves some.
-fn first_clean(
-    lo: u32,
-    hi: u32,
-    mut run: impl FnMut(u32) -> Result<SimReport, String>,
-) -> Result<Option<(u32, SimReport)>, String> {
+fn first_clean(lo: u32, hi: u32, mut run: impl FnMut(u32) -> Simulated) -> Found {
     if lo > hi {
         return Ok(None);
     }
@@ -163,11 +165,7 @@ fn first_clean(
 /// The highest `x` in `lo..=hi` whose run ends no turn in a terminal error
 /// (terminal errors rise with `x`), or `None` when even `lo` leaves some:
 /// [`first_clean`] over `lo..=hi` read from the top down.
-fn last_clean(
-    lo: u32,
-    hi: u32,
-    mut run: impl FnMut(u32) -> Result<SimReport, String>,
-) -> Result<Option<(u32, SimReport)>, String> {
+fn last_clean(lo: u32, hi: u32, mut run: impl FnMut(u32) -> Simulated) -> Found {
     let mirror = |x: u32| lo + hi - x;
     Ok(first_clean(lo, hi, |x| run(mirror(x)))?.map(|(x, report)| (mirror(x), report)))
 }

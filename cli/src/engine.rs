@@ -329,6 +329,25 @@ fn config_args(config: &Config) -> [String; 5] {
 /// The server's answer to a ticket or booking already spent.
 const SPENT: &str = "ERR pacer: ticket already released";
 
+/// Sends `COMMAND LOAD source` (`SCRIPT` or `FUNCTION`); the server must
+/// answer with `expected` (the script's SHA1, the library's name).
+fn load(
+    con: &mut redis::Connection,
+    command: &str,
+    source: &str,
+    expected: &str,
+) -> Result<(), String> {
+    let loaded: String = redis::cmd(command)
+        .arg("LOAD")
+        .arg(source)
+        .query(con)
+        .map_err(redis_error)?;
+    if loaded != expected {
+        return Err(format!("{command} LOAD gave {loaded}, expected {expected}"));
+    }
+    Ok(())
+}
+
 fn redis_error(e: redis::RedisError) -> String {
     match (e.code(), e.detail()) {
         (Some(code), Some(detail)) => format!("{code} {detail}"),
@@ -395,14 +414,7 @@ impl RedisEngine {
                 .query(&mut engine.con)
                 .map_err(redis_error)?;
             if exists != [true] {
-                let loaded: String = redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(source)
-                    .query(&mut engine.con)
-                    .map_err(redis_error)?;
-                if loaded != *sha {
-                    return Err(format!("SCRIPT LOAD gave {loaded}, expected {sha}"));
-                }
+                load(&mut engine.con, "SCRIPT", source, sha)?;
             }
             engine.entry = sha.clone();
         }
@@ -415,14 +427,7 @@ impl RedisEngine {
                 .query(&mut engine.con)
                 .map_err(redis_error)?;
             if matches!(&listed, redis::Value::Array(libraries) if libraries.is_empty()) {
-                let loaded: String = redis::cmd("FUNCTION")
-                    .arg("LOAD")
-                    .arg(library)
-                    .query(&mut engine.con)
-                    .map_err(redis_error)?;
-                if loaded != *name {
-                    return Err(format!("FUNCTION LOAD gave {loaded}, expected {name}"));
-                }
+                load(&mut engine.con, "FUNCTION", library, name)?;
             }
             engine.entry = name.clone();
         }

@@ -368,6 +368,12 @@ impl Gate for AdmitAnywayGate {
 mod tests {
     use super::*;
 
+    /// The default config with a burst of 1.
+    const BURST_1: Config = Config {
+        burst: 1,
+        ..Config::DEFAULT
+    };
+
     fn admitted(decision: GateDecision) -> (u64, Option<u64>) {
         match decision {
             GateDecision::Admitted { wait_ms, ticket } => (wait_ms, ticket),
@@ -402,11 +408,7 @@ mod tests {
 
     #[test]
     fn core_gate_numbers_tickets_like_replay() {
-        let config = Config {
-            burst: 1,
-            ..Config::DEFAULT
-        };
-        let mut gate = CoreGate::new(&config, 0).unwrap();
+        let mut gate = CoreGate::new(&BURST_1, 0).unwrap();
         assert_eq!(admitted(gate.reserve(0)), (0, Some(1)));
         assert_eq!(admitted(gate.reserve(0)), (1000, Some(2)));
         assert!(gate.release(2, 0));
@@ -416,11 +418,7 @@ mod tests {
     #[test]
     fn gates_sharing_one_pacer_share_its_bucket_not_their_tickets() {
         // Burst 1, rate 60: one token at t = 0 for both gates together.
-        let config = Config {
-            burst: 1,
-            ..Config::DEFAULT
-        };
-        let pacer = Rc::new(Pacer::new(&config, 0).unwrap());
+        let pacer = Rc::new(Pacer::new(&BURST_1, 0).unwrap());
         let mut a = CoreGate::sharing(Rc::clone(&pacer));
         let mut b = CoreGate::sharing(Rc::clone(&pacer));
         assert_eq!(admitted(a.reserve(0)), (0, Some(1)));

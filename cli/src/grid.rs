@@ -352,11 +352,7 @@ fn config(base: &SimConfig, point: &Point, rate: u32, adaptive: bool) -> SimConf
     cfg.adaptive = adaptive.then_some((1, 600));
     cfg.machines = 1;
     cfg.load = match point.load {
-        GridLoad::Closed { agents } | GridLoad::Fleet { agents } => Load::Closed {
-            agents,
-            think_ms: 0,
-            stagger_ms: 0,
-        },
+        GridLoad::Closed { agents } | GridLoad::Fleet { agents } => Load::closed(agents),
         GridLoad::Open { times_limit } => Load::Open {
             arrivals: Arrivals::Poisson {
                 mean_num: 60_000,

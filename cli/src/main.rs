@@ -2,7 +2,7 @@
 //! Usage: `pacer --help`; the replay format is in `cli/README.md`.
 
 use std::io::{BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{error::ErrorKind, Args, Parser, Subcommand, ValueEnum};
@@ -645,15 +645,13 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
             s.duration_ms / 1000,
             if s.booking { ", bookings" } else { "" },
         );
-        if let Some(path) = &args.plot {
-            plot::write_sweep_svg(&sweep, &heading, path)?;
-            eprintln!("pacer: wrote the chart to {}", path.display());
-        }
-        return if args.json {
-            print(&to_json(&sweep)?)
-        } else {
-            print(&sweep::render(&sweep, &heading))
-        };
+        return show_sweep(
+            &args,
+            &sweep,
+            &heading,
+            plot::write_sweep_svg,
+            sweep::render,
+        );
     }
     if let Some(size) = args.adaptive_grid {
         let report = grid::run(&config, size)?;
@@ -713,15 +711,13 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
                 s.upstream_model.describe("T")
             ),
         };
-        if let Some(path) = &args.plot {
-            plot::write_upstream_sweep_svg(&sweep, &heading, path)?;
-            eprintln!("pacer: wrote the chart to {}", path.display());
-        }
-        return if args.json {
-            print(&to_json(&sweep)?)
-        } else {
-            print(&upstream_sweep::render(&sweep, &heading))
-        };
+        return show_sweep(
+            &args,
+            &sweep,
+            &heading,
+            plot::write_upstream_sweep_svg,
+            upstream_sweep::render,
+        );
     }
     if args.compare_booking {
         if args.machines > 1 {
@@ -773,6 +769,27 @@ fn simulate(args: SimulateArgs) -> Result<(), Failure> {
             text.push_str(&advice::render(&report, advice));
         }
         print(&text)
+    }
+}
+
+/// A sweep's output: its chart, titled `heading`, in `--plot`'s file when
+/// given, then the sweep as JSON with `--json`, else its table under
+/// `heading`.
+fn show_sweep<T: serde::Serialize>(
+    args: &SimulateArgs,
+    sweep: &T,
+    heading: &str,
+    chart: fn(&T, &str, &Path) -> Result<(), String>,
+    table: fn(&T, &str) -> String,
+) -> Result<(), Failure> {
+    if let Some(path) = &args.plot {
+        chart(sweep, heading, path)?;
+        eprintln!("pacer: wrote the chart to {}", path.display());
+    }
+    if args.json {
+        print(&to_json(sweep)?)
+    } else {
+        print(&table(sweep, heading))
     }
 }
 

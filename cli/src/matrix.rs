@@ -473,6 +473,36 @@ impl Shared {
         }
     }
 
+    /// The report of a run: the counterexamples, the mode counts, the
+    /// tightest slacks, the time since `start` and the threads; what only
+    /// one kind fills is empty, for the caller to set.
+    fn report(
+        self,
+        kind: &'static str,
+        tightest: Tightest,
+        start: Instant,
+        threads: usize,
+    ) -> MatrixReport {
+        let (count, examples) = self
+            .counterexamples
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner());
+        MatrixReport {
+            kind,
+            cases: 0,
+            modes: self.modes.map(|m| m.into_inner()),
+            counterexample_count: count,
+            counterexamples: examples,
+            most_retries_used: None,
+            latest_admission: None,
+            tightest_ladder: tightest.ladder.text.unwrap_or_default(),
+            tightest_substituted: tightest.substituted.text.unwrap_or_default(),
+            budgets: 0,
+            seconds: start.elapsed().as_secs_f64(),
+            threads: threads.max(1),
+        }
+    }
+
     fn counterexample(&self, text: String) {
         let mut guard = self
             .counterexamples
@@ -507,19 +537,38 @@ impl Extreme {
     }
 }
 
-fn chunks_in_parallel<F, L>(
+/// The smallest slacks of §6.5's two inequalities seen so far.
+#[derive(Default)]
+struct Tightest {
+    ladder: Extreme,
+    substituted: Extreme,
+}
+
+impl Tightest {
+    fn merge(&mut self, other: Tightest) {
+        self.ladder.merge(other.ladder);
+        self.substituted.merge(other.substituted);
+    }
+}
+
+/// Calls `work` on every index of `0..total` on `threads` threads, each
+/// taking the next `chunk` indices in turn (and ticking `tick` with their
+/// count) into its own `L`; all share one [`Shared`]. The threads' `L`s and
+/// the `Shared`.
+fn in_parallel<F, L>(
     total: u64,
     chunk: u64,
     threads: usize,
     tick: &(dyn Fn(u64) + Sync),
     work: F,
-) -> Vec<L>
+) -> (Vec<L>, Shared)
 where
-    F: Fn(u64, u64, &mut L) + Sync,
+    F: Fn(u64, &mut L, &Shared) + Sync,
     L: Default + Send,
 {
     let next = AtomicU64::new(0);
-    std::thread::scope(|scope| {
+    let shared = Shared::new();
+    let locals = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads.max(1))
             .map(|_| {
                 scope.spawn(|| {
@@ -530,7 +579,9 @@ where
                             break;
                         }
                         let to = (from + chunk).min(total);
-                        work(from, to, &mut local);
+                        for index in from..to {
+                            work(index, &mut local, &shared);
+                        }
                         tick(to - from);
                     }
                     local
@@ -541,15 +592,15 @@ where
             .into_iter()
             .map(|h| h.join().unwrap_or_default())
             .collect()
-    })
+    });
+    (locals, shared)
 }
 
 #[derive(Default)]
 struct MatrixLocal {
     most_retries: Extreme,
     latest: Extreme,
-    tight_ladder: Extreme,
-    tight_substituted: Extreme,
+    tightest: Tightest,
 }
 
 /// Runs the 88-combination × rate matrix.
@@ -562,94 +613,88 @@ pub fn run_matrix(options: &MatrixOptions, tick: &(dyn Fn(u64) + Sync)) -> Matri
     } else {
         combos * rates
     };
-    let shared = Shared::new();
-    let locals: Vec<MatrixLocal> = chunks_in_parallel(
-        total,
-        600,
-        options.threads,
-        tick,
-        |from, to, local: &mut MatrixLocal| {
-            for index in from..to {
-                let combo = (index / rates) as usize;
-                let case = Case {
-                    idle: IDLE_TEXTS[combo / RETRY_TEXTS.len()],
-                    retries: RETRY_TEXTS[combo % RETRY_TEXTS.len()],
-                    rate: options.rate_min + (index % rates) as u32,
-                };
-                match check_case(case, options.fault) {
-                    Ok(stats) => {
-                        shared.modes[stats.mode].fetch_add(1, Ordering::Relaxed);
-                        if stats.mode == 1 {
-                            local.most_retries.offer(
-                                (u128::from(stats.retries_used), u128::MAX - index as u128),
-                                || {
-                                    format!(
-                                        "{} of {} retries ({case}): admitted at {} ms",
-                                        stats.retries_used, stats.r, stats.admitted_at_ms
-                                    )
-                                },
-                            );
-                            // Closest to the deadline, as a fraction of it.
-                            let per_million =
-                                stats.admitted_at_ms * 1_000_000 / stats.idle_ms.max(1);
-                            local.latest.offer((per_million, u128::MAX - index as u128), || {
-                            format!(
-                                "connection opens at {} ms of a {} ms deadline after {} retries ({case})",
-                                stats.admitted_at_ms, stats.idle_ms, stats.retries_used
-                            )
-                        });
-                        }
-                        local.tight_ladder.offer(
-                            (u128::MAX - stats.slack_ladder_ms, u128::MAX - index as u128),
-                            || {
-                                format!(
-                                    "slack {} ms of {} ms ({case})",
-                                    stats.slack_ladder_ms, stats.idle_ms
-                                )
-                            },
-                        );
-                        local.tight_substituted.offer(
-                            (
-                                u128::MAX - stats.slack_substituted_ms,
-                                u128::MAX - index as u128,
-                            ),
-                            || {
-                                format!(
-                                    "slack {} ms of {} ms ({case})",
-                                    stats.slack_substituted_ms, stats.idle_ms
-                                )
-                            },
-                        );
-                    }
-                    Err(why) => shared.counterexample(format!("{case}: {why}")),
-                }
-            }
-        },
-    );
+    let (locals, shared) =
+        in_parallel(total, 600, options.threads, tick, |index, local, shared| {
+            check_matrix_case(options, rates, index, local, shared)
+        });
     let mut merged = MatrixLocal::default();
     for local in locals {
         merged.most_retries.merge(local.most_retries);
         merged.latest.merge(local.latest);
-        merged.tight_ladder.merge(local.tight_ladder);
-        merged.tight_substituted.merge(local.tight_substituted);
+        merged.tightest.merge(local.tightest);
     }
-    let (count, examples) = shared
-        .counterexamples
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner());
     MatrixReport {
-        kind: "matrix",
         cases: total,
-        modes: shared.modes.map(|m| m.into_inner()),
-        counterexample_count: count,
-        counterexamples: examples,
         most_retries_used: merged.most_retries.text,
         latest_admission: merged.latest.text,
-        tightest_ladder: merged.tight_ladder.text.unwrap_or_default(),
-        tightest_substituted: merged.tight_substituted.text.unwrap_or_default(),
         budgets: combos,
-        seconds: start.elapsed().as_secs_f64(),
-        threads: options.threads.max(1),
+        ..shared.report("matrix", merged.tightest, start, options.threads)
+    }
+}
+
+/// Checks case `index` of the matrix (settings combination `index /
+/// rates`, the `index % rates`th rate of the range) into the thread's
+/// `local` and the run's `shared`.
+fn check_matrix_case(
+    options: &MatrixOptions,
+    rates: u64,
+    index: u64,
+    local: &mut MatrixLocal,
+    shared: &Shared,
+) {
+    let combo = (index / rates) as usize;
+    let case = Case {
+        idle: IDLE_TEXTS[combo / RETRY_TEXTS.len()],
+        retries: RETRY_TEXTS[combo % RETRY_TEXTS.len()],
+        rate: options.rate_min + (index % rates) as u32,
+    };
+    match check_case(case, options.fault) {
+        Ok(stats) => {
+            shared.modes[stats.mode].fetch_add(1, Ordering::Relaxed);
+            if stats.mode == 1 {
+                local.most_retries.offer(
+                    (u128::from(stats.retries_used), u128::MAX - index as u128),
+                    || {
+                        format!(
+                            "{} of {} retries ({case}): admitted at {} ms",
+                            stats.retries_used, stats.r, stats.admitted_at_ms
+                        )
+                    },
+                );
+                // Closest to the deadline, as a fraction of it.
+                let per_million = stats.admitted_at_ms * 1_000_000 / stats.idle_ms.max(1);
+                local
+                    .latest
+                    .offer((per_million, u128::MAX - index as u128), || {
+                        format!(
+                        "connection opens at {} ms of a {} ms deadline after {} retries ({case})",
+                        stats.admitted_at_ms, stats.idle_ms, stats.retries_used
+                    )
+                    });
+            }
+            local.tightest.ladder.offer(
+                (u128::MAX - stats.slack_ladder_ms, u128::MAX - index as u128),
+                || {
+                    format!(
+                        "slack {} ms of {} ms ({case})",
+                        stats.slack_ladder_ms, stats.idle_ms
+                    )
+                },
+            );
+            local.tightest.substituted.offer(
+                (
+                    u128::MAX - stats.slack_substituted_ms,
+                    u128::MAX - index as u128,
+                ),
+                || {
+                    format!(
+                        "slack {} ms of {} ms ({case})",
+                        stats.slack_substituted_ms, stats.idle_ms
+                    )
+                },
+            );
+        }
+        Err(why) => shared.counterexample(format!("{case}: {why}")),
     }
 }
 
@@ -725,8 +770,7 @@ fn check_budget(
 struct ExhaustiveLocal {
     modes: [u64; 4],
     budgets: u64,
-    tight_ladder: Extreme,
-    tight_substituted: Extreme,
+    tightest: Tightest,
 }
 
 /// Runs `--exhaustive`: every idle value in range × every resolvable retry
@@ -739,41 +783,12 @@ pub fn run_exhaustive(options: &MatrixOptions, tick: &(dyn Fn(u64) + Sync)) -> M
     } else {
         idle_max - idle_min + 1
     };
-    let shared = Shared::new();
-    let locals: Vec<ExhaustiveLocal> = chunks_in_parallel(
+    let (locals, shared) = in_parallel(
         total,
         2_000,
         options.threads,
         tick,
-        |from, to, local: &mut ExhaustiveLocal| {
-            for offset in from..to {
-                let idle = idle_min + offset;
-                for r in 0..=spec_ladder_ceiling(u128::from(idle)) {
-                    local.budgets += 1;
-                    match check_budget(idle, r, options, &mut local.modes) {
-                        Ok((slack_ladder, slack_substituted)) => {
-                            let order = u128::MAX - u128::from(idle);
-                            local
-                                .tight_ladder
-                                .offer((u128::MAX - slack_ladder, order), || {
-                                    format!("slack {slack_ladder} ms (idle {idle}, retries {r})")
-                                });
-                            local.tight_substituted.offer(
-                                (u128::MAX - slack_substituted, order),
-                                || {
-                                    format!(
-                                        "slack {slack_substituted} ms (idle {idle}, retries {r})"
-                                    )
-                                },
-                            );
-                        }
-                        Err(why) => {
-                            shared.counterexample(format!("idle {idle}, retries {r}: {why}"))
-                        }
-                    }
-                }
-            }
-        },
+        |offset, local, shared| check_idle(options, idle_min + offset, local, shared),
     );
     let mut merged = ExhaustiveLocal::default();
     for local in locals {
@@ -781,27 +796,40 @@ pub fn run_exhaustive(options: &MatrixOptions, tick: &(dyn Fn(u64) + Sync)) -> M
             *sum += part;
         }
         merged.budgets += local.budgets;
-        merged.tight_ladder.merge(local.tight_ladder);
-        merged.tight_substituted.merge(local.tight_substituted);
+        merged.tightest.merge(local.tightest);
     }
-    let (count, examples) = shared
-        .counterexamples
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner());
     let rates = u64::from(options.rate_max.saturating_sub(options.rate_min)) + 1;
     MatrixReport {
-        kind: "exhaustive",
         cases: merged.budgets * rates,
         modes: merged.modes,
-        counterexample_count: count,
-        counterexamples: examples,
-        most_retries_used: None,
-        latest_admission: None,
-        tightest_ladder: merged.tight_ladder.text.unwrap_or_default(),
-        tightest_substituted: merged.tight_substituted.text.unwrap_or_default(),
         budgets: merged.budgets,
-        seconds: start.elapsed().as_secs_f64(),
-        threads: options.threads.max(1),
+        ..shared.report("exhaustive", merged.tightest, start, options.threads)
+    }
+}
+
+/// Checks every resolvable budget with idle timeout `idle` into the
+/// thread's `local` and the run's `shared`.
+fn check_idle(options: &MatrixOptions, idle: u64, local: &mut ExhaustiveLocal, shared: &Shared) {
+    for r in 0..=spec_ladder_ceiling(u128::from(idle)) {
+        local.budgets += 1;
+        match check_budget(idle, r, options, &mut local.modes) {
+            Ok((slack_ladder, slack_substituted)) => {
+                let order = u128::MAX - u128::from(idle);
+                local
+                    .tightest
+                    .ladder
+                    .offer((u128::MAX - slack_ladder, order), || {
+                        format!("slack {slack_ladder} ms (idle {idle}, retries {r})")
+                    });
+                local
+                    .tightest
+                    .substituted
+                    .offer((u128::MAX - slack_substituted, order), || {
+                        format!("slack {slack_substituted} ms (idle {idle}, retries {r})")
+                    });
+            }
+            Err(why) => shared.counterexample(format!("idle {idle}, retries {r}: {why}")),
+        }
     }
 }
 

@@ -164,8 +164,7 @@ fn parse_config(value: &Value, line: usize) -> Result<(Config, u64), String> {
         idle_timeout_ms,
         max_retries,
         release_policy,
-        adaptive_floor_per_min: 0,
-        adaptive_ceiling_per_min: 0,
+        ..Config::DEFAULT
     };
     Ok((config, t))
 }

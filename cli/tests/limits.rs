@@ -13,9 +13,13 @@ use std::os::unix::ffi::OsStringExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use pacer_cli::sim::{self, Limits, Load, SimConfig, SimReport};
+use pacer_core::Budget;
 use serde_json::Value;
 
 mod common;
+
+use common::{assert_contains_all, u};
 
 /// A safety net only: the runs here take milliseconds.
 const SAFETY_NET: Duration = Duration::from_secs(120);
@@ -66,6 +70,14 @@ fn guarded(args: &[&str], env: &[(&str, OsString)]) -> Run {
     }
 }
 
+/// Runs `pacer ARGS`; asserts that it is rejected (exit 2) with a message
+/// holding every one of `needles`.
+fn rejected(args: &[&str], needles: &[&str]) {
+    let run = guarded(args, &[]);
+    assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);
+    assert_contains_all(&run.stderr, needles);
+}
+
 fn json_run(args: &[&str]) -> Value {
     let run = guarded(args, &[]);
     assert_eq!(
@@ -77,10 +89,31 @@ fn json_run(args: &[&str]) -> Value {
     serde_json::from_str(&run.stdout).expect("stdout is JSON")
 }
 
-fn u(report: &Value, key: &str) -> u64 {
-    report[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{key} missing in report"))
+/// The command's limits, with at most `max_requests` requests.
+fn requests(max_requests: u64) -> Limits {
+    Limits {
+        max_requests,
+        ..Limits::DEFAULT
+    }
+}
+
+/// Runs pacing off, with `agents` agents on each of `machines` machines,
+/// turns of no length, for a week (every agent starts a turn every ms),
+/// within `limits`.
+fn run_unpaced(agents: u32, machines: u32, limits: Limits) -> Result<SimReport, String> {
+    let cfg = SimConfig {
+        budget: Budget {
+            rate_per_min: 0,
+            ..Budget::DEFAULT
+        },
+        load: Load::closed(agents),
+        turn_ms: 0,
+        turn_jitter_ms: 0,
+        duration_ms: 604_800_000,
+        machines,
+        ..SimConfig::DEFAULT
+    };
+    sim::run_with_limits(&cfg, limits, &mut |_| {})
 }
 
 /// Defect 1: with every waiting request cancelled, a request cancelled at
@@ -116,73 +149,32 @@ fn simulate_cancel_percent_100_finishes() {
 #[test]
 fn absurd_numeric_flags_are_rejected_with_their_range() {
     const MAX: &str = "18446744073709551615";
-    let cases: &[(&[&str], &str, &str)] = &[
-        (
-            &["simulate", "--agents", "1000000000"],
-            "--agents",
-            "0..=100000",
-        ),
-        (
-            &["simulate", "--duration-ms", MAX],
-            "--duration-ms",
-            "1..=604800000",
-        ),
-        (
-            &["simulate", "--offered-per-min", "1000000000"],
-            "--offered-per-min",
-            "1..=60000",
-        ),
-        (
-            &["simulate", "--offered-every-ms", MAX],
-            "--offered-every-ms",
-            "1..=604800000",
-        ),
-        (
-            &["simulate", "--stagger-ms", MAX],
-            "--stagger-ms",
-            "0..=604800000",
-        ),
-        (
-            &["simulate", "--turn-ms", MAX],
-            "--turn-ms",
-            "0..=604800000",
-        ),
-        (
-            &["simulate", "--turn-jitter-ms", MAX],
-            "--turn-jitter-ms",
-            "0..=604800000",
-        ),
-        (
-            &["simulate", "--first-byte-ms", MAX],
-            "--first-byte-ms",
-            "0..=604800000",
-        ),
-        (
-            &["simulate", "--think-ms", MAX],
-            "--think-ms",
-            "0..=604800000",
-        ),
-        (
-            &["simulate", "--burst", "4294967295"],
-            "--burst",
-            "0..=1000000",
-        ),
-        (
-            &["explain", "--burst", "4294967295"],
-            "--burst",
-            "0..=1000000",
-        ),
-        (&["matrix", "--threads", "100000"], "--threads", "1..=1024"),
-        (&["simulate", "--machines", "0"], "--machines", "1..=64"),
-        (&["simulate", "--machines", "65"], "--machines", "1..=64"),
-        (
-            &["simulate", "--machines", "4294967295"],
-            "--machines",
-            "1..=64",
-        ),
+    // (command, flag, value, the accepted range)
+    let mut cases = vec![
+        ("simulate", "--agents", "1000000000", "0..=100000"),
+        ("simulate", "--duration-ms", MAX, "1..=604800000"),
+        ("simulate", "--offered-per-min", "1000000000", "1..=60000"),
+        ("simulate", "--offered-every-ms", MAX, "1..=604800000"),
+        ("simulate", "--burst", "4294967295", "0..=1000000"),
+        ("explain", "--burst", "4294967295", "0..=1000000"),
+        ("matrix", "--threads", "100000", "1..=1024"),
     ];
-    for (args, flag, range) in cases {
-        let run = guarded(args, &[]);
+    // Every delay: one week at the most.
+    for flag in [
+        "--stagger-ms",
+        "--turn-ms",
+        "--turn-jitter-ms",
+        "--first-byte-ms",
+        "--think-ms",
+    ] {
+        cases.push(("simulate", flag, MAX, "0..=604800000"));
+    }
+    for machines in ["0", "65", "4294967295"] {
+        cases.push(("simulate", "--machines", machines, "1..=64"));
+    }
+    for (command, flag, value, range) in cases {
+        let args = [command, flag, value];
+        let run = guarded(&args, &[]);
         assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);
         assert!(
             run.stderr.contains(flag) && run.stderr.contains(range),
@@ -197,7 +189,7 @@ fn absurd_numeric_flags_are_rejected_with_their_range() {
 #[test]
 fn an_open_loop_offering_too_many_requests_is_rejected() {
     // 60000/min for 604800000 ms offers 604,800,000 requests.
-    let run = guarded(
+    rejected(
         &[
             "simulate",
             "--offered-per-min",
@@ -205,12 +197,8 @@ fn an_open_loop_offering_too_many_requests_is_rejected() {
             "--duration-ms",
             "604800000",
         ],
-        &[],
+        &["--offered-per-min", "--duration-ms", "4000000"],
     );
-    assert_eq!(run.code, Some(2), "{}", run.stderr);
-    for needle in ["--offered-per-min", "--duration-ms", "4000000"] {
-        assert!(run.stderr.contains(needle), "{needle}: {}", run.stderr);
-    }
     // 6000/min for 40 minutes: request k at 10·k ms for 10·k < 2400000,
     // 240,000 offers, well inside the limit; it runs.
     let r = json_run(&[
@@ -233,38 +221,7 @@ fn an_open_loop_offering_too_many_requests_is_rejected() {
 /// every ms, so the 40,000th starts at 39 ms and the limit bites at 40 ms.)
 #[test]
 fn a_closed_loop_stops_at_its_request_limit_and_says_so() {
-    use pacer_cli::sim::{self, Design, Limits, Load, SimConfig, UpstreamModel};
-    use pacer_core::{Budget, ReleasePolicy};
-    let cfg = SimConfig {
-        budget: Budget {
-            rate_per_min: 0,
-            ..Budget::DEFAULT
-        },
-        burst: 10,
-        release_policy: ReleasePolicy::Refund,
-        design: Design::Paced,
-        load: Load::Closed {
-            agents: 1000,
-            think_ms: 0,
-            stagger_ms: 0,
-        },
-        turn_ms: 0,
-        turn_jitter_ms: 0,
-        first_byte_ms: 0,
-        duration_ms: 604_800_000,
-        seed: 1,
-        cancel_percent: 0,
-        booking: false,
-        machines: 1,
-        upstream_limit_per_min: None,
-        upstream_model: UpstreamModel::SLIDING,
-        adaptive: None,
-    };
-    let limits = Limits {
-        max_requests: 40_000,
-        ..Limits::DEFAULT
-    };
-    let report = sim::run_with_limits(&cfg, limits, &mut |_| {}).expect("runs");
+    let report = run_unpaced(1000, 1, requests(40_000)).expect("runs");
     assert_eq!(report.turns_started, 40_000);
     assert_eq!(report.request_limit_reached_ms, Some(40));
     let text = sim::render(&report, false);
@@ -290,18 +247,13 @@ fn non_utf8_settings_are_reported_as_malformed() {
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     // The core's wording (core/src/notice.rs) with the defaults of SPEC §2:
     // rate 60, idle 120000 ms, total 600000 ms, retries min(5, 5) = 5.
-    for notice in [
+    let notices = [
         "ignoring new-connection rate \"6\u{FFFD}0\": not a whole number of connections per minute; using 60/minute",
         "ignoring idle timeout \"\u{FFFD}30000\": not a whole number of milliseconds; using 120000ms",
         "ignoring total timeout \"600000\u{FFFD}\": not a whole number of milliseconds; using 600000ms",
         "ignoring max retries \"\u{FFFD}\": not a whole number; using 5",
-    ] {
-        assert!(
-            run.stdout.contains(notice),
-            "missing {notice:?} in:\n{}",
-            run.stdout
-        );
-    }
+    ];
+    assert_contains_all(&run.stdout, &notices);
 }
 
 /// With several machines a run's requests are counted over the machines
@@ -313,7 +265,7 @@ fn machines_count_towards_the_request_limit() {
     // 60000/min for 2,000,000 ms: request k at k ms, 2,000,000 offers per
     // machine (one run of one machine holds that); on 2 machines that is
     // 4,000,000 per arrangement, 8,000,000 in all.
-    let run = guarded(
+    rejected(
         &[
             "simulate",
             "--offered-per-min",
@@ -323,51 +275,30 @@ fn machines_count_towards_the_request_limit() {
             "--machines",
             "2",
         ],
-        &[],
+        &["--machines 2", "4000000", "8000000", "--duration-ms"],
     );
-    assert_eq!(run.code, Some(2), "{}", run.stderr);
-    for needle in ["--machines 2", "4000000", "8000000", "--duration-ms"] {
-        assert!(run.stderr.contains(needle), "{needle}: {}", run.stderr);
-    }
     // Closed loop: every agent starts a turn at t = 0, so the agents of
     // all machines must fit in one arrangement's half: 100000 × 64 =
     // 6,400,000 > 2,000,000.
-    let run = guarded(&["simulate", "--agents", "100000", "--machines", "64"], &[]);
-    assert_eq!(run.code, Some(2), "{}", run.stderr);
-    for needle in ["--agents 100000", "--machines 64", "6400000", "4000000"] {
-        assert!(run.stderr.contains(needle), "{needle}: {}", run.stderr);
-    }
+    rejected(
+        &["simulate", "--agents", "100000", "--machines", "64"],
+        &["--agents 100000", "--machines 64", "6400000", "4000000"],
+    );
 }
 
 /// The exact edges, checked without running: 2,000,000 requests per
 /// arrangement are accepted, one more machine's worth is not.
 #[test]
 fn the_machines_edges_of_the_request_limit() {
-    use pacer_cli::sim::{validate, Arrivals, Design, Load, OnRefusal, SimConfig, UpstreamModel};
-    use pacer_core::{Budget, ReleasePolicy};
+    use pacer_cli::sim::{validate, Arrivals, OnRefusal};
     let cfg = |load, machines| SimConfig {
-        budget: Budget::DEFAULT,
-        burst: 10,
-        release_policy: ReleasePolicy::Refund,
-        design: Design::Paced,
         load,
-        turn_ms: 3000,
         turn_jitter_ms: 0,
-        first_byte_ms: 0,
         duration_ms: 1_000_000,
-        seed: 1,
-        cancel_percent: 0,
-        booking: false,
         machines,
-        upstream_limit_per_min: None,
-        upstream_model: UpstreamModel::SLIDING,
-        adaptive: None,
+        ..SimConfig::DEFAULT
     };
-    let agents = |agents| Load::Closed {
-        agents,
-        think_ms: 0,
-        stagger_ms: 0,
-    };
+    let agents = Load::closed;
     // 31250 × 64 = 2,000,000; 31251 × 64 = 2,000,064.
     assert!(validate(&cfg(agents(31_250), 64)).is_ok());
     assert!(validate(&cfg(agents(31_251), 64)).is_err());
@@ -397,38 +328,7 @@ fn the_machines_edges_of_the_request_limit() {
 /// 40,000, the 40,000th starts at 39 ms and the limit bites at 40 ms.)
 #[test]
 fn several_machines_stop_at_their_share_of_the_request_limit() {
-    use pacer_cli::sim::{self, Design, Limits, Load, SimConfig, UpstreamModel};
-    use pacer_core::{Budget, ReleasePolicy};
-    let cfg = SimConfig {
-        budget: Budget {
-            rate_per_min: 0,
-            ..Budget::DEFAULT
-        },
-        burst: 10,
-        release_policy: ReleasePolicy::Refund,
-        design: Design::Paced,
-        load: Load::Closed {
-            agents: 500,
-            think_ms: 0,
-            stagger_ms: 0,
-        },
-        turn_ms: 0,
-        turn_jitter_ms: 0,
-        first_byte_ms: 0,
-        duration_ms: 604_800_000,
-        seed: 1,
-        cancel_percent: 0,
-        booking: false,
-        machines: 2,
-        upstream_limit_per_min: None,
-        upstream_model: UpstreamModel::SLIDING,
-        adaptive: None,
-    };
-    let limits = Limits {
-        max_requests: 80_000,
-        ..Limits::DEFAULT
-    };
-    let report = sim::run_with_limits(&cfg, limits, &mut |_| {}).expect("runs");
+    let report = run_unpaced(500, 2, requests(80_000)).expect("runs");
     let m = report.machines.as_ref().expect("two machines");
     for a in [&m.bucket_per_machine, &m.fleet_bucket] {
         assert_eq!(a.turns_started, 40_000);
@@ -436,12 +336,11 @@ fn several_machines_stop_at_their_share_of_the_request_limit() {
         assert_eq!(a.request_limit_reached_ms, Some(40));
     }
     let text = sim::render(&report, false);
-    for needle in [
+    let notes = [
         "note: the run reached its limit of 40000 requests at 0.04 s virtual",
         "note: the fleet-bucket run reached its limit of 40000 requests at 0.04 s virtual",
-    ] {
-        assert!(text.contains(needle), "{needle}:\n{text}");
-    }
+    ];
+    assert_contains_all(&text, &notes);
     // The event limit is shared the same way: 2 × 1000 events in all is
     // 1000 per arrangement, and the first one (1000 turns at t = 0 alone
     // are 1000 start events) stops at its 1000.
@@ -449,7 +348,7 @@ fn several_machines_stop_at_their_share_of_the_request_limit() {
         max_requests: 80_000,
         max_events: 2_000,
     };
-    let error = sim::run_with_limits(&cfg, limits, &mut |_| {}).expect_err("stops");
+    let error = run_unpaced(500, 2, limits).expect_err("stops");
     assert!(error.contains("stopped after 1000 events"), "{error}");
 }
 
@@ -540,13 +439,12 @@ fn flags_that_do_not_apply_are_errors() {
         run.stderr
     );
     let chart = std::fs::read_to_string(&svg).unwrap();
-    for label in [
+    let labels = [
         "refused (attempts)",
         "terminal rate-limit errors (turns)",
         "admitted (opened)",
-    ] {
-        assert!(chart.contains(label), "the chart lacks {label:?}");
-    }
+    ];
+    assert_contains_all(&chart, &labels);
     // A three-minute run labels its minute axis 0, 1, 2, 3 and nothing between.
     let packed: String = chart.split_whitespace().collect();
     assert!(

@@ -5,17 +5,16 @@
 
 mod common;
 
-use common::{pacer, pacer_json};
-use pacer_cli::sim::{
-    self, Arrivals, Buckets, Design, Limits, Load, OnRefusal, SimConfig, UpstreamModel,
-};
-use pacer_core::{Budget, ReleasePolicy};
+use common::{assert_contains_all, pacer, pacer_json, plot, stdout, u, us};
+use pacer_cli::sim::{self, Arrivals, Buckets, Design, Limits, Load, OnRefusal, SimConfig};
+use pacer_core::ReleasePolicy;
 use serde_json::Value;
 
-fn u(report: &Value, key: &str) -> u64 {
-    report[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{key} missing in {report}"))
+/// The two arrangements of a report with several machines: a bucket per
+/// machine, one fleet bucket.
+fn arrangements(report: &Value) -> (&Value, &Value) {
+    let m = &report["machines"];
+    (&m["bucket_per_machine"], &m["fleet_bucket"])
 }
 
 fn minutes(arrangement: &Value) -> Vec<u64> {
@@ -33,9 +32,8 @@ fn minutes(arrangement: &Value) -> Vec<u64> {
 #[test]
 fn a_bucket_per_machine_triples_the_upstream_rate_and_a_fleet_bucket_holds_it() {
     let r = pacer_json(&["simulate", "--machines", "3", "--agents", "20", "--json"]);
-    let m = &r["machines"];
-    assert_eq!((u(m, "machines"), u(m, "rate_per_min")), (3, 60));
-    let (per, fleet) = (&m["bucket_per_machine"], &m["fleet_bucket"]);
+    assert_eq!(us(&r["machines"], ["machines", "rate_per_min"]), [3, 60]);
+    let (per, fleet) = arrangements(&r);
     assert_eq!((u(per, "buckets"), u(fleet, "buckets")), (3, 1));
     // The report's own figures are the bucket-per-machine run.
     assert_eq!(
@@ -102,12 +100,14 @@ fn a_bucket_per_machine_triples_the_upstream_rate_and_a_fleet_bucket_holds_it() 
     );
 
     // Each machine brings its own 20 agents: both arrangements run 60.
-    let text = pacer(&["simulate", "--machines", "3", "--agents", "20"], "").stdout;
-    assert!(
-        text.contains("3 machines, each with its own closed loop: 20 agents"),
-        "{text}"
+    let text = stdout(&["simulate", "--machines", "3", "--agents", "20"]);
+    assert_contains_all(
+        &text,
+        &[
+            "3 machines, each with its own closed loop: 20 agents",
+            "Little's law: 60 agents",
+        ],
     );
-    assert!(text.contains("Little's law: 60 agents"), "{text}");
 }
 
 /// SPEC §7's 30 simultaneous requests, spread over 3 machines: each
@@ -129,22 +129,12 @@ fn thirty_simultaneous_requests_on_three_machines() {
         "1",
         "--json",
     ]);
-    let (per, fleet) = (
-        &r["machines"]["bucket_per_machine"],
-        &r["machines"]["fleet_bucket"],
-    );
+    let (per, fleet) = arrangements(&r);
     // A bucket per machine: 10 requests against a burst of 10 each: all 30
     // admitted at once, none waits, none is refused; every turn lasts
     // exactly 100 s.
-    assert_eq!(
-        (
-            u(per, "turns_started"),
-            u(per, "admissions"),
-            u(per, "refusals"),
-            u(per, "turns_completed")
-        ),
-        (30, 30, 0, 30)
-    );
+    let admitted = ["turns_started", "admissions", "refusals", "turns_completed"];
+    assert_eq!(us(per, admitted), [30, 30, 0, 30]);
     assert_eq!((u(&r, "waits"), u(per, "latency_p50_ms")), (0, 100_000));
     // One fleet bucket: SPEC §7 — #1–10 at once, #11–14 wait 1000, 2000,
     // 3000, 4000 (level −4), #15 needs 5000 > 4833: refused with hint
@@ -154,17 +144,15 @@ fn thirty_simultaneous_requests_on_three_machines() {
     // 4. Rounds at 0, 4, 8, 12, 16 s admit 14, 4, 4, 4, 4 = 30 and refuse
     // 16, 12, 8, 4, 0 = 40; the last four used 4 of their 5 retries, so
     // none is terminal. Attempts 30 + 40 = 70.
-    assert_eq!(
-        (
-            u(fleet, "turns_started"),
-            u(fleet, "admissions"),
-            u(fleet, "refusals"),
-            u(fleet, "attempts"),
-            u(fleet, "terminal_rate_limit_errors"),
-            u(fleet, "turns_completed")
-        ),
-        (30, 30, 40, 70, 0, 30)
-    );
+    let keys = [
+        "turns_started",
+        "admissions",
+        "refusals",
+        "attempts",
+        "terminal_rate_limit_errors",
+        "turns_completed",
+    ];
+    assert_eq!(us(fleet, keys), [30, 30, 40, 70, 0, 30]);
     // Opening times: 10 at 0, then one at each second 1 … 20 s. Latency =
     // opening + 100 s; nearest-rank p50 of 30 is the 15th: 10 zeros, then
     // 1, 2, 3, 4, 5 s → 105 s.
@@ -195,10 +183,7 @@ fn offered_load_is_per_machine() {
         "drop",
         "--json",
     ]);
-    let (per, fleet) = (
-        &r["machines"]["bucket_per_machine"],
-        &r["machines"]["fleet_bucket"],
-    );
+    let (per, fleet) = arrangements(&r);
     // 2 × 60 offers in both arrangements.
     assert_eq!(
         (u(per, "turns_started"), u(fleet, "turns_started")),
@@ -207,7 +192,7 @@ fn offered_load_is_per_machine() {
     // A bucket per machine: one offer a second against a refill of one a
     // second from a full bucket: every offer admitted at once, 120 opened
     // within the minute.
-    assert_eq!((u(per, "admissions"), u(per, "refusals")), (120, 0));
+    assert_eq!(us(per, ["admissions", "refusals"]), [120, 0]);
     assert_eq!(minutes(per), [120]);
     // One fleet bucket: two offers a second, refill one. Level after the
     // pair at t = k s (k ≤ 8): 10 − 2 + k·(1 − 2) = 8 − k, so pairs at 0 …
@@ -217,14 +202,8 @@ fn offered_load_is_per_machine() {
     // after the refill: the first waits 4000 (−4), the second would need
     // 5000 > 4833: refused and dropped. 13 … 59 s: 47 admitted, 47
     // refused. Admitted 18 + 8 + 47 = 73.
-    assert_eq!(
-        (
-            u(fleet, "admissions"),
-            u(fleet, "refusals"),
-            u(fleet, "terminal_rate_limit_errors")
-        ),
-        (73, 47, 47)
-    );
+    let dropped = ["admissions", "refusals", "terminal_rate_limit_errors"];
+    assert_eq!(us(fleet, dropped), [73, 47, 47]);
     // Opened before 60 s: the 18, the 8 (at 9 … 16 s), and of the later
     // ones (each opening 4 s after its offer) those offered at 13 … 55 s:
     // 43. 18 + 8 + 43 = 69 = burst + 59, the first minute SPEC §6.1 allows
@@ -235,22 +214,12 @@ fn offered_load_is_per_machine() {
 
 fn config(load: Load, machines: u32) -> SimConfig {
     SimConfig {
-        budget: Budget::DEFAULT,
-        burst: 10,
-        release_policy: ReleasePolicy::Refund,
-        design: Design::Paced,
         load,
-        turn_ms: 3000,
-        turn_jitter_ms: 1000,
-        first_byte_ms: 0,
         duration_ms: 180_000,
         seed: 7,
         cancel_percent: 20,
-        booking: false,
         machines,
-        upstream_limit_per_min: None,
-        upstream_model: UpstreamModel::SLIDING,
-        adaptive: None,
+        ..SimConfig::DEFAULT
     }
 }
 
@@ -318,18 +287,14 @@ fn one_machine_prints_what_no_flag_prints() {
         assert!(!b.stdout.contains("fleet") && !b.stdout.contains("machines"));
     }
     // --compare-booking is a one-machine comparison.
-    let run = pacer(
-        &[
-            "simulate",
-            "--machines",
-            "1",
-            "--compare-booking",
-            "--duration-ms",
-            "60000",
-        ],
-        "",
-    );
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    stdout(&[
+        "simulate",
+        "--machines",
+        "1",
+        "--compare-booking",
+        "--duration-ms",
+        "60000",
+    ]);
     let run = pacer(&["simulate", "--machines", "2", "--compare-booking"], "");
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("--machines"), "{}", run.stderr);
@@ -337,19 +302,15 @@ fn one_machine_prints_what_no_flag_prints() {
 
 #[test]
 fn the_text_report_compares_the_arrangements() {
-    let run = pacer(
-        &[
-            "simulate",
-            "--machines",
-            "2",
-            "--duration-ms",
-            "120000",
-            "--per-minute",
-        ],
-        "",
-    );
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    for needle in [
+    let text = stdout(&[
+        "simulate",
+        "--machines",
+        "2",
+        "--duration-ms",
+        "120000",
+        "--per-minute",
+    ]);
+    let needles = [
         "2 machines, each with its own closed loop: 20 agents",
         "arrangement below: a bucket per machine (2 pacers, each at 60/min)",
         "2 machines, one upstream account",
@@ -361,38 +322,21 @@ fn the_text_report_compares_the_arrangements() {
         "terminal rate-limit errors",
         "turn latency p50",
         "upstream new connections, all 2 machines:",
-    ] {
-        assert!(run.stdout.contains(needle), "{needle:?}:\n{}", run.stdout);
-    }
+    ];
+    assert_contains_all(&text, &needles);
 }
 
 #[test]
 fn the_plot_shows_both_arrangements_against_the_rate() {
-    let path = std::env::temp_dir().join(format!("pacer-machines-{}.svg", std::process::id()));
-    let path_text = path.to_str().expect("utf-8 path");
-    let run = pacer(
-        &[
-            "simulate",
-            "--machines",
-            "3",
-            "--duration-ms",
-            "180000",
-            "--plot",
-            path_text,
-        ],
-        "",
-    );
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let svg = std::fs::read_to_string(&path).expect("the plot was written");
-    let _ = std::fs::remove_file(&path);
-    for needle in [
+    let args = ["simulate", "--machines", "3", "--duration-ms", "180000"];
+    let svg = plot(&args, "machines");
+    let needles = [
         "upstream new connections per minute, all 3 machines",
         "a bucket per machine (3 pacers)",
         "one fleet bucket (1 shared pacer)",
         "configured rate 60/min",
-    ] {
-        assert!(svg.contains(needle), "{needle:?} missing from the plot");
-    }
+    ];
+    assert_contains_all(&svg, &needles);
 }
 
 /// Bookings on one shared bucket: 20 agents spread over 4 processes (or
@@ -413,8 +357,7 @@ fn bookings_on_one_shared_bucket_end_no_turn_in_an_error() {
         "--booking",
         "--json",
     ]);
-    let fleet = &r["machines"]["fleet_bucket"];
-    let per_machine = &r["machines"]["bucket_per_machine"];
+    let (per_machine, fleet) = arrangements(&r);
     assert_eq!(u(fleet, "terminal_rate_limit_errors"), 0);
     assert_eq!(u(per_machine, "terminal_rate_limit_errors"), 0);
     assert!(

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{pacer, pacer_json};
+use common::{assert_contains_all, pacer, pacer_json, stdout};
 
 #[test]
 fn the_full_matrix_holds() {
@@ -30,15 +30,13 @@ fn the_full_matrix_holds() {
 
 #[test]
 fn the_text_report_names_the_case_count_and_counterexamples() {
-    let run = pacer(&["matrix", "--rate-min", "1", "--rate-max", "10"], "");
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(
-        run.stdout.contains("88 settings combinations"),
-        "{}",
-        run.stdout
-    );
-    assert!(run.stdout.contains("= 880 cases"), "{}", run.stdout);
-    assert!(run.stdout.contains("counterexamples: 0"), "{}", run.stdout);
+    let text = stdout(&["matrix", "--rate-min", "1", "--rate-max", "10"]);
+    let needles = [
+        "88 settings combinations",
+        "= 880 cases",
+        "counterexamples: 0",
+    ];
+    assert_contains_all(&text, &needles);
 }
 
 #[test]

@@ -29,9 +29,7 @@
 //! Each run is given that bound as its event limit, so a run that would
 //! not end fails the property at once instead of hanging the test.
 
-use pacer_cli::sim::{
-    self, Arrivals, Design, Limits, Load, OnRefusal, SimConfig, SimReport, UpstreamModel,
-};
+use pacer_cli::sim::{self, Arrivals, Design, Limits, Load, OnRefusal, SimConfig};
 use pacer_core::{resolve, ReleasePolicy, Settings};
 use proptest::prelude::*;
 
@@ -176,6 +174,33 @@ fn request_bound_per_machine(case: &Case) -> u64 {
     }
 }
 
+/// What the property reads of one arrangement's run.
+struct Figures {
+    request_limit_reached_ms: Option<u64>,
+    turns_started: u64,
+    events: u64,
+    ended: u64,
+    attempts: u64,
+}
+
+/// The [`Figures`] of a [`sim::SimReport`] or of a [`sim::ArrangementReport`]
+/// (fields of the same names).
+macro_rules! figures {
+    ($report:expr) => {{
+        let r = $report;
+        Figures {
+            request_limit_reached_ms: r.request_limit_reached_ms,
+            turns_started: r.turns_started,
+            events: r.events,
+            ended: r.turns_completed
+                + r.terminal_rate_limit_errors
+                + r.deadline_overruns
+                + r.cancelled,
+            attempts: r.attempts,
+        }
+    }};
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
 
@@ -224,9 +249,7 @@ proptest! {
             cancel_percent: case.cancel_percent,
             booking: case.booking,
             machines: case.machines,
-            upstream_limit_per_min: None,
-            upstream_model: UpstreamModel::SLIDING,
-            adaptive: None,
+            ..SimConfig::DEFAULT
         };
         let per_request = u64::from(client_retries) + 5;
         let requests = request_bound(&case);
@@ -238,7 +261,7 @@ proptest! {
         };
         let report = sim::run_with_limits(&cfg, limits, &mut |_| {})
             .map_err(|e| TestCaseError::fail(format!("{e}: {case:?}")))?;
-        check(&Figures::of(&report), requests, per_request, client_retries, &case)?;
+        check(&figures!(&report), requests, per_request, client_retries, &case)?;
         match &report.machines {
             None => prop_assert_eq!(case.machines, 1),
             Some(m) => {
@@ -249,46 +272,9 @@ proptest! {
                     (a.turns_started, a.events, a.attempts),
                     (report.turns_started, report.events, report.attempts)
                 );
-                check(&Figures::of_arrangement(a), requests, per_request, client_retries, &case)?;
-                check(&Figures::of_arrangement(&m.fleet_bucket), requests, per_request, client_retries, &case)?;
+                check(&figures!(a), requests, per_request, client_retries, &case)?;
+                check(&figures!(&m.fleet_bucket), requests, per_request, client_retries, &case)?;
             }
-        }
-    }
-}
-
-/// What the property reads of one arrangement's run.
-struct Figures {
-    request_limit_reached_ms: Option<u64>,
-    turns_started: u64,
-    events: u64,
-    ended: u64,
-    attempts: u64,
-}
-
-impl Figures {
-    fn of(r: &SimReport) -> Figures {
-        Figures {
-            request_limit_reached_ms: r.request_limit_reached_ms,
-            turns_started: r.turns_started,
-            events: r.events,
-            ended: r.turns_completed
-                + r.terminal_rate_limit_errors
-                + r.deadline_overruns
-                + r.cancelled,
-            attempts: r.attempts,
-        }
-    }
-
-    fn of_arrangement(r: &sim::ArrangementReport) -> Figures {
-        Figures {
-            request_limit_reached_ms: r.request_limit_reached_ms,
-            turns_started: r.turns_started,
-            events: r.events,
-            ended: r.turns_completed
-                + r.terminal_rate_limit_errors
-                + r.deadline_overruns
-                + r.cancelled,
-            attempts: r.attempts,
         }
     }
 }

@@ -2,20 +2,41 @@
 
 mod common;
 
-use common::{pacer, pacer_json};
+use common::{assert_contains_all, pacer, pacer_json, plot, stdout, u, us};
+use pacer_cli::sim::{self, SimConfig};
 use serde_json::Value;
 
-fn u(report: &Value, key: &str) -> u64 {
-    report[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{key} missing in {report}"))
+/// `pacer simulate --json` with identical turns (no jitter), `agents`
+/// agents, turns of `turn_ms`, and `extra`.
+fn identical_turns(agents: &str, turn_ms: &str, extra: &[&str]) -> Value {
+    let args = ["simulate", "--json", "--turn-jitter-ms", "0"];
+    let load = ["--agents", agents, "--turn-ms", turn_ms];
+    pacer_json(&[&args[..], &load, extra].concat())
+}
+
+/// [`identical_turns`] with each agent starting one 100 s turn at t = 0 (a
+/// 1 ms run starts no second one), burst 1, an idle timeout of `idle_ms`.
+fn one_turn_each(agents: &str, idle_ms: &str, extra: &[&str]) -> Value {
+    let args = [
+        "--burst",
+        "1",
+        "--idle-timeout-ms",
+        idle_ms,
+        "--duration-ms",
+        "1",
+    ];
+    identical_turns(agents, "100000", &[&args[..], extra].concat())
+}
+
+/// [`identical_turns`] unpaced (rate 0).
+fn unpaced(agents: &str, turn_ms: &str, extra: &[&str]) -> Value {
+    identical_turns(agents, turn_ms, &[&["--rate", "0"], extra].concat())
 }
 
 #[test]
 fn the_main_job_command_prints_a_report() {
-    let run = pacer(&["simulate"], "");
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    for needle in [
+    let text = stdout(&["simulate"]);
+    let needles = [
         "20 agents",
         "turns started",
         "completed",
@@ -26,39 +47,33 @@ fn the_main_job_command_prints_a_report() {
         "waited",
         "admitted per minute max",
         "final minute",
-    ] {
-        assert!(
-            run.stdout.contains(needle),
-            "report lacks {needle:?}:\n{}",
-            run.stdout
-        );
-    }
+    ];
+    assert_contains_all(&text, &needles);
+}
+
+/// The tests that build a run from [`SimConfig::DEFAULT`] read it as the
+/// command with no flag: the same report, key for key (the advice aside).
+#[test]
+fn the_default_config_is_the_command_with_no_flag() {
+    let report = sim::run(&SimConfig::DEFAULT, &mut |_| {}).expect("runs");
+    let mut command = pacer_json(&["simulate", "--json"]);
+    let advice = command.as_object_mut().expect("an object").remove("advice");
+    assert!(advice.is_some(), "the default run has advice");
+    // Read back from text, as the command's output is (the same parse of
+    // the same digits).
+    let text = serde_json::to_string(&report).expect("JSON");
+    let report: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(report, command);
 }
 
 #[test]
 fn unpaced_agents_run_back_to_back_turns() {
     // Rate 0: 4 agents × (10000 ms / 1000 ms turns) = 40 turns of exactly 1 s.
-    let r = pacer_json(&[
-        "simulate",
-        "--turn-jitter-ms",
-        "0",
-        "--rate",
-        "0",
-        "--agents",
-        "4",
-        "--turn-ms",
-        "1000",
-        "--duration-ms",
-        "10000",
-        "--json",
-    ]);
+    let r = unpaced("4", "1000", &["--duration-ms", "10000"]);
     assert_eq!(r["settings"]["mode"], "disabled");
-    assert_eq!((u(&r, "turns_started"), u(&r, "turns_completed")), (40, 40));
-    assert_eq!(
-        (u(&r, "latency_p50_ms"), u(&r, "latency_max_ms")),
-        (1000, 1000)
-    );
-    assert_eq!((u(&r, "refusals"), u(&r, "waits")), (0, 0));
+    assert_eq!(us(&r, ["turns_started", "turns_completed"]), [40, 40]);
+    assert_eq!(us(&r, ["latency_p50_ms", "latency_max_ms"]), [1000, 1000]);
+    assert_eq!(us(&r, ["refusals", "waits"]), [0, 0]);
 }
 
 #[test]
@@ -67,42 +82,15 @@ fn a_refused_request_retries_on_its_hint() {
     // 4 agents at t=0 with long turns: #0 now, #1 waits 1000, #2 2000, #3
     // refused (needs 3000) with hint 2 s; it retries at 2000, when the
     // bucket is back to 0 tokens, and waits 1000 → opens at 3000.
-    let r = pacer_json(&[
-        "simulate",
-        "--turn-jitter-ms",
-        "0",
-        "--agents",
-        "4",
-        "--burst",
-        "1",
-        "--idle-timeout-ms",
-        "30000",
-        "--turn-ms",
-        "100000",
-        "--duration-ms",
-        "1",
-        "--json",
-    ]);
+    let r = one_turn_each("4", "30000", &[]);
     assert_eq!(r["settings"]["bound_ms"], 2000);
-    assert_eq!((u(&r, "turns_started"), u(&r, "turns_completed")), (4, 4));
-    assert_eq!(
-        (
-            u(&r, "attempts"),
-            u(&r, "refusals"),
-            u(&r, "turns_refused_at_least_once")
-        ),
-        (5, 1, 1)
-    );
-    assert_eq!((u(&r, "waits"), u(&r, "wait_max_ms")), (3, 2000));
+    assert_eq!(us(&r, ["turns_started", "turns_completed"]), [4, 4]);
+    let refused = ["attempts", "refusals", "turns_refused_at_least_once"];
+    assert_eq!(us(&r, refused), [5, 1, 1]);
+    assert_eq!(us(&r, ["waits", "wait_max_ms"]), [3, 2000]);
     // Latencies 100000, 101000, 102000, 103000: nearest-rank p50 and p90.
-    assert_eq!(
-        (
-            u(&r, "latency_p50_ms"),
-            u(&r, "latency_p90_ms"),
-            u(&r, "latency_max_ms")
-        ),
-        (101_000, 103_000, 103_000)
-    );
+    let latency = ["latency_p50_ms", "latency_p90_ms", "latency_max_ms"];
+    assert_eq!(us(&r, latency), [101_000, 103_000, 103_000]);
     assert_eq!(u(&r, "terminal_rate_limit_errors"), 0);
 }
 
@@ -112,84 +100,32 @@ fn a_refusal_on_the_last_attempt_is_terminal() {
     // t=0: A0 admitted; A1, A2, A3 refused (needs 1000 > 666).
     // t=1000: A1 admitted; A2, A3 refused again (2nd attempt).
     // t=2000: A2 admitted; A3 refused on its 3rd and last attempt.
-    let r = pacer_json(&[
-        "simulate",
-        "--turn-jitter-ms",
-        "0",
-        "--agents",
-        "4",
-        "--burst",
-        "1",
-        "--idle-timeout-ms",
-        "10000",
-        "--turn-ms",
-        "100000",
-        "--duration-ms",
-        "1",
-        "--json",
-    ]);
+    let r = one_turn_each("4", "10000", &[]);
     assert_eq!(r["settings"]["bound_ms"], 666);
     assert_eq!(u(&r, "terminal_rate_limit_errors"), 1);
     assert_eq!(u(&r, "turns_completed"), 3);
-    assert_eq!((u(&r, "attempts"), u(&r, "refusals")), (9, 6));
+    assert_eq!(us(&r, ["attempts", "refusals"]), [9, 6]);
     assert_eq!(r["terminal_error_percent"].as_f64(), Some(25.0));
 }
 
 #[test]
 fn a_missed_first_byte_is_a_deadline_overrun() {
     // First stream part 200 s after opening, deadline 120 s: overrun.
-    let r = pacer_json(&[
-        "simulate",
-        "--turn-jitter-ms",
-        "0",
-        "--rate",
-        "0",
-        "--agents",
+    let r = unpaced(
         "1",
-        "--turn-ms",
         "300000",
-        "--first-byte-ms",
-        "200000",
-        "--duration-ms",
-        "1",
-        "--json",
-    ]);
-    assert_eq!(
-        (u(&r, "deadline_overruns"), u(&r, "turns_completed")),
-        (1, 0)
+        &["--first-byte-ms", "200000", "--duration-ms", "1"],
     );
+    assert_eq!(us(&r, ["deadline_overruns", "turns_completed"]), [1, 0]);
 }
 
 #[test]
 fn cancelled_waits_release_their_tickets() {
     // burst 1, bound 2000: #1 waits 1000, #2 waits 2000; both cancelled
     // during the wait and refunded under the default policy.
-    let r = pacer_json(&[
-        "simulate",
-        "--turn-jitter-ms",
-        "0",
-        "--agents",
-        "3",
-        "--burst",
-        "1",
-        "--idle-timeout-ms",
-        "30000",
-        "--turn-ms",
-        "100000",
-        "--duration-ms",
-        "1",
-        "--cancel-percent",
-        "100",
-        "--json",
-    ]);
-    assert_eq!(
-        (
-            u(&r, "cancelled"),
-            u(&r, "releases"),
-            u(&r, "releases_refunded")
-        ),
-        (2, 2, 2)
-    );
+    let r = one_turn_each("3", "30000", &["--cancel-percent", "100"]);
+    let released = ["cancelled", "releases", "releases_refunded"];
+    assert_eq!(us(&r, released), [2, 2, 2]);
     assert_eq!(u(&r, "turns_completed"), 1);
 }
 
@@ -316,26 +252,18 @@ fn the_same_seed_gives_the_same_run() {
 
 #[test]
 fn writes_an_svg_chart() {
-    let path = std::env::temp_dir().join(format!("pacer-plot-{}.svg", std::process::id()));
-    let path_text = path.to_str().expect("utf-8 path");
-    let run = pacer(
-        &["simulate", "--duration-ms", "180000", "--plot", path_text],
-        "",
-    );
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let svg = std::fs::read_to_string(&path).expect("the plot was written");
-    let _ = std::fs::remove_file(&path);
+    let svg = plot(&["simulate", "--duration-ms", "180000"], "plot");
     assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(80)]);
     assert!(svg.contains("admitted (opened)") && svg.contains("p50"));
 }
 
 #[test]
 fn settings_notices_are_reported() {
-    let run = pacer(&["simulate", "--rate", "700", "--duration-ms", "60000"], "");
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(run
-        .stdout
-        .contains("notice: new-connection rate \"700\" is above the maximum; using 600/minute"));
+    let text = stdout(&["simulate", "--rate", "700", "--duration-ms", "60000"]);
+    assert_contains_all(
+        &text,
+        &["notice: new-connection rate \"700\" is above the maximum; using 600/minute"],
+    );
 }
 
 #[test]
@@ -463,14 +391,9 @@ fn the_agent_sweep_tables_each_count_and_says_how_many_fit() {
         u(&rows[19], "turns_completed"),
         u(&twenty, "turns_completed")
     );
-    let text = pacer(&["simulate", "--sweep-agents", "1..24"], "");
-    assert_eq!(text.code, 0, "{}", text.stderr);
-    assert!(
-        text.stdout
-            .contains(&format!("fit: up to {first_bad} agents end no turn")),
-        "{}",
-        text.stdout
-    );
+    let text = stdout(&["simulate", "--sweep-agents", "1..24"]);
+    let fit = format!("fit: up to {first_bad} agents end no turn");
+    assert_contains_all(&text, &[&fit]);
     for bad in [
         &["simulate", "--sweep-agents", "5..2"][..],
         &["simulate", "--sweep-agents", "0..4"],

@@ -3,37 +3,20 @@
 //! are derived by hand from the model's statement (a sliding window of 60 s
 //! counting opened connections) or are relations that hold for any seed.
 
-use pacer_cli::sim::{
-    self, Arrivals, Design, Load, OnRefusal, SimConfig, SimReport, UpstreamModel,
-};
+use pacer_cli::sim::{self, Load, OnRefusal, SimConfig, SimReport};
 use pacer_cli::upstream_sweep;
-use pacer_core::{Budget, ReleasePolicy};
+use pacer_core::Budget;
 
+/// The command's defaults (20 agents, 3000 ms turns ± 1000 ms) at `rate`
+/// for `duration_ms`.
 fn closed(rate: u32, duration_ms: u64) -> SimConfig {
     SimConfig {
         budget: Budget {
             rate_per_min: rate,
             ..Budget::DEFAULT
         },
-        burst: 10,
-        release_policy: ReleasePolicy::Refund,
-        design: Design::Paced,
-        load: Load::Closed {
-            agents: 20,
-            think_ms: 0,
-            stagger_ms: 0,
-        },
-        turn_ms: 3000,
-        turn_jitter_ms: 1000,
-        first_byte_ms: 0,
         duration_ms,
-        seed: 1,
-        cancel_percent: 0,
-        booking: false,
-        machines: 1,
-        upstream_limit_per_min: None,
-        upstream_model: UpstreamModel::SLIDING,
-        adaptive: None,
+        ..SimConfig::DEFAULT
     }
 }
 
@@ -50,18 +33,7 @@ fn run(cfg: &SimConfig) -> SimReport {
 #[test]
 fn the_hidden_limit_is_a_sliding_minute() {
     let cfg = SimConfig {
-        budget: Budget {
-            rate_per_min: 0,
-            ..Budget::DEFAULT
-        },
-        load: Load::Open {
-            arrivals: Arrivals::Periodic {
-                every_num: 1000,
-                every_den: 1,
-            },
-            on_refusal: OnRefusal::Drop,
-        },
-        duration_ms: 120_000,
+        load: Load::every(1000, OnRefusal::Drop),
         upstream_limit_per_min: Some(30),
         ..closed(0, 120_000)
     };
@@ -81,13 +53,7 @@ fn the_hidden_limit_is_a_sliding_minute() {
     // The window is (now − 60 s, now]: with a limit of 1, requests exactly
     // 60 s apart all open.
     let spaced = SimConfig {
-        load: Load::Open {
-            arrivals: Arrivals::Periodic {
-                every_num: 60_000,
-                every_den: 1,
-            },
-            on_refusal: OnRefusal::Drop,
-        },
+        load: Load::every(60_000, OnRefusal::Drop),
         duration_ms: 180_000,
         upstream_limit_per_min: Some(1),
         ..cfg

@@ -6,14 +6,13 @@
 
 mod common;
 
-use common::pacer;
+use common::{assert_contains_all, pacer, pacer_json, stdout};
 use pacer_cli::sim::{
-    self, validate, Arrivals, Design, Load, OnRefusal, SimConfig, UpstreamKind, UpstreamLimit,
-    UpstreamModel, MAX_LIMIT_CHANGES,
+    self, validate, Load, OnRefusal, SimConfig, UpstreamKind, UpstreamLimit, UpstreamModel,
+    MAX_LIMIT_CHANGES,
 };
 use pacer_cli::upstream_sweep;
-use pacer_core::{Budget, ReleasePolicy};
-use serde_json::Value;
+use pacer_core::Budget;
 
 /// `changes` as the model's fixed-size schedule.
 fn schedule(changes: &[(u64, u32)]) -> [Option<(u64, u32)>; MAX_LIMIT_CHANGES] {
@@ -287,27 +286,13 @@ fn one_a_second(limit: u32, upstream_model: UpstreamModel) -> SimConfig {
             rate_per_min: 0,
             ..Budget::DEFAULT
         },
-        burst: 10,
-        release_policy: ReleasePolicy::Refund,
-        design: Design::Paced,
-        load: Load::Open {
-            arrivals: Arrivals::Periodic {
-                every_num: 1000,
-                every_den: 1,
-            },
-            on_refusal: OnRefusal::Drop,
-        },
+        load: Load::every(1000, OnRefusal::Drop),
         turn_ms: 100,
         turn_jitter_ms: 0,
-        first_byte_ms: 0,
         duration_ms: 180_000,
-        seed: 1,
-        cancel_percent: 0,
-        booking: false,
-        machines: 1,
         upstream_limit_per_min: Some(limit),
         upstream_model,
-        adaptive: None,
+        ..SimConfig::DEFAULT
     }
 }
 
@@ -375,17 +360,11 @@ fn the_upstream_sweep_keeps_the_model() {
         2000,
     );
     let closed = SimConfig {
-        load: Load::Closed {
-            agents: 10,
-            think_ms: 0,
-            stagger_ms: 0,
-        },
-        turn_jitter_ms: 1000,
-        turn_ms: 3000,
-        budget: Budget::DEFAULT,
-        upstream_limit_per_min: None,
+        load: Load::closed(10),
+        duration_ms: 180_000,
+        upstream_model: bucket,
         adaptive: Some((1, 60)),
-        ..one_a_second(30, bucket)
+        ..SimConfig::DEFAULT
     };
     let sweep = upstream_sweep::run(&closed, &[20], &[60]).unwrap();
     let single = |upstream_model| {
@@ -421,7 +400,7 @@ fn the_command_takes_each_flag() {
         "--upstream-limit-per-min",
         "30",
     ];
-    let run = |extra: &[&str]| pacer(&[&base[..], extra].concat(), "");
+    let with = |extra: &[&'static str]| [&base[..], extra].concat();
     for (extra, words) in [
         (&["--upstream-model", "sliding"][..], "in any 60 s;"),
         (
@@ -442,43 +421,37 @@ fn the_command_takes_each_flag() {
             "refuses every connection for 5000 ms",
         ),
     ] {
-        let out = run(extra);
-        assert_eq!(out.code, 0, "{extra:?}: {}", out.stderr);
-        assert!(out.stdout.contains(words), "{extra:?}: {}", out.stdout);
+        assert_contains_all(&stdout(&with(extra)), &[words]);
     }
-    let json = run(&[
+    let report = pacer_json(&with(&[
         "--upstream-model",
         "token-bucket",
         "--upstream-limit-at",
         "1=15",
         "--json",
-    ]);
-    let report: Value = serde_json::from_str(&json.stdout).unwrap();
+    ]));
     assert_eq!(
         report["settings"]["upstream_model"],
         serde_json::json!({"kind": "token-bucket", "burst": 10,
             "limit_changes": [{"minute": 1, "limit": 15}], "penalty_ms": 0})
     );
     // The default names no model.
-    let plain: Value = serde_json::from_str(&run(&["--json"]).stdout).unwrap();
+    let plain = pacer_json(&with(&["--json"]));
     assert!(plain["settings"].get("upstream_model").is_none());
-    let sweep = pacer(
-        &[
-            "simulate",
-            "--sweep-upstream",
-            "20",
-            "--adaptive",
-            "--duration-ms",
-            "120000",
-            "--upstream-model",
-            "fixed-minute",
-        ],
-        "",
+    let sweep = stdout(&[
+        "simulate",
+        "--sweep-upstream",
+        "20",
+        "--adaptive",
+        "--duration-ms",
+        "120000",
+        "--upstream-model",
+        "fixed-minute",
+    ]);
+    assert_contains_all(
+        &sweep,
+        &["upstream: a hidden limit of T new connections in each calendar minute"],
     );
-    assert_eq!(sweep.code, 0, "{}", sweep.stderr);
-    assert!(sweep
-        .stdout
-        .contains("upstream: a hidden limit of T new connections in each calendar minute"));
 }
 
 #[test]

@@ -120,6 +120,28 @@ pub enum Load {
     },
 }
 
+impl Load {
+    /// A closed loop of `agents` with no think time and no stagger.
+    pub const fn closed(agents: u32) -> Load {
+        Load::Closed {
+            agents,
+            think_ms: 0,
+            stagger_ms: 0,
+        }
+    }
+
+    /// An open loop offering a request every `every_ms` ms (periodic).
+    pub const fn every(every_ms: u64, on_refusal: OnRefusal) -> Load {
+        Load::Open {
+            arrivals: Arrivals::Periodic {
+                every_num: every_ms,
+                every_den: 1,
+            },
+            on_refusal,
+        }
+    }
+}
+
 /// Everything a run depends on.
 #[derive(Clone, Copy, Debug)]
 pub struct SimConfig {
@@ -166,6 +188,32 @@ pub struct SimConfig {
     /// Adaptive pacing (SPEC §14) between `(floor, ceiling)` per minute:
     /// every gate reports the upstream's answers to its pacer.
     pub adaptive: Option<(u32, u32)>,
+}
+
+impl SimConfig {
+    /// What `pacer simulate` runs with no flag: the default budget (SPEC
+    /// §2), burst 10, the refund policy, this design, a closed loop of 20
+    /// agents, 3000 ms turns ± 1000 ms (a third), the connection's first
+    /// part at once, 600 s virtual, seed 1, no cancellations, no bookings,
+    /// one machine, an upstream without a limit, fixed pacing.
+    pub const DEFAULT: SimConfig = SimConfig {
+        budget: Budget::DEFAULT,
+        burst: 10,
+        release_policy: ReleasePolicy::Refund,
+        design: Design::Paced,
+        load: Load::closed(20),
+        turn_ms: 3000,
+        turn_jitter_ms: 1000,
+        first_byte_ms: 0,
+        duration_ms: 600_000,
+        seed: 1,
+        cancel_percent: 0,
+        booking: false,
+        machines: 1,
+        upstream_limit_per_min: None,
+        upstream_model: UpstreamModel::SLIDING,
+        adaptive: None,
+    };
 }
 
 /// How the machines' proxies pace their new connections.

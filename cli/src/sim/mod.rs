@@ -528,13 +528,10 @@ pub fn run_arrangement(
     validate(cfg)?;
     let budget = cfg.budget;
     let config = Config {
-        rate_per_min: budget.rate_per_min,
-        burst: cfg.burst,
-        idle_timeout_ms: budget.idle_timeout_ms,
-        max_retries: budget.max_retries,
         release_policy: cfg.release_policy,
         adaptive_floor_per_min: cfg.adaptive.map_or(0, |(floor, _)| floor),
         adaptive_ceiling_per_min: cfg.adaptive.map_or(0, |(_, ceiling)| ceiling),
+        ..Config::from_budget(&budget, cfg.burst)
     };
     let probe =
         Pacer::new(&config, 0).map_err(|e| format!("the pacer rejected the settings: {e:?}"))?;
@@ -618,7 +615,7 @@ pub fn run_arrangement(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pacer_core::{Budget, ReleasePolicy};
+    use pacer_core::Budget;
 
     fn closed(agents: u32, rate: u32, turn_ms: u64, duration_ms: u64) -> SimConfig {
         SimConfig {
@@ -626,25 +623,11 @@ mod tests {
                 rate_per_min: rate,
                 ..Budget::DEFAULT
             },
-            burst: 10,
-            release_policy: ReleasePolicy::Refund,
-            design: Design::Paced,
-            load: Load::Closed {
-                agents,
-                think_ms: 0,
-                stagger_ms: 0,
-            },
+            load: Load::closed(agents),
             turn_ms,
             turn_jitter_ms: 0,
-            first_byte_ms: 0,
             duration_ms,
-            seed: 1,
-            cancel_percent: 0,
-            booking: false,
-            machines: 1,
-            upstream_limit_per_min: None,
-            upstream_model: UpstreamModel::SLIDING,
-            adaptive: None,
+            ..SimConfig::DEFAULT
         }
     }
 

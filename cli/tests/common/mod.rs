@@ -71,3 +71,40 @@ pub fn pacer_json(args: &[&str]) -> serde_json::Value {
     assert_eq!(run.code, 0, "pacer {args:?} failed: {}", run.stderr);
     serde_json::from_str(&run.stdout).expect("stdout is JSON")
 }
+
+/// Runs `pacer ARGS` with no input; asserts exit 0 and returns stdout.
+pub fn stdout(args: &[&str]) -> String {
+    let run = pacer(args, "");
+    assert_eq!(run.code, 0, "pacer {args:?} failed: {}", run.stderr);
+    run.stdout
+}
+
+/// Asserts that `text` holds every one of `needles`.
+pub fn assert_contains_all(text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+}
+
+/// Runs `pacer ARGS --plot FILE` with `FILE` a fresh SVG file named after
+/// `name`; asserts exit 0 and returns the chart, removing the file.
+pub fn plot(args: &[&str], name: &str) -> String {
+    let path = std::env::temp_dir().join(format!("pacer-{name}-{}.svg", std::process::id()));
+    let path_text = path.to_str().expect("utf-8 path");
+    stdout(&[args, &["--plot", path_text]].concat());
+    let svg = std::fs::read_to_string(&path).expect("the plot was written");
+    let _ = std::fs::remove_file(&path);
+    svg
+}
+
+/// The unsigned integer `key` of a JSON report.
+pub fn u(report: &serde_json::Value, key: &str) -> u64 {
+    report[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} missing in {report}"))
+}
+
+/// The unsigned integers `keys` of a JSON report, in order.
+pub fn us<const N: usize>(report: &serde_json::Value, keys: [&str; N]) -> [u64; N] {
+    keys.map(|key| u(report, key))
+}
