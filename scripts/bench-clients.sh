@@ -17,20 +17,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-smoke=0
-write=0
-for arg in "$@"; do
-    case "$arg" in
-        --smoke) smoke=1 ;;
-        --write) write=1 ;;
-        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "bench-clients: unknown argument '$arg'" >&2; exit 2 ;;
-    esac
-done
-if [ "$smoke" = 1 ] && [ "$write" = 1 ]; then
-    echo "bench-clients: --smoke measures nothing worth writing; drop --write" >&2
-    exit 2
-fi
+# shellcheck source=scripts/lib/bench-args.sh
+. scripts/lib/bench-args.sh
+bench_args bench-clients 2,15 "$@"
 if [ "$smoke" = 1 ]; then
     # The smoke run checks the harness, not the speed: the debug module that
     # scripts/test-redis.sh has already built serves (PROFILE=release for the other).

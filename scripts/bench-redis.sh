@@ -31,22 +31,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
-
-smoke=0
-write=0
-for arg in "$@"; do
-    case "$arg" in
-        --smoke) smoke=1 ;;
-        --write) write=1 ;;
-        -h|--help) usage; exit 0 ;;
-        *) echo "bench-redis: unknown argument '$arg'" >&2; usage >&2; exit 2 ;;
-    esac
-done
-if [ "$smoke" = 1 ] && [ "$write" = 1 ]; then
-    echo "bench-redis: --smoke measures nothing worth writing; drop --write" >&2
-    exit 2
-fi
+# shellcheck source=scripts/lib/bench-args.sh
+. scripts/lib/bench-args.sh
+bench_args bench-redis 2,14 "$@"
 
 if [ "$smoke" = 1 ]; then
     ROUNDS="${ROUNDS:-1}"

@@ -19,6 +19,8 @@ from pathlib import Path
 from statistics import median
 from typing import Callable
 
+from doc_sections import kept
+
 ORDER = ["core", "c", "cli", "node", "python", "go"]
 FEW_NS = 2.0  # what "within a few nanoseconds" of a plain load is taken to mean (issue: 2 ns)
 GOVERNOR_MAX = 1.0  # the admit path's largest ratio to governor's (fake clock) that meets its target
@@ -339,13 +341,9 @@ def main() -> None:
     w("")
     # The Redis section is written by scripts/bench-redis.sh between its
     # markers; carry it over as it stands.
-    if out_path.exists():
-        previous = out_path.read_text()
-        begin, end = "<!-- redis:begin -->", "<!-- redis:end -->"
-        if begin in previous and end in previous:
-            block = previous[previous.index(begin):previous.index(end) + len(end)]
-            lines.append(block)
-            lines.append("")
+    block = kept(out_path, "<!-- redis:begin -->", "<!-- redis:end -->")
+    if block is not None:
+        lines += [block, ""]
     out_path.write_text("\n".join(lines))
     print("wrote %s" % out_path, file=sys.stderr)
     if missing:
@@ -460,6 +458,11 @@ def go_contended(go: Layer) -> str:
             times(ratio(go, ("pacer_reserve", 1), ("rate_allow", 1)))))
 
 
+def core_times(layers: dict[str, Layer], a: str, b: str) -> tuple[str, str]:
+    """The core's `a / b` at one thread and at two, as `times` writes them."""
+    return tuple(times(ratio(layers["core"], (a, n), (b, n))) for n in (1, 2))
+
+
 def measured(layer: Layer, id: str, threads: int = 1) -> str:
     """A figure in ns, or "not measured"."""
     return fmt(layer.figure(id, threads), "ns") if layer.has(id, threads) else "not measured"
@@ -517,11 +520,9 @@ MISSES = {
         "(`cas_u128 / cas_u64`, 1t; %s at 2t): much of the gap is the width of the compare-and-swap. The "
         "rest is the rule, whose arithmetic alone (`rule_admit`, inline, no atomic) takes %s. The pacer's "
         "rule on one 64-bit word (`gcra_u64`) takes %s the bare 64-bit CAS (1t; %s at 2t). " % (
-            times(ratio(layers["core"], ("cas_u128", 1), ("cas_u64", 1))),
-            times(ratio(layers["core"], ("cas_u128", 2), ("cas_u64", 2))),
+            *core_times(layers, "cas_u128", "cas_u64"),
             measured(layers["core"], "rule_admit"),
-            times(ratio(layers["core"], ("gcra_u64", 1), ("cas_u64", 1))),
-            times(ratio(layers["core"], ("gcra_u64", 2), ("cas_u64", 2))))
+            *core_times(layers, "gcra_u64", "cas_u64"))
         + state_64_pointer(layers["core"])),
     ("core", "admit path no slower than governor's, fake clock"): lambda layers: (
         "governor's GCRA state is one `u64` (theoretical arrival time): one 64-bit `lock cmpxchg` and three "
@@ -532,15 +533,11 @@ MISSES = {
         "compare-and-swap loop with no rule at all (`cas_u128`) already takes %s governor's time (1t; %s "
         "at 2t). Against governor with its own clock (`governor_clock`), which is what a governor user "
         "pays, the pacer takes %s its time (1t) and %s (2t). " % (
-            times(ratio(layers["core"], ("gcra_u64", 1), ("governor_fake", 1))),
-            times(ratio(layers["core"], ("gcra_u64", 2), ("governor_fake", 2))),
-            times(ratio(layers["core"], ("pacer_admit", 1), ("gcra_u64", 1))),
-            times(ratio(layers["core"], ("pacer_admit", 2), ("gcra_u64", 2))),
+            *core_times(layers, "gcra_u64", "governor_fake"),
+            *core_times(layers, "pacer_admit", "gcra_u64"),
             rule_against_governor(layers["core"]),
-            times(ratio(layers["core"], ("cas_u128", 1), ("governor_fake", 1))),
-            times(ratio(layers["core"], ("cas_u128", 2), ("governor_fake", 2))),
-            times(ratio(layers["core"], ("pacer_admit", 1), ("governor_clock", 1))),
-            times(ratio(layers["core"], ("pacer_admit", 2), ("governor_clock", 2))))
+            *core_times(layers, "cas_u128", "governor_fake"),
+            *core_times(layers, "pacer_admit", "governor_clock"))
         + STATE_64_WHY),
     ("core", "refuse path within %.0f ns of a plain 128-bit load" % FEW_NS): lambda layers: (
         "A refusal writes nothing, but beyond the load it unpacks the word, refills (a multiply), "

@@ -10,8 +10,8 @@
 #   env ROUNDS (default 10), LOOM_ROUNDS (default ROUNDS; 0 skips loom),
 #       STRESS (busy processes, default 2), OUT (default docs/flake-hunt.md)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$(pwd)
+# shellcheck source=scripts/lib/root.sh
+. "$(dirname "$0")/lib/root.sh"
 rounds="${ROUNDS:-10}"
 loom_rounds="${LOOM_ROUNDS:-$rounds}"
 stress="${STRESS:-2}"

@@ -15,8 +15,8 @@
 # is absent; downloads nothing else. Exits non-zero on a crash, an oracle
 # failure or too few calls.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$(pwd)
+# shellcheck source=scripts/lib/root.sh
+. "$(dirname "$0")/lib/root.sh"
 
 ASAN_SECONDS="${ASAN_SECONDS:-240}"
 CHECKED_SECONDS="${CHECKED_SECONDS:-120}"

@@ -16,6 +16,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from doc_sections import kept
+
 # Mutants that no test can catch, each with why. Key: "<file>: <what>",
 # the mutant's name without ":line:col".
 SURVIVORS = {
@@ -246,11 +248,9 @@ def main():
     w("")
     # The hand-written part below the marker (the adversarial table) is
     # carried over from the existing document.
-    if doc_path.exists():
-        previous = doc_path.read_text()
-        if KEEP_MARKER in previous:
-            lines.append(previous[previous.index(KEEP_MARKER):].rstrip("\n"))
-            lines.append("")
+    block = kept(doc_path, KEEP_MARKER)
+    if block is not None:
+        lines += [block.rstrip("\n"), ""]
     doc_path.write_text("\n".join(lines))
     print("wrote %s: %d mutants, %s" % (doc_path, len(rows), dict(counts)), file=sys.stderr)
     if unexplained:

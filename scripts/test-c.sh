@@ -3,8 +3,8 @@
 # links, AddressSanitizer + UBSan, valgrind, threads, the header as C++17,
 # and the exported-symbol check.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$(pwd)
+# shellcheck source=scripts/lib/root.sh
+. "$(dirname "$0")/lib/root.sh"
 
 need() { command -v "$1" >/dev/null 2>&1 || { echo "installing $2"; apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
 need valgrind valgrind

@@ -12,8 +12,8 @@
 # command's order): it uses the addon, node-redis, the venv and the Go
 # module cache they made.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$(pwd)
+# shellcheck source=scripts/lib/root.sh
+. "$(dirname "$0")/lib/root.sh"
 
 bash scripts/redis-deps.sh
 cargo build --locked -p pacer-redis -p pacer-cli

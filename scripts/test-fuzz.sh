@@ -13,8 +13,8 @@
 # nothing else. The checks whose fixes had not landed are switched by
 # PACER_FUZZ_EXPECT (see fuzz/src/lib.rs); it is passed through.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$(pwd)
+# shellcheck source=scripts/lib/root.sh
+. "$(dirname "$0")/lib/root.sh"
 
 RUNS_ABI="${RUNS_ABI:-150000}"
 RUNS_SHARED="${RUNS_SHARED:-30000}"

@@ -8,8 +8,8 @@
 # scripts/test-python.sh (target/python-venv), creating it if needed, and
 # installs the package there first, so it tests the current sources.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$(pwd)
+# shellcheck source=scripts/lib/root.sh
+. "$(dirname "$0")/lib/root.sh"
 
 target="${CARGO_TARGET_DIR:-$root/target}"
 case "$target" in /*) ;; *) target="$root/$target" ;; esac

@@ -661,21 +661,15 @@ end
 -- { kind = 'booked', retry_after_s, seq, debit_units, slot_ms,
 -- clock_regressed }.
 local function reserve_or_book(params, state, now_ms, retries_left)
-  if params.mode == 'disabled' then
-    return nil, admitted_free('disabled', false)
+  local next_state, answer = reserve(params, state, now_ms)
+  local wait = answer.required_wait_ms
+  if answer.kind ~= 'refused' or wait > horizon_ms(params, retries_left) then
+    return next_state, answer
   end
   local at_ms, clock_regressed, tokens = view(params, state, now_ms)
-  local kind, wait, units, path = decide(params, tokens)
-  if kind == 'free' then
-    return nil, admitted_free('overflow', clock_regressed)
-  elseif kind == 'debit' then
-    return debited(state, at_ms, tokens, wait, units, path, clock_regressed)
-  elseif wait > horizon_ms(params, retries_left) then
-    return refusal(params, wait, clock_regressed)
-  end
   -- A place in line: the token the slot will use.
-  local next_state, seq = debit(state, at_ms, tokens, UNITS_PER_TOKEN)
-  return next_state,
+  local booked_state, seq = debit(state, at_ms, tokens, UNITS_PER_TOKEN)
+  return booked_state,
     {
       kind = 'booked',
       retry_after_s = booking_hint_s(params, wait - params.bound_ms),

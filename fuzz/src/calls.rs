@@ -194,26 +194,9 @@ pub enum NoticeSrc {
 
 #[derive(Arbitrary, Debug)]
 pub enum Op {
-    Init {
-        p: u8,
-        cfg: Cfg,
-        now: Clock,
-        ptr: Ptr,
-        null_cfg: bool,
-    },
-    Reserve {
-        p: u8,
-        now: Clock,
-        ptr: Ptr,
-        null_out: bool,
-    },
-    ReserveOrBook {
-        p: u8,
-        now: Clock,
-        retries_left: u32,
-        ptr: Ptr,
-        nulls: u8,
-    },
+    Init(InitCall),
+    Reserve(PacerCall),
+    ReserveOrBook(BookCall),
     Redeem {
         p: u8,
         b: u8,
@@ -222,15 +205,7 @@ pub enum Op {
         bptr: Ptr,
         null_out: bool,
     },
-    Release {
-        p: u8,
-        t: u8,
-        now: Clock,
-        ptr: Ptr,
-        tptr: Ptr,
-        null_out: bool,
-        twice: bool,
-    },
+    Release(ReleaseCall),
     ReleaseBooking {
         p: u8,
         b: u8,
@@ -308,19 +283,82 @@ pub enum Op {
         rate: u32,
     },
     Constants,
-    Observe {
-        p: u8,
-        outcome: OutcomeArg,
-        now: Clock,
-        ptr: Ptr,
-        null_out: bool,
-    },
-    RateInForce {
-        p: u8,
-        now: Clock,
-        ptr: Ptr,
-        null_out: bool,
-    },
+    Observe(ObserveCall),
+    RateInForce(PacerCall),
+}
+
+// The arguments of the ops that call on a pacer slot `p` at `now` (`ptr`
+// picks the storage; `null_out` passes NULL for the out-parameter), in the
+// order the fuzz input gives them.
+
+/// `pacer_reserve` and `pacer_rate_in_force`: a clock and an out-parameter.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub struct PacerCall {
+    p: u8,
+    now: Clock,
+    ptr: Ptr,
+    null_out: bool,
+}
+
+/// `pacer_init`: a configuration, NULL when `null_cfg`.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub struct InitCall {
+    p: u8,
+    cfg: Cfg,
+    now: Clock,
+    ptr: Ptr,
+    null_cfg: bool,
+}
+
+/// `pacer_reserve_or_book`: `nulls` picks NULL or misaligned out-parameters.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub struct BookCall {
+    p: u8,
+    now: Clock,
+    retries_left: u32,
+    ptr: Ptr,
+    nulls: u8,
+}
+
+/// `pacer_release` of ticket `t` (passed where `tptr` says), `twice`: once
+/// more after it.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub struct ReleaseCall {
+    p: u8,
+    t: u8,
+    now: Clock,
+    ptr: Ptr,
+    tptr: Ptr,
+    null_out: bool,
+    twice: bool,
+}
+
+/// `pacer_observe` of `outcome`.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub struct ObserveCall {
+    p: u8,
+    outcome: OutcomeArg,
+    now: Clock,
+    ptr: Ptr,
+    null_out: bool,
+}
+
+impl Op {
+    /// The pacer slot the op calls on, checked after it; None for the
+    /// other ops.
+    fn pacer(&self) -> Option<u8> {
+        match self {
+            Op::Init(InitCall { p, .. })
+            | Op::Reserve(PacerCall { p, .. })
+            | Op::ReserveOrBook(BookCall { p, .. })
+            | Op::Redeem { p, .. }
+            | Op::Release(ReleaseCall { p, .. })
+            | Op::ReleaseBooking { p, .. }
+            | Op::Observe(ObserveCall { p, .. })
+            | Op::RateInForce(PacerCall { p, .. }) => Some(*p),
+            _ => None,
+        }
+    }
 }
 
 /// Who issued a ticket or booking: (pacer index, its init generation);
@@ -402,18 +440,22 @@ impl Clock {
     }
 }
 
+/// The configuration [`Cfg::Default`] builds: rate 60, burst 10, idle
+/// 120000 ms, 5 retries, refund, fixed rate.
+pub const DEFAULT_CFG: pacer_config = pacer_config {
+    rate_per_min: 60,
+    burst: 10,
+    idle_timeout_ms: 120_000,
+    max_retries: 5,
+    release_policy: 0,
+    adaptive_floor_per_min: 0,
+    adaptive_ceiling_per_min: 0,
+};
+
 impl Cfg {
     pub fn build(self) -> pacer_config {
         match self {
-            Cfg::Default => pacer_config {
-                rate_per_min: 60,
-                burst: 10,
-                idle_timeout_ms: 120_000,
-                max_retries: 5,
-                release_policy: 0,
-                adaptive_floor_per_min: 0,
-                adaptive_ceiling_per_min: 0,
-            },
+            Cfg::Default => DEFAULT_CFG,
             Cfg::Valid {
                 rate,
                 burst,
@@ -661,6 +703,26 @@ impl Run {
         self.pacers[i].mem.0.to_vec()
     }
 
+    /// [`Run::storage`] for a call on pacer `i`, with the pacer's bytes
+    /// before the call.
+    fn storage_before(&mut self, i: usize, ptr: Ptr) -> Option<(*mut Storage, PtrKind, Vec<u8>)> {
+        let (storage, kind) = self.storage(i, ptr)?;
+        Some((storage, kind, self.snapshot(i)))
+    }
+
+    /// [`Run::storage_before`] for a call at `now`, with the clock applied
+    /// (also when there is no storage to call with).
+    fn call_at(
+        &mut self,
+        i: usize,
+        now: Clock,
+        ptr: Ptr,
+    ) -> Option<(u64, *mut Storage, PtrKind, Vec<u8>)> {
+        let now = now.apply(&mut self.now);
+        let (storage, kind, before) = self.storage_before(i, ptr)?;
+        Some((now, storage, kind, before))
+    }
+
     fn push_ticket(&mut self, t: pacer_ticket, issuer: Issuer) {
         if ticket::state(&t) == TICKET_LIVE || self.tickets.len() < 4 {
             if self.tickets.len() >= POOL {
@@ -838,11 +900,9 @@ impl Run {
 
     fn init(&mut self, i: usize, cfg: Cfg, now: Clock, ptr: Ptr, null_cfg: bool) {
         let cfg = cfg.build();
-        let now = now.apply(&mut self.now);
-        let Some((storage, kind)) = self.storage(i, ptr) else {
+        let Some((now, storage, kind, before)) = self.call_at(i, now, ptr) else {
             return;
         };
-        let before = self.snapshot(i);
         let cptr: *const pacer_config = if null_cfg { std::ptr::null() } else { &cfg };
         let s = st(call!(pacer_init(storage, cptr, now)), "pacer_init");
         let valid = config_valid(&cfg);
@@ -918,11 +978,9 @@ impl Run {
     }
 
     fn reserve(&mut self, i: usize, now: Clock, ptr: Ptr, null_out: bool) {
-        let now = now.apply(&mut self.now);
-        let Some((storage, kind)) = self.storage(i, ptr) else {
+        let Some((now, storage, kind, before)) = self.call_at(i, now, ptr) else {
             return;
         };
-        let before = self.snapshot(i);
         let mut d = Out::<pacer_decision>::new();
         let dptr = d.ptr_or_null(null_out);
         let s = st(call!(pacer_reserve(storage, now, dptr)), "pacer_reserve");
@@ -941,18 +999,12 @@ impl Run {
     }
 
     fn reserve_or_book(&mut self, i: usize, now: Clock, retries_left: u32, ptr: Ptr, nulls: u8) {
-        let now = now.apply(&mut self.now);
-        let Some((storage, kind)) = self.storage(i, ptr) else {
+        let Some((now, storage, kind, before)) = self.call_at(i, now, ptr) else {
             return;
         };
-        let before = self.snapshot(i);
         let mut d = Out::<pacer_decision>::new();
         let mut b = Out::<pacer_booking>::new();
-        let dptr = if nulls & 1 != 0 {
-            std::ptr::null_mut()
-        } else {
-            d.ptr()
-        };
+        let dptr = d.ptr_or_null(nulls & 1 != 0);
         let mut bmis = Aligned::<64>::filled(SENTINEL);
         let mis = nulls & 4 != 0 && expect().misaligned;
         let bptr = if nulls & 2 != 0 {
@@ -1041,7 +1093,7 @@ impl Run {
         let Some(bi) = pick(&self.bookings, b) else {
             return;
         };
-        let Some((storage, kind)) = self.storage(i, ptr) else {
+        let Some((storage, kind, before)) = self.storage_before(i, ptr) else {
             return;
         };
         let booking = self.bookings[bi].b;
@@ -1049,7 +1101,6 @@ impl Run {
         let mut bmem = Aligned::<64>::filled(0);
         let (bp, bkind) = place(&mut bmem, bptr, booking);
         let bbefore = bmem.0;
-        let before = self.snapshot(i);
         let mut d = Out::<pacer_decision>::new();
         let dptr = d.ptr_or_null(null_out);
         let s = st(call!(pacer_redeem(storage, bp, now, dptr)), "pacer_redeem");
@@ -1145,13 +1196,12 @@ impl Run {
         null_out: bool,
         what: &str,
     ) -> (pacer_ticket, Option<bool>) {
-        let Some((storage, kind)) = self.storage(i, ptr) else {
+        let Some((storage, kind, before)) = self.storage_before(i, ptr) else {
             return (t, None);
         };
         let mut tmem = Aligned::<64>::filled(0);
         let (tp, tkind) = place(&mut tmem, tptr, t);
         let tbefore = tmem.0;
-        let before = self.snapshot(i);
         let mut r = Out::<bool>::new();
         let rptr = r.ptr_or_null(null_out);
         let s = st(call!(pacer_release(storage, tp, now, rptr)), what);
@@ -1206,44 +1256,55 @@ impl Run {
         (after, Some(refunded))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn release(
+    /// [`Run::release_one`] through aligned pointers and into an out-parameter.
+    fn release_plain(
         &mut self,
         i: usize,
-        t: u8,
-        now: Clock,
-        ptr: Ptr,
-        tptr: Ptr,
-        null_out: bool,
-        twice: bool,
-    ) {
-        let now = now.apply(&mut self.now);
-        let Some(ti) = pick(&self.tickets, t) else {
+        t: pacer_ticket,
+        issuer: Issuer,
+        now: u64,
+        what: &str,
+    ) -> (pacer_ticket, Option<bool>) {
+        self.release_one(i, t, issuer, now, Ptr::Aligned, Ptr::Aligned, false, what)
+    }
+
+    /// The second release of a ticket (a booking's when `booking`) whose
+    /// first release answered `first`: it may not refund again. Returns the
+    /// ticket after it.
+    fn release_again(
+        &mut self,
+        i: usize,
+        t: pacer_ticket,
+        issuer: Issuer,
+        now: u64,
+        first: Option<bool>,
+        booking: bool,
+    ) -> pacer_ticket {
+        let (call, what) = if booking {
+            ("pacer_release(booking again)", "a booking")
+        } else {
+            ("pacer_release(again)", "a ticket struct")
+        };
+        let (again, second) = self.release_plain(i, t, issuer, now, call);
+        if first == Some(true) {
+            assert_ne!(second, Some(true), "{what} released twice refunded twice");
+        }
+        again
+    }
+
+    fn release(&mut self, i: usize, call: ReleaseCall) {
+        let now = call.now.apply(&mut self.now);
+        let Some(ti) = pick(&self.tickets, call.t) else {
             return;
         };
         let Tk { t, issuer } = self.tickets[ti];
+        let (ptr, tptr) = (call.ptr, call.tptr);
         let (after, refunded) =
-            self.release_one(i, t, issuer, now, ptr, tptr, null_out, "pacer_release");
+            self.release_one(i, t, issuer, now, ptr, tptr, call.null_out, "pacer_release");
         self.tickets[ti].t = after;
-        if twice {
+        if call.twice {
             self.check_pacer(i);
-            let (again, second) = self.release_one(
-                i,
-                after,
-                issuer,
-                now,
-                Ptr::Aligned,
-                Ptr::Aligned,
-                false,
-                "pacer_release(again)",
-            );
-            if refunded == Some(true) {
-                assert_ne!(
-                    second,
-                    Some(true),
-                    "a ticket struct released twice refunded twice"
-                );
-            }
+            let again = self.release_again(i, after, issuer, now, refunded, false);
             self.tickets[ti].t = again;
         }
     }
@@ -1255,44 +1316,18 @@ impl Run {
         };
         let issuer = self.bookings[bi].issuer;
         let t = self.bookings[bi].b.ticket;
-        let (after, refunded) = self.release_one(
-            i,
-            t,
-            issuer,
-            now,
-            Ptr::Aligned,
-            Ptr::Aligned,
-            false,
-            "pacer_release(booking)",
-        );
+        let (after, refunded) = self.release_plain(i, t, issuer, now, "pacer_release(booking)");
         self.bookings[bi].b.ticket = after;
         if twice {
-            let (again, second) = self.release_one(
-                i,
-                after,
-                issuer,
-                now,
-                Ptr::Aligned,
-                Ptr::Aligned,
-                false,
-                "pacer_release(booking again)",
-            );
-            if refunded == Some(true) {
-                assert_ne!(
-                    second,
-                    Some(true),
-                    "a booking released twice refunded twice"
-                );
-            }
+            let again = self.release_again(i, after, issuer, now, refunded, true);
             self.bookings[bi].b.ticket = again;
         }
     }
 
     fn read_state(&mut self, i: usize, ptr: Ptr, null_out: bool, counters: bool) {
-        let Some((storage, kind)) = self.storage(i, ptr) else {
+        let Some((storage, kind, before)) = self.storage_before(i, ptr) else {
             return;
         };
-        let before = self.snapshot(i);
         let (s, untouched) = if counters {
             let mut o = Out::<pacer_counters>::new();
             let p = o.ptr_or_null(null_out);
@@ -1409,11 +1444,9 @@ impl Run {
     }
 
     fn rate_in_force(&mut self, i: usize, now: Clock, ptr: Ptr, null_out: bool) {
-        let now = now.apply(&mut self.now);
-        let Some((storage, kind)) = self.storage(i, ptr) else {
+        let Some((now, storage, kind, before)) = self.call_at(i, now, ptr) else {
             return;
         };
-        let before = self.snapshot(i);
         let mut r = Out::<u32>::new();
         let rp = r.ptr_or_null(null_out);
         let s = st(
@@ -1756,16 +1789,8 @@ impl Run {
         };
         let mut n = Out::<pacer_notice>::new();
         let mut present = Out::<bool>::new();
-        let np = if nulls & 2 != 0 {
-            std::ptr::null_mut()
-        } else {
-            n.ptr()
-        };
-        let pp = if nulls & 4 != 0 {
-            std::ptr::null_mut()
-        } else {
-            present.ptr()
-        };
+        let np = n.ptr_or_null(nulls & 2 != 0);
+        let pp = present.ptr_or_null(nulls & 4 != 0);
         let s = st(call!(pacer_mode_notice(cp, np, pp)), "pacer_mode_notice");
         if s != OK {
             assert!(
@@ -1978,36 +2003,11 @@ impl Run {
     fn step(&mut self, op: &Op) {
         let p = |x: u8| x as usize % PACERS;
         let r = |x: u8| x as usize % REGISTRIES;
-        let mut touched = None;
         match *op {
-            Op::Init {
-                p: i,
-                cfg,
-                now,
-                ptr,
-                null_cfg,
-            } => {
-                self.init(p(i), cfg, now, ptr, null_cfg);
-                touched = Some(p(i));
-            }
-            Op::Reserve {
-                p: i,
-                now,
-                ptr,
-                null_out,
-            } => {
-                self.reserve(p(i), now, ptr, null_out);
-                touched = Some(p(i));
-            }
-            Op::ReserveOrBook {
-                p: i,
-                now,
-                retries_left,
-                ptr,
-                nulls,
-            } => {
-                self.reserve_or_book(p(i), now, retries_left, ptr, nulls);
-                touched = Some(p(i));
+            Op::Init(c) => self.init(p(c.p), c.cfg, c.now, c.ptr, c.null_cfg),
+            Op::Reserve(c) => self.reserve(p(c.p), c.now, c.ptr, c.null_out),
+            Op::ReserveOrBook(c) => {
+                self.reserve_or_book(p(c.p), c.now, c.retries_left, c.ptr, c.nulls)
             }
             Op::Redeem {
                 p: i,
@@ -2016,31 +2016,14 @@ impl Run {
                 ptr,
                 bptr,
                 null_out,
-            } => {
-                self.redeem(p(i), b, now, ptr, bptr, null_out);
-                touched = Some(p(i));
-            }
-            Op::Release {
-                p: i,
-                t,
-                now,
-                ptr,
-                tptr,
-                null_out,
-                twice,
-            } => {
-                self.release(p(i), t, now, ptr, tptr, null_out, twice);
-                touched = Some(p(i));
-            }
+            } => self.redeem(p(i), b, now, ptr, bptr, null_out),
+            Op::Release(c) => self.release(p(c.p), c),
             Op::ReleaseBooking {
                 p: i,
                 b,
                 now,
                 twice,
-            } => {
-                self.release_booking(p(i), b, now, twice);
-                touched = Some(p(i));
-            }
+            } => self.release_booking(p(i), b, now, twice),
             Op::CopyTicket { t } => {
                 if let Some(ti) = pick(&self.tickets, t) {
                     let copy = Tk {
@@ -2126,28 +2109,11 @@ impl Run {
                 rate,
             } => self.derived(idle, retries, bound, required, rate),
             Op::Constants => self.constants(),
-            Op::Observe {
-                p: i,
-                outcome,
-                now,
-                ptr,
-                null_out,
-            } => {
-                self.observe(p(i), outcome, now, ptr, null_out);
-                touched = Some(p(i));
-            }
-            Op::RateInForce {
-                p: i,
-                now,
-                ptr,
-                null_out,
-            } => {
-                self.rate_in_force(p(i), now, ptr, null_out);
-                touched = Some(p(i));
-            }
+            Op::Observe(c) => self.observe(p(c.p), c.outcome, c.now, c.ptr, c.null_out),
+            Op::RateInForce(c) => self.rate_in_force(p(c.p), c.now, c.ptr, c.null_out),
         }
-        if let Some(i) = touched {
-            self.check_pacer(i);
+        if let Some(i) = op.pacer() {
+            self.check_pacer(p(i));
         }
     }
 }

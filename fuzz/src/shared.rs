@@ -37,7 +37,9 @@ use pacer::pacer::{
 };
 use pacer::shm::*;
 
-use crate::calls::{adaptive_bounds, check_rate, debt_floor, outcome_known, Cfg, OutcomeArg};
+use crate::calls::{
+    adaptive_bounds, check_rate, debt_floor, outcome_known, Cfg, OutcomeArg, DEFAULT_CFG,
+};
 use crate::{
     call, expect, st, ticket, Aligned, Out, INVALID_ENUM, MISALIGNED, NULL_PARAMETER, OK,
     OUTCOME_OPENED, TICKET_LIVE, TICKET_SPENT,
@@ -52,16 +54,8 @@ const NOT_OPEN: u32 = 23;
 const FILE_SIZE: usize = PACER_SHARED_FILE_SIZE as usize;
 const HEADER: usize = PACER_SHARED_HEADER_SIZE;
 
-/// The configuration the template file was made with.
-const TEMPLATE_CFG: pacer_config = pacer_config {
-    rate_per_min: 60,
-    burst: 10,
-    idle_timeout_ms: 120_000,
-    max_retries: 5,
-    release_policy: 0,
-    adaptive_floor_per_min: 0,
-    adaptive_ceiling_per_min: 0,
-};
+/// The configuration the template file was made with: the default one.
+const TEMPLATE_CFG: pacer_config = DEFAULT_CFG;
 
 struct Env {
     dir: PathBuf,

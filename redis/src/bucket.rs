@@ -661,13 +661,9 @@ pub fn execute(
             let step = params.reserve(&header.state, now_ms);
             let answer = match step.answer {
                 Decision::Admitted(admission) => {
-                    bump(&mut header.counters[ADMITTED]);
                     admitted(&mut header, &mut effect, key, admission)?
                 }
-                Decision::Refused(refusal) => {
-                    bump(&mut header.counters[REFUSED]);
-                    refused(refusal)
-                }
+                Decision::Refused(refusal) => refused(&mut header, refusal),
             };
             settle(&mut header, step.next);
             answer
@@ -677,7 +673,6 @@ pub fn execute(
             let step = params.reserve_or_book(&header.state, now_ms, retries);
             let answer = match step.answer {
                 BookingDecision::Admitted(admission) => {
-                    bump(&mut header.counters[ADMITTED]);
                     admitted(&mut header, &mut effect, key, admission)?
                 }
                 BookingDecision::Booked(booked) => {
@@ -693,10 +688,7 @@ pub fn execute(
                         Item::Int(i64::from(booked.clock_regressed)),
                     ])
                 }
-                BookingDecision::Refused(refusal) => {
-                    bump(&mut header.counters[REFUSED]);
-                    refused(refusal)
-                }
+                BookingDecision::Refused(refusal) => refused(&mut header, refusal),
             };
             settle(&mut header, step.next);
             answer
@@ -728,7 +720,6 @@ pub fn execute(
                 // admission.
                 Redemption::Admitted(admission) => {
                     effect.bits.push((spent_bit(ticket.serial), true));
-                    bump(&mut header.counters[ADMITTED]);
                     admitted(&mut header, &mut effect, key, admission)?
                 }
                 Redemption::NotYet { retry_after_s, .. } => {
@@ -813,12 +804,14 @@ fn issue(
     .render(&header.secret, key))
 }
 
+/// Counts an admission and answers it, issuing its ticket if it has one.
 fn admitted(
     header: &mut Header,
     effect: &mut Effect,
     key: &[u8],
     admission: Admission,
 ) -> Result<Reply, String> {
+    bump(&mut header.counters[ADMITTED]);
     let ticket = match admission.ticket {
         Some(ticket) => {
             let (seq, debit) = ticket.into_raw();
@@ -835,7 +828,9 @@ fn admitted(
     ]))
 }
 
-fn refused(refusal: pacer_core::Refusal) -> Reply {
+/// Counts a refusal and answers it.
+fn refused(header: &mut Header, refusal: pacer_core::Refusal) -> Reply {
+    bump(&mut header.counters[REFUSED]);
     Reply::Array(vec![
         Item::Str("refused".into()),
         Item::Int(refusal.retry_after_s as i64),

@@ -257,33 +257,19 @@ fn guarded(ctx: &Context, op: &str, args: Vec<RedisString>) -> RedisResult {
         .unwrap_or_else(|_| Err(RedisError::Str("ERR pacer: internal error")))
 }
 
-fn create(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    guarded(ctx, "create", args)
+/// The commands' entry points, one a name: each runs its op through
+/// `guarded`.
+macro_rules! commands {
+    ($($op:ident),*) => {
+        $(
+            fn $op(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+                guarded(ctx, stringify!($op), args)
+            }
+        )*
+    };
 }
 
-fn reserve(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    guarded(ctx, "reserve", args)
-}
-
-fn book(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    guarded(ctx, "book", args)
-}
-
-fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    guarded(ctx, "release", args)
-}
-
-fn redeem(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    guarded(ctx, "redeem", args)
-}
-
-fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    guarded(ctx, "info", args)
-}
-
-fn observe(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    guarded(ctx, "observe", args)
-}
+commands!(create, reserve, book, release, redeem, info, observe);
 
 redis_module! {
     name: "pacer",

@@ -196,10 +196,7 @@ fn acl_categories_grant_what_the_server_allows() {
 /// nothing is answered); info is answered by every engine; nothing changes.
 #[test]
 fn at_maxmemory_every_engine_refuses_writes_with_redis_own_error() {
-    let server = Server::with_module();
-    let mut con = server.connect();
-    let sha = common::load_script(&mut con, &common::test_clock_script());
-    let function = common::load_function(&mut con, "pacer_test");
+    let (_server, mut con, sha, function) = common::every_engine();
     let mut create = vec!["PACER.CREATE", "k"];
     create.extend(CONFIG);
     call(&mut con, &create).unwrap();

@@ -47,10 +47,7 @@ struct Doors {
 
 impl Doors {
     fn open() -> Doors {
-        let server = Server::with_module();
-        let mut con = server.connect();
-        let sha = common::load_script(&mut con, &common::test_clock_script());
-        let function = common::load_function(&mut con, "pacer_test");
+        let (server, con, sha, function) = common::every_engine();
         let mut with_at: Vec<&str> = CONFIG.to_vec();
         with_at.extend(["AT", "0"]);
         Doors {
@@ -67,6 +64,13 @@ impl Doors {
 fn server_ms(con: &mut redis::Connection) -> i64 {
     let (s, us): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
     s * 1000 + us / 1000
+}
+
+/// Each `(name, value)` is INFO's integer for `name` (engine: for messages).
+fn assert_info(info: &Value, engine: &str, expected: &[(&str, i64)]) {
+    for &(name, value) in expected {
+        assert_eq!(info_value(info, name), Value::Int(value), "{engine} {name}");
+    }
 }
 
 fn text(value: &Value) -> String {
@@ -229,33 +233,11 @@ fn the_function_continues_from_whichever_engine_wrote_last() {
 /// error and change nothing.
 #[test]
 fn bad_calls_get_the_same_error_from_every_engine_and_change_nothing() {
-    let server = Server::with_module();
-    let mut con = server.connect();
-    let sha = common::load_script(&mut con, &common::test_clock_script());
-    let function = common::load_function(&mut con, "pacer_test");
+    let (server, mut con, sha, function) = common::every_engine();
     let mut setup = |args: &[&str]| call(&mut con, args).expect("setup");
-    setup(&[
-        "PACER.CREATE",
-        "a",
-        "60",
-        "2",
-        "30000",
-        "3",
-        "refund",
-        "AT",
-        "0",
-    ]);
-    setup(&[
-        "PACER.CREATE",
-        "b",
-        "60",
-        "2",
-        "30000",
-        "3",
-        "refund",
-        "AT",
-        "0",
-    ]);
+    for key in ["a", "b"] {
+        setup(&[&["PACER.CREATE", key][..], &CONFIG, &["AT", "0"]].concat());
+    }
     setup(&["RPUSH", "list", "x"]);
     setup(&["SET", "plain", "hello"]);
     let mut con = server.connect();
@@ -678,6 +660,24 @@ fn a_ticket_past_the_ring_grows_the_key_as_setbit_does_on_every_engine() {
     assert_eq!(keys[0], keys[2], "the module and the function");
 }
 
+/// The module creates the bucket "good" with `config` (its clock included)
+/// and admits once: that admission's ticket.
+fn good_bucket(doors: &mut Doors, config: &[&str]) -> String {
+    module(&mut doors.con, "create", "good", config).unwrap();
+    match module(&mut doors.con, "reserve", "good", config).unwrap() {
+        Value::Array(items) => text(&items[2]),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The bucket "good", byte for byte.
+fn bucket_bytes(doors: &mut Doors) -> Vec<u8> {
+    let Value::BulkString(good) = bytes(&mut doors.con, "good") else {
+        panic!("no bucket bytes")
+    };
+    good
+}
+
 /// Each edit of `good` (what, first byte, replacement), stored at
 /// "edited", is "not a pacer bucket" to every engine for every command
 /// (admissions with `config`, a release of `ticket`), and the key stays as
@@ -724,14 +724,8 @@ fn edits_are_not_buckets(
 fn an_edited_header_is_not_a_bucket_to_any_engine() {
     let mut doors = Doors::open();
     let with_at = doors.with_at.clone();
-    module(&mut doors.con, "create", "good", &with_at).unwrap();
-    let ticket = match module(&mut doors.con, "reserve", "good", &with_at).unwrap() {
-        Value::Array(items) => text(&items[2]),
-        other => panic!("{other:?}"),
-    };
-    let Value::BulkString(good) = bytes(&mut doors.con, "good") else {
-        panic!("no bucket bytes")
-    };
+    let ticket = good_bucket(&mut doors, &with_at);
+    let good = bucket_bytes(&mut doors);
     assert_eq!(good.len(), 256);
     // (first byte, replacement): byte offsets from the layout table.
     let edits: [(&str, usize, &str); 13] = [
@@ -815,10 +809,7 @@ fn replies_are_the_same_structure_in_resp2_and_resp3() {
 /// a bucket's clock is the server's: between two `TIME` readings.
 #[test]
 fn without_test_clock_the_server_clock_decides() {
-    let server = Server::start(common::Options {
-        test_clock: false,
-        ..Default::default()
-    });
+    let server = Server::start(common::Options::production());
     let mut con = server.connect();
     let error = module(
         &mut con,
@@ -860,10 +851,7 @@ fn without_test_clock_the_server_clock_decides() {
 /// server's clock and refuses `AT`, as the shipped script does by EVALSHA.
 #[test]
 fn the_shipped_library_is_pacer_on_the_server_clock() {
-    let server = Server::start(common::Options {
-        test_clock: false,
-        ..Default::default()
-    });
+    let server = Server::start(common::Options::production());
     let mut con = server.connect();
     let library = format!("#!lua name=pacer\n{}", common::script_source());
     assert_eq!(
@@ -1068,24 +1056,22 @@ fn observe_follows_the_law_by_hand_on_every_engine() {
         let fields = " 001 600 0000000000260051 00000 00000 00052 00045 1 0    ";
         expect_observe(d, engine, key, ("throttled", 260_051), 44, fields);
         let info = info_at(d, engine, key, 260_051);
-        for (name, value) in [
-            ("rate_in_force", 44),
-            ("adaptive_floor_per_min", 1),
-            ("adaptive_ceiling_per_min", 600),
-            ("origin_ms", 260_051),
-            ("window", 0),
-            ("opened", 0),
-            ("opened_before", 52),
-            ("limit_per_min", 45),
-            ("probing", 1),
-            ("again", 0),
-        ] {
-            assert_eq!(
-                info_value(&info, name),
-                Value::Int(value),
-                "{engine} {name}"
-            );
-        }
+        assert_info(
+            &info,
+            engine,
+            &[
+                ("rate_in_force", 44),
+                ("adaptive_floor_per_min", 1),
+                ("adaptive_ceiling_per_min", 600),
+                ("origin_ms", 260_051),
+                ("window", 0),
+                ("opened", 0),
+                ("opened_before", 52),
+                ("limit_per_min", 45),
+                ("probing", 1),
+                ("again", 0),
+            ],
+        );
         keys.push(without_secret(bytes(&mut d.con, key)));
     }
     // The module's, the script's and the function's keys are the same.
@@ -1118,24 +1104,22 @@ fn observe_follows_the_law_by_hand_on_every_engine() {
         };
         assert!(header[199..256].iter().all(|&b| b == b' '), "{engine}");
         let info = by(&mut doors, engine, "info", &key, &["AT", "1000"]).unwrap();
-        for (name, value) in [
-            ("rate_in_force", 60),
-            ("adaptive_floor_per_min", 0),
-            ("adaptive_ceiling_per_min", 0),
-            ("origin_ms", 0),
-            ("window", 0),
-            ("opened", 0),
-            ("opened_before", 0),
-            ("limit_per_min", 0),
-            ("probing", 0),
-            ("again", 0),
-        ] {
-            assert_eq!(
-                info_value(&info, name),
-                Value::Int(value),
-                "{engine} {name}"
-            );
-        }
+        assert_info(
+            &info,
+            engine,
+            &[
+                ("rate_in_force", 60),
+                ("adaptive_floor_per_min", 0),
+                ("adaptive_ceiling_per_min", 0),
+                ("origin_ms", 0),
+                ("window", 0),
+                ("opened", 0),
+                ("opened_before", 0),
+                ("limit_per_min", 0),
+                ("probing", 0),
+                ("again", 0),
+            ],
+        );
     }
 }
 
@@ -1176,7 +1160,8 @@ fn adaptive_bad_calls_get_the_same_error_from_every_engine() {
     let number = |name: &str, got: &str| {
         format!("ERR pacer: {name} must be a whole number below 2^52, got '{got}'")
     };
-    let cases: Vec<(&str, &str, Vec<&str>, String)> = vec![
+    let err = |text: &str| format!("ERR pacer: {text}");
+    let mut cases: Vec<(&str, &str, Vec<&str>, String)> = vec![
         (
             "reserve",
             "fixed",
@@ -1199,24 +1184,13 @@ fn adaptive_bad_calls_get_the_same_error_from_every_engine() {
                 &format!("{fixed_text} adaptive_floor_per_min=20 adaptive_ceiling_per_min=60"),
             ),
         ),
-        (
-            "reserve",
-            "new",
-            with(&["ADAPT", "61", "0"]),
-            range("61", "0", "60"),
-        ),
-        (
-            "reserve",
-            "new",
-            with(&["ADAPT", "10", "59"]),
-            range("10", "59", "60"),
-        ),
-        (
-            "reserve",
-            "new",
-            with(&["ADAPT", "10", "601"]),
-            range("10", "601", "60"),
-        ),
+    ];
+    // A floor and ceiling that do not fit a new bucket of rate 60.
+    for (floor, ceiling) in [("61", "0"), ("10", "59"), ("10", "601")] {
+        let args = with(&["ADAPT", floor, ceiling]);
+        cases.push(("reserve", "new", args, range(floor, ceiling, "60")));
+    }
+    cases.extend([
         (
             "create",
             "new",
@@ -1239,43 +1213,43 @@ fn adaptive_bad_calls_get_the_same_error_from_every_engine() {
             "reserve",
             "new",
             with(&["ADAPT", "10"]),
-            "ERR pacer: unknown argument 'ADAPT'".into(),
+            err("unknown argument 'ADAPT'"),
         ),
         (
             "reserve",
             "new",
             with(&["AT", "0", "ADAPT", "10", "0"]),
-            "ERR pacer: wrong number of arguments for reserve".into(),
+            err("wrong number of arguments for reserve"),
         ),
         (
             "info",
             "adaptive",
             vec!["ADAPT", "10", "0"],
-            "ERR pacer: wrong number of arguments for info".into(),
+            err("wrong number of arguments for info"),
         ),
         (
             "observe",
             "missing",
             vec!["throttled"],
-            "ERR pacer: no bucket at key 'missing'".into(),
+            err("no bucket at key 'missing'"),
         ),
         (
             "observe",
             "adaptive",
             vec!["Throttled"],
-            "ERR pacer: outcome must be opened or throttled, got 'Throttled'".into(),
+            err("outcome must be opened or throttled, got 'Throttled'"),
         ),
         (
             "observe",
             "adaptive",
             vec![],
-            "ERR pacer: wrong number of arguments for observe".into(),
+            err("wrong number of arguments for observe"),
         ),
         (
             "observe",
             "adaptive",
             vec!["throttled", "NOW", "5"],
-            "ERR pacer: unknown argument 'NOW'".into(),
+            err("unknown argument 'NOW'"),
         ),
         (
             "observe",
@@ -1294,13 +1268,13 @@ fn adaptive_bad_calls_get_the_same_error_from_every_engine() {
             "book",
             "fixed",
             vec!["601", "2", "30000", "3", "refund", "-1"],
-            "ERR pacer: rate_per_min 601 is above 600".into(),
+            err("rate_per_min 601 is above 600"),
         ),
         (
             "reserve",
             "fixed",
             vec!["601", "2", "30000", "3", "refund", "AT", "01"],
-            "ERR pacer: rate_per_min 601 is above 600".into(),
+            err("rate_per_min 601 is above 600"),
         ),
         (
             "reserve",
@@ -1312,15 +1286,15 @@ fn adaptive_bad_calls_get_the_same_error_from_every_engine() {
             "release",
             "missing",
             vec!["nonsense"],
-            "ERR pacer: no bucket at key 'missing'".into(),
+            err("no bucket at key 'missing'"),
         ),
         (
             "observe",
             "missing",
             vec!["sideways", "AT", "x"],
-            "ERR pacer: outcome must be opened or throttled, got 'sideways'".into(),
+            err("outcome must be opened or throttled, got 'sideways'"),
         ),
-    ];
+    ]);
     let watched = ["fixed", "adaptive", "new", "missing"];
     for (op, key, args, expected) in &cases {
         for engine in ["module", "script", "function"] {
@@ -1345,15 +1319,9 @@ fn an_edited_adaptive_header_is_not_a_bucket_to_any_engine() {
     let mut doors = Doors::open();
     let mut config: Vec<&str> = CONFIG.to_vec(); // rate 60
     config.extend(["ADAPT", "10", "90", "AT", "0"]);
-    module(&mut doors.con, "create", "good", &config).unwrap();
-    let ticket = match module(&mut doors.con, "reserve", "good", &config).unwrap() {
-        Value::Array(items) => text(&items[2]),
-        other => panic!("{other:?}"),
-    };
+    let ticket = good_bucket(&mut doors, &config);
     module(&mut doors.con, "observe", "good", &["throttled", "AT", "5"]).unwrap();
-    let Value::BulkString(good) = bytes(&mut doors.con, "good") else {
-        panic!("no bucket bytes")
-    };
+    let good = bucket_bytes(&mut doors);
     // Floor 10, ceiling 90, origin 5, nothing counted, L 60 (the rate at
     // 5 while searching: 60·5005/5000), probing, again.
     assert_eq!(

@@ -84,15 +84,21 @@ fn config(rng: &mut SplitMix64) -> Config {
     }
 }
 
+/// A trace's first clock: near 0, near today, within `near_top` of the
+/// largest clock, or anywhere.
+fn first_clock(rng: &mut SplitMix64, near_top: u64) -> u64 {
+    match rng.below(4) {
+        0 => rng.below(100_000),
+        1 => 1_700_000_000_000 + rng.below(1 << 36),
+        2 => LIMIT - 1 - rng.below(near_top),
+        _ => rng.below(LIMIT),
+    }
+}
+
 fn trace(seed: u64) -> Trace {
     let mut rng = SplitMix64::new(seed);
     let config = config(&mut rng);
-    let start = match rng.below(4) {
-        0 => rng.below(100_000),
-        1 => 1_700_000_000_000 + rng.below(1 << 36),
-        2 => LIMIT - 1 - rng.below(10_000_000),
-        _ => rng.below(LIMIT),
-    };
+    let start = first_clock(&mut rng, 10_000_000);
     let mut t = start;
     let steps = (0..1 + rng.below(30))
         .map(|_| {
@@ -346,12 +352,7 @@ fn adaptive_trace(seed: u64) -> AdaptiveTrace {
     if let Some((floor, ceiling)) = adapt {
         config = config.adaptive(floor, ceiling);
     }
-    let start = match rng.below(4) {
-        0 => rng.below(100_000),
-        1 => 1_700_000_000_000 + rng.below(1 << 36),
-        2 => LIMIT - 1 - rng.below(30_000_000),
-        _ => rng.below(LIMIT),
-    };
+    let start = first_clock(&mut rng, 30_000_000);
     let mut t = start;
     // Some traces mostly count openings (a probe's count rising past its
     // limit needs more than L + L/8 + 1 of them in a minute).

@@ -153,15 +153,6 @@ const WAIT_BOUND_MS: u64 = 4833;
 // ---------------------------------------------------------------------------
 // Talking to the server.
 
-fn production() -> Options {
-    Options {
-        module: true,
-        test_clock: false,
-        appendfsync: None,
-        replica_of: None,
-    }
-}
-
 fn text(value: &Value) -> String {
     match value {
         Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
@@ -623,7 +614,7 @@ fn eight_processes_share_one_bucket() {
     let _one_fleet = heavy();
     let cfg = FAST;
     let key = "fleet:eight";
-    let server = Server::start(production());
+    let server = Server::start(Options::production());
     let mut con = server.connect();
     create(&mut con, key, cfg);
 
@@ -816,6 +807,19 @@ fn hammer_across_restart(label: &str, server: &mut Server, key: &str, cfg: Cfg) 
     across
 }
 
+/// A production server under `appendfsync <policy>`, its key
+/// `fleet:<policy>` hammered across a kill -9 and a restart
+/// ([`hammer_across_restart`]), and what holds whatever was lost asserted.
+fn restart_under(policy: &'static str, cfg: Cfg) -> Across {
+    let mut server = Server::start(Options {
+        appendfsync: Some(policy),
+        ..Options::production()
+    });
+    let across = hammer_across_restart(policy, &mut server, &format!("fleet:{policy}"), cfg);
+    across.assert_certain(policy);
+    across
+}
+
 /// kill -9 mid-run under `appendfsync always`: the restarted bucket keeps
 /// every acknowledged admission and the bound holds across the restart.
 ///
@@ -835,12 +839,7 @@ fn hammer_across_restart(label: &str, server: &mut Server, key: &str, cfg: Cfg) 
 fn restart_with_appendfsync_always() {
     let _one_fleet = heavy();
     let cfg = SLOW;
-    let mut server = Server::start(Options {
-        appendfsync: Some("always"),
-        ..production()
-    });
-    let across = hammer_across_restart("always", &mut server, "fleet:always", cfg);
-    across.assert_certain("always");
+    let across = restart_under("always", cfg);
     // Nothing acknowledged was lost: under `always` the reply leaves after
     // the fsync, so every acknowledged request is in the final count (which
     // can also hold unknown-outcome ones that ran).
@@ -866,13 +865,7 @@ fn restart_with_appendfsync_always() {
 #[test]
 fn restart_with_appendfsync_everysec() {
     let _one_fleet = heavy();
-    let cfg = SLOW;
-    let mut server = Server::start(Options {
-        appendfsync: Some("everysec"),
-        ..production()
-    });
-    let across = hammer_across_restart("everysec", &mut server, "fleet:everysec", cfg);
-    across.assert_certain("everysec");
+    restart_under("everysec", SLOW);
 }
 
 // ---------------------------------------------------------------------------
@@ -924,10 +917,10 @@ fn replica_promoted_mid_run() {
     let _one_fleet = heavy();
     let cfg = SLOW;
     let key = "fleet:failover";
-    let mut primary = Server::start(production());
+    let mut primary = Server::start(Options::production());
     let replica = Server::start(Options {
         replica_of: Some(primary.port),
-        ..production()
+        ..Options::production()
     });
     wait_link_up(replica.port);
     let mut con = primary.connect();
@@ -1023,7 +1016,7 @@ fn unreachable_or_slow_server() {
 
     let cfg = FAST;
     let key = "fleet:slow";
-    let server = Server::start(production());
+    let server = Server::start(Options::production());
     let mut con = server.connect();
     create(&mut con, key, cfg);
     let mut reserve = vec!["PACER.RESERVE".to_string(), key.to_string()];

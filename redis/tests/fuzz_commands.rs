@@ -168,10 +168,7 @@ fn random_commands_never_crash_the_server_and_errors_change_nothing() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000);
-    let server = common::Server::start(common::Options {
-        test_clock: false,
-        ..Default::default()
-    });
+    let server = common::Server::start(common::Options::production());
     let mut con = server.connect();
     let sha = common::load_script(&mut con, &common::script_source());
     let library = pacer_cli::engine::function_library(&common::script_source(), "pacer");

@@ -17,6 +17,9 @@ use common::{eval, load_script, script_source, test_clock_script, Options, Serve
 use redis::Value;
 use std::time::Instant;
 
+/// The error for a ticket already released, or redeemed.
+const SPENT: &str = "ERR pacer: ticket already released";
+
 /// 2^52 − 1: the largest number an argument may be.
 const MAX_ARG: u64 = 4_503_599_627_370_495;
 
@@ -60,6 +63,17 @@ fn sha1_16(text: &str) -> String {
 fn ticket(secret: &str, key: &str, serial: u64, seq: u64, debit: u64, slot: u64) -> String {
     let mac = sha1_16(&format!("{secret}:{key}:{serial}:{seq}:{debit}:{slot}"));
     format!("{serial}.{seq}.{debit}.{slot}.{mac}")
+}
+
+/// The header's state and counter fields (docs/redis.md "The key"): the
+/// high-water mark, the tokens (signed), seq and the next serial, then the
+/// counters admitted, refused, booked, released and release_refused.
+fn fields(hw_ms: u64, tokens: i64, seq: u64, serial: u64, counters: [u64; 5]) -> String {
+    let [admitted, refused, booked, released, release_refused] = counters;
+    format!(
+        "{hw_ms:016} {tokens:+013} {seq:08} {serial:016} {admitted:016} {refused:016} \
+         {booked:016} {released:016} {release_refused:016}"
+    )
 }
 
 /// The header docs/redis.md "The key" lays out: `PACER1`, the config
@@ -113,6 +127,21 @@ impl Lua {
         }
     }
 
+    /// `release ticket AT at`.
+    fn release(&mut self, key: &str, ticket: &str, at: &str) -> Vec<Item> {
+        self.run(key, "release", &[ticket, "AT", at])
+    }
+
+    /// `redeem booking AT at`.
+    fn redeem(&mut self, key: &str, booking: &str, at: &str) -> Vec<Item> {
+        self.run(key, "redeem", &[booking, "AT", at])
+    }
+
+    /// `observe outcome AT at`.
+    fn observe(&mut self, key: &str, outcome: &str, at: &str) -> Vec<Item> {
+        self.run(key, "observe", &[outcome, "AT", at])
+    }
+
     /// `GETRANGE key 0 255`.
     fn header(&mut self, key: &str) -> String {
         redis::cmd("GETRANGE")
@@ -163,12 +192,45 @@ fn text(reply: &[Item], index: usize) -> String {
     }
 }
 
+// The replies of docs/redis.md, from their fields.
+
+/// `admitted`: the wait, the ticket (`Nil` for none), the path, clock_regressed.
+fn admitted(wait_ms: i64, ticket: Item, path: &str, regressed: i64) -> Vec<Item> {
+    vec![s("admitted"), Int(wait_ms), ticket, s(path), Int(regressed)]
+}
+
+/// `booked`: the hint, the booking's ticket, its slot, clock_regressed.
+fn booked(hint_s: i64, ticket: &str, slot_ms: i64, regressed: i64) -> Vec<Item> {
+    vec![
+        s("booked"),
+        Int(hint_s),
+        s(ticket),
+        Int(slot_ms),
+        Int(regressed),
+    ]
+}
+
+/// `refused`: the hint, the required wait, clock_regressed.
+fn refused(hint_s: i64, required_ms: i64, regressed: i64) -> Vec<Item> {
+    vec![s("refused"), Int(hint_s), Int(required_ms), Int(regressed)]
+}
+
+/// `notyet`: the hint and the booking, unspent.
+fn notyet(hint_s: i64, booking: &str) -> Vec<Item> {
+    vec![s("notyet"), Int(hint_s), s(booking)]
+}
+
 // SPEC §7 "rate 60, burst 1, bound 2000": idle 30000, r 3 gives
 // bound = ⌊(30000 − 2000·7)/(2·4)⌋ = ⌊16000/8⌋ = 2000, cap_s = 2,
 // refusing (3·2·1000·60 = 360000 ≥ 60000), capacity 60000 units,
 // max_debt = 2000·60 = 120000 units.
 const SPEC7: [&str; 5] = ["60", "1", "30000", "3", "refund"];
 const SPEC7_CONFIG: &str = "060 0000001 0000000000030000 03 0";
+
+/// The header of a §7 bucket with this secret and these fields.
+fn spec7_header(secret: &str, fields: String) -> String {
+    header(SPEC7_CONFIG, secret, &fields)
+}
 
 fn with_at<'a>(args: &[&'a str], at: &'a str) -> Vec<&'a str> {
     let mut all = args.to_vec();
@@ -208,13 +270,7 @@ fn shipped_script_refuses_at() {
     let secret = lua.secret("k");
     assert_eq!(
         reply,
-        vec![
-            s("admitted"),
-            Int(0),
-            s(&ticket(&secret, "k", 0, 1, 60000, 0)),
-            s("paced"),
-            Int(0)
-        ]
+        admitted(0, s(&ticket(&secret, "k", 0, 1, 60000, 0)), "paced", 0)
     );
     let reply = lua.run("k", "info", &[]);
     let after = time_ms(&mut lua);
@@ -266,22 +322,11 @@ fn spec7_sequence_replies_and_header() {
         .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
     assert_eq!(
         reply,
-        vec![
-            s("admitted"),
-            Int(0),
-            s(&ticket(&secret, "k", 0, 1, 60000, 0)),
-            s("paced"),
-            Int(0)
-        ]
+        admitted(0, s(&ticket(&secret, "k", 0, 1, 60000, 0)), "paced", 0)
     );
     assert_eq!(
         lua.header("k"),
-        header(
-            SPEC7_CONFIG,
-            &secret,
-            "0000000000000000 +000000000000 00000001 0000000000000001 \
-             0000000000000001 0000000000000000 0000000000000000 0000000000000000 0000000000000000"
-        )
+        spec7_header(&secret, fields(0, 0, 1, 1, [1, 0, 0, 0, 0]))
     );
 
     // #1: tokens 0, deficit 60000, wait ⌈60000/60⌉ = 1000 ≤ 2000 → tokens
@@ -289,52 +334,25 @@ fn spec7_sequence_replies_and_header() {
     let reply = lua.run("k", "reserve", &args);
     assert_eq!(
         reply,
-        vec![
-            s("admitted"),
-            Int(1000),
-            s(&ticket(&secret, "k", 1, 2, 60000, 0)),
-            s("paced"),
-            Int(0)
-        ]
+        admitted(1000, s(&ticket(&secret, "k", 1, 2, 60000, 0)), "paced", 0)
     );
     // #2: deficit 120000, wait 2000 ≤ 2000 → tokens −120000, seq 3.
     let reply = lua.run("k", "reserve", &args);
     assert_eq!(
         reply,
-        vec![
-            s("admitted"),
-            Int(2000),
-            s(&ticket(&secret, "k", 2, 3, 60000, 0)),
-            s("paced"),
-            Int(0)
-        ]
+        admitted(2000, s(&ticket(&secret, "k", 2, 3, 60000, 0)), "paced", 0)
     );
     assert_eq!(
         lua.header("k"),
-        header(
-            SPEC7_CONFIG,
-            &secret,
-            "0000000000000000 -000000120000 00000003 0000000000000003 \
-             0000000000000003 0000000000000000 0000000000000000 0000000000000000 0000000000000000"
-        )
+        spec7_header(&secret, fields(0, -120000, 3, 3, [3, 0, 0, 0, 0]))
     );
     // #3, #4: deficit 180000, wait 3000 > 2000, refusing → refused, hint
     // cap_s = 2; nothing debited, only the refused counter moves.
-    for refused in 1..=2 {
+    for count in 1..=2 {
         let reply = lua.run("k", "reserve", &args);
-        assert_eq!(reply, vec![s("refused"), Int(2), Int(3000), Int(0)]);
-        assert_eq!(
-            lua.header("k"),
-            header(
-                SPEC7_CONFIG,
-                &secret,
-                &format!(
-                    "0000000000000000 -000000120000 00000003 0000000000000003 \
-                     0000000000000003 {refused:016} 0000000000000000 0000000000000000 \
-                     0000000000000000"
-                )
-            )
-        );
+        assert_eq!(reply, refused(2, 3000, 0));
+        let fields = fields(0, -120000, 3, 3, [3, count, 0, 0, 0]);
+        assert_eq!(lua.header("k"), header(SPEC7_CONFIG, &secret, &fields));
     }
 
     // INFO at 500: level = −120000 + 500·60 = −90000; the rest as derived.
@@ -380,39 +398,23 @@ fn spec7_sequence_replies_and_header() {
 
     // Burst 0 means 1: the same bucket, no config mismatch. At 3000:
     // level −120000 + 3000·60 = 60000 → wait 0, tokens 0, hw 3000.
-    let reply = lua.run(
-        "k",
-        "reserve",
-        &["60", "0", "30000", "3", "refund", "AT", "3000"],
-    );
+    let burst_0 = ["60", "0", "30000", "3", "refund", "AT", "3000"];
+    let reply = lua.run("k", "reserve", &burst_0);
     assert_eq!(
         reply,
-        vec![
-            s("admitted"),
-            Int(0),
-            s(&ticket(&secret, "k", 3, 4, 60000, 0)),
-            s("paced"),
-            Int(0)
-        ]
+        admitted(0, s(&ticket(&secret, "k", 3, 4, 60000, 0)), "paced", 0)
     );
     // Rate 0 turns pacing off: admitted at once, no ticket (nil), counted.
-    let reply = lua.run(
-        "off",
-        "reserve",
-        &["0", "0", "30000", "3", "strict", "AT", "7"],
-    );
-    assert_eq!(
-        reply,
-        vec![s("admitted"), Int(0), Nil, s("disabled"), Int(0)]
-    );
+    let rate_0 = ["0", "0", "30000", "3", "strict", "AT", "7"];
+    let reply = lua.run("off", "reserve", &rate_0);
+    assert_eq!(reply, admitted(0, Nil, "disabled", 0));
     let off_secret = lua.secret("off");
     assert_eq!(
         lua.header("off"),
         header(
             "000 0000001 0000000000030000 03 1",
             &off_secret,
-            "0000000000000007 +000000060000 00000000 0000000000000000 \
-             0000000000000001 0000000000000000 0000000000000000 0000000000000000 0000000000000000"
+            &fields(7, 60000, 0, 0, [1, 0, 0, 0, 0])
         )
     );
 }
@@ -438,36 +440,25 @@ fn spec11_booking_redeem_release() {
     // = 1; tokens −180000, seq 4, serial 4.
     let reply = lua.run("k", "book", &book("3", "0"));
     let booking = ticket(&secret, "k", 3, 4, 60000, 3000);
-    assert_eq!(
-        reply,
-        vec![s("booked"), Int(1), s(&booking), Int(3000), Int(0)]
-    );
+    assert_eq!(reply, booked(1, &booking, 3000, 0));
     // horizon(0) = 2000: wait 4000 > 2000 → a plain refusal, hint 2.
     let reply = lua.run("k", "book", &book("0", "0"));
-    assert_eq!(reply, vec![s("refused"), Int(2), Int(4000), Int(0)]);
+    assert_eq!(reply, refused(2, 4000, 0));
     // retries_left beyond max_retries is clamped to 3: horizon 8000, wait
     // 4000 → booked, slot 4000, hint clamp(⌈2000/1000⌉, 1, 2) = 2.
     let reply = lua.run("k", "book", &book("4503599627370495", "0"));
     let second = ticket(&secret, "k", 4, 5, 60000, 4000);
-    assert_eq!(
-        reply,
-        vec![s("booked"), Int(2), s(&second), Int(4000), Int(0)]
-    );
+    assert_eq!(reply, booked(2, &second, 4000, 0));
     assert_eq!(
         lua.header("k"),
-        header(
-            SPEC7_CONFIG,
-            &secret,
-            "0000000000000000 -000000240000 00000005 0000000000000005 \
-             0000000000000003 0000000000000001 0000000000000002 0000000000000000 0000000000000000"
-        )
+        spec7_header(&secret, fields(0, -240000, 5, 5, [3, 1, 2, 0, 0]))
     );
     let before = lua.value("k");
 
     // At 500, 3000 > 500 + 2000 → not yet, hint clamp(⌈(3000 − 2000 −
     // 500)/1000⌉, 1, 2) = 1; nothing written.
-    let reply = lua.run("k", "redeem", &[&booking, "AT", "500"]);
-    assert_eq!(reply, vec![s("notyet"), Int(1), s(&booking)]);
+    let reply = lua.redeem("k", &booking, "500");
+    assert_eq!(reply, notyet(1, &booking));
     assert_eq!(
         lua.value("k"),
         before,
@@ -477,59 +468,34 @@ fn spec11_booking_redeem_release() {
     // next serial (5), the booking's seq (4) and debit, slot 0. The booking
     // is spent (bit 2048 + 3), the admission counted (admitted 4), serial 6;
     // the state is the booking's debit, untouched.
-    let reply = lua.run("k", "redeem", &[&booking, "AT", "1000"]);
+    let reply = lua.redeem("k", &booking, "1000");
     let admission = ticket(&secret, "k", 5, 4, 60000, 0);
-    assert_eq!(
-        reply,
-        vec![s("admitted"), Int(2000), s(&admission), s("booked"), Int(0)]
-    );
+    assert_eq!(reply, admitted(2000, s(&admission), "booked", 0));
     assert_eq!(lua.getbit("k", 2048 + 3), 1);
     assert_eq!(lua.getbit("k", 2048 + 5), 0);
     assert_eq!(
         lua.header("k"),
-        header(
-            SPEC7_CONFIG,
-            &secret,
-            "0000000000000000 -000000240000 00000005 0000000000000006 \
-             0000000000000004 0000000000000001 0000000000000002 0000000000000000 0000000000000000"
-        )
+        spec7_header(&secret, fields(0, -240000, 5, 6, [4, 1, 2, 0, 0]))
     );
     // The booking again, redeemed or released: spent, nothing written.
     let redeemed = lua.value("k");
-    assert_eq!(
-        lua.error("k", "redeem", &[&booking, "AT", "3500"]),
-        "ERR pacer: ticket already released"
-    );
-    assert_eq!(
-        lua.error("k", "release", &[&booking, "AT", "1000"]),
-        "ERR pacer: ticket already released"
-    );
+    assert_eq!(lua.error("k", "redeem", &[&booking, "AT", "3500"]), SPENT);
+    assert_eq!(lua.error("k", "release", &[&booking, "AT", "1000"]), SPENT);
     assert_eq!(lua.value("k"), redeemed, "a spent booking writes nothing");
 
     // Release the admission at 1000 (refund): −240000 + 1000·60 + 60000 =
     // −120000, hw 1000, seq stays 5; released 1; bit 2048 + 5 set.
-    assert_eq!(
-        lua.run("k", "release", &[&admission, "AT", "1000"]),
-        vec![Int(1)]
-    );
+    assert_eq!(lua.release("k", &admission, "1000"), vec![Int(1)]);
     assert_eq!(lua.getbit("k", 2048 + 5), 1);
     assert_eq!(
         lua.header("k"),
-        header(
-            SPEC7_CONFIG,
-            &secret,
-            "0000000000001000 -000000120000 00000005 0000000000000006 \
-             0000000000000004 0000000000000001 0000000000000002 0000000000000001 0000000000000000"
-        )
+        spec7_header(&secret, fields(1000, -120000, 5, 6, [4, 1, 2, 1, 0]))
     );
     assert_eq!(
         lua.error("k", "release", &[&admission, "AT", "1000"]),
-        "ERR pacer: ticket already released"
+        SPENT
     );
-    assert_eq!(
-        lua.error("k", "redeem", &[&admission, "AT", "1000"]),
-        "ERR pacer: ticket already released"
-    );
+    assert_eq!(lua.error("k", "redeem", &[&admission, "AT", "1000"]), SPENT);
 }
 
 /// The strict policy: a release refused because a later debit is still out
@@ -548,33 +514,20 @@ fn strict_release_refused_still_spends() {
     let config = "060 0000002 0000000000030000 03 1";
     // The first ticket's seq 1 ≠ the stack's 2 → refused (0): state as it
     // was, release_refused 1, its bit set.
-    assert_eq!(lua.run("k", "release", &[&first, "AT", "0"]), vec![Int(0)]);
+    assert_eq!(lua.release("k", &first, "0"), vec![Int(0)]);
     assert_eq!(lua.getbit("k", 2048), 1);
     assert_eq!(
         lua.header("k"),
-        header(
-            config,
-            &secret,
-            "0000000000000000 +000000000000 00000002 0000000000000002 \
-             0000000000000002 0000000000000000 0000000000000000 0000000000000000 0000000000000001"
-        )
+        header(config, &secret, &fields(0, 0, 2, 2, [2, 0, 0, 0, 1]))
     );
     // The last one matches the stack → refunded: tokens 60000, seq 1.
-    assert_eq!(lua.run("k", "release", &[&last, "AT", "0"]), vec![Int(1)]);
+    assert_eq!(lua.release("k", &last, "0"), vec![Int(1)]);
     assert_eq!(
         lua.header("k"),
-        header(
-            config,
-            &secret,
-            "0000000000000000 +000000060000 00000001 0000000000000002 \
-             0000000000000002 0000000000000000 0000000000000000 0000000000000001 0000000000000001"
-        )
+        header(config, &secret, &fields(0, 60000, 1, 2, [2, 0, 0, 1, 1]))
     );
     // Now the stack is at 1, but the first ticket was spent by its refusal.
-    assert_eq!(
-        lua.error("k", "release", &[&first, "AT", "0"]),
-        "ERR pacer: ticket already released"
-    );
+    assert_eq!(lua.error("k", "release", &[&first, "AT", "0"]), SPENT);
 }
 
 /// SPEC §7 "rate 1 and 2 /min at default budget, 20 simultaneous: 19
@@ -596,30 +549,21 @@ fn shaping_low_rate_then_overflow() {
     // wait the bound 4833, ticket serial 10, seq 11, debit 4833.
     let reply = lua.run("k", "reserve", &args);
     let shaped = ticket(&secret, "k", 10, 11, 4833, 0);
-    assert_eq!(
-        reply,
-        vec![s("admitted"), Int(4833), s(&shaped), s("shaped"), Int(0)]
-    );
+    assert_eq!(reply, admitted(4833, s(&shaped), "shaped", 0));
     // #11–#19: the floor −4833 is reached → overflow, at once, no ticket.
     for _ in 11..20 {
         let reply = lua.run("k", "reserve", &args);
-        assert_eq!(
-            reply,
-            vec![s("admitted"), Int(0), Nil, s("overflow"), Int(0)]
-        );
+        assert_eq!(reply, admitted(0, Nil, "overflow", 0));
     }
     let secret_header = |rest: &str| header("001 0000010 0000000000120000 05 0", &secret, rest);
     assert_eq!(
         lua.header("k"),
-        secret_header(
-            "0000000000000000 -000000004833 00000011 0000000000000011 \
-             0000000000000020 0000000000000000 0000000000000000 0000000000000000 0000000000000000"
-        )
+        secret_header(&fields(0, -4833, 11, 11, [20, 0, 0, 0, 0]))
     );
     assert_eq!(lua.info("k", 0, "mode"), s("shaping-low-rate"));
     // Releasing the shaped ticket at 3 refunds its fraction: −4833 + 3·1 +
     // 4833 = 3, hw 3.
-    assert_eq!(lua.run("k", "release", &[&shaped, "AT", "3"]), vec![Int(1)]);
+    assert_eq!(lua.release("k", &shaped, "3"), vec![Int(1)]);
     assert_eq!(&lua.header("k")[58..88], "0000000000000003 +000000000003");
 }
 
@@ -639,31 +583,15 @@ fn wait_rounds_up() {
     let secret = lua.secret("k");
     assert_eq!(
         reply,
-        vec![
-            s("admitted"),
-            Int(15000),
-            s(&ticket(&secret, "k", 2, 3, 45000, 0)),
-            s("shaped"),
-            Int(0)
-        ]
+        admitted(15000, s(&ticket(&secret, "k", 2, 3, 45000, 0)), "shaped", 0)
     );
     assert_eq!(lua.info("k", 0, "mode"), s("shaping-no-retry"));
     // At 1: level −105000 + 7 = −104993; deficit 164993 = 7·23570 + 3 →
     // wait 23571 > 15000; above the floor 7 units → shaped, debit 7.
-    let reply = lua.run(
-        "k",
-        "reserve",
-        &["7", "1", "120000", "0", "refund", "AT", "1"],
-    );
+    let reply = lua.run("k", "reserve", &with_at(&args[..5], "1"));
     assert_eq!(
         reply,
-        vec![
-            s("admitted"),
-            Int(15000),
-            s(&ticket(&secret, "k", 3, 4, 7, 0)),
-            s("shaped"),
-            Int(0)
-        ]
+        admitted(15000, s(&ticket(&secret, "k", 3, 4, 7, 0)), "shaped", 0)
     );
     // Now −105000 at 1: room 165000 = 7·23571 + 3, so the refill reaches
     // capacity after ⌈165000/7⌉ = 23572 ms, not 23571: at 23572 the level
@@ -681,13 +609,7 @@ fn clock_edges() {
     let secret = lua.secret("k");
     assert_eq!(
         reply,
-        vec![
-            s("admitted"),
-            Int(0),
-            s(&ticket(&secret, "k", 0, 1, 60000, 0)),
-            s("paced"),
-            Int(0)
-        ]
+        admitted(0, s(&ticket(&secret, "k", 0, 1, 60000, 0)), "paced", 0)
     );
     assert_eq!(&lua.header("k")[58..74], "4503599627370495");
     assert_eq!(lua.info("k", MAX_ARG, "now_ms"), Int(MAX_ARG as i64));
@@ -763,8 +685,7 @@ fn largest_burst() {
         header(
             "600 1000000 0000000000030000 03 0",
             &secret,
-            "0000000000000000 +059999940000 00000001 0000000000000001 \
-             0000000000000001 0000000000000000 0000000000000000 0000000000000000 0000000000000000"
+            &fields(0, 59999940000, 1, 1, [1, 0, 0, 0, 0])
         )
     );
     assert_eq!(lua.info("k", 0, "capacity_units"), Int(60_000_000_000));
@@ -773,7 +694,7 @@ fn largest_burst() {
     assert_eq!(lua.info("k", MAX_ARG, "level_units"), Int(60_000_000_000));
     // A release at 50: 59999940000 + 50·600 + 60000 = 60000030000, capped
     // at 60000000000.
-    assert_eq!(lua.run("k", "release", &[&first, "AT", "50"]), vec![Int(1)]);
+    assert_eq!(lua.release("k", &first, "50"), vec![Int(1)]);
     assert_eq!(&lua.header("k")[58..88], "0000000000000050 +060000000000");
     assert_eq!(
         lua.error(
@@ -870,53 +791,38 @@ fn deepest_booking_horizon() {
         let reply = lua.run("k", "book", &book("4503599627370495", at));
         // hint clamp(⌈(30000k − 15000)/1000⌉, 1, 15) = 15 for every k ≥ 1.
         let booking = ticket(&secret, "k", k, k + 1, 60000, t + 30000 * k);
-        assert_eq!(
-            reply,
-            vec![
-                s("booked"),
-                Int(15),
-                s(&booking),
-                Int((t + 30000 * k) as i64),
-                Int(0)
-            ]
-        );
+        assert_eq!(reply, booked(15, &booking, (t + 30000 * k) as i64, 0));
     }
     let deepest = ticket(&secret, "k", 21, 22, 60000, MAX_ARG);
     // k = 22: 660000 > 630000 → refused, hint 15 (retries_left 2^52 − 1 is
     // clamped to 41: unclamped, the horizon would cover it).
     let reply = lua.run("k", "book", &book("4503599627370495", at));
-    assert_eq!(reply, vec![s("refused"), Int(15), Int(660000), Int(0)]);
+    assert_eq!(reply, refused(15, 660000, 0));
     // tokens 60000 − 22·60000 = −1260000.
     assert_eq!(&lua.header("k")[58..88], "4503599626740495 -000001260000");
     // With 40 retries left the horizon is 615000 < 660000: refused too.
     let reply = lua.run("k", "book", &book("40", at));
-    assert_eq!(reply, vec![s("refused"), Int(15), Int(660000), Int(0)]);
+    assert_eq!(reply, refused(15, 660000, 0));
 
     // Redeem the deepest (slot 2^52 − 1): at 2^52 − 1 − 15001 the slot is
     // 15001 > bound ahead → not yet, hint ⌈1/1000⌉ = 1; at 2^52 − 1 − 15000
     // admitted after 15000, with the next serial (22) and its seq (22).
     assert_eq!(
-        lua.run("k", "redeem", &[&deepest, "AT", "4503599627355494"]),
-        vec![s("notyet"), Int(1), s(&deepest)]
+        lua.redeem("k", &deepest, "4503599627355494"),
+        notyet(1, &deepest)
     );
     let admission = ticket(&secret, "k", 22, 22, 60000, 0);
     assert_eq!(
-        lua.run("k", "redeem", &[&deepest, "AT", "4503599627355495"]),
-        vec![
-            s("admitted"),
-            Int(15000),
-            s(&admission),
-            s("booked"),
-            Int(0)
-        ]
+        lua.redeem("k", &deepest, "4503599627355495"),
+        admitted(15000, s(&admission), "booked", 0)
     );
     // The one before it (k = 20, slot 2^52 − 1 − 30000) at 2^52 − 1: after
     // 0 (the slot is past), serial 23, seq 21.
     let before = ticket(&secret, "k", 20, 21, 60000, t + 30000 * 20);
     let admission = ticket(&secret, "k", 23, 21, 60000, 0);
     assert_eq!(
-        lua.run("k", "redeem", &[&before, "AT", "4503599627370495"]),
-        vec![s("admitted"), Int(0), s(&admission), s("booked"), Int(0)]
+        lua.redeem("k", &before, "4503599627370495"),
+        admitted(0, s(&admission), "booked", 0)
     );
 
     // Booked at 2^52 − 1 the deepest slot is 2^52 − 1 + 630000 =
@@ -929,18 +835,12 @@ fn deepest_booking_horizon() {
     let reply = lua.run("top", "book", &book("41", "4503599627370495"));
     let top_secret = lua.secret("top");
     let top = ticket(&top_secret, "top", 21, 22, 60000, 4503599628000495);
+    assert_eq!(reply, booked(15, &top, 4503599628000495, 0));
     assert_eq!(
-        reply,
-        vec![s("booked"), Int(15), s(&top), Int(4503599628000495), Int(0)]
+        lua.redeem("top", &top, "4503599627370495"),
+        notyet(15, &top)
     );
-    assert_eq!(
-        lua.run("top", "redeem", &[&top, "AT", "4503599627370495"]),
-        vec![s("notyet"), Int(15), s(&top)]
-    );
-    assert_eq!(
-        lua.run("top", "release", &[&top, "AT", "4503599627370495"]),
-        vec![Int(1)]
-    );
+    assert_eq!(lua.release("top", &top, "4503599627370495"), vec![Int(1)]);
 }
 
 /// (d) A clock behind the high-water mark is the mark: no refill, the mark
@@ -955,19 +855,13 @@ fn backward_clock() {
     let reply = lua.run("k", "reserve", &with_at(&SPEC7, "500"));
     assert_eq!(
         reply,
-        vec![
-            s("admitted"),
-            Int(1000),
-            s(&ticket(&secret, "k", 1, 2, 60000, 0)),
-            s("paced"),
-            Int(1)
-        ]
+        admitted(1000, s(&ticket(&secret, "k", 1, 2, 60000, 0)), "paced", 1)
     );
     // At 0: deficit 120000 → wait 2000; at 400: deficit 180000 → refused.
     let reply = lua.run("k", "reserve", &with_at(&SPEC7, "0"));
     assert_eq!((&reply[1], &reply[4]), (&Int(2000), &Int(1)));
     let reply = lua.run("k", "reserve", &with_at(&SPEC7, "400"));
-    assert_eq!(reply, vec![s("refused"), Int(2), Int(3000), Int(1)]);
+    assert_eq!(reply, refused(2, 3000, 1));
     assert_eq!(&lua.header("k")[58..88], "0000000000001000 -000000120000");
     // INFO at 0: the level at max(0, 1000) = −120000; now_ms is the raw 0.
     assert_eq!(lua.info("k", 0, "level_units"), Int(-120000));
@@ -983,23 +877,14 @@ fn backward_clock() {
     args.extend(["3", "AT", "2000"]);
     let reply = lua.run("k", "book", &args);
     let booking = ticket(&secret, "k", 4, 5, 60000, 5000);
-    assert_eq!(
-        reply,
-        vec![s("booked"), Int(1), s(&booking), Int(5000), Int(0)]
-    );
+    assert_eq!(reply, booked(1, &booking, 5000, 0));
     // Redeem at 0 (behind the mark 2000) uses the raw clock 0:
     // 5000 > 0 + 2000 → not yet, hint clamp(⌈3000/1000⌉, 1, 2) = 2 (at the
     // mark it would be ⌈1000/1000⌉ = 1).
-    assert_eq!(
-        lua.run("k", "redeem", &[&booking, "AT", "0"]),
-        vec![s("notyet"), Int(2), s(&booking)]
-    );
+    assert_eq!(lua.redeem("k", &booking, "0"), notyet(2, &booking));
     // A release at 0 acts at the mark 2000: −180000 + 60000 = −120000, hw
     // stays 2000.
-    assert_eq!(
-        lua.run("k", "release", &[&booking, "AT", "0"]),
-        vec![Int(1)]
-    );
+    assert_eq!(lua.release("k", &booking, "0"), vec![Int(1)]);
     assert_eq!(&lua.header("k")[58..88], "0000000000002000 -000000120000");
     // Disabled pacing answers clock_regressed 0 whatever the clock (the
     // core reads no state).
@@ -1013,10 +898,7 @@ fn backward_clock() {
         "reserve",
         &["0", "1", "30000", "3", "refund", "AT", "0"],
     );
-    assert_eq!(
-        reply,
-        vec![s("admitted"), Int(0), Nil, s("disabled"), Int(0)]
-    );
+    assert_eq!(reply, admitted(0, Nil, "disabled", 0));
     assert_eq!(&lua.header("off")[58..74], "0000000000000100");
 }
 
@@ -1041,10 +923,7 @@ fn bad_input_changes_nothing() {
     book.extend(["3", "AT", "0"]);
     let booked = lua.run("k", "book", &book);
     let booking = text(&booked, 2);
-    assert_eq!(
-        lua.run("k", "release", &[&released, "AT", "0"]),
-        vec![Int(1)]
-    );
+    assert_eq!(lua.release("k", &released, "0"), vec![Int(1)]);
     let secret = lua.secret("k");
     lua.run("other", "reserve", &with_at(&SPEC7, "0"));
     let foreign = lua.run("other", "reserve", &with_at(&SPEC7, "0"));
@@ -1098,7 +977,8 @@ fn bad_input_changes_nothing() {
     let mut book_strict = config("60", "1", "30000", "3", "strict");
     book_strict.push("3");
 
-    let cases: Vec<(&str, &str, Vec<&str>, String)> = vec![
+    let err = |text: &str| format!("ERR pacer: {text}");
+    let mut cases: Vec<(&str, &str, Vec<&str>, String)> = vec![
         // Arity, keywords, ops.
         ("k", "reserve", SPEC7[..4].to_vec(), arity("reserve")),
         ("k", "reserve", with(&["AT"]), arity("reserve")),
@@ -1111,74 +991,38 @@ fn bad_input_changes_nothing() {
             "k",
             "reserve",
             with(&["XX", "0"]),
-            "ERR pacer: unknown argument 'XX'".into(),
+            err("unknown argument 'XX'"),
         ),
+        ("k", "frobnicate", vec![], err("unknown op 'frobnicate'")),
+    ];
+    // Numbers: 0 or [1-9] then at most 15 digits, below 2^52. A reserve
+    // with this config: the field named and its text.
+    let numbers = [
+        (["x", "1", "30000", "3", "refund"], "rate_per_min", "x"),
+        (["60", "01", "30000", "3", "refund"], "burst", "01"),
         (
-            "k",
-            "frobnicate",
-            vec![],
-            "ERR pacer: unknown op 'frobnicate'".into(),
+            ["60", "1", "4503599627370496", "3", "refund"],
+            "idle_timeout_ms",
+            "4503599627370496",
         ),
-        // Numbers: 0 or [1-9] then at most 15 digits, below 2^52.
-        (
-            "k",
-            "reserve",
-            config("x", "1", "30000", "3", "refund"),
-            number("rate_per_min", "x"),
-        ),
-        (
-            "k",
-            "reserve",
-            config("60", "01", "30000", "3", "refund"),
-            number("burst", "01"),
-        ),
-        (
-            "k",
-            "reserve",
-            config("60", "1", "4503599627370496", "3", "refund"),
-            number("idle_timeout_ms", "4503599627370496"),
-        ),
-        (
-            "k",
-            "reserve",
-            config("60", "1", "30000", "-1", "refund"),
-            number("max_retries", "-1"),
-        ),
-        (
-            "k",
-            "reserve",
-            config("1e2", "1", "30000", "3", "refund"),
-            number("rate_per_min", "1e2"),
-        ),
-        (
-            "k",
-            "reserve",
-            config("+60", "1", "30000", "3", "refund"),
-            number("rate_per_min", "+60"),
-        ),
-        (
-            "k",
-            "reserve",
-            config("60 ", "1", "30000", "3", "refund"),
-            number("rate_per_min", "60 "),
-        ),
-        (
-            "k",
-            "reserve",
-            config("", "1", "30000", "3", "refund"),
-            number("rate_per_min", ""),
-        ),
-        (
-            "k",
-            "reserve",
-            config("60", "1", "30000", "3.0", "refund"),
-            number("max_retries", "3.0"),
-        ),
+        (["60", "1", "30000", "-1", "refund"], "max_retries", "-1"),
+        (["1e2", "1", "30000", "3", "refund"], "rate_per_min", "1e2"),
+        (["+60", "1", "30000", "3", "refund"], "rate_per_min", "+60"),
+        (["60 ", "1", "30000", "3", "refund"], "rate_per_min", "60 "),
+        (["", "1", "30000", "3", "refund"], "rate_per_min", ""),
+        (["60", "1", "30000", "3.0", "refund"], "max_retries", "3.0"),
+    ];
+    for (config, name, got) in numbers {
+        cases.push(("k", "reserve", config.to_vec(), number(name, got)));
+    }
+    let not_bucket = |key: &str| err(&format!("key '{key}' is not a pacer bucket"));
+    let no_bucket = err("no bucket at key 'missing'");
+    cases.extend([
         (
             "k",
             "reserve",
             config("60", "1", "30000", "3", "Refund"),
-            "ERR pacer: release_policy must be refund or strict, got 'Refund'".into(),
+            err("release_policy must be refund or strict, got 'Refund'"),
         ),
         ("k", "book", with(&["1.5"]), number("retries_left", "1.5")),
         ("k", "reserve", with(&["AT", "01"]), number("AT", "01")),
@@ -1187,15 +1031,16 @@ fn bad_input_changes_nothing() {
             "k",
             "reserve",
             config("601", "1", "30000", "3", "refund"),
-            "ERR pacer: rate_per_min 601 is above 600".into(),
+            err("rate_per_min 601 is above 600"),
         ),
         (
             "k",
             "reserve",
             config("60", "1", "120000", "6", "refund"),
-            "ERR pacer: max_retries 6 is above 5, the most whose backoff ladder fits a \
-             120000 ms idle timeout"
-                .into(),
+            err(
+                "max_retries 6 is above 5, the most whose backoff ladder fits a \
+                 120000 ms idle timeout",
+            ),
         ),
         (
             "k",
@@ -1218,36 +1063,11 @@ fn bad_input_changes_nothing() {
         // Keys that are not buckets.
         ("list", "reserve", with(&[]), wrongtype.clone()),
         ("list", "info", vec![], wrongtype),
-        (
-            "text",
-            "reserve",
-            with(&[]),
-            "ERR pacer: key 'text' is not a pacer bucket".into(),
-        ),
-        (
-            "short",
-            "info",
-            vec![],
-            "ERR pacer: key 'short' is not a pacer bucket".into(),
-        ),
-        (
-            "missing",
-            "info",
-            vec![],
-            "ERR pacer: no bucket at key 'missing'".into(),
-        ),
-        (
-            "missing",
-            "release",
-            vec![&plain],
-            "ERR pacer: no bucket at key 'missing'".into(),
-        ),
-        (
-            "missing",
-            "redeem",
-            vec![&booking],
-            "ERR pacer: no bucket at key 'missing'".into(),
-        ),
+        ("text", "reserve", with(&[]), not_bucket("text")),
+        ("short", "info", vec![], not_bucket("short")),
+        ("missing", "info", vec![], no_bucket.clone()),
+        ("missing", "release", vec![&plain], no_bucket.clone()),
+        ("missing", "redeem", vec![&booking], no_bucket),
         // Tickets, in the order of the checks.
         ("k", "release", vec!["1.2.3"], malformed("1.2.3")),
         (
@@ -1264,19 +1084,9 @@ fn bad_input_changes_nothing() {
         ("k", "redeem", vec![&edited_slot], not_issued.clone()),
         ("k", "release", vec![&foreign], not_issued.clone()),
         ("k", "release", vec![&unissued], not_issued),
-        (
-            "k",
-            "release",
-            vec![&released],
-            "ERR pacer: ticket already released".into(),
-        ),
-        (
-            "k",
-            "redeem",
-            vec![&plain],
-            "ERR pacer: not a booking".into(),
-        ),
-    ];
+        ("k", "release", vec![&released], SPENT.into()),
+        ("k", "redeem", vec![&plain], err("not a booking")),
+    ]);
     let watched = ["k", "other", "text", "short", "missing"];
     let list = |lua: &mut Lua| -> Vec<String> {
         redis::cmd("LRANGE")
@@ -1298,8 +1108,8 @@ fn bad_input_changes_nothing() {
     // the booking is admitted with the next serial (4), its seq (4), slot 0.
     let admission = ticket(&secret, "k", 4, 4, 60000, 0);
     assert_eq!(
-        lua.run("k", "redeem", &[&booking, "AT", "1000"]),
-        vec![s("admitted"), Int(2000), s(&admission), s("booked"), Int(0)]
+        lua.redeem("k", &booking, "1000"),
+        admitted(2000, s(&admission), "booked", 0)
     );
 }
 
@@ -1326,10 +1136,7 @@ fn tickets_expire_after_65536() {
     eprintln!("65536 pipelined reserves took {:?}", started.elapsed());
     let secret = lua.secret("k");
     let serial0 = ticket(&secret, "k", 0, 1, 60000, 0);
-    assert_eq!(
-        lua.run("k", "release", &[&serial0, "AT", "0"]),
-        vec![Int(1)]
-    );
+    assert_eq!(lua.release("k", &serial0, "0"), vec![Int(1)]);
     assert_eq!(lua.getbit("k", 2048), 1);
     // Serial 65536 (seq 65537): its bit, 65536 mod 65536 = 0, is cleared.
     let reply = lua.run("k", "reserve", &config);
@@ -1344,11 +1151,8 @@ fn tickets_expire_after_65536() {
     assert_eq!(lua.value("k"), before);
     // Serial 1 is the oldest live one.
     let serial1 = ticket(&secret, "k", 1, 2, 60000, 0);
-    assert_eq!(
-        lua.run("k", "release", &[&serial1, "AT", "0"]),
-        vec![Int(1)]
-    );
-    assert_eq!(lua.run("k", "release", &[&last, "AT", "0"]), vec![Int(1)]);
+    assert_eq!(lua.release("k", &serial1, "0"), vec![Int(1)]);
+    assert_eq!(lua.release("k", &last, "0"), vec![Int(1)]);
     assert_eq!(&lua.header("k")[98..114], "0000000000065537");
 }
 
@@ -1617,10 +1421,7 @@ fn adaptive_at_the_clock_edge() {
         &lua.header("edge")[200..],
         "010 060 4503599627370495 00000 00000 00000 00060 0 0    "
     );
-    assert_eq!(
-        lua.run("edge", "observe", &["throttled", "AT", &max]),
-        vec![Int(59)]
-    );
+    assert_eq!(lua.observe("edge", "throttled", &max), vec![Int(59)]);
     assert_eq!(
         &lua.header("edge")[200..],
         "010 060 4503599627370495 00000 00000 00000 00060 1 1    "
@@ -1641,17 +1442,11 @@ fn adaptive_at_the_clock_edge() {
     assert_eq!((&reply[0], &reply[1]), (&s("admitted"), &Int(100)));
     // A throttle there, nothing counted: L = 600, the probe starts at
     // ⌈600·31/32⌉ = 582.
-    assert_eq!(
-        lua.run("cap", "observe", &["throttled", "AT", &max]),
-        vec![Int(582)]
-    );
+    assert_eq!(lua.observe("cap", "throttled", &max), vec![Int(582)]);
     // Another throttle at the same instant is within the hold (nothing
     // written).
     let before = lua.value("cap");
-    assert_eq!(
-        lua.run("cap", "observe", &["throttled", "AT", &max]),
-        vec![Int(582)]
-    );
+    assert_eq!(lua.observe("cap", "throttled", &max), vec![Int(582)]);
     assert_eq!(lua.value("cap"), before);
 
     // Rate 600 created and throttled at 0 (L = 600, `again`): at 2^52 − 1
@@ -1659,16 +1454,13 @@ fn adaptive_at_the_clock_edge() {
     // 337500⌋, is far past its own cap 600 + 75 + 2: the ceiling, 600.
     let top = ["600", "10", "120000", "5", "refund", "ADAPT", "1", "600"];
     lua.run("top", "create", &with_at(&top, "0"));
-    assert_eq!(
-        lua.run("top", "observe", &["throttled", "AT", "0"]),
-        vec![Int(582)]
-    );
+    assert_eq!(lua.observe("top", "throttled", "0"), vec![Int(582)]);
     assert_eq!(lua.info("top", MAX_ARG, "rate_in_force"), Int(600));
     // The same probe at ℓ = 60 (a bucket of rate 60, ceiling 600) stops at
     // its cap 60 + 7 + 2 = 69.
     let mid = ["60", "10", "120000", "5", "refund", "ADAPT", "1", "600"];
     lua.run("mid", "create", &with_at(&mid, "0"));
-    lua.run("mid", "observe", &["throttled", "AT", "0"]);
+    lua.observe("mid", "throttled", "0");
     assert_eq!(lua.info("mid", MAX_ARG, "rate_in_force"), Int(69));
 }
 
@@ -1679,16 +1471,10 @@ fn adaptive_floor_equals_ceiling() {
     let config = ["60", "1", "30000", "3", "refund", "ADAPT", "60", "60"];
     lua.run("k", "create", &with_at(&config, "0"));
     assert_eq!(lua.info("k", 86_400_000, "rate_in_force"), Int(60));
-    assert_eq!(
-        lua.run("k", "observe", &["opened", "AT", "1000"]),
-        vec![Int(60)]
-    );
+    assert_eq!(lua.observe("k", "opened", "1000"), vec![Int(60)]);
     // One opening counted, then a throttle ending the search: L = min(1,
     // 60) = 1, probing, but the rate is clamped to the floor 60.
-    assert_eq!(
-        lua.run("k", "observe", &["throttled", "AT", "5000"]),
-        vec![Int(60)]
-    );
+    assert_eq!(lua.observe("k", "throttled", "5000"), vec![Int(60)]);
     assert_eq!(
         &lua.header("k")[200..],
         "060 060 0000000000005000 00000 00001 00000 00001 1 1    "
@@ -1711,23 +1497,17 @@ fn adaptive_lowest_rate_is_the_lowest_that_refuses() {
     // Three openings, a throttle at 30 ending the search: L = min(3, 3) =
     // 3, probing, origin 30.
     for t in ["0", "10", "20"] {
-        assert_eq!(lua.run("k", "observe", &["opened", "AT", t]), vec![Int(3)]);
+        assert_eq!(lua.observe("k", "opened", t), vec![Int(3)]);
     }
-    assert_eq!(
-        lua.run("k", "observe", &["throttled", "AT", "30"]),
-        vec![Int(3)]
-    );
+    assert_eq!(lua.observe("k", "throttled", "30"), vec![Int(3)]);
     assert_eq!(lua.info("k", 30, "mode"), s("refusing"));
     // One opening at 70 s (the next minute: before = 3, opened = 1; 3 ≤
     // 3 + 0 + 1, no rise), a throttle at 90 s, past the hold: through =
     // max(1, 3) = 3, recent = 1 + ⌊3·30000/60000⌋ = 2, so E = 3 ≥ the rate
     // 3: the count does not explain it, L = 3 − max(1, ⌊3/8⌋) = 2, which
     // the law lifts back to the lowest, 3.
-    lua.run("k", "observe", &["opened", "AT", "70000"]);
-    assert_eq!(
-        lua.run("k", "observe", &["throttled", "AT", "90000"]),
-        vec![Int(3)]
-    );
+    lua.observe("k", "opened", "70000");
+    assert_eq!(lua.observe("k", "throttled", "90000"), vec![Int(3)]);
     assert_eq!(
         &lua.header("k")[200..],
         "001 003 0000000000090000 00000 00001 00003 00002 1 0    "
@@ -1739,15 +1519,12 @@ fn adaptive_lowest_rate_is_the_lowest_that_refuses() {
     let none = ["3", "1", "120000", "0", "refund", "ADAPT", "1", "0"];
     lua.run("n", "create", &with_at(&none, "0"));
     for t in ["0", "10", "20"] {
-        lua.run("n", "observe", &["opened", "AT", t]);
+        lua.observe("n", "opened", t);
     }
-    lua.run("n", "observe", &["throttled", "AT", "30"]);
-    lua.run("n", "observe", &["opened", "AT", "70000"]);
+    lua.observe("n", "throttled", "30");
+    lua.observe("n", "opened", "70000");
     // ⌈2·31/32⌉ = 2.
-    assert_eq!(
-        lua.run("n", "observe", &["throttled", "AT", "90000"]),
-        vec![Int(2)]
-    );
+    assert_eq!(lua.observe("n", "throttled", "90000"), vec![Int(2)]);
     assert_eq!(lua.info("n", 90000, "mode"), s("shaping-no-retry"));
 }
 
@@ -1808,7 +1585,7 @@ fn adaptive_law_matches_the_model() {
             let opened = rng.below(if opens { 10 } else { 3 }) != 0;
             let outcome = if opened { "opened" } else { "throttled" };
             let (next, expected) = law.observe(&w, opened, t);
-            let reply = lua.run(&key, "observe", &[outcome, "AT", &at]);
+            let reply = lua.observe(&key, outcome, &at);
             assert_eq!(reply, vec![Int(expected as i64)], "{outcome} {context}");
             if let Some(next) = next {
                 rises += u64::from(opened && w.probing && !next.probing);

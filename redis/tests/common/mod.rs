@@ -35,6 +35,16 @@ impl Default for Options {
     }
 }
 
+impl Options {
+    /// The module as shipped: no `test-clock`, the server's clock decides.
+    pub fn production() -> Options {
+        Options {
+            test_clock: false,
+            ..Default::default()
+        }
+    }
+}
+
 /// A running server; dropped = killed.
 pub struct Server {
     child: Option<Child>,
@@ -312,6 +322,16 @@ pub fn load_function(con: &mut redis::Connection, name: &str) -> String {
         .arg(library)
         .query::<String>(con)
         .expect("FUNCTION LOAD")
+}
+
+/// A test-clock server with the module, and a connection to it on which
+/// the script (its SHA1) and the function library (its name) are loaded.
+pub fn every_engine() -> (Server, redis::Connection, String, String) {
+    let server = Server::with_module();
+    let mut con = server.connect();
+    let sha = load_script(&mut con, &test_clock_script());
+    let function = load_function(&mut con, "pacer_test");
+    (server, con, sha, function)
 }
 
 /// `FCALL name 1 key op args…`, as `call` gives it.
