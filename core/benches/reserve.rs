@@ -110,6 +110,75 @@ struct Bucket {
     bound_ms: u64,
 }
 
+impl Bucket {
+    /// `rate_per_min` in the pacer's units (a token is [`UNITS_PER_TOKEN`],
+    /// so a ms refills `rate_per_min` of them), holding `capacity` units.
+    fn in_pacer_units(rate_per_min: u32, capacity: i64, bound_ms: u64) -> Bucket {
+        Bucket {
+            rate: rate_per_min as i64,
+            unit: UNITS_PER_TOKEN,
+            capacity,
+            bound_ms,
+        }
+    }
+}
+
+/// A baseline bucket: `reserve` at `now_ms` is `Some(wait_ms)` for an
+/// admission, `None` for a refusal.
+trait Baseline: Sync {
+    fn reserve(&self, now_ms: u64) -> Option<u64>;
+}
+
+/// A word the baselines update with a compare-and-swap loop.
+trait CasWord {
+    type Word: Copy;
+    fn load(&self) -> Self::Word;
+    fn compare_exchange(
+        &self,
+        current: Self::Word,
+        new: Self::Word,
+    ) -> Result<Self::Word, Self::Word>;
+}
+
+/// `CasWord` for one of the atomics, relaxed and weak.
+macro_rules! cas_word {
+    ($atomic:ty, $word:ty) => {
+        impl CasWord for $atomic {
+            type Word = $word;
+            #[inline(always)]
+            fn load(&self) -> $word {
+                self.load(Ordering::Relaxed)
+            }
+            #[inline(always)]
+            fn compare_exchange(&self, current: $word, new: $word) -> Result<$word, $word> {
+                self.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed)
+            }
+        }
+    };
+}
+
+cas_word!(AtomicU64, u64);
+cas_word!(AtomicU128, u128);
+
+/// The baselines' admission: `step(word)` is `Some((next word, wait_ms))`
+/// for an admission, `None` for a refusal; the next word is swapped in
+/// (relaxed, weak), and on a lost race the step is taken again on the word
+/// that won.
+#[inline(always)]
+fn cas_admit<A: CasWord>(
+    word: &A,
+    mut step: impl FnMut(A::Word) -> Option<(A::Word, u64)>,
+) -> Option<u64> {
+    let mut current = word.load();
+    loop {
+        let (next, wait_ms) = step(current)?;
+        match word.compare_exchange(current, next) {
+            Ok(_) => return Some(wait_ms),
+            Err(actual) => current = actual,
+        }
+    }
+}
+
 /// The step of SPEC §4 at a token level: `Some((wait_ms, tokens after))`
 /// for an admission, `None` for a refusal.
 #[inline(always)]
@@ -136,6 +205,16 @@ fn refill(b: &Bucket, tokens: i64, elapsed_ms: u64) -> i64 {
     }
 }
 
+/// `ADMIT` in the pacer's units: its rate, burst [`MAX_BURST`] and wait
+/// bound.
+fn admit_bucket() -> Bucket {
+    Bucket::in_pacer_units(
+        ADMIT.rate_per_min,
+        MAX_BURST as i64 * UNITS_PER_TOKEN,
+        ADMIT_BOUND_MS,
+    )
+}
+
 /// `CasBucket`'s clock unit: 2^10 ms.
 const TICK_SHIFT: u32 = 10;
 
@@ -158,20 +237,21 @@ impl CasBucket {
             rate: (ADMIT.rate_per_min as i64 * 1000 / 60_000) << TICK_SHIFT,
             unit: 1000,
             capacity: MAX_BURST as i64 * 1000,
-            bound_ms: 4833 >> TICK_SHIFT,
+            bound_ms: ADMIT_BOUND_MS >> TICK_SHIFT,
         };
         CasBucket {
             params,
             state: AtomicU64::new(params.capacity as u32 as u64),
         }
     }
+}
 
+impl Baseline for CasBucket {
     #[inline(never)]
     fn reserve(&self, now_ms: u64) -> Option<u64> {
-        let b = &self.params;
         let now = (now_ms >> TICK_SHIFT) as u32;
-        let mut word = self.state.load(Ordering::Relaxed);
-        loop {
+        let b = &self.params;
+        cas_admit(&self.state, |word| {
             let last = (word >> 32) as u32;
             let tokens = word as u32 as i32 as i64;
             let behind = (now.wrapping_sub(last) as i32) < 0;
@@ -181,15 +261,8 @@ impl CasBucket {
                 (now, now.wrapping_sub(last) as u64)
             };
             let (wait_ms, left) = decide(b, refill(b, tokens, elapsed))?;
-            let next = ((at as u64) << 32) | (left as i32 as u32 as u64);
-            match self
-                .state
-                .compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return Some(wait_ms),
-                Err(actual) => word = actual,
-            }
-        }
+            Some((((at as u64) << 32) | (left as i32 as u32 as u64), wait_ms))
+        })
     }
 }
 
@@ -205,36 +278,25 @@ struct Cas128Bucket {
 
 impl Cas128Bucket {
     fn new() -> Self {
-        let params = Bucket {
-            rate: ADMIT.rate_per_min as i64,
-            unit: UNITS_PER_TOKEN,
-            capacity: MAX_BURST as i64 * UNITS_PER_TOKEN,
-            bound_ms: 4833,
-        };
+        let params = admit_bucket();
         Cas128Bucket {
             params,
             state: AtomicU128::new(params.capacity as u64 as u128),
         }
     }
+}
 
+impl Baseline for Cas128Bucket {
     #[inline(never)]
     fn reserve(&self, now_ms: u64) -> Option<u64> {
         let b = &self.params;
-        let mut word = self.state.load(Ordering::Relaxed);
-        loop {
+        cas_admit(&self.state, |word| {
             let last = (word >> 64) as u64;
             let tokens = word as u64 as i64;
             let at = last.max(now_ms);
             let (wait_ms, left) = decide(b, refill(b, tokens, at - last))?;
-            let next = ((at as u128) << 64) | (left as u64 as u128);
-            match self
-                .state
-                .compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return Some(wait_ms),
-                Err(actual) => word = actual,
-            }
-        }
+            Some((((at as u128) << 64) | (left as u64 as u128), wait_ms))
+        })
     }
 }
 
@@ -268,41 +330,26 @@ impl GcraBucket {
     /// such a reading at its mark instead.
     fn with_capacity(config: &Config, bound_ms: u64, capacity: i64) -> Self {
         GcraBucket {
-            params: Bucket {
-                rate: config.rate_per_min as i64,
-                unit: UNITS_PER_TOKEN,
-                capacity,
-                bound_ms,
-            },
+            params: Bucket::in_pacer_units(config.rate_per_min, capacity, bound_ms),
             tat: AtomicU64::new(0),
         }
     }
+}
 
+impl Baseline for GcraBucket {
     #[inline(never)]
     fn reserve(&self, now_ms: u64) -> Option<u64> {
         let b = &self.params;
         let (rate, unit, capacity) = (b.rate as u64, b.unit as u64, b.capacity as u64);
         let now = now_ms.saturating_mul(rate);
-        let mut tat = self.tat.load(Ordering::Relaxed);
-        loop {
+        cas_admit(&self.tat, |tat| {
             let from = tat.max(now);
             // Units the level is below capacity; a token is there while
             // this is at most capacity − unit.
             let owed = from - now;
             let wait_ms = owed.saturating_sub(capacity - unit).div_ceil(rate);
-            if wait_ms > b.bound_ms {
-                return None;
-            }
-            match self.tat.compare_exchange_weak(
-                tat,
-                from.saturating_add(unit),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Some(wait_ms),
-                Err(actual) => tat = actual,
-            }
-        }
+            (wait_ms <= b.bound_ms).then_some((from.saturating_add(unit), wait_ms))
+        })
     }
 }
 
@@ -352,18 +399,15 @@ struct MutexBucket {
 
 impl MutexBucket {
     fn new() -> Self {
-        let params = Bucket {
-            rate: ADMIT.rate_per_min as i64,
-            unit: UNITS_PER_TOKEN,
-            capacity: MAX_BURST as i64 * UNITS_PER_TOKEN,
-            bound_ms: 4833,
-        };
+        let params = admit_bucket();
         MutexBucket {
             params,
             state: Mutex::new((0, params.capacity)),
         }
     }
+}
 
+impl Baseline for MutexBucket {
     #[inline(never)]
     fn reserve(&self, now_ms: u64) -> Option<u64> {
         let b = &self.params;
@@ -485,213 +529,143 @@ fn bench_1t(g: &mut BenchmarkGroup<'_, WallTime>, name: &str, mut f: impl FnMut(
     g.bench_function(BenchmarkId::new(name, "1t"), |b| b.iter_custom(&mut f));
 }
 
-fn bench_2t(g: &mut BenchmarkGroup<'_, WallTime>, name: &str, mut f: impl FnMut(u64) -> Duration) {
-    g.bench_function(BenchmarkId::new(name, "2t"), |b| b.iter_custom(&mut f));
+/// The drivers: [`run_1t`] with `now_ms` = `i * STEP_MS` at call `i`, or
+/// [`run_2t`] with its shared advancing clock.
+#[derive(Clone, Copy, PartialEq)]
+enum Threads {
+    One,
+    Two,
+}
+
+/// Benchmarks `call(object, now_ms)` under `threads` on a fresh `make()`,
+/// alone on its cache lines ([`isolate`]).
+fn bench<T: Sync>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    threads: Threads,
+    name: &str,
+    make: impl Fn() -> T,
+    call: impl Fn(&T, u64) -> bool + Sync,
+) {
+    let (make, call) = (&make, &call);
+    match threads {
+        Threads::One => bench_1t(g, name, |iters| {
+            let object = isolate(make());
+            let object = &object.0;
+            run_1t(iters, |i| call(object, i * STEP_MS))
+        }),
+        Threads::Two => {
+            g.bench_function(BenchmarkId::new(name, "2t"), |b| {
+                b.iter_custom(|iters| {
+                    let object = isolate(make());
+                    let object = &object.0;
+                    run_2t(iters, |now| call(object, now))
+                })
+            });
+        }
+    }
+}
+
+/// The pacer's `reserve` at `now_ms`: admitted?
+#[inline(always)]
+fn pacer_reserve(pacer: &Pacer, now_ms: u64) -> bool {
+    admitted(call_reserve(black_box(pacer), black_box(now_ms)))
+}
+
+/// A release of one token's ticket at `now_ms`.
+#[inline(always)]
+fn pacer_release(pacer: &Pacer, now_ms: u64) -> bool {
+    let ticket = Ticket::from_raw(black_box(0), black_box(UNITS_PER_TOKEN as u32));
+    call_release(black_box(pacer), ticket, black_box(now_ms))
+}
+
+/// A baseline's `reserve` at `now_ms`: admitted?
+#[inline(always)]
+fn baseline_admits(bucket: &impl Baseline, now_ms: u64) -> bool {
+    black_box(black_box(bucket).reserve(black_box(now_ms))).is_some()
+}
+
+/// governor's admit path (the clock is its own): admitted?
+#[inline(always)]
+fn governor_admits<C: Clock>(
+    limiter: &RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<C::Instant>>,
+    _now_ms: u64,
+) -> bool {
+    black_box(governor_check(black_box(limiter)))
+}
+
+/// The benches run under `threads`, in the order of `docs/benchmarks.md`
+/// (the pacer's own first, then its baselines and contenders); some run
+/// on one thread only.
+fn contenders(g: &mut BenchmarkGroup<'_, WallTime>, threads: Threads) {
+    bench(g, threads, "pacer_admit", admit_pacer, pacer_reserve);
+    if threads == Threads::One {
+        bench_1t(g, "pacer_admit_release", |iters| {
+            let pacer = isolate(admit_pacer());
+            let pacer = &pacer.0;
+            run_1t(iters, |_| {
+                match call_reserve(black_box(pacer), black_box(0)) {
+                    Decision::Admitted(admission) => match admission.ticket {
+                        Some(ticket) => call_release(black_box(pacer), ticket, black_box(0)),
+                        None => false,
+                    },
+                    Decision::Refused(_) => false,
+                }
+            })
+        });
+        // One thread releases at 0; two release into one full pacer at
+        // the shared clock.
+        bench(g, threads, "pacer_release", admit_pacer, |pacer, _| {
+            pacer_release(pacer, 0)
+        });
+    } else {
+        bench(g, threads, "pacer_release", admit_pacer, pacer_release);
+    }
+    bench(g, threads, "pacer_refuse", drained_pacer, |pacer, _| {
+        !pacer_reserve(pacer, 0)
+    });
+    if threads == Threads::One {
+        bench_1t(g, "rule_admit", |iters| {
+            let pacer = isolate(admit_pacer());
+            let params = pacer.0.params_in_force(0);
+            let state = pacer.0.state();
+            run_1t(iters, |i| {
+                let step = black_box(&params).reserve(black_box(&state), black_box(i * STEP_MS));
+                black_box(step.next);
+                admitted(step.answer)
+            })
+        });
+        bench_1t(g, "rule_refuse", |iters| {
+            let pacer = isolate(drained_pacer());
+            let params = pacer.0.params_in_force(0);
+            let state = pacer.0.state();
+            run_1t(iters, |_| {
+                let step = black_box(&params).reserve(black_box(&state), black_box(0));
+                black_box(step.next);
+                !admitted(step.answer)
+            })
+        });
+    }
+    let load_u128 = |word: &AtomicU128, _| black_box(black_box(word).load(Ordering::Relaxed)) != 0;
+    bench(g, threads, "load_u128", || AtomicU128::new(7), load_u128);
+    let load_u64 = |word: &AtomicU64, _| black_box(black_box(word).load(Ordering::Relaxed)) != 0;
+    bench(g, threads, "load_u64", || AtomicU64::new(7), load_u64);
+    bench(g, threads, "cas_u64", CasBucket::new, baseline_admits);
+    let gcra = || GcraBucket::with_capacity(&ADMIT, ADMIT_BOUND_MS, LAG_PROOF_UNITS);
+    bench(g, threads, "gcra_u64", gcra, baseline_admits);
+    bench(g, threads, "cas_u128", Cas128Bucket::new, baseline_admits);
+    bench(g, threads, "mutex", MutexBucket::new, baseline_admits);
+    let fake = || RateLimiter::direct_with_clock(governor_quota(), FakeRelativeClock::default());
+    bench(g, threads, "governor_fake", fake, governor_admits);
+    let clock = || RateLimiter::direct(governor_quota());
+    bench(g, threads, "governor_clock", clock, governor_admits);
 }
 
 fn reserve(c: &mut Criterion) {
     check_gcra_is_the_rule();
     let mut g = c.benchmark_group("reserve");
-
-    // One thread.
-    bench_1t(&mut g, "pacer_admit", |iters| {
-        let pacer = isolate(admit_pacer());
-        let pacer = &pacer.0;
-        run_1t(iters, |i| {
-            admitted(call_reserve(black_box(pacer), black_box(i * STEP_MS)))
-        })
-    });
-    bench_1t(&mut g, "pacer_admit_release", |iters| {
-        let pacer = isolate(admit_pacer());
-        let pacer = &pacer.0;
-        run_1t(iters, |_| {
-            match call_reserve(black_box(pacer), black_box(0)) {
-                Decision::Admitted(admission) => match admission.ticket {
-                    Some(ticket) => call_release(black_box(pacer), ticket, black_box(0)),
-                    None => false,
-                },
-                Decision::Refused(_) => false,
-            }
-        })
-    });
-    bench_1t(&mut g, "pacer_release", |iters| {
-        let pacer = isolate(admit_pacer());
-        let pacer = &pacer.0;
-        run_1t(iters, |_| {
-            let ticket = Ticket::from_raw(black_box(0), black_box(UNITS_PER_TOKEN as u32));
-            call_release(black_box(pacer), ticket, black_box(0))
-        })
-    });
-    bench_1t(&mut g, "pacer_refuse", |iters| {
-        let pacer = isolate(drained_pacer());
-        let pacer = &pacer.0;
-        run_1t(iters, |_| {
-            !admitted(call_reserve(black_box(pacer), black_box(0)))
-        })
-    });
-    bench_1t(&mut g, "rule_admit", |iters| {
-        let pacer = isolate(admit_pacer());
-        let params = pacer.0.params_in_force(0);
-        let state = pacer.0.state();
-        run_1t(iters, |i| {
-            let step = black_box(&params).reserve(black_box(&state), black_box(i * STEP_MS));
-            black_box(step.next);
-            admitted(step.answer)
-        })
-    });
-    bench_1t(&mut g, "rule_refuse", |iters| {
-        let pacer = isolate(drained_pacer());
-        let params = pacer.0.params_in_force(0);
-        let state = pacer.0.state();
-        run_1t(iters, |_| {
-            let step = black_box(&params).reserve(black_box(&state), black_box(0));
-            black_box(step.next);
-            !admitted(step.answer)
-        })
-    });
-    bench_1t(&mut g, "load_u128", |iters| {
-        let word = isolate(AtomicU128::new(7));
-        let word = &word.0;
-        run_1t(iters, |_| {
-            black_box(black_box(word).load(Ordering::Relaxed)) != 0
-        })
-    });
-    bench_1t(&mut g, "load_u64", |iters| {
-        let word = isolate(AtomicU64::new(7));
-        let word = &word.0;
-        run_1t(iters, |_| {
-            black_box(black_box(word).load(Ordering::Relaxed)) != 0
-        })
-    });
-    bench_1t(&mut g, "cas_u64", |iters| {
-        let bucket = isolate(CasBucket::new());
-        let bucket = &bucket.0;
-        run_1t(iters, |i| {
-            black_box(black_box(bucket).reserve(black_box(i * STEP_MS))).is_some()
-        })
-    });
-    bench_1t(&mut g, "gcra_u64", |iters| {
-        let bucket = isolate(GcraBucket::with_capacity(
-            &ADMIT,
-            ADMIT_BOUND_MS,
-            LAG_PROOF_UNITS,
-        ));
-        let bucket = &bucket.0;
-        run_1t(iters, |i| {
-            black_box(black_box(bucket).reserve(black_box(i * STEP_MS))).is_some()
-        })
-    });
-    bench_1t(&mut g, "cas_u128", |iters| {
-        let bucket = isolate(Cas128Bucket::new());
-        let bucket = &bucket.0;
-        run_1t(iters, |i| {
-            black_box(black_box(bucket).reserve(black_box(i * STEP_MS))).is_some()
-        })
-    });
-    bench_1t(&mut g, "mutex", |iters| {
-        let bucket = isolate(MutexBucket::new());
-        let bucket = &bucket.0;
-        run_1t(iters, |i| {
-            black_box(black_box(bucket).reserve(black_box(i * STEP_MS))).is_some()
-        })
-    });
-    bench_1t(&mut g, "governor_fake", |iters| {
-        let limiter = isolate(RateLimiter::direct_with_clock(
-            governor_quota(),
-            FakeRelativeClock::default(),
-        ));
-        let limiter = &limiter.0;
-        run_1t(iters, |_| black_box(governor_check(black_box(limiter))))
-    });
-    bench_1t(&mut g, "governor_clock", |iters| {
-        let limiter = isolate(RateLimiter::direct(governor_quota()));
-        let limiter = &limiter.0;
-        run_1t(iters, |_| black_box(governor_check(black_box(limiter))))
-    });
-
+    contenders(&mut g, Threads::One);
     // Two threads on one object.
-    bench_2t(&mut g, "pacer_admit", |iters| {
-        let pacer = isolate(admit_pacer());
-        let pacer = &pacer.0;
-        run_2t(iters, |now| {
-            admitted(call_reserve(black_box(pacer), black_box(now)))
-        })
-    });
-    bench_2t(&mut g, "pacer_release", |iters| {
-        let pacer = isolate(admit_pacer());
-        let pacer = &pacer.0;
-        run_2t(iters, |now| {
-            let ticket = Ticket::from_raw(black_box(0), black_box(UNITS_PER_TOKEN as u32));
-            call_release(black_box(pacer), ticket, black_box(now))
-        })
-    });
-    bench_2t(&mut g, "pacer_refuse", |iters| {
-        let pacer = isolate(drained_pacer());
-        let pacer = &pacer.0;
-        run_2t(iters, |_| {
-            !admitted(call_reserve(black_box(pacer), black_box(0)))
-        })
-    });
-    bench_2t(&mut g, "load_u128", |iters| {
-        let word = isolate(AtomicU128::new(7));
-        let word = &word.0;
-        run_2t(iters, |_| {
-            black_box(black_box(word).load(Ordering::Relaxed)) != 0
-        })
-    });
-    bench_2t(&mut g, "load_u64", |iters| {
-        let word = isolate(AtomicU64::new(7));
-        let word = &word.0;
-        run_2t(iters, |_| {
-            black_box(black_box(word).load(Ordering::Relaxed)) != 0
-        })
-    });
-    bench_2t(&mut g, "cas_u64", |iters| {
-        let bucket = isolate(CasBucket::new());
-        let bucket = &bucket.0;
-        run_2t(iters, |now| {
-            black_box(black_box(bucket).reserve(black_box(now))).is_some()
-        })
-    });
-    bench_2t(&mut g, "gcra_u64", |iters| {
-        let bucket = isolate(GcraBucket::with_capacity(
-            &ADMIT,
-            ADMIT_BOUND_MS,
-            LAG_PROOF_UNITS,
-        ));
-        let bucket = &bucket.0;
-        run_2t(iters, |now| {
-            black_box(black_box(bucket).reserve(black_box(now))).is_some()
-        })
-    });
-    bench_2t(&mut g, "cas_u128", |iters| {
-        let bucket = isolate(Cas128Bucket::new());
-        let bucket = &bucket.0;
-        run_2t(iters, |now| {
-            black_box(black_box(bucket).reserve(black_box(now))).is_some()
-        })
-    });
-    bench_2t(&mut g, "mutex", |iters| {
-        let bucket = isolate(MutexBucket::new());
-        let bucket = &bucket.0;
-        run_2t(iters, |now| {
-            black_box(black_box(bucket).reserve(black_box(now))).is_some()
-        })
-    });
-    bench_2t(&mut g, "governor_fake", |iters| {
-        let limiter = isolate(RateLimiter::direct_with_clock(
-            governor_quota(),
-            FakeRelativeClock::default(),
-        ));
-        let limiter = &limiter.0;
-        run_2t(iters, |_| black_box(governor_check(black_box(limiter))))
-    });
-    bench_2t(&mut g, "governor_clock", |iters| {
-        let limiter = isolate(RateLimiter::direct(governor_quota()));
-        let limiter = &limiter.0;
-        run_2t(iters, |_| black_box(governor_check(black_box(limiter))))
-    });
-
+    contenders(&mut g, Threads::Two);
     g.finish();
 }
 

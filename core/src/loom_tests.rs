@@ -102,6 +102,31 @@ fn view(high_water_ms: u64, tokens_units: i64, seq: u32) -> StateView {
     }
 }
 
+/// X releases `ticket` at `release_ms` while Y reserves at 0, each checking
+/// the bounds of config `b1` after its step: X's answer and Y's wait.
+fn release_races_reserve(pacer: &Arc<Pacer>, ticket: Ticket, release_ms: u64) -> (bool, u64) {
+    let x = on_thread(pacer, move |pacer| {
+        let refunded = pacer.release(ticket, release_ms);
+        assert_in_bounds(pacer, TOKEN, 120_000);
+        refunded
+    });
+    let y = on_thread(pacer, move |pacer| {
+        let (wait, _) = paced(pacer.reserve(0));
+        assert_in_bounds(pacer, TOKEN, 120_000);
+        wait
+    });
+    (x.join().unwrap(), y.join().unwrap())
+}
+
+/// A `b2` pacer whose two tokens two reservations at 0 took (0 units), and
+/// their tickets.
+fn b2_emptied(policy: ReleasePolicy) -> (Arc<Pacer>, Ticket, Ticket) {
+    let pacer = Arc::new(Pacer::new(&b2(policy), 0).unwrap());
+    let (_, t1) = paced(pacer.reserve(0));
+    let (_, t2) = paced(pacer.reserve(0));
+    (pacer, t1, t2)
+}
+
 fn sorted<const N: usize>(mut values: [u64; N]) -> [u64; N] {
     values.sort_unstable();
     values
@@ -249,18 +274,8 @@ fn release_races_reserve_same_instant() {
         let pacer = Arc::new(Pacer::new(&b1(ReleasePolicy::Refund), 0).unwrap());
         let (wait, ticket) = paced(pacer.reserve(0));
         assert_eq!(wait, 0);
-        let x = on_thread(&pacer, move |pacer| {
-            let refunded = pacer.release(ticket, 0);
-            assert_in_bounds(&pacer, TOKEN, 120_000);
-            refunded
-        });
-        let y = on_thread(&pacer, move |pacer| {
-            let (wait, _) = paced(pacer.reserve(0));
-            assert_in_bounds(&pacer, TOKEN, 120_000);
-            wait
-        });
-        assert!(x.join().unwrap(), "a refund-policy release always refunds");
-        let y_wait = y.join().unwrap();
+        let (refunded, y_wait) = release_races_reserve(&pacer, ticket, 0);
+        assert!(refunded, "a refund-policy release always refunds");
         assert!(y_wait == 0 || y_wait == 1000, "y waited {y_wait}");
         let state = pacer.state();
         assert_eq!((state.high_water_ms, state.tokens_units), (0, 0));
@@ -282,18 +297,8 @@ fn release_races_reserve_capped_at_capacity() {
     loom::model(|| {
         let pacer = Arc::new(Pacer::new(&b1(ReleasePolicy::Refund), 0).unwrap());
         let (_, ticket) = paced(pacer.reserve(0));
-        let x = on_thread(&pacer, move |pacer| {
-            let refunded = pacer.release(ticket, 1000);
-            assert_in_bounds(&pacer, TOKEN, 120_000);
-            refunded
-        });
-        let y = on_thread(&pacer, move |pacer| {
-            let (wait, _) = paced(pacer.reserve(0));
-            assert_in_bounds(&pacer, TOKEN, 120_000);
-            wait
-        });
-        assert!(x.join().unwrap());
-        let y_wait = y.join().unwrap();
+        let (refunded, y_wait) = release_races_reserve(&pacer, ticket, 1000);
+        assert!(refunded);
         let state = pacer.state();
         match y_wait {
             0 => assert_eq!(state, view(1000, 0, 2)),
@@ -312,9 +317,7 @@ fn release_races_reserve_capped_at_capacity() {
 #[test]
 fn two_releases_race_a_reservation() {
     loom::model(|| {
-        let pacer = Arc::new(Pacer::new(&b2(ReleasePolicy::Refund), 0).unwrap());
-        let (_, t1) = paced(pacer.reserve(0));
-        let (_, t2) = paced(pacer.reserve(0));
+        let (pacer, t1, t2) = b2_emptied(ReleasePolicy::Refund);
         let release = |ticket: Ticket| on_thread(&pacer, move |pacer| pacer.release(ticket, 0));
         let x = release(t1);
         let y = release(t2);
@@ -341,9 +344,7 @@ fn two_releases_race_a_reservation() {
 #[test]
 fn strict_releases_refund_only_from_the_top() {
     loom::model(|| {
-        let pacer = Arc::new(Pacer::new(&b2(ReleasePolicy::Strict), 0).unwrap());
-        let (_, t1) = paced(pacer.reserve(0));
-        let (_, t2) = paced(pacer.reserve(0));
+        let (pacer, t1, t2) = b2_emptied(ReleasePolicy::Strict);
         assert_eq!((t1.seq(), t2.seq()), (1, 2));
         let x = {
             let pacer = pacer.clone();
@@ -491,10 +492,7 @@ fn adaptive_b1() -> Config {
 fn concurrent_openings_are_both_counted() {
     loom::model(|| {
         let pacer = Arc::new(Pacer::new(&adaptive_b1(), 0).unwrap());
-        let other = {
-            let pacer = Arc::clone(&pacer);
-            thread::spawn(move || pacer.observe(Outcome::Opened, 1000))
-        };
+        let other = on_thread(&pacer, move |pacer| pacer.observe(Outcome::Opened, 1000));
         assert_eq!(pacer.observe(Outcome::Opened, 1000), 60);
         assert_eq!(other.join().unwrap(), 60);
         let control = pacer.control();
@@ -513,13 +511,10 @@ fn concurrent_openings_are_both_counted() {
 fn a_throttle_races_openings() {
     loom::model(|| {
         let pacer = Arc::new(Pacer::new(&adaptive_b1(), 0).unwrap());
-        let opener = {
-            let pacer = Arc::clone(&pacer);
-            thread::spawn(move || {
-                pacer.observe(Outcome::Opened, 1000);
-                pacer.observe(Outcome::Opened, 1000);
-            })
-        };
+        let opener = on_thread(&pacer, move |pacer| {
+            pacer.observe(Outcome::Opened, 1000);
+            pacer.observe(Outcome::Opened, 1000);
+        });
         let throttled = pacer.observe(Outcome::Throttled, 2000);
         opener.join().unwrap();
         let control = pacer.control();
@@ -549,10 +544,7 @@ fn a_throttle_races_openings() {
 fn racing_throttles_apply_in_some_order() {
     loom::model(|| {
         let pacer = Arc::new(Pacer::new(&adaptive_b1(), 0).unwrap());
-        let early = {
-            let pacer = Arc::clone(&pacer);
-            thread::spawn(move || pacer.observe(Outcome::Throttled, 1000))
-        };
+        let early = on_thread(&pacer, move |pacer| pacer.observe(Outcome::Throttled, 1000));
         let late = pacer.observe(Outcome::Throttled, 70_000);
         let early = early.join().unwrap();
         let after = pacer.rate_in_force(70_000);
@@ -580,10 +572,7 @@ fn a_throttle_races_a_waiting_reservation() {
         let pacer = Arc::new(Pacer::new(&adaptive_b1(), 0).unwrap());
         let (first, _) = paced(pacer.reserve(0));
         assert_eq!(first, 0);
-        let waiter = {
-            let pacer = Arc::clone(&pacer);
-            thread::spawn(move || paced(pacer.reserve(0)).0)
-        };
+        let waiter = on_thread(&pacer, move |pacer| paced(pacer.reserve(0)).0);
         assert_eq!(pacer.observe(Outcome::Throttled, 0), 59);
         let wait = waiter.join().unwrap();
         assert!(wait == 1000 || wait == 1017, "wait {wait}");

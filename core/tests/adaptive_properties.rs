@@ -10,9 +10,12 @@
 //! each call.
 
 mod model;
+#[path = "common/model_path.rs"]
+mod model_path;
 
-use model::{MConfig, MOutcome, MPath, Model};
-use pacer_core::{AdmitPath, Config, Decision, Outcome, Pacer};
+use model::{MConfig, MOutcome, Model};
+use model_path::core_path;
+use pacer_core::{Config, Decision, Outcome, Pacer};
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 
@@ -199,6 +202,12 @@ fn range() -> impl Strategy<Value = (u32, u32, u32)> {
         .prop_flat_map(|(floor, rate)| (Just(floor), Just(rate), rate..=600))
 }
 
+/// The pacer both model properties run: its (floor, rate, ceiling) range,
+/// its burst (1..=12) and the clock it starts at.
+fn pacer_setup() -> impl Strategy<Value = ((u32, u32, u32), u32, u64)> {
+    (range(), 1u32..=12, 0u64..=10_000_000)
+}
+
 fn cases(cases: u32) -> ProptestConfig {
     ProptestConfig {
         cases,
@@ -214,16 +223,6 @@ fn config(floor: u32, rate: u32, ceiling: u32, burst: u32) -> Config {
         ..Config::DEFAULT
     }
     .adaptive(floor, ceiling)
-}
-
-fn path_matches(model: MPath, core: AdmitPath) -> bool {
-    matches!(
-        (model, core),
-        (MPath::Paced, AdmitPath::Paced)
-            | (MPath::Shaped, AdmitPath::Shaped)
-            | (MPath::Overflow, AdmitPath::Overflow)
-            | (MPath::Disabled, AdmitPath::Disabled)
-    )
 }
 
 /// Runs `ops` on the core and on the model side by side, checking every
@@ -288,7 +287,7 @@ fn run(
                         },
                     ) => {
                         prop_assert_eq!(a.wait_ms as i128, wait_ms);
-                        prop_assert!(path_matches(path, a.path));
+                        prop_assert_eq!(a.path, core_path(path));
                         prop_assert_eq!(a.clock_regressed, regressed);
                         prop_assert_eq!(a.ticket.is_some(), debit.is_some());
                         if debit.is_some() {
@@ -334,9 +333,7 @@ proptest! {
     /// The core's rate, decisions and answers are the model's, call by call.
     #[test]
     fn agrees_with_the_model(
-        range in range(),
-        burst in 1u32..=12,
-        start in 0u64..=10_000_000,
+        (range, burst, start) in pacer_setup(),
         ops in prop::collection::vec(op(), 1..160),
         exclusive in any::<bool>(),
     ) {
@@ -350,9 +347,7 @@ proptest! {
     /// call's refill is capped at capacity).
     #[test]
     fn window_bounds_hold_at_the_rate_in_force(
-        range in range(),
-        burst in 1u32..=12,
-        start in 0u64..=10_000_000,
+        (range, burst, start) in pacer_setup(),
         ops in prop::collection::vec(op(), 1..200),
         random_window in 0u64..=300_000,
     ) {

@@ -58,14 +58,14 @@ fn allocations_in(f: impl FnOnce()) -> u64 {
     ALLOCATIONS.with(Cell::get) - before
 }
 
+/// 60/min, burst 1, bound 2000 ms: three reservations at one instant drain
+/// it, and it refuses.
 const REFUSING: Config = Config {
     rate_per_min: 60,
     burst: 1,
     idle_timeout_ms: 30_000,
     max_retries: 3,
-    release_policy: ReleasePolicy::Refund,
-    adaptive_floor_per_min: 0,
-    adaptive_ceiling_per_min: 0,
+    ..Config::DEFAULT
 };
 
 #[test]

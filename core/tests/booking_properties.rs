@@ -5,8 +5,10 @@
 //! §3 quantities from `model/mod.rs`. Only refusing-mode pacers with the
 //! refund policy are generated: the only mode where §11 books anything.
 
+mod common;
 mod model;
 
+use common::{seen, Seen};
 use pacer_core::{
     Booking, BookingDecision, Config, Mode, Pacer, Redemption, ReleasePolicy, UNITS_PER_TOKEN,
 };
@@ -59,17 +61,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 /// What the model says one op answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Answer {
-    Admitted {
-        wait_ms: u64,
-    },
-    Booked {
-        slot_ms: u64,
-        retry_after_s: u64,
-    },
-    Refused {
-        required_wait_ms: u64,
-        retry_after_s: u64,
-    },
+    /// What `reserve_or_book` answers (or `redeem`, when it admits).
+    Decided(Seen),
     NotYet {
         retry_after_s: u64,
     },
@@ -120,34 +113,34 @@ impl Bucket {
         };
         if tokens >= U {
             debit(self);
-            return Answer::Admitted { wait_ms: 0 };
+            return Answer::Decided(Seen::Admitted { wait_ms: 0 });
         }
         let wait = (U - tokens + self.rate - 1) / self.rate;
         if wait <= self.bound {
             debit(self);
-            return Answer::Admitted {
+            return Answer::Decided(Seen::Admitted {
                 wait_ms: wait as u64,
-            };
+            });
         }
         let horizon = self.bound + (left as i128).min(self.retries) * self.cap_s * 1000;
         if wait <= horizon {
             debit(self);
-            return Answer::Booked {
+            return Answer::Decided(Seen::Booked {
                 slot_ms: at + wait as u64,
                 retry_after_s: self.hint(wait - self.bound),
-            };
+            });
         }
-        Answer::Refused {
+        Answer::Decided(Seen::Refused {
             required_wait_ms: wait as u64,
             retry_after_s: self.cap_s as u64,
-        }
+        })
     }
 
     fn redeem(&self, slot: u64, now: u64) -> Answer {
         if slot as i128 - now as i128 <= self.bound {
-            Answer::Admitted {
+            Answer::Decided(Seen::Admitted {
                 wait_ms: slot.saturating_sub(now),
-            }
+            })
         } else {
             Answer::NotYet {
                 retry_after_s: self.hint(slot as i128 - self.bound - now as i128),
@@ -181,20 +174,6 @@ struct Opening {
     released: bool,
 }
 
-fn answer_of(d: &BookingDecision) -> Answer {
-    match d {
-        BookingDecision::Admitted(a) => Answer::Admitted { wait_ms: a.wait_ms },
-        BookingDecision::Booked(b) => Answer::Booked {
-            slot_ms: b.booking.slot_ms,
-            retry_after_s: b.retry_after_s,
-        },
-        BookingDecision::Refused(r) => Answer::Refused {
-            required_wait_ms: r.required_wait_ms,
-            retry_after_s: r.retry_after_s,
-        },
-    }
-}
-
 impl Run {
     fn step(&mut self, op: Op) -> Result<(), TestCaseError> {
         match op {
@@ -202,7 +181,7 @@ impl Run {
                 self.now += dt;
                 let want = self.bucket.book(self.now, left);
                 let got = self.pacer.reserve_or_book(self.now, left);
-                prop_assert_eq!(answer_of(&got), want, "book at {}", self.now);
+                prop_assert_eq!(Answer::Decided(seen(&got)), want, "book at {}", self.now);
                 match got {
                     BookingDecision::Admitted(a) => self.opens.push(Opening {
                         at: self.now + a.wait_ms,
@@ -228,7 +207,9 @@ impl Run {
                 let want = self.bucket.redeem(booking.slot_ms, self.now);
                 let before = self.pacer.state();
                 let got = match self.pacer.redeem(booking, self.now) {
-                    Redemption::Admitted(a) => Answer::Admitted { wait_ms: a.wait_ms },
+                    Redemption::Admitted(a) => {
+                        Answer::Decided(Seen::Admitted { wait_ms: a.wait_ms })
+                    }
                     Redemption::NotYet {
                         booking,
                         retry_after_s,
@@ -378,7 +359,7 @@ proptest! {
         // bound) until one is refused; the model follows.
         let at = run.now + later;
         run.step(Op::Book { dt: later, left: 0 })?;
-        while !matches!(run.bucket.book(at, 0), Answer::Refused { .. }) {
+        while !matches!(run.bucket.book(at, 0), Answer::Decided(Seen::Refused { .. })) {
             prop_assert!(matches!(run.pacer.reserve_or_book(at, 0), BookingDecision::Admitted(_)));
         }
         let before = run.bucket.refilled(at);

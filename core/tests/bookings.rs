@@ -3,6 +3,9 @@
 //! 4833 ms, hint cap 4 s, 5 retries, so the horizon with all five retries
 //! left is 4833 + 5 · 4 · 1000 = 24833 ms.
 
+mod common;
+
+use common::{seen, Seen};
 use pacer_core::{
     AdmitPath, Booked, Booking, BookingDecision, Config, Pacer, Redemption, ReleasePolicy, Ticket,
     UNITS_PER_TOKEN,
@@ -17,36 +20,6 @@ fn pacer(policy: ReleasePolicy) -> Pacer {
         0,
     )
     .unwrap()
-}
-
-/// What one `reserve_or_book` answered, in plain numbers.
-#[derive(Debug, PartialEq, Eq)]
-enum Seen {
-    Admitted {
-        wait_ms: u64,
-    },
-    Booked {
-        slot_ms: u64,
-        retry_after_s: u64,
-    },
-    Refused {
-        required_wait_ms: u64,
-        retry_after_s: u64,
-    },
-}
-
-fn seen(decision: &BookingDecision) -> Seen {
-    match decision {
-        BookingDecision::Admitted(a) => Seen::Admitted { wait_ms: a.wait_ms },
-        BookingDecision::Booked(b) => Seen::Booked {
-            slot_ms: b.booking.slot_ms,
-            retry_after_s: b.retry_after_s,
-        },
-        BookingDecision::Refused(r) => Seen::Refused {
-            required_wait_ms: r.required_wait_ms,
-            retry_after_s: r.retry_after_s,
-        },
-    }
 }
 
 fn booked(decision: BookingDecision) -> Booking {

@@ -6,8 +6,11 @@
 //! thing being checked.
 
 mod model;
+#[path = "common/model_path.rs"]
+mod model_path;
 
-use model::{MConfig, MMode, MOutcome, MPath, Model, Q};
+use model::{MConfig, MMode, MOutcome, Model, Q};
+use model_path::core_path;
 use pacer_core::{
     budget, AdmitPath, Config, Decision, Mode, Pacer, ReleasePolicy, StateView, Ticket,
 };
@@ -352,16 +355,6 @@ fn model_mode_matches(model: MMode, core: Mode) -> bool {
     )
 }
 
-fn path_matches(model: MPath, core: AdmitPath) -> bool {
-    matches!(
-        (model, core),
-        (MPath::Disabled, AdmitPath::Disabled)
-            | (MPath::Paced, AdmitPath::Paced)
-            | (MPath::Shaped, AdmitPath::Shaped)
-            | (MPath::Overflow, AdmitPath::Overflow)
-    )
-}
-
 /// Capacity and debt floor in units, from the SPEC's formulas (via the
 /// model's own §3 arithmetic).
 fn limits_units(c: &MConfig) -> (i128, i128) {
@@ -407,7 +400,7 @@ proptest! {
                             MOutcome::Admitted { wait_ms: m_wait, debit, path: m_path, regressed: m_regressed },
                         ) => {
                             prop_assert_eq!(*wait_ms as i128, *m_wait, "wait at {}", now);
-                            prop_assert!(path_matches(*m_path, *path), "path {:?} vs model {:?}", path, m_path);
+                            prop_assert_eq!(*path, core_path(*m_path), "path vs model {:?}", m_path);
                             prop_assert_eq!(regressed, m_regressed);
                             prop_assert_eq!(debit_units.map(|u| u as i128), debit.map(|(d, _)| units(d)));
                             if let (Some(id), Some((_, m_id))) = (id, debit) {

@@ -60,27 +60,27 @@ fn norefuse_notice_text_at_one_per_minute() {
 }
 
 #[test]
-fn disabled_notice_text() {
-    let resolution = resolve(&Settings {
+fn disabled_and_malformed_notice_texts() {
+    let idle_14001 = Settings {
         idle_timeout_ms: Some("14001"),
         ..Settings::default()
-    });
-    assert_eq!(
-        render(&resolution.notices[0]),
-        "not pacing new connections: a 3-retry budget leaves no room to queue inside the resolved 14001ms request deadline"
-    );
-}
-
-#[test]
-fn malformed_text_is_quoted_and_escaped() {
-    let resolution = resolve(&Settings {
+    };
+    let rate_1e2 = Settings {
         rate_per_min: Some("1e2\n"),
         ..Settings::default()
-    });
-    assert_eq!(
-        render(&resolution.notices[0]),
-        "ignoring new-connection rate \"1e2\\n\": not a whole number of connections per minute; using 60/minute"
-    );
+    };
+    for (settings, first_notice) in [
+        (
+            idle_14001,
+            "not pacing new connections: a 3-retry budget leaves no room to queue inside the resolved 14001ms request deadline",
+        ),
+        (
+            rate_1e2,
+            "ignoring new-connection rate \"1e2\\n\": not a whole number of connections per minute; using 60/minute",
+        ),
+    ] {
+        assert_eq!(render(&resolve(&settings).notices[0]), first_notice);
+    }
 }
 
 #[test]
@@ -118,41 +118,35 @@ fn notice_keys_as_text() {
         let len = n.write_key(&mut buf).unwrap();
         String::from_utf8(buf[..len].to_vec()).unwrap()
     };
-    // Text-keyed: the namespace and the text as given (untrimmed).
-    assert_eq!(
-        key(Notice::new(NoticeKind::RateMalformed, " 9x", [60, 0, 0])),
-        "rate: 9x"
-    );
-    assert_eq!(
-        key(Notice::new(NoticeKind::RateClamped, "900", [600, 0, 0])),
-        "rate:900"
-    );
-    assert_eq!(
-        key(Notice::new(NoticeKind::RetriesClamped, "9", [2, 14000, 0])),
-        "retries:9"
-    );
-    // Number-keyed: the namespace and all three numbers.
-    assert_eq!(
-        key(Notice::new(NoticeKind::PacingDisabled, "", [3, 14001, 60])),
-        "disabled:3:14001:60"
-    );
-    assert_eq!(
-        key(Notice::new(NoticeKind::NoRefuse, "", [6, 1, 2000])),
-        "norefuse:6:1:2000"
-    );
-    assert_eq!(
-        key(Notice::new(NoticeKind::IdleLowered, "", [120000, 60000, 0])),
-        "pair-idle:120000:60000:0"
-    );
-    // A hostile rate text keeps its own namespace.
-    assert_eq!(
-        key(Notice::new(
+    for (kind, raw, values, want) in [
+        // Text-keyed: the namespace and the text as given (untrimmed).
+        (NoticeKind::RateMalformed, " 9x", [60, 0, 0], "rate: 9x"),
+        (NoticeKind::RateClamped, "900", [600, 0, 0], "rate:900"),
+        (NoticeKind::RetriesClamped, "9", [2, 14000, 0], "retries:9"),
+        // Number-keyed: the namespace and all three numbers.
+        (
+            NoticeKind::PacingDisabled,
+            "",
+            [3, 14001, 60],
+            "disabled:3:14001:60",
+        ),
+        (NoticeKind::NoRefuse, "", [6, 1, 2000], "norefuse:6:1:2000"),
+        (
+            NoticeKind::IdleLowered,
+            "",
+            [120000, 60000, 0],
+            "pair-idle:120000:60000:0",
+        ),
+        // A hostile rate text keeps its own namespace.
+        (
             NoticeKind::RateMalformed,
             "disabled:3:14001:60",
-            [60, 0, 0]
-        )),
-        "rate:disabled:3:14001:60"
-    );
+            [60, 0, 0],
+            "rate:disabled:3:14001:60",
+        ),
+    ] {
+        assert_eq!(key(Notice::new(kind, raw, values)), want);
+    }
     // Too short: the needed length, as for render.
     let mut short = [0u8; 4];
     assert_eq!(
@@ -326,35 +320,32 @@ fn idle_override_is_used_as_given_and_lowered_silently() {
     use pacer_core::settings::resolve_with_idle_override;
     // 30000 ms: ladder ceiling 3 (2000·(2^3−1) = 14000 < 30000, 2^4 step
     // 30000 is not), so the default 5 retries become 3, silently.
-    let r = resolve_with_idle_override(&Settings::default(), 30_000);
-    assert_eq!(r.budget.idle_timeout_ms, 30_000);
-    assert_eq!(r.budget.max_retries, 3);
-    assert!(r.notices.is_empty());
+    // Each resolution below is silent (no notice); its budget is returned.
+    let silent = |settings: Settings<'_>, idle_override: u64| {
+        let r = resolve_with_idle_override(&settings, idle_override);
+        assert!(r.notices.is_empty(), "{:?}", r.notices);
+        r.budget
+    };
+    let b = silent(Settings::default(), 30_000);
+    assert_eq!((b.idle_timeout_ms, b.max_retries), (30_000, 3));
     // The idle setting text is not read: no malformed/clamp notice for it.
-    let r = resolve_with_idle_override(
-        &Settings {
-            idle_timeout_ms: Some("abc"),
-            ..Settings::default()
-        },
-        5_000,
-    );
     // 5000 is below the accepted range but an override is not clamped;
     // ladder ceiling 1 (2000 < 5000, 6000 is not), bound
     // floor((5000 − 2000)/(2·2)) = 750 > 0, so pacing stays on.
-    assert_eq!(r.budget.idle_timeout_ms, 5_000);
-    assert_eq!(r.budget.max_retries, 1);
-    assert!(r.notices.is_empty());
+    let idle_abc = Settings {
+        idle_timeout_ms: Some("abc"),
+        ..Settings::default()
+    };
+    let b = silent(idle_abc, 5_000);
+    assert_eq!((b.idle_timeout_ms, b.max_retries), (5_000, 1));
     // Total 60000 below an override of 700000: idle lowered to 60000 with no
     // pair notice; retries ceiling(60000) = 4 (30000 < 60000, 62000 is not).
-    let r = resolve_with_idle_override(
-        &Settings {
-            total_timeout_ms: Some("60000"),
-            ..Settings::default()
-        },
-        700_000,
-    );
-    assert_eq!(r.budget.idle_timeout_ms, 60_000);
-    assert_eq!(r.budget.total_timeout_ms, 60_000);
-    assert_eq!(r.budget.max_retries, 4);
-    assert!(r.notices.is_empty());
+    let total_60000 = Settings {
+        total_timeout_ms: Some("60000"),
+        ..Settings::default()
+    };
+    let b = silent(total_60000, 700_000);
+    assert_eq!(b.idle_timeout_ms, 60_000);
+    assert_eq!(b.total_timeout_ms, 60_000);
+    assert_eq!(b.max_retries, 4);
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use pacer_core::{
     Admission, AdmitPath, Booking, BookingDecision, Config, ConfigError, Counters, Decision, Mode,
-    Outcome, Pacer, Redemption, ReleasePolicy, Ticket,
+    Outcome, Pacer, Redemption, Refusal, ReleasePolicy, Ticket,
 };
 
 use crate::boundary::{arg, arg_mut, checked, guard, out, put};
@@ -336,6 +336,30 @@ pub(crate) unsafe fn slot<'a>(storage: *const pacer) -> Result<&'a Slot, pacer_s
     Ok(unsafe { &*base.cast::<Slot>() })
 }
 
+/// The calls that ask the initialised pacer in `storage` one thing and
+/// write one answer: the slot is checked, then `out_answer`, then `body`
+/// runs; its answer is written only on success.
+///
+/// # Safety
+/// `storage` is NULL or points to a `struct pacer`; `out_answer` is NULL,
+/// misaligned, or writable for a `T`.
+#[inline(always)]
+unsafe fn answer<T>(
+    storage: *const pacer,
+    out_answer: *mut T,
+    body: impl FnOnce(&Slot) -> Result<T, pacer_status>,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; checked by `slot`.
+        let slot = unsafe { slot(storage) }?;
+        let out_answer = out(out_answer)?;
+        let answer = body(slot)?;
+        // SAFETY: checked by `out`; writable per the caller's contract.
+        unsafe { put(out_answer, answer) };
+        Ok(())
+    })
+}
+
 /// Initialises `storage` as a pacer with `config`, full (burst tokens
 /// available) at `now_ms`. An invalid config returns its status and leaves
 /// the storage as it was. Do not call it while other threads use `storage`.
@@ -385,25 +409,17 @@ pub unsafe extern "C" fn pacer_reserve(
     now_ms: u64,
     out_decision: *mut pacer_decision,
 ) -> pacer_status {
-    guard(|| {
-        // SAFETY: caller's contract; checked by `slot`.
-        let slot = unsafe { slot(storage) }?;
-        let out_decision = out(out_decision)?;
-        let decision = slot.pacer.reserve(now_ms);
-        slot.counters.record(&decision);
-        let result = match decision {
-            Decision::Admitted(admission) => admitted(&admission, slot.owner),
-            Decision::Refused(refusal) => refused(
-                pacer_decision_kind::Refused,
-                refusal.required_wait_ms,
-                refusal.retry_after_s,
-                refusal.clock_regressed,
-            ),
-        };
-        // SAFETY: checked by `out`; the caller provides a writable decision.
-        unsafe { put(out_decision, result) };
-        Ok(())
-    })
+    // SAFETY: caller's contract.
+    unsafe {
+        answer(storage, out_decision, |slot| {
+            let decision = slot.pacer.reserve(now_ms);
+            slot.counters.record(&decision);
+            Ok(match decision {
+                Decision::Admitted(admission) => admitted(&admission, slot.owner),
+                Decision::Refused(refusal) => plain_refusal(&refusal),
+            })
+        })
+    }
 }
 
 fn live_ticket(ticket: &Ticket, owner: u32) -> pacer_ticket {
@@ -453,6 +469,16 @@ fn refused(
         clock_regressed,
         ticket: NO_TICKET,
     }
+}
+
+/// The C form of a plain refusal.
+fn plain_refusal(refusal: &Refusal) -> pacer_decision {
+    refused(
+        pacer_decision_kind::Refused,
+        refusal.required_wait_ms,
+        refusal.retry_after_s,
+        refusal.clock_regressed,
+    )
 }
 
 /// A place in line (SPEC §11), written by pacer_reserve_or_book. Keep it
@@ -505,12 +531,7 @@ pub unsafe extern "C" fn pacer_reserve_or_book(
                     booked.clock_regressed,
                 )
             }
-            BookingDecision::Refused(refusal) => refused(
-                pacer_decision_kind::Refused,
-                refusal.required_wait_ms,
-                refusal.retry_after_s,
-                refusal.clock_regressed,
-            ),
+            BookingDecision::Refused(refusal) => plain_refusal(&refusal),
         };
         // SAFETY: checked by `out`.
         unsafe { put(out_decision, result) };
@@ -676,24 +697,21 @@ pub unsafe extern "C" fn pacer_get_counters(
     storage: *const pacer,
     out_counters: *mut pacer_counters,
 ) -> pacer_status {
-    guard(|| {
-        // SAFETY: caller's contract; checked by `slot`.
-        let slot = unsafe { slot(storage) }?;
-        let out_counters = out(out_counters)?;
-        let s = slot.counters.snapshot();
-        let counters = pacer_counters {
-            admitted: s.admitted,
-            admitted_after_wait: s.admitted_after_wait,
-            refused: s.refused,
-            shaped: s.shaped,
-            released: s.released,
-            refunded: s.refunded,
-            clock_regressions: s.clock_regressions,
-        };
-        // SAFETY: checked by `out`.
-        unsafe { put(out_counters, counters) };
-        Ok(())
-    })
+    // SAFETY: caller's contract.
+    unsafe {
+        answer(storage, out_counters, |slot| {
+            let s = slot.counters.snapshot();
+            Ok(pacer_counters {
+                admitted: s.admitted,
+                admitted_after_wait: s.admitted_after_wait,
+                refused: s.refused,
+                shaped: s.shaped,
+                released: s.released,
+                refunded: s.refunded,
+                clock_regressions: s.clock_regressions,
+            })
+        })
+    }
 }
 
 /// Reads the pacer's derived parameters and current state.
@@ -702,30 +720,27 @@ pub unsafe extern "C" fn pacer_get_info(
     storage: *const pacer,
     out_info: *mut pacer_info,
 ) -> pacer_status {
-    guard(|| {
-        // SAFETY: caller's contract; checked by `slot`.
-        let slot = unsafe { slot(storage) }?;
-        let out_info = out(out_info)?;
-        let pacer = &slot.pacer;
-        let state = pacer.state();
-        let info = pacer_info {
-            mode: match pacer.mode() {
-                Mode::Disabled => pacer_mode::Disabled,
-                Mode::Refusing => pacer_mode::Refusing,
-                Mode::ShapingLowRate => pacer_mode::ShapingLowRate,
-                Mode::ShapingNoRetry => pacer_mode::ShapingNoRetry,
-            } as u32,
-            release_policy: pacer.release_policy() as u32,
-            wait_bound_ms: pacer.wait_bound_ms(),
-            capacity_units: pacer.capacity_units(),
-            max_debt_units: pacer.max_debt_units(),
-            high_water_ms: state.high_water_ms,
-            tokens_units: state.tokens_units,
-        };
-        // SAFETY: checked by `out`.
-        unsafe { put(out_info, info) };
-        Ok(())
-    })
+    // SAFETY: caller's contract.
+    unsafe {
+        answer(storage, out_info, |slot| {
+            let pacer = &slot.pacer;
+            let state = pacer.state();
+            Ok(pacer_info {
+                mode: match pacer.mode() {
+                    Mode::Disabled => pacer_mode::Disabled,
+                    Mode::Refusing => pacer_mode::Refusing,
+                    Mode::ShapingLowRate => pacer_mode::ShapingLowRate,
+                    Mode::ShapingNoRetry => pacer_mode::ShapingNoRetry,
+                } as u32,
+                release_policy: pacer.release_policy() as u32,
+                wait_bound_ms: pacer.wait_bound_ms(),
+                capacity_units: pacer.capacity_units(),
+                max_debt_units: pacer.max_debt_units(),
+                high_water_ms: state.high_water_ms,
+                tokens_units: state.tokens_units,
+            })
+        })
+    }
 }
 
 /// Reports what the upstream answered to a new connection at `now_ms`
@@ -745,16 +760,12 @@ pub unsafe extern "C" fn pacer_observe(
     now_ms: u64,
     out_rate_per_min: *mut u32,
 ) -> pacer_status {
-    guard(|| {
-        // SAFETY: caller's contract; checked by `slot`.
-        let slot = unsafe { slot(storage) }?;
-        let out_rate_per_min = out(out_rate_per_min)?;
-        let outcome = outcome_from(outcome)?;
-        let rate = slot.pacer.observe(outcome, now_ms);
-        // SAFETY: checked by `out`.
-        unsafe { put(out_rate_per_min, rate) };
-        Ok(())
-    })
+    // SAFETY: caller's contract.
+    unsafe {
+        answer(storage, out_rate_per_min, |slot| {
+            Ok(slot.pacer.observe(outcome_from(outcome)?, now_ms))
+        })
+    }
 }
 
 /// The rate in force at `now_ms`, new connections per minute (SPEC §14):
@@ -765,13 +776,10 @@ pub unsafe extern "C" fn pacer_rate_in_force(
     now_ms: u64,
     out_rate_per_min: *mut u32,
 ) -> pacer_status {
-    guard(|| {
-        // SAFETY: caller's contract; checked by `slot`.
-        let slot = unsafe { slot(storage) }?;
-        let out_rate_per_min = out(out_rate_per_min)?;
-        let rate = slot.pacer.rate_in_force(now_ms);
-        // SAFETY: checked by `out`.
-        unsafe { put(out_rate_per_min, rate) };
-        Ok(())
-    })
+    // SAFETY: caller's contract.
+    unsafe {
+        answer(storage, out_rate_per_min, |slot| {
+            Ok(slot.pacer.rate_in_force(now_ms))
+        })
+    }
 }

@@ -254,6 +254,38 @@ unsafe fn notice_parts<'a>(
     Ok((kind, raw))
 }
 
+/// pacer_notice_render and pacer_notice_key: `text` of the notice, written
+/// into the caller's buffer by the buffer rules stated there.
+///
+/// # Safety
+/// `notice` is NULL, misaligned, or points to a `pacer_notice` (and
+/// `notice_parts`' contract); `buf` holds `len` writable bytes.
+unsafe fn write_notice_text(
+    notice: *const pacer_notice,
+    buf: *mut u8,
+    len: usize,
+    out_written: *mut usize,
+    text: impl Fn(&Notice<'_>, &mut [u8]) -> Result<usize, usize>,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; NULL checked by `arg`.
+        let notice = unsafe { arg(notice) }?;
+        // SAFETY: caller's contract (raw/raw_len).
+        let (kind, raw) = unsafe { notice_parts(notice) }?;
+        let notice = Notice::new(kind, &raw, notice.values);
+        let out_written = out(out_written)?;
+        // SAFETY: `buf` holds `len` writable bytes (caller's contract).
+        let buf = unsafe { buffer(buf, len) }?;
+        let (status, written) = match render_into(buf, |b| text(&notice, b)) {
+            Ok(n) => (Ok(()), n),
+            Err((status, needed)) => (Err(status), needed),
+        };
+        // SAFETY: checked by `out`.
+        unsafe { put(out_written, written) };
+        status
+    })
+}
+
 /// Writes a notice's English text (UTF-8, not NUL-terminated) into
 /// `buf[0..len]` and its length to *out_written. If it does not fit:
 /// PACER_STATUS_BUFFER_TOO_SHORT, *out_written = the needed length, buf
@@ -265,24 +297,8 @@ pub unsafe extern "C" fn pacer_notice_render(
     len: usize,
     out_written: *mut usize,
 ) -> pacer_status {
-    guard(|| {
-        // SAFETY: caller's contract; NULL checked by `arg`.
-        let notice = unsafe { arg(notice) }?;
-        // SAFETY: caller's contract (raw/raw_len).
-        let (kind, raw) = unsafe { notice_parts(notice) }?;
-        let notice = Notice::new(kind, &raw, notice.values);
-        let out_written = out(out_written)?;
-        // SAFETY: `buf` holds `len` writable bytes (caller's contract).
-        let buf = unsafe { buffer(buf, len) }?;
-        let result = render_into(buf, |b| notice.render(b));
-        let (status, written) = match result {
-            Ok(n) => (Ok(()), n),
-            Err((status, needed)) => (Err(status), needed),
-        };
-        // SAFETY: checked by `out`.
-        unsafe { put(out_written, written) };
-        status
-    })
+    // SAFETY: caller's contract.
+    unsafe { write_notice_text(notice, buf, len, out_written, |n, b| n.render(b)) }
 }
 
 /// Writes a notice's dedupe key as text (UTF-8, not NUL-terminated):
@@ -298,23 +314,8 @@ pub unsafe extern "C" fn pacer_notice_key(
     len: usize,
     out_written: *mut usize,
 ) -> pacer_status {
-    guard(|| {
-        // SAFETY: caller's contract; NULL checked by `arg`.
-        let notice = unsafe { arg(notice) }?;
-        // SAFETY: caller's contract (raw/raw_len).
-        let (kind, raw) = unsafe { notice_parts(notice) }?;
-        let notice = Notice::new(kind, &raw, notice.values);
-        let out_written = out(out_written)?;
-        // SAFETY: `buf` holds `len` writable bytes (caller's contract).
-        let buf = unsafe { buffer(buf, len) }?;
-        let (status, written) = match render_into(buf, |b| notice.write_key(b)) {
-            Ok(n) => (Ok(()), n),
-            Err((status, needed)) => (Err(status), needed),
-        };
-        // SAFETY: checked by `out`.
-        unsafe { put(out_written, written) };
-        status
-    })
+    // SAFETY: caller's contract.
+    unsafe { write_notice_text(notice, buf, len, out_written, |n, b| n.write_key(b)) }
 }
 
 /// A static, NUL-terminated name of a notice kind, as in tests/vectors

@@ -414,58 +414,66 @@ fn names(path_or_name: &str) -> Result<Names, Fail> {
     })
 }
 
-/// Writes all of `bytes` at `offset`.
-fn pwrite_all(fd: libc::c_int, bytes: &[u8], offset: u64) -> Result<(), Fail> {
+/// Repeats a positioned read or write until `len` bytes are moved:
+/// `step(done)` moves bytes from offset `done` on and returns the system
+/// call's result. EINTR retries; moving nothing fails with `at_end`.
+fn move_all(
+    len: usize,
+    at_end: impl FnOnce() -> Fail,
+    mut step: impl FnMut(usize) -> libc::ssize_t,
+) -> Result<(), Fail> {
     let mut done = 0;
-    while done < bytes.len() {
-        // SAFETY: the pointer and length stay within `bytes`.
-        let n = unsafe {
-            libc::pwrite(
-                fd,
-                bytes[done..].as_ptr().cast(),
-                bytes.len() - done,
-                (offset + done as u64) as libc::off_t,
-            )
-        };
+    while done < len {
+        let n = step(done);
         if n <= 0 {
             let code = errno();
             if n < 0 && code == libc::EINTR {
                 continue;
             }
-            return Err(Fail::Os(if n == 0 { libc::EIO } else { code }));
+            return Err(if n == 0 { at_end() } else { Fail::Os(code) });
         }
         done += n as usize;
     }
     Ok(())
 }
 
+/// Writes all of `bytes` at `offset`.
+fn pwrite_all(fd: libc::c_int, bytes: &[u8], offset: u64) -> Result<(), Fail> {
+    move_all(
+        bytes.len(),
+        || Fail::Os(libc::EIO),
+        |done| {
+            // SAFETY: the pointer and length stay within `bytes`.
+            unsafe {
+                libc::pwrite(
+                    fd,
+                    bytes[done..].as_ptr().cast(),
+                    bytes.len() - done,
+                    (offset + done as u64) as libc::off_t,
+                )
+            }
+        },
+    )
+}
+
 /// Reads `buf.len()` bytes at offset 0 (the caller checked the size).
 fn pread_all(fd: libc::c_int, buf: &mut [u8]) -> Result<(), Fail> {
-    let mut done = 0;
-    while done < buf.len() {
-        // SAFETY: the pointer and length stay within `buf`.
-        let n = unsafe {
-            libc::pread(
-                fd,
-                buf[done..].as_mut_ptr().cast(),
-                buf.len() - done,
-                done as libc::off_t,
-            )
-        };
-        if n <= 0 {
-            let code = errno();
-            if n < 0 && code == libc::EINTR {
-                continue;
+    let len = buf.len();
+    move_all(
+        len,
+        || pacer_status::SharedTruncated.into(),
+        |done| {
+            // SAFETY: the pointer and length stay within `buf`.
+            unsafe {
+                libc::pread(
+                    fd,
+                    buf[done..].as_mut_ptr().cast(),
+                    len - done,
+                    done as libc::off_t,
+                )
             }
-            return Err(if n == 0 {
-                pacer_status::SharedTruncated.into()
-            } else {
-                Fail::Os(code)
-            });
-        }
-        done += n as usize;
-    }
-    Ok(())
+        },
+    )
 }
 
 static TEMP_SERIAL: AtomicU32 = AtomicU32::new(0);
@@ -777,6 +785,22 @@ pub unsafe extern "C" fn pacer_shared_open(
     })
 }
 
+/// The calls on an open handle: `body` gets the handle's pacer (a `struct
+/// pacer` initialised by pacer_init, mapped until pacer_shared_close).
+///
+/// # Safety
+/// `handle` is NULL, misaligned, or points to a `pacer_shared`.
+unsafe fn on_shared(
+    handle: *const pacer_shared,
+    body: impl FnOnce(*const pacer) -> Outcome,
+) -> pacer_status {
+    guard(|| {
+        // SAFETY: caller's contract; NULL checked by `arg`.
+        let h = open_handle(unsafe { arg(handle) }?)?;
+        body(h.storage)
+    })
+}
+
 /// The pacer of an open handle, for pacer_reserve, pacer_release,
 /// pacer_observe, pacer_rate_in_force, pacer_get_info and
 /// pacer_get_counters (the counters count the calls made through this
@@ -787,14 +811,15 @@ pub unsafe extern "C" fn pacer_shared_pacer(
     handle: *const pacer_shared,
     out_pacer: *mut *const pacer,
 ) -> pacer_status {
-    guard(|| {
-        // SAFETY: caller's contract; NULL checked by `arg`.
-        let h = open_handle(unsafe { arg(handle) }?)?;
-        let out_pacer = out(out_pacer)?;
-        // SAFETY: checked by `out`.
-        unsafe { put(out_pacer, h.storage) };
-        Ok(())
-    })
+    // SAFETY: caller's contract; `body` forwards to the handle's pacer
+    // (`on_shared`) only the pointers it checked.
+    unsafe {
+        on_shared(handle, |storage| {
+            let out_pacer = out(out_pacer)?;
+            put(out_pacer, storage);
+            Ok(())
+        })
+    }
 }
 
 /// pacer_reserve on the shared pacer at pacer_clock_monotonic_ms().
@@ -803,14 +828,14 @@ pub unsafe extern "C" fn pacer_shared_reserve(
     handle: *const pacer_shared,
     out_decision: *mut pacer_decision,
 ) -> pacer_status {
-    guard(|| {
-        // SAFETY: caller's contract; NULL checked by `arg`.
-        let h = open_handle(unsafe { arg(handle) }?)?;
-        let out_decision = out(out_decision)?;
-        // SAFETY: an open handle's storage is an initialised pacer mapped
-        // until pacer_shared_close; `out_decision` was checked.
-        forwarded(unsafe { pacer_reserve(h.storage, clock_ms(), out_decision) })
-    })
+    // SAFETY: caller's contract; `body` forwards to the handle's pacer
+    // (`on_shared`) only the pointers it checked.
+    unsafe {
+        on_shared(handle, |storage| {
+            let out_decision = out(out_decision)?;
+            forwarded(pacer_reserve(storage, clock_ms(), out_decision))
+        })
+    }
 }
 
 /// pacer_release on the shared pacer at pacer_clock_monotonic_ms().
@@ -820,16 +845,17 @@ pub unsafe extern "C" fn pacer_shared_release(
     ticket: *mut pacer_ticket,
     out_refunded: *mut bool,
 ) -> pacer_status {
-    guard(|| {
-        // SAFETY: caller's contract; NULL checked by `arg`.
-        let h = open_handle(unsafe { arg(handle) }?)?;
-        // No reference to the ticket is made here: other threads may be
-        // spending the same struct (pacer_release reads it field by field).
-        checked(ticket)?;
-        let out_refunded = out(out_refunded)?;
-        // SAFETY: as in pacer_shared_reserve; both pointers were checked.
-        forwarded(unsafe { pacer_release(h.storage, ticket, clock_ms(), out_refunded) })
-    })
+    // SAFETY: caller's contract; `body` forwards to the handle's pacer
+    // (`on_shared`) only the pointers it checked.
+    unsafe {
+        on_shared(handle, |storage| {
+            // No reference to the ticket is made here: other threads may be
+            // spending the same struct (pacer_release reads it field by field).
+            checked(ticket)?;
+            let out_refunded = out(out_refunded)?;
+            forwarded(pacer_release(storage, ticket, clock_ms(), out_refunded))
+        })
+    }
 }
 
 /// pacer_reserve_or_book on the shared pacer at pacer_clock_monotonic_ms():
@@ -844,22 +870,21 @@ pub unsafe extern "C" fn pacer_shared_reserve_or_book(
     out_decision: *mut pacer_decision,
     out_booking: *mut pacer_booking,
 ) -> pacer_status {
-    guard(|| {
-        // SAFETY: caller's contract; NULL checked by `arg`.
-        let h = open_handle(unsafe { arg(handle) }?)?;
-        let out_decision = out(out_decision)?;
-        let out_booking = out(out_booking)?;
-        // SAFETY: as in pacer_shared_reserve; both outputs were checked.
-        forwarded(unsafe {
-            pacer_reserve_or_book(
-                h.storage,
+    // SAFETY: caller's contract; `body` forwards to the handle's pacer
+    // (`on_shared`) only the pointers it checked.
+    unsafe {
+        on_shared(handle, |storage| {
+            let out_decision = out(out_decision)?;
+            let out_booking = out(out_booking)?;
+            forwarded(pacer_reserve_or_book(
+                storage,
                 clock_ms(),
                 retries_left,
                 out_decision,
                 out_booking,
-            )
+            ))
         })
-    })
+    }
 }
 
 /// pacer_redeem on the shared pacer at pacer_clock_monotonic_ms(). A
@@ -871,16 +896,17 @@ pub unsafe extern "C" fn pacer_shared_redeem(
     booking: *mut pacer_booking,
     out_decision: *mut pacer_decision,
 ) -> pacer_status {
-    guard(|| {
-        // SAFETY: caller's contract; NULL checked by `arg`.
-        let h = open_handle(unsafe { arg(handle) }?)?;
-        // No reference to the booking is made here: other threads may be
-        // redeeming the same struct (pacer_redeem reads it field by field).
-        checked(booking)?;
-        let out_decision = out(out_decision)?;
-        // SAFETY: as in pacer_shared_reserve; both pointers were checked.
-        forwarded(unsafe { pacer_redeem(h.storage, booking, clock_ms(), out_decision) })
-    })
+    // SAFETY: caller's contract; `body` forwards to the handle's pacer
+    // (`on_shared`) only the pointers it checked.
+    unsafe {
+        on_shared(handle, |storage| {
+            // No reference to the booking is made here: other threads may be
+            // redeeming the same struct (pacer_redeem reads it field by field).
+            checked(booking)?;
+            let out_decision = out(out_decision)?;
+            forwarded(pacer_redeem(storage, booking, clock_ms(), out_decision))
+        })
+    }
 }
 
 /// pacer_observe on the shared pacer at pacer_clock_monotonic_ms(): the
@@ -893,13 +919,19 @@ pub unsafe extern "C" fn pacer_shared_observe(
     outcome: u32,
     out_rate_per_min: *mut u32,
 ) -> pacer_status {
-    guard(|| {
-        // SAFETY: caller's contract; NULL checked by `arg`.
-        let h = open_handle(unsafe { arg(handle) }?)?;
-        let out_rate_per_min = out(out_rate_per_min)?;
-        // SAFETY: as in pacer_shared_reserve; `out_rate_per_min` was checked.
-        forwarded(unsafe { pacer_observe(h.storage, outcome, clock_ms(), out_rate_per_min) })
-    })
+    // SAFETY: caller's contract; `body` forwards to the handle's pacer
+    // (`on_shared`) only the pointers it checked.
+    unsafe {
+        on_shared(handle, |storage| {
+            let out_rate_per_min = out(out_rate_per_min)?;
+            forwarded(pacer_observe(
+                storage,
+                outcome,
+                clock_ms(),
+                out_rate_per_min,
+            ))
+        })
+    }
 }
 
 /// pacer_rate_in_force on the shared pacer at pacer_clock_monotonic_ms().
@@ -908,13 +940,14 @@ pub unsafe extern "C" fn pacer_shared_rate_in_force(
     handle: *const pacer_shared,
     out_rate_per_min: *mut u32,
 ) -> pacer_status {
-    guard(|| {
-        // SAFETY: caller's contract; NULL checked by `arg`.
-        let h = open_handle(unsafe { arg(handle) }?)?;
-        let out_rate_per_min = out(out_rate_per_min)?;
-        // SAFETY: as in pacer_shared_reserve; `out_rate_per_min` was checked.
-        forwarded(unsafe { pacer_rate_in_force(h.storage, clock_ms(), out_rate_per_min) })
-    })
+    // SAFETY: caller's contract; `body` forwards to the handle's pacer
+    // (`on_shared`) only the pointers it checked.
+    unsafe {
+        on_shared(handle, |storage| {
+            let out_rate_per_min = out(out_rate_per_min)?;
+            forwarded(pacer_rate_in_force(storage, clock_ms(), out_rate_per_min))
+        })
+    }
 }
 
 /// Unmaps the shared pacer and marks the handle closed. The file stays

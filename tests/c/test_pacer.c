@@ -4,22 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check.h"
 #include "pacer.h"
 #include "vectors.h"
-
-static int failures = 0;
-static int checks = 0;
-
-#define CHECK(cond, ...)                                        \
-  do {                                                          \
-    checks++;                                                   \
-    if (!(cond)) {                                              \
-      failures++;                                               \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                             \
-      fputc('\n', stderr);                                      \
-    }                                                           \
-  } while (0)
 
 static pacer_config config_of(const vscenario *s) {
   pacer_config c;

@@ -28,26 +28,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "pacer.h"
-
-static int failures = 0;
-static int checks = 0;
-
-#define CHECK(cond, ...)                                              \
-  do {                                                                \
-    checks++;                                                         \
-    if (!(cond)) {                                                    \
-      failures++;                                                     \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fputc('\n', stderr);                                            \
-    }                                                                 \
-  } while (0)
 
 static char dir[512] = "/dev/shm";
 
 static void path_of(char *out, size_t len, const char *what) {
   snprintf(out, len, "%s/pacer-test-%ld-%s", dir, (long)getpid(), what);
+}
+
+/* path_of, with any shared pacer an earlier run left there removed. */
+static void fresh_path_of(char *out, size_t len, const char *what) {
+  path_of(out, len, what);
+  pacer_shared_unlink(out);
 }
 
 /* SPEC §2 defaults: rate 60, burst 10, idle 120000, 5 retries: bound 4833 ms. */
@@ -118,33 +111,41 @@ static int cmp_u64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Forks `n` processes hammering the shared pacer `path` until `until`. */
-static void spawn_hammers(struct board *b, const char *path, uint64_t until, pid_t *kids, int n) {
-  for (int i = 0; i < n; i++) {
-    kids[i] = fork();
-    if (kids[i] == 0) _exit(hammer(b, i, path, until));
+enum { HAMMERS = 6 };
+
+/* A run of test_hammer or test_sigkill: a fresh shared pacer FAST at `path`,
+ * open as `h`, and HAMMERS processes (`kids`) calling it flat out from the
+ * clock reading `start` on, counting on a new board. */
+struct hammers {
+  char path[600];
+  pacer_shared h;
+  pid_t kids[HAMMERS];
+  uint64_t start;
+};
+
+/* Starts a run named `what` of `run_ms` ms; returns its board. */
+static struct board *start_hammers(struct hammers *r, const char *what, uint64_t run_ms) {
+  fresh_path_of(r->path, sizeof r->path, what);
+  struct board *b = new_board();
+  r->start = pacer_clock_monotonic_ms();
+  CHECK(pacer_shared_open(&r->h, r->path, &FAST) == PACER_STATUS_OK, "create %s", r->path);
+  for (int i = 0; i < HAMMERS; i++) {
+    r->kids[i] = fork();
+    if (r->kids[i] == 0) _exit(hammer(b, i, r->path, r->start + run_ms));
   }
+  return b;
 }
 
 static void test_hammer(void) {
-  char path[600];
-  path_of(path, sizeof path, "hammer");
-  pacer_shared_unlink(path);
-  struct board *b = new_board();
-  enum { N = 6 };
-  uint64_t start = pacer_clock_monotonic_ms();
-  pacer_shared h;
-  CHECK(pacer_shared_open(&h, path, &FAST) == PACER_STATUS_OK, "create %s", path);
-  uint64_t until = start + 300;
-  pid_t kids[N];
-  spawn_hammers(b, path, until, kids, N);
-  for (int i = 0; i < N; i++) {
+  struct hammers r;
+  struct board *b = start_hammers(&r, "hammer", 300);
+  for (int i = 0; i < HAMMERS; i++) {
     int st;
-    waitpid(kids[i], &st, 0);
+    waitpid(r.kids[i], &st, 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d status %d", i, st);
   }
   uint64_t end = pacer_clock_monotonic_ms();
-  uint64_t w = end - start;
+  uint64_t w = end - r.start;
   /* SPEC §6.1: reservations granted in W ms <= burst + max_debt + rate*W/60000 + 1. */
   uint64_t bound = FAST_BURST + FAST_DEBT + FAST_RATE * w / 60000 + 1;
   uint64_t admitted = atomic_load(&b->admitted);
@@ -173,32 +174,23 @@ static void test_hammer(void) {
     CHECK(worst <= tbound, "window %" PRIu64 " ms holds %" PRIu64 " admissions > %" PRIu64, wk, worst, tbound);
   }
   printf("hammer: %d processes, %" PRIu64 " ms: admitted %" PRIu64 " (bound %" PRIu64 "), refused %" PRIu64 "\n",
-         N, w, admitted, bound, atomic_load(&b->refused));
-  pacer_shared_close(&h);
-  pacer_shared_unlink(path);
+         HAMMERS, w, admitted, bound, atomic_load(&b->refused));
+  pacer_shared_close(&r.h);
+  pacer_shared_unlink(r.path);
   munmap(b, sizeof *b);
 }
 
 static void test_sigkill(void) {
-  char path[600];
-  path_of(path, sizeof path, "kill");
-  pacer_shared_unlink(path);
-  struct board *b = new_board();
-  enum { N = 6 };
-  uint64_t start = pacer_clock_monotonic_ms();
-  pacer_shared h;
-  CHECK(pacer_shared_open(&h, path, &FAST) == PACER_STATUS_OK, "create %s", path);
-  uint64_t until = start + 400;
-  pid_t kids[N];
-  spawn_hammers(b, path, until, kids, N);
+  struct hammers r;
+  struct board *b = start_hammers(&r, "kill", 400);
   /* Kill child 0 while it hammers (no lock anywhere: the others go on). */
   struct timespec pause = {0, 100 * 1000 * 1000};
   nanosleep(&pause, NULL);
   uint64_t killed_at = pacer_clock_monotonic_ms();
-  kill(kids[0], SIGKILL);
-  for (int i = 0; i < N; i++) {
+  kill(r.kids[0], SIGKILL);
+  for (int i = 0; i < HAMMERS; i++) {
     int st;
-    waitpid(kids[i], &st, 0);
+    waitpid(r.kids[i], &st, 0);
     if (i == 0) {
       CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "child 0 was not killed: %d", st);
     } else {
@@ -210,7 +202,7 @@ static void test_sigkill(void) {
     }
   }
   uint64_t end = pacer_clock_monotonic_ms();
-  uint64_t w = end - start;
+  uint64_t w = end - r.start;
   uint64_t bound = FAST_BURST + FAST_DEBT + FAST_RATE * w / 60000 + 1;
   uint64_t admitted = atomic_load(&b->admitted);
   CHECK(admitted <= bound, "admitted %" PRIu64 " > bound %" PRIu64, admitted, bound);
@@ -223,7 +215,7 @@ static void test_sigkill(void) {
   pid_t late = fork();
   if (late == 0) {
     pacer_shared h2;
-    if (pacer_shared_open(&h2, path, &FAST) != PACER_STATUS_OK) _exit(3);
+    if (pacer_shared_open(&h2, r.path, &FAST) != PACER_STATUS_OK) _exit(3);
     pacer_decision d;
     if (pacer_shared_reserve(&h2, &d) != PACER_STATUS_OK) _exit(4);
     bool refused = d.kind == PACER_DECISION_KIND_REFUSED && d.retry_after_s == 15 && d.required_wait_ms > 15000;
@@ -237,9 +229,9 @@ static void test_sigkill(void) {
   waitpid(late, &st, 0);
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "late attacher status %d", WEXITSTATUS(st));
   printf("sigkill: killed 1 of %d at +%" PRIu64 " ms; admitted %" PRIu64 " (bound %" PRIu64 "); a late attacher sees the drained bucket\n",
-         N, killed_at - start, admitted, bound);
-  pacer_shared_close(&h);
-  pacer_shared_unlink(path);
+         HAMMERS, killed_at - r.start, admitted, bound);
+  pacer_shared_close(&r.h);
+  pacer_shared_unlink(r.path);
   munmap(b, sizeof *b);
 }
 
@@ -259,8 +251,7 @@ static int count_temp_files(const char *name) {
 static void creation_race(int round) {
   char path[600], what[32];
   snprintf(what, sizeof what, "race%d", round);
-  path_of(path, sizeof path, what);
-  pacer_shared_unlink(path);
+  fresh_path_of(path, sizeof path, what);
   struct board *b = new_board();
   enum { N = 16 };
   int gate[2];
@@ -387,6 +378,15 @@ static void expect_open(const char *path, const pacer_config *c, pacer_status wa
   unchanged(path, s, what);
 }
 
+/* A fresh file at `path` with `len` bytes at `offset` overwritten: opening
+ * it returns `want`. */
+static void expect_open_after_write(const char *path, off_t offset, const void *bytes, size_t len, pacer_status want,
+                                    const char *what) {
+  fresh(path);
+  write_at(path, offset, bytes, len);
+  expect_open(path, &DEFAULTS, want, what);
+}
+
 static void test_attach_checks(void) {
   char path[600], link_path[600];
   path_of(path, sizeof path, "checks");
@@ -444,19 +444,15 @@ static void test_attach_checks(void) {
   expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_TRUNCATED, "empty file");
 
   /* Foreign: bad magic number. */
-  fresh(path);
-  write_at(path, 0, "NOTPACER", 8);
-  expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_FOREIGN, "bad magic");
+  expect_open_after_write(path, 0, "NOTPACER", 8, PACER_STATUS_SHARED_FOREIGN, "bad magic");
 
   /* Layout version + 1, the old layout 2, ABI version + 1 (fields at
    * offsets 8 and 12, LE). Layout 2 kept the state word alone at 65536,
    * where layout 3 keeps it, and no control word (zero at 96): its state
    * offset agrees with this build's, so its version number alone refuses
    * it. */
-  fresh(path);
   uint32_t v = PACER_SHARED_LAYOUT_VERSION + 1;
-  write_at(path, 8, &v, 4);
-  expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_LAYOUT_VERSION, "layout version");
+  expect_open_after_write(path, 8, &v, 4, PACER_STATUS_SHARED_LAYOUT_VERSION, "layout version");
   fresh(path);
   v = 2;
   uint64_t state_at = 65536, control_at = 65552, no_offset = 0;
@@ -472,19 +468,11 @@ static void test_attach_checks(void) {
   write_at(path, 16, &control_at, 8);
   write_at(path, 96, &state_at, 8);
   expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_LAYOUT_VERSION, "offsets swapped: state 65552, control 65536");
-  fresh(path);
-  write_at(path, 16, &control_at, 8);
-  expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_LAYOUT_VERSION, "state word offset 65552");
-  fresh(path);
-  write_at(path, 96, &state_at, 8);
-  expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_LAYOUT_VERSION, "control word offset 65536");
-  fresh(path);
-  write_at(path, 96, &no_offset, 8);
-  expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_LAYOUT_VERSION, "control word offset 0");
-  fresh(path);
+  expect_open_after_write(path, 16, &control_at, 8, PACER_STATUS_SHARED_LAYOUT_VERSION, "state word offset 65552");
+  expect_open_after_write(path, 96, &state_at, 8, PACER_STATUS_SHARED_LAYOUT_VERSION, "control word offset 65536");
+  expect_open_after_write(path, 96, &no_offset, 8, PACER_STATUS_SHARED_LAYOUT_VERSION, "control word offset 0");
   v = PACER_ABI_VERSION + 1;
-  write_at(path, 12, &v, 4);
-  expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_ABI_VERSION, "ABI version");
+  expect_open_after_write(path, 12, &v, 4, PACER_STATUS_SHARED_ABI_VERSION, "ABI version");
 
   /* Half-initialised: a complete-looking header whose ready field was never
    * set. Reported at once (an alarm fails the test if it hangs). */
@@ -603,9 +591,11 @@ static int mapped(const char *path) {
   return found;
 }
 
-/* Opens `path` with `c` through two handles, and their pacers. */
-static void open_two(const char *path, const pacer_config *c, pacer_shared *a, pacer_shared *b, const pacer **pa,
-                     const pacer **pb) {
+/* Opens a fresh shared pacer named `what` (its path written to `path`) with
+ * `c` through two handles, and their pacers. */
+static void open_two(char *path, size_t len, const char *what, const pacer_config *c, pacer_shared *a, pacer_shared *b,
+                     const pacer **pa, const pacer **pb) {
+  fresh_path_of(path, len, what);
   *pa = *pb = NULL;
   CHECK(pacer_shared_open(a, path, c) == PACER_STATUS_OK, "open a");
   CHECK(pacer_shared_open(b, path, c) == PACER_STATUS_OK, "open b");
@@ -618,11 +608,9 @@ static void open_two(const char *path, const pacer_config *c, pacer_shared *a, p
  * and pacer_get_info agree with the shared decision calls. */
 static void test_two_handles(void) {
   char path[600];
-  path_of(path, sizeof path, "two");
-  pacer_shared_unlink(path);
   pacer_shared a, b;
   const pacer *pa, *pb;
-  open_two(path, &DEFAULTS, &a, &b, &pa, &pb);
+  open_two(path, sizeof path, "two", &DEFAULTS, &a, &b, &pa, &pb);
   pacer_decision d;
   int immediate = 0;
   for (int i = 0; i < 10; i++) {
@@ -700,11 +688,9 @@ static uint64_t u64_in(const unsigned char *file, size_t at) {
  * test assumes a little-endian machine, as write_at above does.) */
 static void test_adaptive_shared(void) {
   char path[600];
-  path_of(path, sizeof path, "adaptive");
-  pacer_shared_unlink(path);
   pacer_shared a, b;
   const pacer *pa, *pb;
-  open_two(path, &ADAPTIVE, &a, &b, &pa, &pb);
+  open_two(path, sizeof path, "adaptive", &ADAPTIVE, &a, &b, &pa, &pb);
 
   /* The file: layout 3; the state word at 65536 (header offset 16), the
    * control word at 65552 (offset 96); floor 10 (84) and the ceiling, 0
@@ -800,8 +786,7 @@ static void test_adaptive_shared(void) {
  * parameters) is never read from the file. */
 static void test_garbage_in_file(void) {
   char path[600];
-  path_of(path, sizeof path, "garbage");
-  pacer_shared_unlink(path);
+  fresh_path_of(path, sizeof path, "garbage");
   pacer_shared h;
   CHECK(pacer_shared_open(&h, path, &DEFAULTS) == PACER_STATUS_OK, "create");
   pacer_shared_close(&h);
@@ -852,8 +837,7 @@ static void test_other_user(void) {
     return;
   }
   char path[600];
-  path_of(path, sizeof path, "other-user");
-  pacer_shared_unlink(path);
+  fresh_path_of(path, sizeof path, "other-user");
   pacer_shared h;
   CHECK(pacer_shared_open(&h, path, &DEFAULTS) == PACER_STATUS_OK, "create");
   pacer_shared_close(&h);
@@ -869,13 +853,16 @@ static void test_other_user(void) {
   pacer_shared_unlink(path);
 }
 
+/* The helper commands' open: false (and why, on stderr) on failure. */
+static bool helper_open(pacer_shared *h, const char *path, const pacer_config *c, const char *command) {
+  pacer_status s = pacer_shared_open(h, path, c);
+  if (s != PACER_STATUS_OK) fprintf(stderr, "%s: open %s: %s\n", command, path, pacer_status_str(s));
+  return s == PACER_STATUS_OK;
+}
+
 static int debit(const char *path, long n) {
   pacer_shared h;
-  pacer_status s = pacer_shared_open(&h, path, &DEFAULTS);
-  if (s != PACER_STATUS_OK) {
-    fprintf(stderr, "debit: open %s: %s\n", path, pacer_status_str(s));
-    return 1;
-  }
+  if (!helper_open(&h, path, &DEFAULTS, "debit")) return 1;
   for (long i = 0; i < n; i++) {
     pacer_decision d;
     if (pacer_shared_reserve(&h, &d) != PACER_STATUS_OK) return 1;
@@ -1046,11 +1033,7 @@ static void test_shared_bookings(void) {
 
 static int book(const char *path, long n) {
   pacer_shared h;
-  pacer_status s = pacer_shared_open(&h, path, &BOOKCFG);
-  if (s != PACER_STATUS_OK) {
-    fprintf(stderr, "book: open %s: %s\n", path, pacer_status_str(s));
-    return 1;
-  }
+  if (!helper_open(&h, path, &BOOKCFG, "book")) return 1;
   for (long i = 0; i < n; i++) {
     pacer_decision d;
     pacer_booking bk;
