@@ -41,6 +41,20 @@ def command(port, *args, timeout=5.0):
         return read(stream)
 
 
+def setup(port, *args):
+    """A command that puts the server in a state: retried while the server
+    still answers BUSY (a killed script ends at its next hook, which a
+    loaded machine can delay), any other error raised."""
+    for _ in range(500):
+        reply = command(port, *args)
+        if not (isinstance(reply, Error) and reply.startswith("BUSY")):
+            break
+        time.sleep(0.01)
+    if isinstance(reply, Error):
+        raise RuntimeError(f"{' '.join(args[:2])}: {reply}")
+    return reply
+
+
 def read(stream):
     line = stream.readline().rstrip(b"\r\n")
     kind, rest = line[:1], line[1:].decode()
@@ -81,21 +95,21 @@ def capture(module):
 
     with FleetServer(module) as server:
         port = server.port
-        command(port, "SET", "str", "1")
-        command(port, "RPUSH", "lst", "1")
+        setup(port, "SET", "str", "1")
+        setup(port, "RPUSH", "lst", "1")
         each("a string key of another use", port, "str")
         each("a list at the key", port, "lst")
         sha = command(port, "SCRIPT", "LOAD", open(SCRIPT).read())
-        command(port, "SCRIPT", "FLUSH")
+        setup(port, "SCRIPT", "FLUSH")
         seen.append(("script cache emptied", "script", command(port, "EVALSHA", sha, "1", "k", "reserve", *CONFIG)))
-        command(port, "FUNCTION", "DELETE", "pacer")
+        setup(port, "FUNCTION", "DELETE", "pacer")
         seen.append(("function deleted", "function", command(port, "FCALL", "pacer", "1", "k", "reserve", *CONFIG)))
         server.cli("-x", "FUNCTION", "LOAD", stdin="#!lua name=pacer\n" + open(SCRIPT).read())
-        command(port, "CONFIG", "SET", "maxmemory", "1")
+        setup(port, "CONFIG", "SET", "maxmemory", "1")
         each("maxmemory", port, "k-oom")
-        command(port, "CONFIG", "SET", "maxmemory", "0")
+        setup(port, "CONFIG", "SET", "maxmemory", "0")
         # A busy script: every other call answers BUSY until it is killed.
-        command(port, "CONFIG", "SET", "busy-reply-threshold", "50")
+        setup(port, "CONFIG", "SET", "busy-reply-threshold", "50")
         busy = socket.create_connection(("127.0.0.1", port))
         busy.sendall(b"*3\r\n$4\r\nEVAL\r\n$17\r\nwhile true do end\r\n$1\r\n0\r\n")
         time.sleep(0.3)
@@ -104,13 +118,17 @@ def capture(module):
         finally:
             command(port, "SCRIPT", "KILL")
             busy.close()
+        # The killed script has ended when a command is served again.
+        setup(port, "PING")
         # A replica of a port nothing listens on keeps its data and answers
         # writes READONLY; with stale data refused, MASTERDOWN.
-        command(port, "REPLICAOF", "127.0.0.1", str(free_port()))
+        setup(port, "REPLICAOF", "127.0.0.1", str(free_port()))
+        if setup(port, "ROLE")[0] != "slave":
+            raise RuntimeError("REPLICAOF did not make the server a replica")
         each("replica", port, "k")
-        command(port, "CONFIG", "SET", "replica-serve-stale-data", "no")
+        setup(port, "CONFIG", "SET", "replica-serve-stale-data", "no")
         each("stale replica", port, "k")
-        command(port, "REPLICAOF", "NO", "ONE")
+        setup(port, "REPLICAOF", "NO", "ONE")
     with FleetServer(None) as server:
         seen.append(("module not loaded", "module", command(server.port, "PACER.RESERVE", "k", *CONFIG)))
     with FleetServer(module, extra=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]) as server:
