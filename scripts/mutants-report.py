@@ -39,71 +39,55 @@ SURVIVORS = {
         "either at 0 the product `schedule · rate` that follows is 0, below "
         "60000, so the result is false either way."
     ),
-    "core/src/pacer.rs: replace | with ^ in StateView::pack": (
+    "core/src/types.rs: replace | with ^ in StateView::pack": (
         "Equivalent (both joins). The token field is shifted left past the "
         "24-bit counter, which is masked to 24 bits, and the clock sits in "
         "the high 64 bits above both: the bit ranges are disjoint, and `|` "
         "and `^` agree on disjoint bits."
     ),
-    "core/src/pacer.rs: replace < with <= in Params::decide": (
+    "core/src/rule.rs: replace < with <= in Params::decide": (
         "Equivalent. `units = min(tokens + max_debt, one token)`: a tie "
         "yields one token on either branch."
     ),
-    "core/src/pacer.rs: replace < with <= in Params::release": (
+    "core/src/rule.rs: replace < with <= in Params::release": (
         "Equivalent. The refund cap `min(tokens + debit, capacity)`: a tie "
         "yields capacity on either branch."
     ),
-    "core/src/pacer.rs: replace < with <= in Params::horizon_ms": (
+    "core/src/rule.rs: replace < with <= in Params::horizon_ms": (
         "Equivalent. `min(retries_left, max_retries)`: a tie yields the same "
         "count on either branch."
     ),
-    "core/src/pacer.rs: replace < with == in Params::booking_hint_s": (
+    "core/src/rule.rs: replace < with == in Params::booking_hint_s": (
         "Equivalent. `wanted` is unsigned, so `wanted < 1` and `wanted == 0` "
         "are the same test."
     ),
-    "core/src/pacer.rs: replace < with <= in Params::booking_hint_s": (
+    "core/src/rule.rs: replace < with <= in Params::booking_hint_s": (
         "Equivalent. The floor of 1: at `wanted == 1` both branches return 1."
     ),
-    "core/src/pacer.rs: replace > with >= in Params::booking_hint_s": (
+    "core/src/rule.rs: replace > with >= in Params::booking_hint_s": (
         "Equivalent. The cap: at `wanted == cap` both branches return the cap."
     ),
     "core/src/adaptive.rs: replace | with ^ in ControlView::pack": (
-        "Equivalent (all three joins). The origin, the time since the "
-        "decrease, K and the peak occupy disjoint bit ranges (64 + 32 + 16 "
-        "+ 16), and `|` and `^` agree on disjoint bits."
+        "Equivalent (all six joins). The origin, the minute of the counts, "
+        "the two counts, and the low field (`L` masked to 14 bits, the "
+        "`again` bit 14, the probing bit 15) occupy disjoint bit ranges "
+        "(64 + 16 + 16 + 16 + 16), and `|` and `^` agree on disjoint bits."
     ),
     "core/src/adaptive.rs: replace > with >= in Range::observe": (
-        "Equivalent (both comparisons). `max(now, origin)` and `max(lowered, "
-        "floor)`: a tie yields the same value on either branch."
+        "Equivalent. `at = max(now, origin)`: a tie yields the same instant "
+        "on either branch."
     ),
-    "core/src/adaptive.rs: replace < with <= in cube_root": (
-        "Caught as a timeout. The bisection's `low < high` as `<=` never "
-        "ends (at `low == high` the midpoint is `low` again): every test "
-        "that decreases the rate hangs."
+    "core/src/adaptive.rs: replace > with >= in lowest_rate": (
+        "Equivalent (both comparisons). `min(refusing, ceiling)` and "
+        "`max(raised, floor)`: a tie yields the same rate on either branch."
     ),
-    "core/src/adaptive.rs: replace / with % in cube_root": (
-        "Caught as a timeout. The midpoint `(low + high + 1) % 2` is 0 or 1, "
-        "so the bisection stops moving: every test that decreases the rate "
-        "hangs."
+    "core/src/adaptive.rs: replace > with >= in rolled": (
+        "Equivalent. The minute index saturates at `COUNT_CAP`: at "
+        "`index == COUNT_CAP` both branches give `COUNT_CAP`."
     ),
-    "core/src/adaptive.rs: replace + with - in cube_root": (
-        "Caught as a timeout (both additions of the midpoint). The midpoint "
-        "leaves `[low, high]`, so the interval never shrinks: every test "
-        "that decreases the rate hangs."
-    ),
-    "core/src/adaptive.rs: replace + with * in cube_root": (
-        "Caught as a timeout (both additions of the midpoint). The midpoint "
-        "leaves `[low, high]`, so the interval never shrinks: every test "
-        "that decreases the rate hangs."
-    ),
-    "core/src/adaptive.rs: replace - with + in cube_root": (
-        "Caught as a timeout. `high = mid + 1` when the cube is too big "
-        "never lowers `high`: every test that decreases the rate hangs."
-    ),
-    "core/src/adaptive.rs: replace - with / in cube_root": (
-        "Caught as a timeout. `high = mid / 1` when the cube is too big "
-        "keeps `high` at `mid`: the bisection repeats it forever, and every "
-        "test that decreases the rate hangs."
+    "core/src/adaptive.rs: replace > with >= in through": (
+        "Equivalent. `max(opened, opened_before)`: a tie yields the same "
+        "count on either branch."
     ),
     "core/src/settings.rs: replace < with <= in resolve_inner": (
         "Equivalent. `min(DEFAULT_RETRIES, ceiling)`: a tie yields the same "
