@@ -254,8 +254,8 @@ impl Baseline for CasBucket {
         // Through the shared helper it read 5.34 ns against 5.52 ns the run
         // before (docs/benchmarks.md at 917e80a and before it), which moved
         // the target, not the pacer.
-        let b = &self.params;
         let now = (now_ms >> TICK_SHIFT) as u32;
+        let b = &self.params;
         let mut word = self.state.load(Ordering::Relaxed);
         loop {
             let last = (word >> 32) as u32;
