@@ -13,15 +13,21 @@ package pacer_test
 //
 //   - Searching (from creation, L = 60): 60·2ⁿ·(5000 + r)/5000 ≥ 60, clamped
 //     to the ceiling: 60 at any instant.
-//   - 40 openings at 1000 (minute 0), then a throttle at 1000, end the search:
-//     E = max(through 40, recent 40) = 40, L = min(40, 60) = 40, probing
-//     (again) from 1000: ⌈40·31/32⌉ = ⌈38.75⌉ = 39 through the hold.
-//   - A throttle within 60000 ms of the origin changes nothing (39 at 1000
-//     and 60999); an opening in the hold is counted (41 in minute 0).
-//   - A throttle at 61000 (minute 1, not held): through = 41, recent = 0 +
-//     ⌊41·59000/60000⌋ = 40, E = 41 ≥ R = 39: L = 39 − max(1, ⌊39/8⌋) = 35,
-//     read ⌈35·31/32⌉ = ⌈33.9⌉ = 34 (40 with floor 40).
-//   - A throttle with nothing counted: L = R, ⌈60·31/32⌉ = ⌈58.1⌉ = 59.
+//   - 40 openings at 1000 (minute 0), then a throttle at 1000, end the first
+//     search: E = max(through 40, recent 40) = 40, L = min(40, 60) = 40,
+//     probing (again). The pause: the origin becomes max(1000, 0 + 60000) =
+//     60000 (the counts moved to minute 1: the 40 are the count before),
+//     and until then the rate reads the lowest (10, or 40); from 60000 it
+//     is ℓ = 40 itself through the hold and the wait (w = max(240000,
+//     80·60000/40 = 120000)/4 = 60000: the step only from 60000 + 120000).
+//   - A throttle within 60000 ms of the origin changes nothing (at 1000 and
+//     119999); an opening at 1000 is counted at max(1000, 60000), minute 1.
+//   - 40 more openings at 60000 (minute 1: 41; Δ = 0, no rise), then a
+//     throttle at 120000 (minute 2, not held): the 41 are the count before,
+//     E = through = 41 ≥ R = 40: L = 40 − max(1, ⌊40/8⌋) = 35 (40 with
+//     floor 40).
+//   - A throttle with nothing counted: B = min(R, ℓ) = 60, L = 60 −
+//     max(1, ⌊60/8⌋) = 53, read from the pause's end.
 
 import (
 	"errors"
@@ -63,9 +69,9 @@ func observeOpened(t *testing.T, p *pacer.Pacer, n int, now uint64, want int) {
 func TestAdaptiveObserveSequence(t *testing.T) {
 	for _, tc := range []struct {
 		floor int
-		held  int // ⌈40·31/32⌉ = 39, or the floor 40
-		last  int // L = 35: ⌈35·31/32⌉ = 34, or the floor 40
-	}{{10, 39, 34}, {40, 40, 40}} {
+		low   int // the lowest rate, read in the pause: the floor
+		last  int // L = 35, or the floor 40
+	}{{10, 10, 35}, {40, 40, 40}} {
 		p := mustNew(t, adaptiveConfig(&fakeClock{}, tc.floor))
 		if got := mustRateInForce(t, p, 0); got != 60 {
 			t.Fatalf("floor %d: rate in force at creation = %d, want 60", tc.floor, got)
@@ -77,97 +83,119 @@ func TestAdaptiveObserveSequence(t *testing.T) {
 			now     uint64
 			want    int
 		}{
-			{"the first throttle ends the search at L = 40", pacer.OutcomeThrottled, 1000, tc.held},
-			{"the same instant: in the hold", pacer.OutcomeThrottled, 1000, tc.held},
-			{"an opening in the hold: counted, no rise", pacer.OutcomeOpened, 1000, tc.held},
-			{"59999 ms after the origin: in the hold", pacer.OutcomeThrottled, 60999, tc.held},
-			{"60000 ms after: E = 41 ≥ R, L = R − ⌊R/8⌋", pacer.OutcomeThrottled, 61000, tc.last},
+			{"the first throttle ends the search at L = 40, paused", pacer.OutcomeThrottled, 1000, tc.low},
+			{"the same instant: in the hold", pacer.OutcomeThrottled, 1000, tc.low},
+			{"an opening in the hold: counted, no rise", pacer.OutcomeOpened, 1000, tc.low},
+		}
+		steps2 := []struct {
+			name    string
+			outcome pacer.Outcome
+			now     uint64
+			want    int
+		}{
+			{"59999 ms after the origin: in the hold", pacer.OutcomeThrottled, 119999, 40},
+			{"60000 ms after: E = 41 ≥ R, L = R − ⌊R/8⌋", pacer.OutcomeThrottled, 120000, tc.last},
 		}
 		for _, s := range steps {
 			if got := mustObserve(t, p, s.outcome, s.now); got != s.want {
 				t.Fatalf("floor %d, %s: Observe(%v, %d) = %d, want %d", tc.floor, s.name, s.outcome, s.now, got, s.want)
 			}
 		}
-		if got := mustRateInForce(t, p, 61000); got != tc.last {
+		if got := mustRateInForce(t, p, 59999); got != tc.low {
+			t.Fatalf("floor %d: in the pause = %d, want %d", tc.floor, got, tc.low)
+		}
+		if got := mustRateInForce(t, p, 60000); got != 40 {
+			t.Fatalf("floor %d: after the pause = %d, want 40", tc.floor, got)
+		}
+		observeOpened(t, p, 40, 60000, 40)
+		for _, s := range steps2 {
+			if got := mustObserve(t, p, s.outcome, s.now); got != s.want {
+				t.Fatalf("floor %d, %s: Observe(%v, %d) = %d, want %d", tc.floor, s.name, s.outcome, s.now, got, s.want)
+			}
+		}
+		if got := mustRateInForce(t, p, 120000); got != tc.last {
 			t.Fatalf("floor %d: RateInForce after the sequence = %d, want %d", tc.floor, got, tc.last)
 		}
 	}
 }
 
-// After the sequence (floor 10: L = 35 from origin 61000, not again): at
-// 181000 (minute 3) the counts are dropped; the rate in force is 34 +
-// ⌊⌊35·600³/10⁶⌋·35/5400000⌋ = 34 + ⌊7560·35/5400000⌋ = 34 (d = 600 ds).
-// 20 openings there (20 ≤ 35 + 4 + 1: no rise), then a throttle: E = 20 <
-// R = 34, so L = 20 and the probe reads ⌈20·31/32⌉ = 20; with floor 25, 25.
+// The first search's end as in the sequence (L = 40, the pause to 60000,
+// the 40 openings of minute 0 the count before minute 1). 20 openings at
+// 60000 (minute 1; Δ = 0, in the hold: no rise) read ℓ = 40. A throttle
+// at 120000 (minute 2, Δ = 60000: not held, before the step at 120000
+// after the origin): R = 40, minute 0's count dropped, minute 1's 20 the
+// count before: E = through = 20 < R = 40, so L = 20; with floor 25, 25.
 func TestAdaptiveCountExplainsTheThrottle(t *testing.T) {
 	for _, tc := range []struct{ floor, want int }{{10, 20}, {25, 25}} {
 		p := mustNew(t, adaptiveConfig(&fakeClock{}, tc.floor))
 		observeOpened(t, p, 40, 1000, 60)
-		mustObserve(t, p, pacer.OutcomeThrottled, 1000)
-		mustObserve(t, p, pacer.OutcomeOpened, 1000)
-		if got := mustObserve(t, p, pacer.OutcomeThrottled, 61000); got != 34 {
-			t.Fatalf("floor %d: at 61000: %d, want 34", tc.floor, got)
+		if got := mustObserve(t, p, pacer.OutcomeThrottled, 1000); got != tc.floor {
+			t.Fatalf("floor %d: the search's end (paused): %d, want %d", tc.floor, got, tc.floor)
 		}
-		if got := mustRateInForce(t, p, 181000); got != 34 {
-			t.Fatalf("floor %d: at 181000: %d, want 34", tc.floor, got)
+		observeOpened(t, p, 20, 60000, 40)
+		if got := mustRateInForce(t, p, 119999); got != 40 {
+			t.Fatalf("floor %d: at 119999: %d, want 40", tc.floor, got)
 		}
-		observeOpened(t, p, 20, 181000, 34)
-		if got := mustObserve(t, p, pacer.OutcomeThrottled, 181000); got != tc.want {
-			t.Fatalf("floor %d: the throttle at 181000: %d, want %d", tc.floor, got, tc.want)
+		if got := mustObserve(t, p, pacer.OutcomeThrottled, 120000); got != tc.want {
+			t.Fatalf("floor %d: the throttle at 120000: %d, want %d", tc.floor, got, tc.want)
 		}
 	}
 }
 
-// After the throttle at 1000 (L = 40) a rise shows when a minute's count
-// passes 40 + ⌊40/8⌋ + 1 = 46 at least 60000 ms after the origin. `more`
-// openings at 30000 are in the hold (39 stays); one at 61000 makes minute
-// 0's count, 40 + more, `through`. 47 > 46: search again from the rate in
-// force, 39, doubling every 20000 ms: ⌊39·30000/20000⌋ = 58 at 71000, 78
-// at 81000 clamped to 60. 46: still probing, at 71000 d = 100 ds,
-// ⌊⌊40·100³/10⁶⌋·40/(5400000/16)⌋ = ⌊1600/337500⌋ = 0: 39 (and 39 at 81000,
-// d = 200: ⌊⌊40·8·10⁶/10⁶⌋·40/337500⌋ = ⌊12800/337500⌋ = 0).
+// After the throttle at 1000 (L = 40, the pause: origin 60000, probing
+// again) a rise shows when a minute's count passes 40 + ⌊40/8⌋ + 1 = 46 at
+// least 60000 ms after the origin. `more` openings at 90000 (minute 1) are
+// in the hold (40 stays); one at 120000 (minute 2: minute 0's 40 dropped,
+// minute 1's `more` the count before) makes through = max(1, more). 47 >
+// 46: search again from the rate in force, 40 (Δ = 60000, before the step
+// at 60000 + max(240000, 120000)/4 = 120000), origin 120000, doubling
+// every 20000 ms: 40·(20000 + 5000)/20000 = 50 at 125000, 40·30000/20000 =
+// 60 at 130000 (the ceiling). 46: still probing, ℓ = 40 at both.
 func TestAdaptiveRiseSearchesAgain(t *testing.T) {
 	for _, tc := range []struct {
-		more         int
-		at71k, at81k int
-	}{{7, 58, 60}, {6, 39, 39}} {
+		more           int
+		at125k, at130k int
+	}{{47, 50, 60}, {46, 40, 40}} {
 		p := mustNew(t, adaptiveConfig(&fakeClock{}, 10))
 		observeOpened(t, p, 40, 1000, 60)
-		if got := mustObserve(t, p, pacer.OutcomeThrottled, 1000); got != 39 {
-			t.Fatalf("throttle: %d", got)
+		if got := mustObserve(t, p, pacer.OutcomeThrottled, 1000); got != 10 {
+			t.Fatalf("throttle (paused: the lowest): %d", got)
 		}
-		observeOpened(t, p, tc.more, 30000, 39)
-		observeOpened(t, p, 1, 61000, 39)
-		if got := mustRateInForce(t, p, 71000); got != tc.at71k {
-			t.Fatalf("%d more: at 71000: %d, want %d", tc.more, got, tc.at71k)
+		observeOpened(t, p, tc.more, 90000, 40)
+		observeOpened(t, p, 1, 120000, 40)
+		if got := mustRateInForce(t, p, 125000); got != tc.at125k {
+			t.Fatalf("%d more: at 125000: %d, want %d", tc.more, got, tc.at125k)
 		}
-		if got := mustRateInForce(t, p, 81000); got != tc.at81k {
-			t.Fatalf("%d more: at 81000: %d, want %d", tc.more, got, tc.at81k)
+		if got := mustRateInForce(t, p, 130000); got != tc.at130k {
+			t.Fatalf("%d more: at 130000: %d, want %d", tc.more, got, tc.at130k)
 		}
 	}
 }
 
 // Reserve refills at the rate in force: with burst 1, 30 openings and a
-// throttle between two reservations at 1000 (L = 30, ⌈30·31/32⌉ = 30) make
-// the second wait 60000/30 = 2000 ms (1000 ms at 60/min), within the 4833
-// ms bound.
+// throttle between two reservations at 61000 (minute 1: E = max(30, 30 +
+// 0) = 30, L = min(30, 60) = 30; a minute after the creation, so no pause:
+// origin max(61000, 0 + 60000) = 61000, the rate ℓ = 30 at once) make the
+// second wait 60000/30 = 2000 ms (1000 ms at 60/min), within the 4833 ms
+// bound.
 func TestAdaptiveRefillFollowsTheRate(t *testing.T) {
 	clock := &fakeClock{}
 	cfg := adaptiveConfig(clock, 10)
 	cfg.Burst = 1
 	p := mustNew(t, cfg)
-	mustAdmitAfter(t, p, 1000, 0)
-	observeOpened(t, p, 30, 1000, 60)
-	if got := mustObserve(t, p, pacer.OutcomeThrottled, 1000); got != 30 {
+	mustAdmitAfter(t, p, 61000, 0)
+	observeOpened(t, p, 30, 61000, 60)
+	if got := mustObserve(t, p, pacer.OutcomeThrottled, 61000); got != 30 {
 		t.Fatalf("throttle = %d, want 30", got)
 	}
-	mustAdmitAfter(t, p, 1000, 2000)
+	mustAdmitAfter(t, p, 61000, 2000)
 }
 
-// The clock's ends: a throttle at 0 with nothing counted reads 59; an
-// opening at 2⁶⁴ − 1 (d capped at 20000 ds, the curve capped at 60 + 7 + 2
-// and clamped to the ceiling) reads 60; a throttle there: E = 1 < 60,
-// L = 1, clamped to the floor 10.
+// The clock's ends: a throttle at 0 with nothing counted sets L = 60 −
+// max(1, ⌊60/8⌋) = 53 and pauses (origin 0 + 60000): it reads the lowest,
+// 10; an opening at 2⁶⁴ − 1 (long past the hold and the wait: the step,
+// 53 + ⌊53/2⌋ + 2 = 81, clamped to the ceiling) reads 60; a throttle
+// there: R = 60, E = through = 1 < 60, L = 1, clamped to the floor 10.
 func TestAdaptiveClockEnds(t *testing.T) {
 	p := mustNew(t, adaptiveConfig(&fakeClock{}, 10))
 	const top = ^uint64(0)
@@ -175,7 +203,7 @@ func TestAdaptiveClockEnds(t *testing.T) {
 		outcome pacer.Outcome
 		now     uint64
 		want    int
-	}{{pacer.OutcomeThrottled, 0, 59}, {pacer.OutcomeOpened, top, 60}, {pacer.OutcomeThrottled, top, 10}} {
+	}{{pacer.OutcomeThrottled, 0, 10}, {pacer.OutcomeOpened, top, 60}, {pacer.OutcomeThrottled, top, 10}} {
 		if got := mustObserve(t, p, s.outcome, s.now); got != s.want {
 			t.Fatalf("Observe(%v, %d) = %d, want %d", s.outcome, s.now, got, s.want)
 		}
@@ -211,7 +239,8 @@ func TestAdaptiveOff(t *testing.T) {
 
 // An outcome other than the two is ErrInvalidInput and changes nothing:
 // the first real throttle afterwards still ends the search with nothing
-// counted (L = R = 60, ⌈60·31/32⌉ = 59).
+// counted (L = 60 − max(1, ⌊60/8⌋) = 53, read from the pause's end, 60000;
+// the throttle itself, in the pause, answers the lowest, 10).
 func TestAdaptiveBadOutcome(t *testing.T) {
 	p := mustNew(t, adaptiveConfig(&fakeClock{}, 10))
 	for _, o := range []pacer.Outcome{0, 3, pacer.Outcome(^uint32(0))} {
@@ -227,8 +256,11 @@ func TestAdaptiveBadOutcome(t *testing.T) {
 	if got := mustRateInForce(t, p, 1000); got != 60 {
 		t.Fatalf("after bad outcomes: %d", got)
 	}
-	if got := mustObserve(t, p, pacer.OutcomeThrottled, 1000); got != 59 {
-		t.Fatalf("first throttle after bad outcomes = %d, want 59", got)
+	if got := mustObserve(t, p, pacer.OutcomeThrottled, 1000); got != 10 {
+		t.Fatalf("first throttle after bad outcomes = %d, want 10", got)
+	}
+	if got := mustRateInForce(t, p, 60000); got != 53 {
+		t.Fatalf("after the pause = %d, want 53", got)
 	}
 	if pacer.OutcomeOpened.String() != "opened" || pacer.OutcomeThrottled.String() != "throttled" {
 		t.Fatalf("%q %q", pacer.OutcomeOpened, pacer.OutcomeThrottled)
@@ -312,7 +344,7 @@ func TestAdaptiveBadConfigs(t *testing.T) {
 // at 20000 (600 with ceiling 600); ceiling 70 clamps 72 at 1000 to 70; with
 // the default ceiling it stays 60. Three openings at 0 and a throttle at
 // 20000 (floor 1: lowest max(1, 3) = 3) end the search at L = min(3, 600) =
-// 3, ⌈3·31/32⌉ = 3.
+// 3 (E = max(3, 3)); the pause (origin 60000) reads the lowest, 3, too.
 func TestAdaptiveCeiling(t *testing.T) {
 	cfg := adaptiveConfig(&fakeClock{}, 1)
 	cfg.AdaptiveCeilingPerMin = 600

@@ -43,14 +43,12 @@ local HOLD_MS = 60000 -- adaptive::HOLD_MS: a probe's throttles within it are on
 local SEARCH_DOUBLING_MS = 5000 -- adaptive::SEARCH_DOUBLING_MS
 local RESEARCH_DOUBLING_MS = 20000 -- adaptive::RESEARCH_DOUBLING_MS: a search again
 local SEARCH_DOUBLINGS_CAP = 10 -- adaptive::SEARCH_DOUBLINGS_CAP: then at the ceiling
-local KEEP_NUM = 31 -- adaptive::KEEP_NUM: a probe starts at ⌈L·KEEP_NUM/KEEP_DEN⌉
-local KEEP_DEN = 32 -- adaptive::KEEP_DEN
-local PROBE_SCALE = 5400000 -- adaptive::PROBE_SCALE
-local QUICK_PROBE = 16 -- adaptive::QUICK_PROBE: PROBE_SCALE's divisor with `again`
-local PROBE_SPLIT = 1000000 -- adaptive::PROBE_SPLIT: L·d³ is divided by it first
+local PROBE_WAIT_MS = 240000 -- adaptive::PROBE_WAIT_MS: at L this long after the hold
+local PROBE_EVERY_OPENINGS = 80 -- adaptive::PROBE_EVERY_OPENINGS: and at least this many openings' time
+local QUICK_PROBE = 4 -- adaptive::QUICK_PROBE: the wait's divisor with `again`
+local PROBE_STEP_DEN = 2 -- adaptive::PROBE_STEP_DEN: a probe runs at L + ⌊L/2⌋ + 2
 local RISE_MARGIN = 8 -- adaptive::RISE_MARGIN: a count above L + ⌊L/8⌋ + 1 is a rise
 local CUT_DEN = 8 -- adaptive::CUT_DEN: an unexplained throttle cuts 1/CUT_DEN
-local CUBE_CAP_DS = 20000 -- adaptive::CUBE_CAP_DS: the largest d cubed
 local COUNT_CAP = 65535 -- adaptive::COUNT_CAP: the largest count (and minute)
 
 local HEADER_LEN = 256 -- bytes 0–255: the header
@@ -374,11 +372,12 @@ end
 -- opened and opened_before (that minute's openings and the one before's),
 -- limit_per_min (L), probing and again (0 or 1).
 --
--- Exact in doubles: ℓ = min(L, ceiling) ≤ 600 and d ≤ CUBE_CAP_DS, so
--- ℓ·d³ ≤ 4.8·10^15 < 2^53 and ⌊ℓ·d³/PROBE_SPLIT⌋·ℓ ≤ 2.9·10^12; a search
--- term is below 600·2^9·2·RESEARCH_DOUBLING_MS; a count is at most 65535,
--- so opened_before·WINDOW_MS < 2^32 (the tests check these bounds against
--- the core's constants).
+-- Exact in doubles: ℓ = min(L, ceiling) ≤ 600; a search term is below
+-- 600·2^9·2·RESEARCH_DOUBLING_MS; a wait below PROBE_EVERY_OPENINGS·
+-- WINDOW_MS; a count is at most 65535, so opened_before·WINDOW_MS < 2^32;
+-- the origin is below 2^52 + WINDOW_MS (a pause moves it a minute past a
+-- clock below 2^52) (the tests check these bounds against the core's
+-- constants).
 
 -- adaptive::lowest_rate: the floor raised to the lowest rate that can
 -- refuse, ⌈60000 / schedule⌉ with schedule = r · hint_cap_s · 1000
@@ -393,14 +392,28 @@ local function lowest_rate(params, bucket)
   return max(min(ceil_div(MS_PER_MINUTE, schedule), bucket.adaptive_ceiling_per_min), floor)
 end
 
--- Range::rate_at: clamp(curve, lowest, ceiling) at now_ms (a reading
--- before the origin reads the origin). Searching: ℓ·2ⁿ·(D + r)/D, D the
+-- adaptive::probe_wait_ms: how long the rate stays at L after the hold,
+-- max(PROBE_WAIT_MS, PROBE_EVERY_OPENINGS·WINDOW_MS/ℓ), divided by
+-- QUICK_PROBE with `again`.
+local function probe_wait_ms(limit, again)
+  local wait = max(PROBE_WAIT_MS, floor_div(PROBE_EVERY_OPENINGS * WINDOW_MS, max(limit, 1)))
+  if again == 1 then
+    wait = floor_div(wait, QUICK_PROBE)
+  end
+  return wait
+end
+
+-- Range::rate_at: clamp(curve, lowest, ceiling) at now_ms. Searching (a
+-- reading before the origin reads the origin): ℓ·2ⁿ·(D + r)/D, D the
 -- doubling period (RESEARCH_DOUBLING_MS with `again`), n = ⌊Δ/D⌋,
--- r = Δ mod D, the ceiling from n ≥ SEARCH_DOUBLINGS_CAP. Probing:
--- ⌈ℓ·KEEP_NUM/KEEP_DEN⌉ + ⌊⌊ℓ·d³/PROBE_SPLIT⌋·ℓ/S⌋ with d the deciseconds
--- past the hold (capped at CUBE_CAP_DS) and S = PROBE_SCALE (divided by
--- QUICK_PROBE with `again`), at most ℓ + ⌊ℓ/RISE_MARGIN⌋ + 2.
+-- r = Δ mod D, the ceiling from n ≥ SEARCH_DOUBLINGS_CAP. Probing: the
+-- lowest before the origin (the pause), ℓ until HOLD_MS + the wait, then
+-- ℓ + ⌊ℓ/PROBE_STEP_DEN⌋ + 2.
 local function rate_at(bucket, lowest, now_ms)
+  local probing = bucket.probing == 1
+  if probing and now_ms < bucket.origin_ms then
+    return lowest
+  end
   local elapsed = 0
   if now_ms > bucket.origin_ms then
     elapsed = now_ms - bucket.origin_ms
@@ -408,7 +421,7 @@ local function rate_at(bucket, lowest, now_ms)
   local ceiling = bucket.adaptive_ceiling_per_min
   local limit = min(bucket.limit_per_min, ceiling)
   local curve
-  if bucket.probing == 0 then
+  if not probing then
     local period = SEARCH_DOUBLING_MS
     if bucket.again == 1 then
       period = RESEARCH_DOUBLING_MS
@@ -420,18 +433,10 @@ local function rate_at(bucket, lowest, now_ms)
       local within = elapsed - doublings * period
       curve = floor_div(limit * 2 ^ doublings * (period + within), period)
     end
+  elseif elapsed < HOLD_MS + probe_wait_ms(limit, bucket.again) then
+    curve = limit
   else
-    local keep = ceil_div(limit * KEEP_NUM, KEEP_DEN)
-    local d = 0
-    if elapsed > HOLD_MS then
-      d = min(floor_div(elapsed - HOLD_MS, 100), CUBE_CAP_DS)
-    end
-    local scale = PROBE_SCALE
-    if bucket.again == 1 then
-      scale = floor_div(PROBE_SCALE, QUICK_PROBE)
-    end
-    local probe = floor_div(floor_div(limit * d * d * d, PROBE_SPLIT) * limit, scale)
-    curve = min(keep + probe, limit + floor_div(limit, RISE_MARGIN) + 2)
+    curve = limit + floor_div(limit, PROBE_STEP_DEN) + 2
   end
   return min(max(curve, lowest), ceiling)
 end
@@ -481,7 +486,7 @@ local function observe(params, bucket, outcome, now_ms)
   end
   local lowest = lowest_rate(params, bucket)
   local at = max(now_ms, bucket.origin_ms)
-  local rate = rate_at(bucket, lowest, at)
+  local rate = rate_at(bucket, lowest, now_ms) -- read at the caller's clock
   local probing = bucket.probing == 1
   local held = probing and at - bucket.origin_ms < HOLD_MS
   local limit = bucket.limit_per_min
@@ -498,9 +503,16 @@ local function observe(params, bucket, outcome, now_ms)
     return false, rate -- the same episode's throttle
   else
     roll(bucket, at)
-    local seen = max(through(bucket), recent(bucket, at))
+    -- After a search, the count's guess at the last 60 s; while probing,
+    -- the larger whole-minute count.
+    local seen = through(bucket)
+    if not probing then
+      seen = max(seen, recent(bucket, at))
+    end
     if seen == 0 then
-      limit = rate
+      -- Nothing counted: a step down from the lower of the rate and L.
+      local base = min(rate, limit)
+      limit = base - min(max(1, floor_div(base, CUT_DEN)), base)
     elseif not probing then
       limit = min(seen, bucket.adaptive_ceiling_per_min) -- a search's burst
     elseif seen < rate then
@@ -508,10 +520,21 @@ local function observe(params, bucket, outcome, now_ms)
     else
       limit = rate - max(1, floor_div(rate, CUT_DEN)) -- the count does not explain it
     end
+    -- The first search's openings fill the upstream's window until a
+    -- minute after it began: pause until then (the counts moved to that
+    -- minute).
+    local origin = at
+    if not probing and bucket.again == 0 then
+      origin = max(at, bucket.origin_ms + WINDOW_MS)
+    end
     bucket.probing, bucket.again, bucket.limit_per_min = 1, flag(not probing), limit
+    bucket.origin_ms, bucket.window = at, 0
+    roll(bucket, origin)
+    bucket.origin_ms, bucket.window = origin, 0
+    return true, rate_at(bucket, lowest, now_ms)
   end
   bucket.origin_ms, bucket.window = at, 0
-  return true, rate_at(bucket, lowest, at)
+  return true, rate_at(bucket, lowest, now_ms)
 end
 
 -- ---------------------------------------------------------------------------
@@ -839,7 +862,8 @@ end
 -- (spaces) 0, 0, and a zero control word; for an adaptive one its range
 -- and control word, checked for form and for the ranges the commands write
 -- (a floor and a ceiling of at least 1, stored_config_ok checking the rest
--- of the range; the origin below 2^52, the minute and the counts within 16
+-- of the range; the origin below 2^52 + WINDOW_MS (a pause after a search
+-- moves it a minute past a clock below 2^52), the minute and the counts within 16
 -- bits, the limit at most the ceiling, the two flags 0 or 1); otherwise the
 -- "not a pacer bucket" error.
 local function decode_adaptive(key, tail, bucket)
@@ -849,13 +873,13 @@ local function decode_adaptive(key, tail, bucket)
     if floor == nil then
       not_a_bucket(key)
     end
-    floor, ceiling, origin = tonumber(floor), tonumber(ceiling), big_field(origin)
+    floor, ceiling, origin = tonumber(floor), tonumber(ceiling), tonumber(origin)
     window, opened, before = tonumber(window), tonumber(opened), tonumber(before)
     limit, probing, again = tonumber(limit), tonumber(probing), tonumber(again)
     if
       floor < 1
       or ceiling < 1
-      or not origin
+      or origin >= TWO_POW_52 + WINDOW_MS
       or window > COUNT_CAP
       or opened > COUNT_CAP
       or before > COUNT_CAP

@@ -10,8 +10,11 @@ import (
 // shared clock runs, but the test runs well within the law's 60000 ms hold
 // (core/src/adaptive.rs): before the first throttle the default ceiling
 // holds the search at 60; a throttle with nothing counted ends the search
-// with L = R = 60 and the probe reads ⌈60·31/32⌉ = ⌈58.125⌉ = 59 through
-// the hold (d = 0); a throttle or an opening in the hold changes nothing.
+// with L = 60 − max(1, ⌊60/8⌋) = 53, and as it ends the first search
+// within a minute of the file's creation it pauses: the origin becomes the
+// creation + 60000 and, until then, every handle reads the lowest rate,
+// max(floor 10, 3) = 10 (every answer here, read at the caller's clock, is
+// in the pause); a throttle or an opening in the hold changes nothing.
 func TestSharedAdaptiveAcrossHandles(t *testing.T) {
 	path := sharedPath(t, "adaptive")
 	cfg := DefaultConfig()
@@ -35,15 +38,15 @@ func TestSharedAdaptiveAcrossHandles(t *testing.T) {
 	rate, err := b.RateInForce()
 	check("b.RateInForce before any throttle", rate, err, 60)
 	rate, err = a.Observe(OutcomeThrottled)
-	check("a.Observe(throttled)", rate, err, 59)
+	check("a.Observe(throttled)", rate, err, 10)
 	rate, err = b.RateInForce()
-	check("b.RateInForce after a's throttle", rate, err, 59)
+	check("b.RateInForce after a's throttle", rate, err, 10)
 	rate, err = b.Observe(OutcomeThrottled) // within the hold: nothing changes
-	check("b.Observe(throttled)", rate, err, 59)
+	check("b.Observe(throttled)", rate, err, 10)
 	rate, err = b.Observe(OutcomeOpened)
-	check("b.Observe(opened)", rate, err, 59)
+	check("b.Observe(opened)", rate, err, 10)
 	rate, err = a.RateInForce()
-	check("a.RateInForce", rate, err, 59)
+	check("a.RateInForce", rate, err, 10)
 
 	// The adaptive settings are part of the file's configuration.
 	for _, other := range []struct{ floor, ceiling int }{{0, 0}, {20, 0}, {10, 90}} {
@@ -69,7 +72,7 @@ func TestSharedAdaptiveAcrossHandles(t *testing.T) {
 		t.Fatalf("RateInForce after Close: %v", err)
 	}
 	rate, err = b.RateInForce()
-	check("b.RateInForce after a closed", rate, err, 59)
+	check("b.RateInForce after a closed", rate, err, 10)
 	var none *SharedPacer
 	if _, err := none.Observe(OutcomeOpened); !errors.Is(err, ErrClosed) {
 		t.Fatalf("nil SharedPacer: %v", err)

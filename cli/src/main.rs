@@ -200,9 +200,9 @@ struct SimulateArgs {
     /// that do not extend it) [default: 0, off].
     #[arg(long, value_name = "P")]
     upstream_penalty_ms: Option<u64>,
-    /// Adaptive pacing (SPEC §14): the pacer lowers its rate when the
-    /// upstream throttles and climbs back along a cubic curve, between
-    /// --adaptive-floor and --adaptive-ceiling. Needs --upstream-limit-per-min
+    /// Adaptive pacing (SPEC §14): the pacer sets its rate to what the
+    /// upstream let through when it throttles and now and then probes above
+    /// it, between --adaptive-floor and --adaptive-ceiling. Needs --upstream-limit-per-min
     /// or --sweep-upstream (only throttles move the rate).
     #[arg(long)]
     adaptive: bool,

@@ -94,15 +94,15 @@ fn without_the_flags_the_report_is_unchanged() {
 ///   11 s: the samples at 0, 5 and 10 s read 60.
 /// - The first throttle (by 15 s with 20 agents always waiting) ends the
 ///   search: the 20 opened so far are all in minute 0, E = max(through,
-///   recent) = 20, L = min(20, 60) = 20, and the rate in force is
-///   ⌈20·31/32⌉ = ⌈19.375⌉ = 20.
-/// - Throttles in the next 60 s (the first minute's burst still in the
-///   upstream's window) change nothing. At 20/min, admissions 3000 ms apart
-///   never put more than 20 in any 60 s, so none follows the hold. The probe
-///   (`again`: S = 5400000/16 = 337500) first reaches 21 at d = 945 ds past
-///   the hold: ⌊⌊20·945³/10⁶⌋·20/337500⌋ = ⌊16878·20/337500⌋ = 1, while
-///   d = 944 gives ⌊16824·20/337500⌋ = 0. That is t₁ + 154.5 s ≥ 165.5 s,
-///   so every sample from 15 s to 165 s reads 20.
+///   recent) = 20, L = min(20, 60) = 20. It ends the first search less than
+///   a minute after it began (at 0), so the pacer pauses: the origin moves
+///   to 60 s and the rate reads the lowest, 5, until then (samples at 15 …
+///   55 s).
+/// - From 60 s the rate is L = 20. Throttles before 120 s (the hold) change
+///   nothing; at 20/min, admissions 3000 ms apart never put more than 20 in
+///   any 60 s, so none follows it. After a search the probe waits
+///   max(240 s, 80 openings at 20/min = 240 s)/4 = 60 s past the hold: 20 +
+///   10 + 2 = 32 from 180 s, so every sample from 60 s to 175 s reads 20.
 ///
 /// It throttles less than the fixed rate of 60 on the same load.
 #[test]
@@ -122,10 +122,14 @@ fn adaptation_lowers_the_rate_and_the_throttles() {
         [60, 60, 60],
         "searching at the ceiling: {rates:?}"
     );
-    // Samples 3..=33: 15 s to 165 s.
+    // Samples 3..=11: 15 s to 55 s, the pause; 12..=35: 60 s to 175 s.
     assert!(
-        rates[3..=33].iter().all(|&r| r == 20),
-        "the first throttle ends the search at 20, held and flat until 165.5 s at least: {rates:?}"
+        rates[3..=11].iter().all(|&r| r == 5),
+        "the first throttle ends the search with a pause at the lowest rate until 60 s: {rates:?}"
+    );
+    assert!(
+        rates[12..=35].iter().all(|&r| r == 20),
+        "then L = 20, held and flat until the probe at 180 s: {rates:?}"
     );
     assert!(rates.iter().all(|r| (5..=60).contains(r)), "{rates:?}");
     assert!(

@@ -19,17 +19,20 @@
 //!   [`RESEARCH_DOUBLING_MS`] with `again`), `n = ⌊Δ/D⌋`, `r = Δ mod D`;
 //!   the ceiling from `n ≥ 10`. With the default ceiling (the configured
 //!   rate) the rate never rises.
-//! - **Probing** (after a throttle): `curve = min(⌈ℓ · KEEP_NUM /
-//!   KEEP_DEN⌉ + ⌊⌊ℓ · d³ / PROBE_SPLIT⌋ · ℓ / S⌋, ℓ + ⌊ℓ / RISE_MARGIN⌋ +
-//!   2)` with `d = min(⌊(Δ − HOLD_MS)⁺ / 100⌋, CUBE_CAP_DS)` and `S` =
-//!   [`PROBE_SCALE`] (divided by [`QUICK_PROBE`] with `again`): at `L` (up
-//!   to `L = 32`) or just under it through the hold and after it, then
-//!   slowly above it (one step past `L` about 4 min after the hold at
-//!   `L = 20`, 70 s at `L = 500`), never more than one step past the rise
-//!   margin below: a limit that rose shows in the count, one that did not
-//!   costs a throttle.
+//! - **Probing** (after a throttle): before `t₀`, the lowest rate (the
+//!   pause below); then `curve = ℓ` until `Δ = HOLD_MS + w`, and `ℓ +
+//!   ⌊ℓ / PROBE_STEP_DEN⌋ + 2` from then on, where the wait `w =
+//!   max(PROBE_WAIT_MS, PROBE_EVERY_OPENINGS · 60000 / ℓ)`, divided by
+//!   [`QUICK_PROBE`] with `again`. The probe is a step, not a slope: above
+//!   the rise margin below, so a limit that rose shows in the count within
+//!   a minute, and far enough above `L` that an upstream still at `L`
+//!   throttles within seconds rather than after a minute above it; the
+//!   wait keeps probes rare (4 min at the limits from 20/min up, one per
+//!   80 openings below), since each costs a throttle or a few when the
+//!   limit did not move.
 //!
-//! What `observe` does at `at = max(now, t₀)`, with the counts first moved
+//! What `observe` does at `at = max(now, t₀)` (its answer, and `R`
+//! below, read at `now`), with the counts first moved
 //! to `at`'s minute (the count becomes the one before when `at` is in the
 //! next minute, and both are dropped when later), `through` the larger of
 //! the two counts and `recent` this minute's count plus the one before's
@@ -44,11 +47,23 @@
 //!   a minute, so these are the same episode's throttles).
 //! - **throttled** otherwise: probe from origin `at`, `again` when this
 //!   ends a search (its count may have covered less than a minute), with
-//!   `E = max(through, recent)` and `R` the rate in force: `L = R` when
-//!   nothing was counted; `min(E, ceiling)` when this ends a search (a
+//!   `R` the rate in force and `E` what got through: `max(through,
+//!   recent)` when this ends a search, `through` while probing (no
+//!   upstream that allows `T` a minute, in any 60 s or in each calendar
+//!   minute, lets a whole minute's count exceed `T`, while `recent` can
+//!   read up to `2T` on a calendar-minute upstream). When nothing was
+//!   counted (a caller that does not report openings), `L = B − max(1,
+//!   ⌊B / CUT_DEN⌋)` with `B = min(R, ℓ)` (a probe's throttle says
+//!   nothing of `L` itself); `min(E, ceiling)` when this ends a search (a
 //!   burst can open more than the rate); `E` when `E < R`; else `R −
 //!   max(1, ⌊R / CUT_DEN⌋)` (the count does not explain the throttle: an
 //!   upstream that let a burst through).
+//! - **The pause**: when the throttle ends the first search (not a search
+//!   again) less than a minute after it began, everything the search
+//!   opened stays in the upstream's window until a minute after it began,
+//!   so every connection opened before then would be throttled too: the
+//!   origin becomes `t₀ + 60000` (the counts moved to its minute), and the
+//!   rate reads the lowest until then.
 //!
 //! The constants' derivation is in docs/design.md ("Adaptive pacing").
 //!
@@ -63,9 +78,10 @@
 //!
 //! # Exactness
 //! Every intermediate is below 2^53, so the same arithmetic is exact in
-//! Lua's doubles (the Redis script): `ℓ ≤ 600`, `d ≤ 20,000`, so `ℓ · d³ ≤
-//! 4.8·10^15`, and `⌊ℓ·d³/10^6⌋ · ℓ ≤ 2.9·10^12`; the search term is below
-//! `600 · 2^9 · 20000`.
+//! Lua's doubles (the Redis script): `ℓ ≤ 600`, the search term is below
+//! `600 · 2^9 · 40000`, the wait below `120 · 60000`, and the origin and
+//! `Δ` are compared, never multiplied (the script keeps the origin as two
+//! halves, as the state word's clock).
 
 /// The counting window, ms: openings are counted per minute of the clock.
 pub const WINDOW_MS: u64 = 60_000;
@@ -84,18 +100,23 @@ pub const RESEARCH_DOUBLING_MS: u64 = 20_000;
 /// Doublings after which the search is at any ceiling (2^10 > 600).
 pub const SEARCH_DOUBLINGS_CAP: u64 = 10;
 
-/// After a decrease the rate starts at `⌈L · KEEP_NUM / KEEP_DEN⌉`.
-pub const KEEP_NUM: u32 = 31;
-/// See [`KEEP_NUM`].
-pub const KEEP_DEN: u32 = 32;
+/// After the hold, the rate stays at `L` for at least this long before it
+/// probes, ms.
+pub const PROBE_WAIT_MS: u64 = 240_000;
 
-/// The probe's scale: it adds `⌊⌊ℓ·d³/PROBE_SPLIT⌋·ℓ/PROBE_SCALE⌋` per
-/// minute, `d` in deciseconds since the hold ended.
-pub const PROBE_SCALE: i64 = 5_400_000;
+/// And for at least the time `L` takes to open this many connections, so
+/// that at a low limit a probe (one throttle or a few when the limit did
+/// not rise) comes at most once every this many openings.
+pub const PROBE_EVERY_OPENINGS: u64 = 80;
 
-/// The first probe after a search (whose count may have covered less than
-/// a minute) divides [`PROBE_SCALE`] by this.
-pub const QUICK_PROBE: i64 = 16;
+/// After a search (whose count may have covered less than a minute) the
+/// wait before the first probe is divided by this.
+pub const QUICK_PROBE: u64 = 4;
+
+/// A probe runs at `L + ⌊L / PROBE_STEP_DEN⌋ + 2`: above the rise margin,
+/// so that a limit that rose shows in the count within a minute, and fast
+/// enough that one that did not throttles within seconds.
+pub const PROBE_STEP_DEN: u32 = 2;
 
 /// A minute's count above `L + L / RISE_MARGIN + 1` shows the limit rose.
 pub const RISE_MARGIN: u32 = 8;
@@ -103,13 +124,6 @@ pub const RISE_MARGIN: u32 = 8;
 /// When the count does not explain a throttle the rate drops by
 /// `1/CUT_DEN` of itself (at least 1).
 pub const CUT_DEN: u32 = 8;
-/// See [`PROBE_SCALE`]: `L · d³` is divided by this first, so every
-/// product stays below 2^53.
-pub const PROBE_SPLIT: i64 = 1_000_000;
-
-/// The largest `d` the cube is taken of, deciseconds (33 min 20 s).
-pub const CUBE_CAP_DS: i64 = 20_000;
-
 /// The largest count a window keeps.
 pub const COUNT_CAP: u16 = u16::MAX;
 
@@ -117,8 +131,8 @@ const PROBING_BIT: u16 = 1 << 15;
 const AGAIN_BIT: u16 = 1 << 14;
 const LIMIT_MASK: u16 = (1 << 14) - 1;
 
-// ℓ · d³ is exact in a double.
-const _: () = assert!(600 * CUBE_CAP_DS * CUBE_CAP_DS * CUBE_CAP_DS < 1 << 53);
+// The probe rises past the rise margin, so a limit that rose shows.
+const _: () = assert!(PROBE_STEP_DEN < RISE_MARGIN);
 const _: () = assert!(1 << SEARCH_DOUBLINGS_CAP > 600);
 
 /// What the upstream answered to a new connection (the argument of
@@ -220,12 +234,16 @@ impl Range {
         }
     }
 
-    /// The rate in force at `now_ms` (a reading before the origin reads
-    /// the origin).
+    /// The rate in force at `now_ms` (before the origin: a search reads
+    /// the origin, a probe the lowest rate).
     pub(crate) fn rate_at(&self, control: &ControlView, now_ms: u64) -> u32 {
-        let elapsed = now_ms.saturating_sub(control.origin_ms);
-        let ceiling = self.ceiling as i64;
-        let limit = (control.limit_per_min as i64).min(ceiling);
+        if control.probing && now_ms < control.origin_ms {
+            // The pause after a search's first throttle.
+            return self.lowest as u32;
+        }
+        let elapsed = now_ms - control.origin_ms.min(now_ms);
+        let ceiling = self.ceiling as u64;
+        let limit = (control.limit_per_min as u64).min(ceiling);
         let curve = if !control.probing {
             let period = if control.again {
                 RESEARCH_DOUBLING_MS
@@ -236,22 +254,14 @@ impl Range {
             if doublings >= SEARCH_DOUBLINGS_CAP {
                 ceiling
             } else {
-                let within = (elapsed % period) as i64;
-                let d = period as i64;
-                (limit << doublings) * (d + within) / d
+                (limit << doublings) * (period + elapsed % period) / period
             }
+        } else if elapsed < HOLD_MS + probe_wait_ms(limit, control.again) {
+            limit
         } else {
-            let keep = (limit * KEEP_NUM as i64 + KEEP_DEN as i64 - 1) / KEEP_DEN as i64;
-            let d = ((elapsed.saturating_sub(HOLD_MS) / 100) as i64).min(CUBE_CAP_DS);
-            let scale = if control.again {
-                PROBE_SCALE / QUICK_PROBE
-            } else {
-                PROBE_SCALE
-            };
-            let cap = limit + limit / RISE_MARGIN as i64 + 2;
-            (keep + limit * (d * d * d) / PROBE_SPLIT * limit / scale).min(cap)
+            limit + limit / PROBE_STEP_DEN as u64 + 2
         };
-        curve.clamp(self.lowest as i64, ceiling) as u32
+        curve.clamp(self.lowest as u64, ceiling) as u32
     }
 
     /// The control word after `outcome` at `now_ms`, when it changes, and
@@ -267,7 +277,9 @@ impl Range {
         } else {
             control.origin_ms
         };
-        let rate = self.rate_at(control, at);
+        // The rate in force at the caller's clock (`at` differs from it
+        // only before the origin, where a change is held or counted).
+        let rate = self.rate_at(control, now_ms);
         let held = control.probing && at - control.origin_ms < HOLD_MS;
         let counted = rolled(control, at);
         let limit = control.limit_per_min as u32;
@@ -291,27 +303,68 @@ impl Range {
                 }
             }
             Outcome::Throttled if held => return (None, rate),
-            Outcome::Throttled => ControlView {
-                probing: true,
-                again: !control.probing,
-                limit_per_min: match through(&counted).max(recent(&counted, at)) {
-                    0 => rate,
-                    // A search's burst can open more than its rate.
-                    seen if !control.probing => seen.min(self.ceiling as u32),
-                    seen if seen < rate => seen,
-                    // The count does not explain the throttle (an upstream
-                    // that let a burst through): a multiplicative step.
-                    _ => rate - (rate / CUT_DEN).max(1),
-                } as u16,
-                ..counted
-            },
+            Outcome::Throttled => {
+                // What got through: after a search, the count's best guess
+                // at the last 60 s (the search may have crossed a minute);
+                // while probing, the larger whole-minute count, which no
+                // upstream that allows `T` a minute (any 60 s or each
+                // calendar minute) lets exceed `T`.
+                let seen = if control.probing {
+                    through(&counted)
+                } else {
+                    through(&counted).max(recent(&counted, at))
+                };
+                ControlView {
+                    probing: true,
+                    again: !control.probing,
+                    limit_per_min: match seen {
+                        // Nothing counted (a caller that does not report
+                        // openings): a multiplicative step down from the
+                        // lower of the rate and `L` (a probe's throttle
+                        // says nothing of `L` itself).
+                        0 => {
+                            let base = rate.min(control.limit_per_min as u32);
+                            base - (base / CUT_DEN).max(1).min(base)
+                        }
+                        // A search's burst can open more than its rate.
+                        seen if !control.probing => seen.min(self.ceiling as u32),
+                        seen if seen < rate => seen,
+                        // The count does not explain the throttle (an
+                        // upstream that let a burst through): a
+                        // multiplicative step.
+                        _ => rate - (rate / CUT_DEN).max(1),
+                    } as u16,
+                    ..counted
+                }
+            }
         };
+        // The first search's openings fill the upstream's window until a
+        // minute after the search began: pause until then (`rate_at` reads
+        // the lowest rate before the origin while probing).
+        let origin = if outcome == Outcome::Throttled && !control.probing && !control.again {
+            let filled = control.origin_ms.saturating_add(WINDOW_MS);
+            if filled > at {
+                filled
+            } else {
+                at
+            }
+        } else {
+            at
+        };
+        let next = rolled(
+            &ControlView {
+                origin_ms: at,
+                window: 0,
+                ..next
+            },
+            origin,
+        );
         let next = ControlView {
-            origin_ms: at,
+            origin_ms: origin,
             window: 0,
             ..next
         };
-        (Some(next), self.rate_at(&next, at))
+        (Some(next), self.rate_at(&next, now_ms))
     }
 }
 
@@ -334,6 +387,24 @@ pub(crate) const fn lowest_rate(floor: u32, ceiling: u32, max_retries: u32, boun
         raised as u32
     } else {
         floor
+    }
+}
+
+/// How long the rate stays at `L` after the hold before it probes, ms:
+/// [`PROBE_WAIT_MS`], or the time `L` takes to open
+/// [`PROBE_EVERY_OPENINGS`] connections when longer; divided by
+/// [`QUICK_PROBE`] after a search (`again`).
+const fn probe_wait_ms(limit: u64, again: bool) -> u64 {
+    let spaced = PROBE_EVERY_OPENINGS * WINDOW_MS / if limit > 0 { limit } else { 1 };
+    let wait = if spaced > PROBE_WAIT_MS {
+        spaced
+    } else {
+        PROBE_WAIT_MS
+    };
+    if again {
+        wait / QUICK_PROBE
+    } else {
+        wait
     }
 }
 
@@ -428,35 +499,54 @@ mod tests {
     }
 
     #[test]
-    fn the_probe_is_flat_through_the_hold_then_rises() {
-        // L = 20: ⌈620/32⌉ = 20 until d = 2382 ds after the hold:
-        // ⌊20·2381³/10⁶⌋ = 269_961, ·20/5.4·10⁶ < 1; ⌊20·2382³/10⁶⌋ =
-        // 270_301, ·20/5.4·10⁶ = 1.001 → 21.
+    fn the_probe_waits_then_jumps() {
+        // L = 20: the wait is max(240 s, 80 openings at 20/min = 240 s);
+        // at L until 60 s + 240 s, then 20 + 10 + 2 = 32.
         let c = probing(20, 0, false);
-        let at = |d: u64| WIDE.rate_at(&c, HOLD_MS + d * 100);
-        assert_eq!((WIDE.rate_at(&c, HOLD_MS - 1), at(0)), (20, 20));
-        assert_eq!((at(2381), at(2382)), (20, 21));
-        // L = 500: ⌈15500/32⌉ = 485; past L (501) at d = 702: ⌊500·702³/
-        // 10⁶⌋ = 172_986, ·500/5.4·10⁶ = 16.0 → 485 + 16.
-        let c = probing(500, 0, false);
-        let at = |d: u64| WIDE.rate_at(&c, HOLD_MS + d * 100);
-        assert_eq!((at(0), at(701), at(702)), (485, 500, 501));
-        // Capped at L + ⌊L/8⌋ + 2 = 564, and the cube at d = 20000.
-        assert_eq!((at(1500), at(20_000), at(1 << 40)), (564, 564, 564));
-        // A quick probe (again): S/16, at L = 20 one step past at d = 945
-        // (⌊20·945³/10⁶⌋ = 16_878, ·20/337500 = 1.0002).
+        let at = |t: u64| WIDE.rate_at(&c, t);
+        assert_eq!(
+            (at(0), at(HOLD_MS), at(299_999), at(300_000)),
+            (20, 20, 20, 32)
+        );
+        assert_eq!(at(u64::MAX), 32, "and stays there until a throttle");
+        // L = 200: 80 openings take 24 s, so the wait is 240 s; 200 +
+        // 100 + 2 = 302 from 300 s.
+        let c = probing(200, 1000, false);
+        let at = |t: u64| WIDE.rate_at(&c, 1000 + t);
+        assert_eq!((at(299_999), at(300_000)), (200, 302));
+        // L = 5: 80 openings take 16 min (960,000 ms): 5 + 2 + 2 = 9 from
+        // 1,020,000.
+        let c = probing(5, 0, false);
+        assert_eq!(
+            (WIDE.rate_at(&c, 1_019_999), WIDE.rate_at(&c, 1_020_000)),
+            (5, 9)
+        );
+        // After a search (again) the wait is a quarter: 240 s / 4 = 60 s
+        // at L = 20, so 32 from 120 s.
         let c = probing(20, 0, true);
-        let at = |d: u64| WIDE.rate_at(&c, HOLD_MS + d * 100);
-        assert_eq!((at(944), at(945)), (20, 21));
+        assert_eq!(
+            (WIDE.rate_at(&c, 119_999), WIDE.rate_at(&c, 120_000)),
+            (20, 32)
+        );
+        // Before the origin while probing (the pause after a first
+        // search's throttle): the lowest rate.
+        let c = probing(20, 60_000, true);
+        assert_eq!(
+            (WIDE.rate_at(&c, 59_999), WIDE.rate_at(&c, 60_000)),
+            (3, 20)
+        );
+        // A search reads the origin before it.
+        assert_eq!(WIDE.rate_at(&Range::initial(20, 60_000), 0), 20);
     }
 
     #[test]
     fn the_rate_is_clamped_to_lowest_and_ceiling() {
-        // L = 2: ⌈62/32⌉ = 2, raised to the lowest, 3.
+        // L = 2 probing reads 2, raised to the lowest, 3.
         assert_eq!(WIDE.rate_at(&probing(2, 0, false), 0), 3);
-        // L = 16383 (the largest): ℓ = 600, ⌈600·31/32⌉ = ⌈581.25⌉ = 582;
-        // searching, the ceiling.
-        assert_eq!(WIDE.rate_at(&probing(LIMIT_MASK, 0, false), 0), 582);
+        // L = 16383 (the largest): ℓ = 600 through the hold, and the probe
+        // 600 + 300 + 2 is clamped to the ceiling; searching, the ceiling.
+        assert_eq!(WIDE.rate_at(&probing(LIMIT_MASK, 0, false), 0), 600);
+        assert_eq!(WIDE.rate_at(&probing(LIMIT_MASK, 0, false), u64::MAX), 600);
         assert_eq!(WIDE.rate_at(&Range::initial(16_383, 0), 1), 600);
     }
 
@@ -510,8 +600,12 @@ mod tests {
 
     #[test]
     fn a_throttle_sets_the_limit_from_the_counts() {
-        // Ending a search: E = max(through 70, recent 70) = 70 is above the
-        // rate 60 at 1000 but a search's burst rule keeps it; quick probe.
+        // Ending the first search at 1000: E = max(through 70, recent 70)
+        // = 70, above the rate 60 but a search's burst rule keeps it,
+        // min(70, ceiling 60) = 60. The search began at 0, so its openings
+        // fill the window until 60000: the origin moves there and the
+        // rate is the lowest until then; the 70 counted in minute 0 are
+        // the minute before the origin's.
         let mut c = Range::initial(60, 0);
         let narrow = Range {
             ceiling: 60,
@@ -523,55 +617,109 @@ mod tests {
         let (next, rate) = narrow.observe(&c, Outcome::Throttled, 1000);
         let next = next.unwrap();
         assert_eq!(
-            (next.limit_per_min, next.probing, next.again),
-            (60, true, true)
+            (next.limit_per_min, next.probing, next.again, next.origin_ms),
+            (60, true, true, 60_000)
         );
-        // min(70, ceiling 60) = 60: ⌈60·31/32⌉ = 59.
-        assert_eq!(rate, 59);
-        // Probing at L = 40 from 0: at 90 s (minute 1; 20 opened in minute
-        // 0, 12 in minute 1): through 20, recent 12 + ⌊20·30000/60000⌋ =
-        // 22; E = 22 < the rate 39: L = 22, ⌈682/32⌉ = 22, slow probe.
+        assert_eq!((next.window, next.opened, next.opened_before), (0, 0, 70));
+        assert_eq!(rate, 3);
+        assert_eq!(narrow.rate_at(&next, 60_000), 60);
+        // Probing at L = 40 from 0 (after a search: the wait is max(240 s,
+        // 120 s)/4 = 60 s): at 90 s (minute 1; 20 opened in minute 0, 12
+        // in minute 1), not held, the rate 40; E = through = max(12, 20)
+        // = 20 < 40: L = 20, no longer `again`, origin 90 s.
         let mut c = probing(40, 0, true);
         c.opened = 20;
         for _ in 0..12 {
             step(&mut c, Outcome::Opened, 61_000);
         }
-        assert_eq!(step(&mut c, Outcome::Throttled, 90_000), 22);
-        assert_eq!((c.limit_per_min, c.again, c.origin_ms), (22, false, 90_000));
+        assert_eq!(step(&mut c, Outcome::Throttled, 90_000), 20);
+        assert_eq!((c.limit_per_min, c.again, c.origin_ms), (20, false, 90_000));
         assert_eq!((c.window, c.opened, c.opened_before), (0, 12, 20));
         // Held until 149999; at 150000 (minute 2) minute 1's 12 are the
-        // minute before: through 12, recent ⌊12·30000/60000⌋ = 6; E = 12
-        // < the rate 22: L = 12, ⌈372/32⌉ = 12.
-        assert_eq!(step(&mut c, Outcome::Throttled, 149_999), 22);
+        // minute before: E = through = 12 < the rate 20: L = 12.
+        assert_eq!(step(&mut c, Outcome::Throttled, 149_999), 20);
         assert_eq!(c.origin_ms, 90_000, "held");
         assert_eq!(step(&mut c, Outcome::Throttled, 150_000), 12);
         // 13 openings in minute 2 within the hold (no rise), then at 210 s
-        // (minute 3): through 13 ≥ the rate 12: L = 12 − max(1, 1) = 11,
-        // ⌈341/32⌉ = 11.
+        // (minute 3): through 13 ≥ the rate 12: L = 12 − max(1, 1) = 11.
         for _ in 0..13 {
             step(&mut c, Outcome::Opened, 151_000);
         }
         assert!(c.probing);
         assert_eq!(step(&mut c, Outcome::Throttled, 210_000), 11);
-        // Below 8/min the cut is still 1: L = 5 (⌈155/32⌉ = 5), 6 openings
-        // within the hold, at 60000 (minute 1) E = max(6, 6) ≥ 5: L = 5 −
-        // max(1, 0) = 4, ⌈124/32⌉ = 4.
+        // Below 8/min the cut is still 1: L = 5, 6 openings within the
+        // hold, at 60000 (minute 1) E = through 6 ≥ 5: L = 5 − max(1, 0)
+        // = 4.
         let mut small = probing(5, 0, false);
         for _ in 0..6 {
             step(&mut small, Outcome::Opened, 1000);
         }
         assert_eq!(step(&mut small, Outcome::Throttled, 60_000), 4);
-        // Nothing counted at 400 s (minute 6): L = the rate in force, 11 +
-        // ⌊⌊11·1300³/10⁶⌋·11/5.4·10⁶⌋ = 11 + ⌊24167·11/5.4·10⁶⌋ = 11.
-        assert_eq!(step(&mut c, Outcome::Throttled, 400_000), 11);
-        assert_eq!(c.limit_per_min, 11);
+        // Nothing counted at 400 s (minute 6): a step down from min(R, L)
+        // = 11 (the rate is still L: the wait at 11/min is 80 openings'
+        // 436 s), L = 11 − max(1, ⌊11/8⌋) = 10.
+        assert_eq!(step(&mut c, Outcome::Throttled, 400_000), 10);
+        assert_eq!(c.limit_per_min, 10);
+        // While probing, the count of the last 60 s is not used: at 45 s
+        // into minute 1 with 20 in minute 0 and 10 in minute 1, recent
+        // would be 10 + 5 = 15, through is 20: at L = 30 (rate 30), L =
+        // 20.
+        let mut c = probing(30, 0, false);
+        c.opened = 20;
+        for _ in 0..10 {
+            step(&mut c, Outcome::Opened, 100_000);
+        }
+        assert_eq!(step(&mut c, Outcome::Throttled, 105_000), 20);
+    }
+
+    #[test]
+    fn only_a_first_search_pauses() {
+        // A search again (after a rise) that ends 10 s after it began:
+        // no pause, the origin is the throttle.
+        let mut c = ControlView {
+            again: true,
+            ..Range::initial(40, 0)
+        };
+        for _ in 0..30 {
+            step(&mut c, Outcome::Opened, 5000);
+        }
+        assert_eq!(step(&mut c, Outcome::Throttled, 10_000), 30);
+        assert_eq!((c.origin_ms, c.probing, c.again), (10_000, true, true));
+        // A first search that ran longer than a minute: its first openings
+        // have left the window, no pause.
+        let mut c = Range::initial(40, 0);
+        for _ in 0..30 {
+            step(&mut c, Outcome::Opened, 70_000);
+        }
+        assert_eq!(step(&mut c, Outcome::Throttled, 70_000), 30);
+        assert_eq!(c.origin_ms, 70_000);
+        // A pause from a clock near its end saturates.
+        let mut c = Range::initial(40, u64::MAX - 10);
+        step(&mut c, Outcome::Opened, u64::MAX - 5);
+        assert_eq!(step(&mut c, Outcome::Throttled, u64::MAX - 5), 3);
+        assert_eq!(c.origin_ms, u64::MAX);
+    }
+
+    #[test]
+    fn a_pause_moves_the_counts_from_the_throttles_minute() {
+        // An opening read at 500 s (minute 8) while searching, then a
+        // throttle from a clock behind it, at 10 s: the counts stay in
+        // minute 8 (they never move back), E = 1, L = 1; the pause moves
+        // the origin to 60 s, one minute after the throttle's own minute 0,
+        // so the opening is the minute before the origin's.
+        let mut c = Range::initial(60, 0);
+        step(&mut c, Outcome::Opened, 500_000);
+        assert_eq!((c.window, c.opened), (8, 1));
+        assert_eq!(step(&mut c, Outcome::Throttled, 10_000), 3);
+        assert_eq!((c.origin_ms, c.limit_per_min), (60_000, 1));
+        assert_eq!((c.window, c.opened, c.opened_before), (0, 0, 1));
     }
 
     #[test]
     fn a_count_past_the_margin_searches_again() {
         // L = 16: margin 16 + 2 + 1 = 19. Past the hold, the 19th opening in
         // a minute keeps probing, the 20th searches again from the rate in
-        // force (⌈496/32⌉ = 16 at d = 0), doubling every 20 s.
+        // force (16, before the probe), doubling every 20 s.
         let mut c = probing(16, 0, false);
         for _ in 0..19 {
             assert_eq!(step(&mut c, Outcome::Opened, 60_000), 16);

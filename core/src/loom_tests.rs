@@ -477,11 +477,12 @@ fn counters_lose_no_increment() {
 /// ⌈60000/6000⌉ = 10. The hand-derived figures of SPEC §14 used below:
 /// - searching from L = 60 the curve is above 60 after the origin, so the
 ///   rate in force is the ceiling, 60;
-/// - a throttle with nothing counted sets L to the rate in force (60) and
-///   probes from ⌈60·31/32⌉ = 59;
-/// - 69000 ms after that the probe reads 59 + ⌊⌊60·90³/10⁶⌋·60/337500⌋ =
-///   59 + ⌊43·60/337500⌋ = 59, and a throttle then (past the 60 s hold,
-///   nothing counted) sets L = 59 and reads ⌈59·31/32⌉ = 58.
+/// - a throttle that ends this first search with nothing counted sets L
+///   to 60 − max(1, ⌊60/8⌋) = 53; within a minute of the creation it
+///   pauses: the origin moves to 60000 and the rate reads the lowest, 10,
+///   until then;
+/// - a throttle that ends it with `n` openings counted in minute 0 sets
+///   L = min(n, 60) = n, with the same pause.
 fn adaptive_b1() -> Config {
     b1(ReleasePolicy::Refund).adaptive(10, 0)
 }
@@ -502,11 +503,12 @@ fn concurrent_openings_are_both_counted() {
 }
 
 /// A throttle at 2000 races two openings at 1000. Sequentially: both
-/// openings first, E = 2 ends the search with L = 2 (read at the lowest,
-/// 10); one before and one after, L = 1 (10); the throttle first, nothing
-/// counted, L = 60 (59), and the openings read 2000 (within the hold) and
-/// are counted. Either way two openings are counted and the law probes
-/// from 2000.
+/// openings first, E = 2 ends the search with L = 2; one before and one
+/// after, L = 1, and the one after reads the pause's origin 60000 (minute
+/// 1, where the first one is now the minute before); the throttle first,
+/// nothing counted, L = 53, and both openings are counted at 60000. Each
+/// reads the lowest, 10 (the pause), every order leaves the origin at
+/// 60000, and the two openings are counted once each.
 #[test]
 fn a_throttle_races_openings() {
     loom::model(|| {
@@ -519,27 +521,24 @@ fn a_throttle_races_openings() {
         opener.join().unwrap();
         let control = pacer.control();
         assert_eq!(
-            (
-                control.opened,
-                control.origin_ms,
-                control.probing,
-                control.again
-            ),
-            (2, 2000, true, true)
+            (control.origin_ms, control.probing, control.again, throttled),
+            (60_000, true, true, 10)
         );
-        match (throttled, control.limit_per_min) {
-            (10, 2) | (10, 1) | (59, 60) => {}
+        match (control.limit_per_min, control.opened, control.opened_before) {
+            (2, 0, 2) | (1, 1, 1) | (53, 2, 0) => {}
             other => panic!("not a sequential outcome: {other:?}"),
         }
     });
 }
 
 /// Two throttles race: whatever the order, the control word ends as one of
-/// the two sequential outcomes. A throttle at 1000 then one at 70000 is two
-/// decreases (59, then 58 at 70000, L = 59); the one at 70000 first ends
-/// the search (59, L = 60) and the one at 1000 then reads 70000, within
-/// the hold, and changes nothing. Both leave the origin at 70000; a lost
-/// update can leave the throttle at 1000 alone (origin 1000).
+/// the two sequential outcomes. A throttle at 1000 then one at 70000: the
+/// first ends the search (nothing counted, L = 53) and pauses until 60000
+/// (it reads 10), the second is within the hold (it reads 53). The one at
+/// 70000 first ends the search with no pause (a minute has passed; 53),
+/// and the one at 1000 then is held, reading the lowest before the origin
+/// (10). Either way L = 53 and the rate at 70000 is 53; the origin is
+/// 60000 or 70000.
 #[test]
 fn racing_throttles_apply_in_some_order() {
     loom::model(|| {
@@ -549,36 +548,46 @@ fn racing_throttles_apply_in_some_order() {
         let early = early.join().unwrap();
         let after = pacer.rate_in_force(70_000);
         let control = pacer.control();
-        assert_eq!(control.origin_ms, 70_000);
-        match (early, late, after, control.limit_per_min) {
-            // 1000 first: 59, then 58.
-            (59, 58, 58, 59) => {}
-            // 70000 first: 59; the 1000 reading holds at 59.
-            (59, 59, 59, 60) => {}
-            other => panic!("not a sequential outcome: {other:?}"),
-        }
+        assert_eq!(
+            (early, late, after, control.limit_per_min),
+            (10, 53, 53, 53)
+        );
+        assert!(
+            control.origin_ms == 60_000 || control.origin_ms == 70_000,
+            "origin {}",
+            control.origin_ms
+        );
     });
 }
 
 /// A throttle races a reservation that must wait for a token: the
-/// reservation refills at the rate in force when it decides (60 or 59), so
-/// its wait is ⌈60000/60⌉ = 1000 or ⌈60000/59⌉ = 1017 ms, and it debits
-/// exactly one token either way. Afterwards the rate is 59 and the level
-/// −60000 at 0: the next request needs ⌈120000/59⌉ = 2034 ms > bound 2000,
-/// refused (refusing at 59: 3 retries · 2 s · 59 ≥ 60000).
+/// reservation decides at the rate in force when it reads the control
+/// word. Before the throttle, 60: it waits ⌈60000/60⌉ = 1000 ms and debits
+/// one token. After it, the pause's lowest rate 10: one token takes 6000
+/// ms, past the bound 2000, so it is refused and debits nothing. Either
+/// way the next request (at 10) is refused: it needs 12000 ms after a
+/// debit, 6000 without.
 #[test]
 fn a_throttle_races_a_waiting_reservation() {
     loom::model(|| {
         let pacer = Arc::new(Pacer::new(&adaptive_b1(), 0).unwrap());
         let (first, _) = paced(pacer.reserve(0));
         assert_eq!(first, 0);
-        let waiter = on_thread(&pacer, move |pacer| paced(pacer.reserve(0)).0);
-        assert_eq!(pacer.observe(Outcome::Throttled, 0), 59);
-        let wait = waiter.join().unwrap();
-        assert!(wait == 1000 || wait == 1017, "wait {wait}");
-        assert_eq!(pacer.state().tokens_units, -TOKEN);
+        let waiter = on_thread(&pacer, move |pacer| match pacer.reserve(0) {
+            Decision::Admitted(a) => Some(a.wait_ms),
+            Decision::Refused(_) => None,
+        });
+        assert_eq!(pacer.observe(Outcome::Throttled, 0), 10);
+        let (level, next) = match waiter.join().unwrap() {
+            Some(wait) => {
+                assert_eq!(wait, 1000);
+                (-TOKEN, 12_000)
+            }
+            None => (0, 6_000),
+        };
+        assert_eq!(pacer.state().tokens_units, level);
         match pacer.reserve(0) {
-            Decision::Refused(refusal) => assert_eq!(refusal.required_wait_ms, 2034),
+            Decision::Refused(refusal) => assert_eq!(refusal.required_wait_ms, next),
             other => panic!("expected a refusal, got {other:?}"),
         }
     });

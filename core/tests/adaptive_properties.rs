@@ -3,9 +3,9 @@
 //! The law is re-derived here from its statement (the module doc of
 //! core/src/adaptive.rs), not from the core's code: the openings are kept
 //! as a list of minute labels and recounted at each throttle, times stay
-//! absolute, the search is `ℓ · 2ⁿ · (D + r) / D` in i128, the probe's cube
-//! is taken in i128 in one piece and then floored twice as stated, and the
-//! constants are the documented ones written as literals. The bucket is the
+//! absolute, the search is `ℓ · 2ⁿ · (D + r) / D` in i128, the probe's wait
+//! is taken in i128 as stated, and the constants are the documented ones
+//! written as literals. The bucket is the
 //! rational-number model of `model/mod.rs`, given the rate in force before
 //! each call.
 
@@ -24,9 +24,8 @@ const MINUTE_MS: u64 = 60_000;
 const HOLD_MS: u64 = 60_000;
 const SEARCH_DOUBLING_MS: i128 = 5_000;
 const RESEARCH_DOUBLING_MS: i128 = 20_000;
-const PROBE_SCALE: i128 = 5_400_000;
-const QUICK_PROBE: i128 = 16;
-const CUBE_CAP_DS: i128 = 20_000;
+const PROBE_WAIT_MS: i128 = 240_000;
+const PROBE_EVERY_OPENINGS: i128 = 80;
 
 /// The law, written from its statement.
 #[derive(Clone, Debug)]
@@ -71,17 +70,17 @@ impl Law {
     fn rate(&self, now: u64) -> i128 {
         let delta = now.saturating_sub(self.origin) as i128;
         let l = self.limit.min(self.ceiling);
+        if self.probing && now < self.origin {
+            return self.lowest;
+        }
         let curve = if self.probing {
-            let keep = (l * 31 + 31) / 32;
-            let d = ((delta - HOLD_MS as i128).max(0) / 100).min(CUBE_CAP_DS);
-            let scale = if self.again {
-                PROBE_SCALE / QUICK_PROBE
+            let wait = (PROBE_WAIT_MS).max(PROBE_EVERY_OPENINGS * 60_000 / l.max(1));
+            let wait = if self.again { wait / 4 } else { wait };
+            if delta < HOLD_MS as i128 + wait {
+                l
             } else {
-                PROBE_SCALE
-            };
-            // Not in the module doc: the code caps the probe at
-            // L + ⌊L/8⌋ + 2, one past the rise margin.
-            (keep + l * d.pow(3) / 1_000_000 * l / scale).min(l + l / 8 + 2)
+                l + l / 2 + 2
+            }
         } else {
             let period = if self.again {
                 RESEARCH_DOUBLING_MS
@@ -120,7 +119,8 @@ impl Law {
 
     fn opened(&mut self, now: u64) -> i128 {
         let at = now.max(self.origin);
-        let rate = self.rate(at);
+        // Answers read at the caller's clock.
+        let rate = self.rate(now);
         self.roll(at);
         self.openings.push(self.minute);
         let through = self.count(self.minute).max(self.count(self.minute - 1));
@@ -131,24 +131,36 @@ impl Law {
             self.limit = rate;
             self.restart(at);
         }
-        self.rate(at)
+        self.rate(now)
     }
 
     /// A throttle at `now`: the rate after.
     fn throttled(&mut self, now: u64) -> i128 {
         let at = now.max(self.origin);
-        let rate = self.rate(at);
+        // Answers read at the caller's clock.
+        let rate = self.rate(now);
         if self.probing && at - self.origin < HOLD_MS {
             return rate;
         }
         self.roll(at);
         let (this, before) = (self.count(self.minute), self.count(self.minute - 1));
         let share = (MINUTE_MS - at % MINUTE_MS) as i128;
-        let seen = this
-            .max(before)
-            .max(this + before * share / MINUTE_MS as i128);
+        let seen = if self.probing {
+            this.max(before)
+        } else {
+            this.max(before)
+                .max(this + before * share / MINUTE_MS as i128)
+        };
+        // The first search (not a search again) pauses until a minute
+        // after it began.
+        let pause_until = if !self.probing && !self.again {
+            Some(self.origin.saturating_add(MINUTE_MS).max(at))
+        } else {
+            None
+        };
         self.limit = if seen == 0 {
-            rate
+            let base = rate.min(self.limit);
+            base - (base / 8).max(1).min(base)
         } else if !self.probing {
             seen.min(self.ceiling)
         } else if seen < rate {
@@ -159,7 +171,11 @@ impl Law {
         self.again = !self.probing;
         self.probing = true;
         self.restart(at);
-        self.rate(at)
+        if let Some(until) = pause_until {
+            self.roll(until);
+            self.origin = until;
+        }
+        self.rate(now)
     }
 }
 
@@ -425,57 +441,61 @@ fn the_documented_sequence() {
     // search's (at 4500: 60·9500/5000 = 114).
     assert_eq!(opened(45, 100, 100), 114);
     assert_eq!(pacer.control().opened, 45);
-    // A throttle at 20 s ends the search (rate 60·16 → the ceiling 600):
-    // E = max(through 45, recent 45) = 45, and a search's burst rule takes
-    // L = min(E, ceiling) = 45 though E < 600; a quick probe (`again`).
-    // Rate ⌈45·31/32⌉ = ⌈43.6⌉ = 44.
-    assert_eq!(pacer.observe(Outcome::Throttled, 20_000), 44);
+    // A throttle at 20 s ends the first search (rate 60·16 → the ceiling
+    // 600): E = max(through 45, recent 45) = 45, and a search's burst rule
+    // takes L = min(E, ceiling) = 45 though E < 600; `again`. The search
+    // began at 0, so the origin moves to 60000 (the pause): the 45 become
+    // the minute before, and the rate reads the lowest, 3, until then.
+    assert_eq!(pacer.observe(Outcome::Throttled, 20_000), 3);
     let control = pacer.control();
-    assert_eq!(law_of(&pacer), (20_000, 45, true, true));
-    // Within the hold (30 s after the origin) a throttle changes nothing.
-    assert_eq!(pacer.observe(Outcome::Throttled, 50_000), 44);
+    assert_eq!(law_of(&pacer), (60_000, 45, true, true));
+    assert_eq!((control.opened, control.opened_before), (0, 45));
+    assert_eq!(pacer.rate_in_force(59_999), 3);
+    assert_eq!(pacer.rate_in_force(60_000), 45);
+    // A throttle during the pause is within the hold: nothing changes, and
+    // it answers the rate at its own clock.
+    assert_eq!(pacer.observe(Outcome::Throttled, 50_000), 3);
     assert_eq!(pacer.control(), control, "a held throttle writes nothing");
-    // The probe, S = 5400000/16 = 337500: flat through the hold and at its
-    // end (d = 0); at 140 s d = 600: ⌊45·600³/10⁶⌋ = 9720, ⌊9720·45/337500⌋
-    // = 1 → 45; at 170 s d = 900: 32805·45/337500 = 4.4 → 48; at 200 s
-    // d = 1200: 77760·45/337500 = 10.4 → 54, capped at 45 + 5 + 2 = 52.
-    assert_eq!(pacer.rate_in_force(80_000), 44);
-    assert_eq!(pacer.rate_in_force(140_000), 45);
-    assert_eq!(pacer.rate_in_force(170_000), 48);
-    assert_eq!(pacer.rate_in_force(200_000), 52);
+    // The probe: after a search the wait is max(240000, 80·60000/45 =
+    // 106666)/4 = 60000 past the hold, so L until 180000, then 45 + 22 +
+    // 2 = 69.
+    assert_eq!(pacer.rate_in_force(179_999), 45);
+    assert_eq!(pacer.rate_in_force(180_000), 69);
     // Minute 3 (180 s …): openings every second. The margin is L + ⌊L/8⌋ +
-    // 1 = 51: the 51st (at 230 s) keeps the probe (rate 52, capped), the
-    // 52nd (231 s) shows the limit rose: search again from the rate in
-    // force, 52, origin 231 s, doubling every 20 s.
-    assert_eq!(opened(51, 180_000, 1000), 52);
+    // 1 = 51: the 51st (at 230 s) keeps the probe, the 52nd (231 s) shows
+    // the limit rose: search again from the rate in force, 69, origin
+    // 231 s, doubling every 20 s.
+    assert_eq!(opened(51, 180_000, 1000), 69);
     assert!(pacer.control().probing);
-    assert_eq!(pacer.observe(Outcome::Opened, 231_000), 52);
-    assert_eq!(law_of(&pacer), (231_000, 52, false, true));
-    assert_eq!(pacer.rate_in_force(251_000), 104, "52·2");
-    assert_eq!(pacer.rate_in_force(261_000), 156, "104·30000/20000");
-    // A throttle at 261 s (minute 4) ends this search: minute 3's 52 are
-    // the minute before; recent = 52·39000/60000 = 33; E = 52, L = 52,
-    // again: ⌈52·31/32⌉ = ⌈50.4⌉ = 51.
-    assert_eq!(pacer.observe(Outcome::Throttled, 261_000), 51);
-    // At 400 s (minute 6, two after the counts): nothing counted, so L is
-    // the rate in force: d = 790, ⌊52·790³/10⁶⌋ = 25638, ⌊25638·52/337500⌋
-    // = 3 → 54. Not after a search: the slow probe, ⌈54·31/32⌉ = 53.
-    assert_eq!(pacer.rate_in_force(400_000), 54);
-    assert_eq!(pacer.observe(Outcome::Throttled, 400_000), 53);
-    assert!(!pacer.control().again);
-    // 10 openings in minute 6, a throttle at 470 s (minute 7; rate 53, d =
-    // 100 adds ⌊⌊54·10⁶/10⁶⌋·54/5400000⌋ = 0): through 10, recent
-    // 10·10000/60000 = 1; E = 10 < 53: L = 10, rate ⌈310/32⌉ = 10.
-    assert_eq!(opened(10, 400_100, 100), 53);
+    assert_eq!(pacer.observe(Outcome::Opened, 231_000), 69);
+    assert_eq!(law_of(&pacer), (231_000, 69, false, true));
+    assert_eq!(pacer.rate_in_force(251_000), 138, "69·2");
+    assert_eq!(pacer.rate_in_force(261_000), 207, "138·30000/20000");
+    // A throttle at 261 s (minute 4) ends this search again (no pause):
+    // minute 3's 52 are the minute before; recent = 52·39000/60000 = 33;
+    // E = 52, L = 52, `again`: the rate is 52 through the hold, and the
+    // probe comes max(240000, 92307)/4 = 60000 after it: 52 + 26 + 2 = 80
+    // from 381 s.
+    assert_eq!(pacer.observe(Outcome::Throttled, 261_000), 52);
+    assert_eq!(law_of(&pacer), (261_000, 52, true, true));
+    assert_eq!(pacer.rate_in_force(380_999), 52);
+    assert_eq!(pacer.rate_in_force(381_000), 80);
+    // At 400 s (minute 6, two after the counts): nothing counted, so a
+    // step down from min(R, L) = 52: L = 52 − ⌊52/8⌋ = 46. Not after a
+    // search: the wait is 240 s.
+    assert_eq!(pacer.observe(Outcome::Throttled, 400_000), 46);
+    assert_eq!(law_of(&pacer), (400_000, 46, true, false));
+    // 10 openings in minute 6, a throttle at 470 s (minute 7, past the
+    // hold; the rate 46): E = through = 10 < 46: L = 10.
+    assert_eq!(opened(10, 400_100, 100), 46);
     assert_eq!(pacer.observe(Outcome::Throttled, 470_000), 10);
-    // 12 openings in minute 9 while held (no rise), a throttle at 610 s
-    // (minute 10): E = max(12, 12·50000/60000 = 10) = 12 ≥ the rate 10:
-    // the count does not explain it, L = 10 − max(1, ⌊10/8⌋) = 9, rate
-    // ⌈279/32⌉ = 9.
+    // 12 openings in minute 9 (past the hold; the margin 10 + 1 + 1 = 12
+    // is not passed), a throttle at 610 s (minute 10): E = 12 ≥ the rate
+    // 10: the count does not explain it, L = 10 − max(1, ⌊10/8⌋) = 9.
     assert_eq!(opened(12, 541_000, 1000), 10);
     assert_eq!(pacer.observe(Outcome::Throttled, 610_000), 9);
-    // 2 openings, a throttle at 680 s: E = 2 < 9, L = 2, ⌈62/32⌉ = 2,
-    // raised to the lowest rate that can refuse, 3.
+    // 2 openings, a throttle at 680 s: E = 2 < 9, L = 2, raised to the
+    // lowest rate that can refuse, 3.
     assert_eq!(opened(2, 611_000, 1000), 9);
     assert_eq!(pacer.observe(Outcome::Throttled, 680_000), 3);
     assert_eq!(pacer.control().limit_per_min, 2);
@@ -490,11 +510,37 @@ fn the_documented_sequence() {
     )
     .unwrap();
     assert!(matches!(one.reserve(1000), Decision::Admitted(a) if a.wait_ms == 0));
-    // Nothing counted: L = 60 (the rate in force; the ceiling 60 is the
-    // configured rate), ⌈60·31/32⌉ = 59, so one token takes ⌈60000/59⌉ =
-    // 1017 ms.
-    assert_eq!(one.observe(Outcome::Throttled, 1000), 59);
-    assert!(matches!(one.reserve(1000), Decision::Admitted(a) if a.wait_ms == 1017));
+    // Nothing counted: L = 60 − ⌊60/8⌋ = 53, and the first search's
+    // pause: the lowest, 10, until 60000.
+    assert_eq!(one.observe(Outcome::Throttled, 1000), 10);
+    assert_eq!(one.rate_in_force(60_000), 53);
+    // At 60000 the token is back (burst 1), and the next takes ⌈60000/53⌉
+    // = 1133 ms.
+    assert!(matches!(one.reserve(60_000), Decision::Admitted(a) if a.wait_ms == 0));
+    assert!(matches!(one.reserve(60_000), Decision::Admitted(a) if a.wait_ms == 1133));
+}
+
+/// SPEC §14's example, as docs/spec.md states it.
+#[test]
+fn the_spec_example() {
+    let pacer = Pacer::new(&Config::DEFAULT.adaptive(1, 600), 0).unwrap();
+    let rates = [0, 2500, 5000, 15_000, 16_249, 16_250].map(|t| pacer.rate_in_force(t));
+    assert_eq!(rates, [60, 90, 120, 480, 599, 600]);
+    for k in 0..12 {
+        pacer.observe(Outcome::Opened, 1000 + k * 1000);
+    }
+    assert_eq!(pacer.observe(Outcome::Throttled, 20_000), 3);
+    assert_eq!(law_of(&pacer), (60_000, 12, true, true));
+    assert_eq!(
+        (pacer.rate_in_force(59_999), pacer.rate_in_force(60_000)),
+        (3, 12)
+    );
+    assert_eq!(pacer.observe(Outcome::Throttled, 30_000), 3);
+    assert_eq!(law_of(&pacer), (60_000, 12, true, true));
+    assert_eq!(
+        (pacer.rate_in_force(219_999), pacer.rate_in_force(220_000)),
+        (12, 20)
+    );
 }
 
 /// Bad clocks: an observation at 0 or at `u64::MAX` neither panics nor

@@ -3,12 +3,16 @@
 //! their status. Every expected rate is worked out by hand next to its
 //! check from the law in core/src/adaptive.rs. At rate 60 with the default
 //! ceiling (60) the search reads 60 until the first throttle; a throttle
-//! with nothing counted sets `L` to the rate in force and probes from
-//! `⌈L·31/32⌉` (60 → 59); a throttle within the 60 s hold after it changes
-//! nothing; one at the hold's end reads the probe's start again (d = 0)
-//! and lowers it the same way (59 → 58), or to what the openings counted
-//! show got through, never below the lowest rate (the floor here: the
-//! budget's 5 retries at bound 4833 can refuse from 3/min).
+//! with nothing counted sets `L = B − max(1, ⌊B/8⌋)`, `B = min(R, ℓ)`
+//! (60 → 60 − 7 = 53); as it ends the first search less than a minute
+//! after creation (at 0) it pauses: the origin becomes 0 + 60000, and the
+//! rate reads the lowest until then (the floor here: the budget's 5
+//! retries at bound 4833 can refuse from 3/min), `L` from 60000. A
+//! throttle within the 60 s hold after the origin changes nothing; one at
+//! the hold's end (120000) lowers `L` the same way (53 → 53 − 6 = 47), or
+//! to what the openings counted show got through, never below the lowest
+//! rate. While probing the rate is `ℓ` itself until the step (after the
+//! hold and the wait, 60000 + 240000/4 after the first search's throttle).
 
 use std::mem::{size_of, MaybeUninit};
 
@@ -29,10 +33,18 @@ const THROTTLED: u32 = pacer_outcome::Throttled as u32;
 /// The hold after a throttle, ms.
 const HOLD_MS: u64 = pacer_core::adaptive::HOLD_MS;
 
-/// The first throttle's answer at rate 60, nothing counted: ⌈60·31/32⌉.
+/// The first throttle's answer at rate 60 and floor 10, read during the
+/// pause: the lowest rate, max(floor 10, 3) = 10.
 fn first() -> u32 {
-    59
+    10
 }
+
+/// What the first throttle sets, nothing counted: B = min(60, 60) = 60,
+/// L = 60 − max(1, ⌊60/8⌋) = 60 − 7 = 53, read from the pause's end.
+const L1: u32 = 53;
+
+/// The pause's length after creation, ms: the origin becomes t₀ + 60000.
+const PAUSE_MS: u64 = 60_000;
 
 /// Rate 60, burst 10, idle 120000, 5 retries, refund; adaptation between
 /// `floor` and `ceiling`.
@@ -111,41 +123,55 @@ fn rate_in_force(p: &PacerStorage, now_ms: u64) -> u32 {
     rate
 }
 
-/// Throttles at 1000 (the search ends), 1000 again, then an opened
-/// connection at 1000 (`opened`) or a third throttle, one just inside the
-/// hold (nothing changes) and one at its end: the rates answered.
+/// Throttles at 1000 (the search ends; the pause moves the origin to
+/// 60000), 1000 again, then an opened connection at 1000 (`opened`,
+/// counted at the origin 60000, minute 1) or a third throttle, one just
+/// inside the hold after the origin (119999: nothing changes) and one at
+/// its end (120000): the rates answered.
 fn episode(floor: u32, opened: bool) -> [Result<u32, pacer_status>; 5] {
     let p = init(&config(floor, 0), 0).unwrap();
     // Created at 0 searching from the configured rate (ceiling 0 = 60).
     assert_eq!(rate_in_force(&p, 0), 60);
     let t = 1000;
+    let origin = PAUSE_MS; // max(1000, 0 + 60000)
+    let first = observe(&p, THROTTLED, t);
+    // The pause: the lowest rate until the origin, then L = 53 (probing,
+    // Δ = 0 < the hold: ℓ itself).
+    assert_eq!(rate_in_force(&p, origin - 1), floor);
+    assert_eq!(rate_in_force(&p, origin), L1);
     let answers = [
-        observe(&p, THROTTLED, t),
+        first,
         observe(&p, THROTTLED, t),
         observe(&p, if opened { OPENED } else { THROTTLED }, t),
-        observe(&p, THROTTLED, t + HOLD_MS - 1),
-        observe(&p, THROTTLED, t + HOLD_MS),
+        observe(&p, THROTTLED, origin + HOLD_MS - 1),
+        observe(&p, THROTTLED, origin + HOLD_MS),
     ];
-    assert_eq!(rate_in_force(&p, t + HOLD_MS), answers[4].unwrap());
+    assert_eq!(rate_in_force(&p, origin + HOLD_MS), answers[4].unwrap());
     answers
 }
 
 #[test]
 fn a_throttle_lowers_the_rate_once_per_hold() {
-    // Nothing counted: 60 → L = 60, ⌈60·31/32⌉ = ⌈58.1⌉ = 59; the same
-    // instant and 1 ms short of the hold: held at 59; at the hold's end the
-    // probe reads 59 (d = 0), nothing counted: L = 59, ⌈59·31/32⌉ =
-    // ⌈57.2⌉ = 58.
-    assert_eq!(episode(10, false), [Ok(59), Ok(59), Ok(59), Ok(59), Ok(58)]);
+    // Nothing counted: 60 → L = 53, the pause: the answer at 1000 (before
+    // the origin 60000) the lowest, 10; the same instant twice: held (at =
+    // max(1000, 60000), Δ = 0), answered 10 at 1000; 1 ms short of the
+    // hold's end (119999): held, answered ℓ = 53 (the wait: max(240000,
+    // ⌊80·60000/53⌋ = 90566)/4 = 60000, so the step only from Δ =
+    // 120000). At 120000 (Δ = 60000): R = 53, nothing counted, E = 0:
+    // B = min(53, 53) = 53, L = 53 − max(1, ⌊53/8⌋ = 6) = 47, origin
+    // 120000, answered ℓ = 47.
+    assert_eq!(episode(10, false), [Ok(10), Ok(10), Ok(10), Ok(53), Ok(47)]);
 }
 
 #[test]
 fn the_lowest_rate_stops_a_decrease() {
-    // One opening counted at 1000 (minute 0): at 61000 (minute 1) through
-    // = 1, recent = ⌊1·59000/60000⌋ = 0, so E = 1 < 59: L = 1, ⌈31/32⌉ = 1,
-    // raised to the lowest rate, the floor (10 or 40).
-    assert_eq!(episode(10, true), [Ok(59), Ok(59), Ok(59), Ok(59), Ok(10)]);
-    assert_eq!(episode(40, true), [Ok(59), Ok(59), Ok(59), Ok(59), Ok(40)]);
+    // The pause answers the lowest (the floor, 10 or 40) at 1000. One
+    // opening at 1000, counted at at = max(1000, 60000) (minute 1): at
+    // 120000 (minute 2) it is the count before, through = max(0, 1) = 1,
+    // E = through = 1 (probing) < R = 53: L = 1, raised to the lowest
+    // rate, the floor (10 or 40).
+    assert_eq!(episode(10, true), [Ok(10), Ok(10), Ok(10), Ok(53), Ok(10)]);
+    assert_eq!(episode(40, true), [Ok(40), Ok(40), Ok(40), Ok(53), Ok(40)]);
 }
 
 #[test]
@@ -155,17 +181,26 @@ fn the_openings_counted_set_the_rate() {
     for _ in 0..30 {
         assert_eq!(observe(&p, OPENED, 1000), Ok(60));
     }
-    // A throttle at 2000 ends the search: E = 30, L = 30 (a search's
-    // burst rule), ⌈30·31/32⌉ = ⌈29.1⌉ = 30.
-    assert_eq!(observe(&p, THROTTLED, 2000), Ok(30));
-    // One more opening, within the hold: 31 counted in minute 0.
-    assert_eq!(observe(&p, OPENED, 2000), Ok(30));
-    assert_eq!(observe(&p, THROTTLED, 61_999), Ok(30), "held");
-    // At 62000 (minute 1): through 31, recent ⌊31·58000/60000⌋ = 29, E =
-    // 31 ≥ the rate 30: the count does not explain the throttle, L = 30 −
-    // max(1, ⌊30/8⌋) = 27, ⌈27·31/32⌉ = ⌈26.2⌉ = 27.
-    assert_eq!(observe(&p, THROTTLED, 62_000), Ok(27));
-    assert_eq!(rate_in_force(&p, 62_000), 27);
+    // A throttle at 2000 ends the first search: through = recent = 30, E =
+    // max(30, 30) = 30, L = min(30, 60) = 30 (a search's burst rule); the
+    // pause: origin max(2000, 0 + 60000) = 60000, answered the lowest (10)
+    // at 2000, L = 30 read from 60000.
+    assert_eq!(observe(&p, THROTTLED, 2000), Ok(10));
+    assert_eq!(rate_in_force(&p, 59_999), 10);
+    assert_eq!(rate_in_force(&p, 60_000), 30);
+    // 31 openings at 60000 (minute 1; Δ = 0, within the hold: no rise),
+    // answered ℓ = 30.
+    for _ in 0..31 {
+        assert_eq!(observe(&p, OPENED, 60_000), Ok(30));
+    }
+    assert_eq!(observe(&p, THROTTLED, 119_999), Ok(30), "held");
+    // At 120000 (minute 2, Δ = 60000, before the step at 60000 +
+    // max(240000, 80·60000/30 = 160000)/4 = 120000 after the origin): R =
+    // 30; minute 1's 31 is the count before, through = 31, E = 31 ≥ R =
+    // 30: the count does not explain the throttle, L = 30 − max(1,
+    // ⌊30/8⌋ = 3) = 27, origin 120000, answered ℓ = 27.
+    assert_eq!(observe(&p, THROTTLED, 120_000), Ok(27));
+    assert_eq!(rate_in_force(&p, 120_000), 27);
 }
 
 #[test]
@@ -192,9 +227,9 @@ fn a_decrease_writes_the_control_word_alone() {
     assert_ne!(after[16..], before[16..], "the control word");
     assert_eq!(after[..16], before[..16], "the state word");
     // The control word's high 64 bits (native byte order): the law's
-    // origin, the throttle's instant.
+    // origin, after the pause: max(1000, 0 + 60000) = 60000.
     let control = u128::from_ne_bytes(after[16..].try_into().unwrap());
-    assert_eq!((control >> 64) as u64, 1000);
+    assert_eq!((control >> 64) as u64, 60_000);
 }
 
 #[test]
@@ -332,17 +367,21 @@ fn a_throttle_through_one_handle_slows_the_other() {
     let b = SharedPacer::open(&path, &core_config(10, 0)).unwrap();
     let t0 = clock_ms();
     assert_eq!(b.pacer().rate_in_force(clock_ms()), 60);
-    // The throttle happens at a's clock reading (≥ t0): `first` (59)
-    // there, and b reads it at t0 (a reading before the origin reads the
-    // origin).
+    // The throttle happens at a's clock reading (≥ t0, well within a
+    // minute of the creation c ≤ t0): it ends the first search, so the
+    // pause moves the origin to c + 60000 > t0 and both read the lowest
+    // (10) before it, and L1 = 53 at t0 + 60000 (Δ = t0 − c < the hold,
+    // so ℓ itself).
     assert_eq!(a.pacer().observe(Outcome::Throttled, clock_ms()), first());
     assert_eq!(b.pacer().rate_in_force(t0), first());
+    assert_eq!(b.pacer().rate_in_force(t0 + PAUSE_MS), L1);
     // One episode for the machine: b's throttle, within the hold after
-    // a's, changes nothing (rather than lowering the rate again to 58);
+    // the origin, changes nothing (rather than lowering L again to 47);
     // a's opening, within the hold too, is counted and changes no rate.
     assert_eq!(b.pacer().observe(Outcome::Throttled, clock_ms()), first());
     assert_eq!(a.pacer().observe(Outcome::Opened, t0), first());
     assert_eq!(a.pacer().rate_in_force(t0), first());
+    assert_eq!(a.pacer().rate_in_force(t0 + PAUSE_MS), L1);
     drop(a);
     drop(b);
 

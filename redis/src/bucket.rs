@@ -450,7 +450,8 @@ impl Header {
 /// hold an adaptive bucket's fields in their form and in the ranges the
 /// commands write (a floor and a ceiling of at least 1, as the commands
 /// store them, [`Params::plan`] checking the rest of the range; the origin
-/// below 2^52, the minute and the counts within 16 bits, the limit at most
+/// below 2^52 + a minute (a pause after a search moves it a minute past a
+/// clock below 2^52), the minute and the counts within 16 bits, the limit at most
 /// the ceiling, the two flags 0 or 1), `None` for anything else.
 #[allow(clippy::type_complexity)]
 fn decode_adaptive(bytes: &[u8]) -> Option<Option<(u32, u32, ControlView)>> {
@@ -481,7 +482,7 @@ fn decode_adaptive(bytes: &[u8]) -> Option<Option<(u32, u32, ControlView)>> {
     };
     let in_range = floor >= 1
         && ceiling >= 1
-        && control.origin_ms < LIMIT
+        && control.origin_ms < LIMIT + pacer_core::adaptive::WINDOW_MS
         && u32::from(control.limit_per_min) <= ceiling;
     (spaces && in_range).then_some(Some((floor, ceiling, control)))
 }
@@ -1023,6 +1024,16 @@ mod tests {
         let tail = " 010 090 0001700000000123 65535 01234 00007 00090 1 0    ";
         assert_eq!(&bytes[FIELDS_END..], tail.as_bytes());
         assert_eq!(Header::decode(&bytes), Some(header.clone()));
+        // The largest origin a command writes: a pause a minute past a
+        // throttle at 2^52 − 1, 2^52 + 59999 = 4503599627430495.
+        let mut latest = bytes;
+        latest[208..224].copy_from_slice(b"4503599627430495");
+        assert_eq!(
+            Header::decode(&latest)
+                .and_then(|h| h.control)
+                .map(|c| c.origin_ms),
+            Some((1 << 52) + 59_999)
+        );
         // What no command writes: each is not a bucket.
         for (at, text) in [
             (200, "000"),              // a floor of 0 with the fields present
@@ -1030,7 +1041,7 @@ mod tests {
             (204, "000"),              // ceiling 0 (stored as the rate)
             (204, "059"),              // ceiling below the rate
             (204, "601"),              // ceiling above 600
-            (208, "4503599627370496"), // origin at 2^52
+            (208, "4503599627430496"), // origin at 2^52 + 60000
             (225, "65536"),            // window past u16
             (231, "65536"),            // opened past u16
             (237, "99999"),            // opened_before past u16

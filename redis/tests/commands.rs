@@ -988,25 +988,33 @@ fn expect_observe(
 ///   90; at 5000, 120; at 12500, 240·7500/5000 = 360; at 17500, 720: the
 ///   ceiling 600.
 /// - 45 openings at 1000, 2000, …, 45000 (minute 0): counted, 45.
-/// - throttled at 50000: ends the search, so `again`; E = max(45, 45):
-///   L = min(45, 600) = 45, origin 50000; the probe starts at
-///   ⌈45·31/32⌉ = 44.
-/// - throttled at 80000: within the hold (30 s after the origin): 44,
+/// - throttled at 50000: ends the first search, so `again`; E = max(45,
+///   45 + 0) = 45: L = min(45, 600) = 45. The pause: origin max(50000,
+///   0 + 60000) = 60000, the next minute, so the 45 become the minute
+///   before. The answer, read at 50000 (before the origin): the lowest, 3.
+/// - throttled at 55000: at = the origin 60000, within the hold: nothing
+///   written, the answer read at 55000, in the pause: 3.
+/// - throttled at 80000: within the hold (20 s after the origin): ℓ = 45,
 ///   nothing written.
-/// - opened at 70000, minute 1: the 45 become the minute before, 1 now.
-/// - at 170000 (d = 600 ds past the hold): 44 + ⌊⌊45·600³/10^6⌋·45 /
-///   337500⌋ = 44 + ⌊9720·45/337500⌋ = 45.
-/// - 52 openings at 180000, …, 180051 (minute 3: both counts dropped):
-///   the 52nd makes through = 52 > 45 + ⌊45/8⌋ + 1 = 51, a rise. The rate
-///   then (d = 700): 44 + ⌊⌊45·700³/10^6⌋·45/337500⌋ = 44 + ⌊15435·45 /
-///   337500⌋ = 46; search again from 46, origin 180051, doubling every
-///   20 s: 46 at once, 46·30000/20000 = 69 at 190051.
-/// - throttled at 200051 (the same minute): ends the search; E = 52: L =
-///   52, probing with `again`, 51 = ⌈52·31/32⌉.
+/// - opened at 70000, the origin's minute: 1 now, 45 before.
+/// - the step: the wait is max(240000, ⌊80·60000/45⌋ = 106666) = 240000,
+///   /4 with `again` = 60000; so 45 until Δ = 60000 + 60000 (t = 180000),
+///   then 45 + ⌊45/2⌋ + 2 = 69.
+/// - 52 openings at 180000, …, 180051 (minute 2 of the origin: both
+///   counts dropped): the 52nd makes through = 52 > 45 + ⌊45/8⌋ + 1 = 51,
+///   a rise: search again from the rate then, 69, origin 180051, doubling
+///   every 20 s: 69 at once, ⌊69·30000/20000⌋ = 103 at 190051, 138 at
+///   200051.
+/// - throttled at 200051 (the same minute): ends a search again, so no
+///   pause; E = max(52, 52 + 0) = 52: L = 52, probing with `again`, ℓ =
+///   52 at once.
 /// - throttled at 260051, past the hold, minute 1 of the origin: the 52
-///   are the minute before, recent = ⌊52·39949/60000⌋ = 34, E = 52 ≥ 51,
-///   the rate: the count does not explain it: L = 51 − max(1, ⌊51/8⌋) =
-///   45, not `again`; the probe starts at 44.
+///   are the minute before, E = through = 52 ≥ the rate 52 (the wait
+///   max(240000, ⌊4800000/52⌋ = 92307)/4 = 60000 is not over): the count
+///   does not explain it: L = 52 − max(1, ⌊52/8⌋) = 46, not `again`.
+/// - the next step: wait max(240000, ⌊4800000/46⌋ = 104347) = 240000
+///   (not quick): 46 until Δ = 300000 (t = 560051), then 46 + 23 + 2 =
+///   71.
 #[test]
 fn observe_follows_the_law_by_hand_on_every_engine() {
     let mut doors = Doors::open();
@@ -1033,41 +1041,50 @@ fn observe_follows_the_law_by_hand_on_every_engine() {
         for t in (2..=45).map(|i| i * 1000) {
             observed(d, engine, key, "opened", t);
         }
-        let fields = " 001 600 0000000000050000 00000 00045 00000 00045 1 1    ";
-        expect_observe(d, engine, key, ("throttled", 50_000), 44, fields);
+        // The first search's throttle and its pause.
+        let fields = " 001 600 0000000000060000 00000 00000 00045 00045 1 1    ";
+        expect_observe(d, engine, key, ("throttled", 50_000), 3, fields);
+        assert_eq!(rate(d, 59_999), Value::Int(3), "{engine}");
+        assert_eq!(rate(d, 60_000), Value::Int(45), "{engine}");
         let held = bytes(&mut d.con, key);
-        expect_observe(d, engine, key, ("throttled", 80_000), 44, fields);
+        expect_observe(d, engine, key, ("throttled", 55_000), 3, fields);
+        expect_observe(d, engine, key, ("throttled", 80_000), 45, fields);
         assert_eq!(bytes(&mut d.con, key), held, "{engine}: a hold wrote");
-        let fields = " 001 600 0000000000050000 00001 00001 00045 00045 1 1    ";
-        expect_observe(d, engine, key, ("opened", 70_000), 44, fields);
-        assert_eq!(rate(d, 170_000), Value::Int(45), "{engine}");
+        let fields = " 001 600 0000000000060000 00000 00001 00045 00045 1 1    ";
+        expect_observe(d, engine, key, ("opened", 70_000), 45, fields);
+        // The step.
+        assert_eq!(rate(d, 179_999), Value::Int(45), "{engine}");
+        assert_eq!(rate(d, 180_000), Value::Int(69), "{engine}");
         for t in 180_000..180_051 {
             observed(d, engine, key, "opened", t);
         }
         // The rise.
-        let fields = " 001 600 0000000000180051 00000 00052 00000 00046 0 1    ";
-        expect_observe(d, engine, key, ("opened", 180_051), 46, fields);
-        for (t, expected) in [(180_051, 46), (190_051, 69), (200_051, 92)] {
+        let fields = " 001 600 0000000000180051 00000 00052 00000 00069 0 1    ";
+        expect_observe(d, engine, key, ("opened", 180_051), 69, fields);
+        for (t, expected) in [(180_051, 69), (190_051, 103), (200_051, 138)] {
             assert_eq!(rate(d, t), Value::Int(expected), "{engine} at {t}");
         }
+        // A search again ends: no pause.
         let fields = " 001 600 0000000000200051 00000 00052 00000 00052 1 1    ";
-        expect_observe(d, engine, key, ("throttled", 200_051), 51, fields);
+        expect_observe(d, engine, key, ("throttled", 200_051), 52, fields);
         // The cut.
-        let fields = " 001 600 0000000000260051 00000 00000 00052 00045 1 0    ";
-        expect_observe(d, engine, key, ("throttled", 260_051), 44, fields);
+        let fields = " 001 600 0000000000260051 00000 00000 00052 00046 1 0    ";
+        expect_observe(d, engine, key, ("throttled", 260_051), 46, fields);
+        assert_eq!(rate(d, 560_050), Value::Int(46), "{engine}");
+        assert_eq!(rate(d, 560_051), Value::Int(71), "{engine}");
         let info = info_at(d, engine, key, 260_051);
         assert_info(
             &info,
             engine,
             &[
-                ("rate_in_force", 44),
+                ("rate_in_force", 46),
                 ("adaptive_floor_per_min", 1),
                 ("adaptive_ceiling_per_min", 600),
                 ("origin_ms", 260_051),
                 ("window", 0),
                 ("opened", 0),
                 ("opened_before", 52),
-                ("limit_per_min", 45),
+                ("limit_per_min", 46),
                 ("probing", 1),
                 ("again", 0),
             ],
@@ -1322,11 +1339,13 @@ fn an_edited_adaptive_header_is_not_a_bucket_to_any_engine() {
     let ticket = good_bucket(&mut doors, &config);
     module(&mut doors.con, "observe", "good", &["throttled", "AT", "5"]).unwrap();
     let good = bucket_bytes(&mut doors);
-    // Floor 10, ceiling 90, origin 5, nothing counted, L 60 (the rate at
-    // 5 while searching: 60·5005/5000), probing, again.
+    // Floor 10, ceiling 90; the throttle at 5 ends the first search with
+    // nothing counted: R = ⌊60·5005/5000⌋ = 60, B = min(60, 60) = 60, L =
+    // 60 − max(1, ⌊60/8⌋) = 53; the pause puts the origin at max(5, 0 +
+    // 60000) = 60000; probing, again.
     assert_eq!(
         &good[199..256],
-        b" 010 090 0000000000000005 00000 00000 00000 00060 1 1    "
+        b" 010 090 0000000000060000 00000 00000 00000 00053 1 1    "
     );
     let edits: [(&str, usize, &str); 17] = [
         ("floor 0 with the fields there", 200, "000"),
@@ -1334,7 +1353,7 @@ fn an_edited_adaptive_header_is_not_a_bucket_to_any_engine() {
         ("ceiling 0 (stored as the rate)", 204, "000"),
         ("ceiling below the rate", 204, "059"),
         ("ceiling above 600", 204, "601"),
-        ("origin at 2^52", 208, "4503599627370496"),
+        ("origin at 2^52 + 60000", 208, "4503599627430496"),
         ("window past 16 bits", 225, "65536"),
         ("opened past 16 bits", 231, "65536"),
         ("opened_before past 16 bits", 237, "99999"),

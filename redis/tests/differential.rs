@@ -362,7 +362,7 @@ fn adaptive_trace(seed: u64) -> AdaptiveTrace {
             // Clock jumps within a minute (the counting window), of up to
             // minutes (the search doubles every 5 s or 20 s, the hold is a
             // minute, the probe moves over minutes), now and then hours
-            // (past the cube's cap), back, and hostile readings: 0, the
+            // (past the probe's wait), back, and hostile readings: 0, the
             // largest accepted (2^52 − 1).
             t = match rng.below(16) {
                 0 => t.saturating_sub(rng.below(120_000)),

@@ -1169,9 +1169,8 @@ fn tickets_expire_after_65536() {
 // L from the counts.
 
 use pacer_core::adaptive::{
-    COUNT_CAP, CUBE_CAP_DS, CUT_DEN, HOLD_MS, KEEP_DEN, KEEP_NUM, PROBE_SCALE, PROBE_SPLIT,
-    QUICK_PROBE, RESEARCH_DOUBLING_MS, RISE_MARGIN, SEARCH_DOUBLINGS_CAP, SEARCH_DOUBLING_MS,
-    WINDOW_MS,
+    COUNT_CAP, CUT_DEN, HOLD_MS, PROBE_EVERY_OPENINGS, PROBE_STEP_DEN, PROBE_WAIT_MS, QUICK_PROBE,
+    RESEARCH_DOUBLING_MS, RISE_MARGIN, SEARCH_DOUBLINGS_CAP, SEARCH_DOUBLING_MS, WINDOW_MS,
 };
 
 /// The script's `local NAME = <digits>` lines, each name once.
@@ -1236,14 +1235,12 @@ fn adaptive_constants_are_the_cores() {
         ("SEARCH_DOUBLING_MS", SEARCH_DOUBLING_MS as i64),
         ("RESEARCH_DOUBLING_MS", RESEARCH_DOUBLING_MS as i64),
         ("SEARCH_DOUBLINGS_CAP", SEARCH_DOUBLINGS_CAP as i64),
-        ("KEEP_NUM", i64::from(KEEP_NUM)),
-        ("KEEP_DEN", i64::from(KEEP_DEN)),
-        ("PROBE_SCALE", PROBE_SCALE),
-        ("QUICK_PROBE", QUICK_PROBE),
-        ("PROBE_SPLIT", PROBE_SPLIT),
+        ("PROBE_WAIT_MS", PROBE_WAIT_MS as i64),
+        ("PROBE_EVERY_OPENINGS", PROBE_EVERY_OPENINGS as i64),
+        ("QUICK_PROBE", QUICK_PROBE as i64),
+        ("PROBE_STEP_DEN", i64::from(PROBE_STEP_DEN)),
         ("RISE_MARGIN", i64::from(RISE_MARGIN)),
         ("CUT_DEN", i64::from(CUT_DEN)),
-        ("CUBE_CAP_DS", CUBE_CAP_DS),
         ("COUNT_CAP", i64::from(COUNT_CAP)),
     ] {
         assert_eq!(lua.get(name), Some(&value), "pacer.lua's {name}");
@@ -1253,12 +1250,14 @@ fn adaptive_constants_are_the_cores() {
         );
     }
     // Exact in doubles (docs/redis.md, "Exact in Lua"), with ℓ ≤ 600: the
-    // probe's ℓ·d³ and ⌊ℓ·d³/PROBE_SPLIT⌋·ℓ, the search's ℓ·2⁹·(D + r) <
-    // ℓ·2⁹·2D, a count times the window.
+    // probe's wait PROBE_EVERY_OPENINGS·60000 (= 4 800 000) before its
+    // division by ℓ, the hold plus that wait, the search's ℓ·2⁹·(D + r) <
+    // ℓ·2⁹·2D, a count times the window, and the stored origin, which a
+    // pause from a clock just below 2^52 puts up to 2^52 + 60000 − 1.
     let two_53 = 1i64 << 53;
-    assert!(600 * CUBE_CAP_DS.pow(3) < two_53);
-    assert!(600 * CUBE_CAP_DS.pow(3) / PROBE_SPLIT * 600 < two_53);
-    const { assert!(PROBE_SCALE % QUICK_PROBE == 0, "the quick scale is whole") };
+    assert!((PROBE_EVERY_OPENINGS * WINDOW_MS) < two_53 as u64);
+    assert!((HOLD_MS + PROBE_EVERY_OPENINGS * WINDOW_MS) < two_53 as u64);
+    assert!((1i64 << 52) + (WINDOW_MS as i64) < two_53);
     let period = RESEARCH_DOUBLING_MS.max(SEARCH_DOUBLING_MS) as i64;
     assert!(600 * (1 << (SEARCH_DOUBLINGS_CAP - 1)) * 2 * period < two_53);
     assert!(i64::from(COUNT_CAP) * WINDOW_MS as i64 * 2 < two_53);
@@ -1315,7 +1314,14 @@ impl Law {
     }
 
     /// The rate in force at `now` (in u128: no product can overflow).
+    /// Searching: ℓ·2ⁿ·(D + r)/D, the ceiling from n ≥ 10. Probing: the
+    /// lowest before the origin (the pause); ℓ until Δ = 60000 + w, then
+    /// ℓ + ⌊ℓ/2⌋ + 2, with w = max(240000, ⌊80·60000/max(ℓ, 1)⌋), ⌊w/4⌋
+    /// with `again`.
     fn rate(&self, w: &Word, now: u64) -> u64 {
+        if w.probing && now < w.origin {
+            return self.lowest;
+        }
         let delta = u128::from(now.saturating_sub(w.origin));
         let l = u128::from(w.limit.min(self.ceiling));
         let curve = if !w.probing {
@@ -1327,19 +1333,23 @@ impl Law {
                 l * (1 << n) * (d + delta % d) / d
             }
         } else {
-            let keep = (l * 31).div_ceil(32);
-            let d = (delta.saturating_sub(60_000) / 100).min(20_000);
-            let scale = if w.again { 5_400_000 / 16 } else { 5_400_000 };
-            (keep + l * d * d * d / 1_000_000 * l / scale).min(l + l / 8 + 2)
+            let spaced = 4_800_000 / l.max(1);
+            let wait = spaced.max(240_000) / if w.again { 4 } else { 1 };
+            if delta < 60_000 + wait {
+                l
+            } else {
+                l + l / 2 + 2
+            }
         };
         curve.clamp(u128::from(self.lowest), u128::from(self.ceiling)) as u64
     }
 
     /// The upstream's answer at `now`: the word to store (`None`: nothing
-    /// is written) and the rate in force after it.
+    /// is written) and the rate in force after it, read at `now` (not at
+    /// `at`).
     fn observe(&self, w: &Word, opened: bool, now: u64) -> (Option<Word>, u64) {
         let at = now.max(w.origin);
-        let rate = self.rate(w, at);
+        let rate = self.rate(w, now);
         let held = w.probing && at - w.origin < 60_000;
         if held && !opened {
             return (None, rate);
@@ -1364,9 +1374,16 @@ impl Law {
             c.limit = rate;
         } else {
             let recent = c.opened + c.before * (60_000 - at % 60_000) / 60_000;
-            let seen = through.max(recent);
+            // E: the larger whole-minute count while probing, with the
+            // estimate of the last 60 s when this ends a search.
+            let seen = if w.probing {
+                through
+            } else {
+                through.max(recent)
+            };
             c.limit = if seen == 0 {
-                rate
+                let base = rate.min(w.limit);
+                base - (base / 8).max(1).min(base)
             } else if !w.probing {
                 seen.min(self.ceiling)
             } else if seen < rate {
@@ -1377,9 +1394,29 @@ impl Law {
             c.again = !w.probing;
             c.probing = true;
         }
-        c.origin = at;
+        // The pause: a throttle ending the first search moves the origin to
+        // a minute after that search began (when later than at).
+        let origin = if !opened && !w.probing && !w.again {
+            at.max(w.origin + 60_000)
+        } else {
+            at
+        };
+        // The counts as if the origin were at (minute 0), then moved to the
+        // new origin's minute.
+        match origin / 60_000 - at / 60_000 {
+            0 => {}
+            1 => {
+                c.before = c.opened;
+                c.opened = 0;
+            }
+            _ => {
+                c.before = 0;
+                c.opened = 0;
+            }
+        }
+        c.origin = origin;
         c.window = 0;
-        (Some(c), self.rate(&c, at))
+        (Some(c), self.rate(&c, now))
     }
 }
 
@@ -1398,10 +1435,10 @@ fn adaptive_tail(floor: u64, ceiling: u64, w: &Word) -> String {
 }
 
 /// Clocks at 2^52 − 1: a bucket created there and throttled at once with
-/// nothing counted (L = the rate then, 60; the probe starts at ⌈60·31/32⌉
-/// = 59); buckets created at 0 read at 2^52 − 1: a search long past its
-/// tenth doubling (the ceiling), and a probe at the cube's cap (d = 20000,
-/// ℓ·d³ = 600·8·10^12 = 4.8·10^15 < 2^53).
+/// nothing counted (L = B − max(1, ⌊B/8⌋), B = min(R, L)) pauses to an
+/// origin a minute later, 2^52 + 59999, past the clock's own bound;
+/// buckets created at 0 read at 2^52 − 1: a search long past its tenth
+/// doubling (the ceiling), and probes long past their wait (the step).
 #[test]
 fn adaptive_at_the_clock_edge() {
     let mut lua = Lua::start();
@@ -1421,13 +1458,26 @@ fn adaptive_at_the_clock_edge() {
         &lua.header("edge")[200..],
         "010 060 4503599627370495 00000 00000 00000 00060 0 0    "
     );
-    assert_eq!(lua.observe("edge", "throttled", &max), vec![Int(59)]);
+    // The throttle ends the first search at Δ = 0: R = 60·(5000 + 0)/5000
+    // = 60, nothing counted, B = min(60, 60) = 60, L = 60 − max(1, 7) =
+    // 53. The pause: origin max(2^52 − 1, 2^52 − 1 + 60000) = 2^52 +
+    // 59999 = 4503599627430495 (nothing counted to move). The answer is
+    // read at the caller's clock, before the origin: the lowest, 10.
+    assert_eq!(lua.observe("edge", "throttled", &max), vec![Int(10)]);
     assert_eq!(
         &lua.header("edge")[200..],
-        "010 060 4503599627370495 00000 00000 00000 00060 1 1    "
+        "010 060 4503599627430495 00000 00000 00000 00053 1 1    "
     );
-    assert_eq!(lua.info("edge", MAX_ARG, "rate_in_force"), Int(59));
-    assert_eq!(lua.info("edge", MAX_ARG, "origin_ms"), Int(MAX_ARG as i64));
+    assert_eq!(lua.info("edge", MAX_ARG, "rate_in_force"), Int(10));
+    assert_eq!(
+        lua.info("edge", MAX_ARG, "origin_ms"),
+        Int(4_503_599_627_430_495)
+    );
+    // A throttle there is held (at = the origin, Δ = 0 < 60000): nothing
+    // written, the answer the lowest, 10.
+    let before = lua.value("edge");
+    assert_eq!(lua.observe("edge", "throttled", &max), vec![Int(10)]);
+    assert_eq!(lua.value("edge"), before);
 
     // Created at 0, ceiling 600: at 2^52 − 1 the search is at the ceiling.
     let wide = ["60", "10", "120000", "5", "refund", "ADAPT", "10", "600"];
@@ -1440,28 +1490,39 @@ fn adaptive_at_the_clock_edge() {
     }
     let reply = lua.run("cap", "reserve", &with_at(&wide, &max));
     assert_eq!((&reply[0], &reply[1]), (&s("admitted"), &Int(100)));
-    // A throttle there, nothing counted: L = 600, the probe starts at
-    // ⌈600·31/32⌉ = 582.
-    assert_eq!(lua.observe("cap", "throttled", &max), vec![Int(582)]);
+    // A throttle there, nothing counted: R = 600 but L = 60, so B =
+    // min(600, 60) = 60 and L = 60 − 7 = 53. No pause: the search began
+    // long before, max(2^52 − 1, 0 + 60000) = 2^52 − 1. The probe reads
+    // ℓ = 53 at Δ = 0.
+    assert_eq!(lua.observe("cap", "throttled", &max), vec![Int(53)]);
     // Another throttle at the same instant is within the hold (nothing
     // written).
     let before = lua.value("cap");
-    assert_eq!(lua.observe("cap", "throttled", &max), vec![Int(582)]);
+    assert_eq!(lua.observe("cap", "throttled", &max), vec![Int(53)]);
     assert_eq!(lua.value("cap"), before);
 
-    // Rate 600 created and throttled at 0 (L = 600, `again`): at 2^52 − 1
-    // d is capped at 20000 and the probe, 582 + ⌊⌊600·20000³/10^6⌋·600 /
-    // 337500⌋, is far past its own cap 600 + 75 + 2: the ceiling, 600.
+    // Rate 600 (lowest max(1, 3) = 3) created and throttled at 0: R =
+    // 600, B = 600, L = 600 − 75 = 525, `again`; the pause puts the origin
+    // at 60000 and the answer at 0 is the lowest, 3. The wait: max(240000,
+    // ⌊4800000/525⌋ = 9142) = 240000, /4 = 60000; the step from Δ =
+    // 60000 + 60000 (t = 180000): 525 + 262 + 2 = 789, the ceiling 600.
     let top = ["600", "10", "120000", "5", "refund", "ADAPT", "1", "600"];
     lua.run("top", "create", &with_at(&top, "0"));
-    assert_eq!(lua.observe("top", "throttled", "0"), vec![Int(582)]);
+    assert_eq!(lua.observe("top", "throttled", "0"), vec![Int(3)]);
+    assert_eq!(lua.info("top", 59_999, "rate_in_force"), Int(3));
+    assert_eq!(lua.info("top", 60_000, "rate_in_force"), Int(525));
+    assert_eq!(lua.info("top", 179_999, "rate_in_force"), Int(525));
+    assert_eq!(lua.info("top", 180_000, "rate_in_force"), Int(600));
     assert_eq!(lua.info("top", MAX_ARG, "rate_in_force"), Int(600));
-    // The same probe at ℓ = 60 (a bucket of rate 60, ceiling 600) stops at
-    // its cap 60 + 7 + 2 = 69.
+    // The same at rate 60, ceiling 600: L = 60 − 7 = 53, the wait
+    // max(240000, ⌊4800000/53⌋ = 90566) / 4 = 60000, the step 53 + 26 + 2
+    // = 81.
     let mid = ["60", "10", "120000", "5", "refund", "ADAPT", "1", "600"];
     lua.run("mid", "create", &with_at(&mid, "0"));
-    lua.observe("mid", "throttled", "0");
-    assert_eq!(lua.info("mid", MAX_ARG, "rate_in_force"), Int(69));
+    assert_eq!(lua.observe("mid", "throttled", "0"), vec![Int(3)]);
+    assert_eq!(lua.info("mid", 179_999, "rate_in_force"), Int(53));
+    assert_eq!(lua.info("mid", 180_000, "rate_in_force"), Int(81));
+    assert_eq!(lua.info("mid", MAX_ARG, "rate_in_force"), Int(81));
 }
 
 /// floor = ceiling = rate: the rate never moves, whatever is observed.
@@ -1472,12 +1533,14 @@ fn adaptive_floor_equals_ceiling() {
     lua.run("k", "create", &with_at(&config, "0"));
     assert_eq!(lua.info("k", 86_400_000, "rate_in_force"), Int(60));
     assert_eq!(lua.observe("k", "opened", "1000"), vec![Int(60)]);
-    // One opening counted, then a throttle ending the search: L = min(1,
-    // 60) = 1, probing, but the rate is clamped to the floor 60.
+    // One opening counted, then a throttle ending the search: E = max(1,
+    // 1 + 0) = 1, L = min(1, 60) = 1, probing. The pause: origin max(5000,
+    // 0 + 60000) = 60000, a minute later, so the count (1) becomes the one
+    // before. The rate is clamped to the floor 60 (the lowest).
     assert_eq!(lua.observe("k", "throttled", "5000"), vec![Int(60)]);
     assert_eq!(
         &lua.header("k")[200..],
-        "060 060 0000000000005000 00000 00001 00000 00001 1 1    "
+        "060 060 0000000000060000 00000 00000 00001 00001 1 1    "
     );
     // The §7 waits at 60/min, as for a fixed-rate bucket: 0, 1000, 2000.
     for wait in [0, 1000, 2000] {
@@ -1494,38 +1557,44 @@ fn adaptive_lowest_rate_is_the_lowest_that_refuses() {
     let mut lua = Lua::start();
     let config = ["3", "1", "120000", "5", "refund", "ADAPT", "1", "0"];
     lua.run("k", "create", &with_at(&config, "0"));
-    // Three openings, a throttle at 30 ending the search: L = min(3, 3) =
-    // 3, probing, origin 30.
+    // Three openings, a throttle at 30 ending the search: E = 3, L =
+    // min(3, 3) = 3, probing; the pause puts the origin at 60000 (the 3
+    // become the count before) and the rate before it is the lowest, 3.
     for t in ["0", "10", "20"] {
         assert_eq!(lua.observe("k", "opened", t), vec![Int(3)]);
     }
     assert_eq!(lua.observe("k", "throttled", "30"), vec![Int(3)]);
     assert_eq!(lua.info("k", 30, "mode"), s("refusing"));
-    // One opening at 70 s (the next minute: before = 3, opened = 1; 3 ≤
-    // 3 + 0 + 1, no rise), a throttle at 90 s, past the hold: through =
-    // max(1, 3) = 3, recent = 1 + ⌊3·30000/60000⌋ = 2, so E = 3 ≥ the rate
-    // 3: the count does not explain it, L = 3 − max(1, ⌊3/8⌋) = 2, which
-    // the law lifts back to the lowest, 3.
-    lua.observe("k", "opened", "70000");
-    assert_eq!(lua.observe("k", "throttled", "90000"), vec![Int(3)]);
+    // Three openings at 120000 s (past the hold; the next minute: before
+    // = 0, opened 1, 2, 3; 3 ≤ 3 + 0 + 1, no rise), a throttle at 130000:
+    // through = 3 ≥ the rate 3 (ℓ = 3, within the wait ⌊4800000/3⌋/4 =
+    // 400000): the count does not explain it, L = 3 − max(1, ⌊3/8⌋) = 2,
+    // which the law lifts back to the lowest, 3. No pause (probing).
+    for t in ["120000", "120010", "120020"] {
+        assert_eq!(lua.observe("k", "opened", t), vec![Int(3)]);
+    }
+    assert_eq!(lua.observe("k", "throttled", "130000"), vec![Int(3)]);
     assert_eq!(
         &lua.header("k")[200..],
-        "001 003 0000000000090000 00000 00001 00003 00002 1 0    "
+        "001 003 0000000000130000 00000 00003 00000 00002 1 0    "
     );
-    assert_eq!(lua.info("k", 90000, "mode"), s("refusing"));
-    assert_eq!(lua.info("k", 90000, "max_debt_units"), Int(4833 * 3));
+    assert_eq!(lua.info("k", 130000, "mode"), s("refusing"));
+    assert_eq!(lua.info("k", 130000, "max_debt_units"), Int(4833 * 3));
 
-    // No retries: the same sequence goes down to 2, shaping.
+    // No retries: the same sequence goes down to 2, shaping; the pause
+    // reads the floor, 1.
     let none = ["3", "1", "120000", "0", "refund", "ADAPT", "1", "0"];
     lua.run("n", "create", &with_at(&none, "0"));
     for t in ["0", "10", "20"] {
         lua.observe("n", "opened", t);
     }
-    lua.observe("n", "throttled", "30");
-    lua.observe("n", "opened", "70000");
-    // ⌈2·31/32⌉ = 2.
-    assert_eq!(lua.observe("n", "throttled", "90000"), vec![Int(2)]);
-    assert_eq!(lua.info("n", 90000, "mode"), s("shaping-no-retry"));
+    assert_eq!(lua.observe("n", "throttled", "30"), vec![Int(1)]);
+    for t in ["120000", "120010", "120020"] {
+        lua.observe("n", "opened", t);
+    }
+    // ℓ = 2 at Δ = 0.
+    assert_eq!(lua.observe("n", "throttled", "130000"), vec![Int(2)]);
+    assert_eq!(lua.info("n", 130000, "mode"), s("shaping-no-retry"));
 }
 
 /// Random observations (openings, throttles, readings) on the script
@@ -1591,7 +1660,7 @@ fn adaptive_law_matches_the_model() {
                 rises += u64::from(opened && w.probing && !next.probing);
                 rolls += u64::from(next.window > w.window && next.origin == w.origin);
                 if !opened && w.probing {
-                    let rate = law.rate(&w, t.max(w.origin));
+                    let rate = law.rate(&w, t);
                     cuts += u64::from(next.limit == rate - (rate / 8).max(1));
                 }
                 unseen += u64::from(!opened && next.opened == 0 && next.before == 0);

@@ -437,15 +437,20 @@ static void test_foreign_tickets(void) {
 /* Adaptive pacing (SPEC §14) at rate 60, burst 10, idle 120000, 5
  * retries, refund, created at 0. The law (core/src/adaptive.rs): searching
  * from the rate with the default ceiling (60), the rate reads 60; a
- * throttle with nothing counted sets L to the rate in force and probes
- * from ceil(L * 31/32); a throttle within HOLD_MS of it changes nothing;
- * one at the hold's end sets L to what the openings counted show got
- * through when that is below the rate in force, never below the lowest
- * rate (here the floor: 5 retries at bound 4833 can refuse from 3/min).
+ * throttle with nothing counted sets L = B - max(1, B/8), B = min(R, L)
+ * (60 -> 60 - 7 = 53); as it ends the first search within a minute of
+ * the creation (0) it pauses: the origin becomes 0 + 60000 and the rate
+ * reads the lowest (here the floor: 5 retries at bound 4833 can refuse
+ * from 3/min) until then, L (probing: L itself until the hold and the
+ * wait, 60000 + max(240000, 80*60000/53)/4 = 120000, are over) from then
+ * on; a throttle within HOLD_MS of the origin changes nothing; one at the
+ * hold's end (120000) sets L to what the openings counted show got
+ * through when that is below the rate in force, never below the lowest.
  *
- * 60 -> ceil(60 * 31/32) = 59; one opening is counted at 1000 (minute 0),
- * so at 61000 (minute 1) E = 1 < 59, L = 1, ceil(31/32) = 1, raised to the
+ * One opening at 1000 is counted at max(1000, 60000) (minute 1), so at
+ * 120000 (minute 2) through = 1, E = 1 < R = 53, L = 1, raised to the
  * floor (10 or 40). */
+#define PAUSE_END_MS 60000u
 #define HOLD_MS 60000u
 
 static pacer_config adaptive_config(uint32_t floor, uint32_t ceiling) {
@@ -459,9 +464,10 @@ static uint32_t observed(const pacer *p, uint32_t outcome, uint64_t now) {
   return s == PACER_STATUS_OK ? rate : 1000 + (uint32_t)s;
 }
 
-/* Throttles at 1000 (the search ends), at 1000 again, an opened
- * connection, a throttle 59999 ms after the first (held), one at 61000
- * (past the hold, to `second`). Returns the first throttle's rate. */
+/* Throttles at 1000 (the search ends, the pause to 60000), at 1000
+ * again, an opened connection, a throttle at 119999 (within the hold after
+ * the origin 60000: held), one at 120000 (the hold's end, to `second`).
+ * Returns the first throttle's rate: the lowest, the floor. */
 static uint32_t adaptive_episode(uint32_t floor, uint32_t second) {
   pacer p;
   pacer_config c = adaptive_config(floor, 0);
@@ -469,22 +475,26 @@ static uint32_t adaptive_episode(uint32_t floor, uint32_t second) {
   uint32_t rate = 0;
   CHECK(pacer_rate_in_force(&p, 0, &rate) == PACER_STATUS_OK && rate == 60, "created at the rate: %u", rate);
   uint32_t first = observed(&p, PACER_OUTCOME_THROTTLED, 1000);
-  CHECK(first == 59, "first throttle %u, want 59", first);
+  CHECK(first == floor, "first throttle %u, want the lowest %u (the pause)", first, floor);
   CHECK(observed(&p, PACER_OUTCOME_THROTTLED, 1000) == first, "the same instant again: held");
   CHECK(observed(&p, PACER_OUTCOME_OPENED, 1000) == first, "opened: counted, no change of rate");
   CHECK(pacer_rate_in_force(&p, 1000, &rate) == PACER_STATUS_OK && rate == first, "in force: %u", rate);
-  CHECK(observed(&p, PACER_OUTCOME_THROTTLED, 1000 + HOLD_MS - 1) == first, "inside the hold: held");
-  uint32_t got = observed(&p, PACER_OUTCOME_THROTTLED, 1000 + HOLD_MS);
-  CHECK(got == second, "floor %u: second throttle %u, want %u (from %u)", floor, got, second, first);
-  CHECK(pacer_rate_in_force(&p, 1000 + HOLD_MS, &rate) == PACER_STATUS_OK && rate == second, "in force: %u", rate);
+  CHECK(pacer_rate_in_force(&p, PAUSE_END_MS - 1, &rate) == PACER_STATUS_OK && rate == first, "paused: %u", rate);
+  /* From the origin: L = 53. */
+  CHECK(pacer_rate_in_force(&p, PAUSE_END_MS, &rate) == PACER_STATUS_OK && rate == 53, "after the pause: %u", rate);
+  CHECK(observed(&p, PACER_OUTCOME_THROTTLED, PAUSE_END_MS + HOLD_MS - 1) == 53, "inside the hold: held");
+  uint32_t got = observed(&p, PACER_OUTCOME_THROTTLED, PAUSE_END_MS + HOLD_MS);
+  CHECK(got == second, "floor %u: second throttle %u, want %u (from 53)", floor, got, second);
+  CHECK(pacer_rate_in_force(&p, PAUSE_END_MS + HOLD_MS, &rate) == PACER_STATUS_OK && rate == second, "in force: %u",
+        rate);
   return first;
 }
 
 static void test_adaptive(void) {
   /* The one opening explains the second throttle: L = 1, raised to the
    * floor, 10 or 40. */
-  CHECK(adaptive_episode(10, 10) == 59, "floor 10");
-  CHECK(adaptive_episode(40, 40) == 59, "floor 40");
+  CHECK(adaptive_episode(10, 10) == 10, "floor 10");
+  CHECK(adaptive_episode(40, 40) == 40, "floor 40");
 
   /* Adaptation off: observe answers the rate and changes nothing (the
    * words' bytes are compared in ffi/tests/adaptive.rs and, through the
@@ -535,8 +545,9 @@ static void test_adaptive(void) {
   CHECK(pacer_rate_in_force(&a, 1000, NULL) == PACER_STATUS_NULL_PARAMETER, "NULL out");
   CHECK(rate == 7, "a failed call wrote its out-parameter");
   /* Nothing changed: the first throttle still ends the search at 60,
-   * ceil(60 * 31/32) = 59. */
-  CHECK(observed(&a, PACER_OUTCOME_THROTTLED, 1000) == 59, "after the failed calls");
+   * answers the lowest (10) in the pause, and L = 60 - 7 = 53 from 60000. */
+  CHECK(observed(&a, PACER_OUTCOME_THROTTLED, 1000) == 10, "after the failed calls");
+  CHECK(pacer_rate_in_force(&a, PAUSE_END_MS, &rate) == PACER_STATUS_OK && rate == 53, "after the pause: %u", rate);
   _Alignas(16) unsigned char raw[PACER_STORAGE_SIZE + 16];
   memcpy(raw + 8, &a, sizeof a);
   CHECK(pacer_observe((const pacer *)(const void *)(raw + 8), PACER_OUTCOME_THROTTLED, 1000, &rate) ==

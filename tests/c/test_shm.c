@@ -679,12 +679,14 @@ static uint64_t u64_in(const unsigned char *file, size_t at) {
  * the file beside the state word, so a throttle reported through one
  * handle, or by another process, lowers the rate in force every handle
  * reads. ADAPTIVE is rate 60, floor 10, ceiling 60: a first throttle,
- * nothing counted, ends the search at the rate in force, 60, and probes
- * from ceil(60 * 31/32) = 59, `first` below (tests/c/test_pacer.c checks
- * the value), a rate read at or before the throttle's instant is exactly
- * that, and a throttle within the 60000 ms hold after it changes nothing
- * (the same episode) and answers it; an opening within the hold is
- * counted and changes no rate. (Header fields are little-endian, the words native: this
+ * nothing counted, ends the search at the rate in force, 60, and sets
+ * L = 60 - max(1, 60/8) = 53; as it comes within a minute of the file's
+ * creation it pauses: the origin becomes created + 60000, and every rate
+ * read before then is the lowest, the floor 10 (`first` below;
+ * tests/c/test_pacer.c checks the values), L = 53 from then on (probing,
+ * within the hold: L itself). A throttle within the 60000 ms hold after
+ * the origin changes nothing (the same episode) and answers the rate at
+ * its clock, 10 in the pause; an opening is counted and changes no rate. (Header fields are little-endian, the words native: this
  * test assumes a little-endian machine, as write_at above does.) */
 static void test_adaptive_shared(void) {
   char path[600];
@@ -719,17 +721,22 @@ static void test_adaptive_shared(void) {
   uint64_t t0 = pacer_clock_monotonic_ms();
   CHECK(pacer_shared_rate_in_force(&b, &rate) == PACER_STATUS_OK && rate == 60, "b before: %u", rate);
   uint32_t first = 0;
-  CHECK(pacer_shared_observe(&a, PACER_OUTCOME_THROTTLED, &first) == PACER_STATUS_OK && first == 59,
+  CHECK(pacer_shared_observe(&a, PACER_OUTCOME_THROTTLED, &first) == PACER_STATUS_OK && first == 10,
         "a throttled: %u", first);
   CHECK(pacer_rate_in_force(pb, t0, &rate) == PACER_STATUS_OK && rate == first, "b reads a's throttle: %u", rate);
-  CHECK(pacer_shared_rate_in_force(&b, &rate) == PACER_STATUS_OK && rate >= first && rate < 60, "b now: %u", rate);
+  CHECK(pacer_rate_in_force(pb, created + 60000, &rate) == PACER_STATUS_OK && rate == 53,
+        "b reads a's L after the pause: %u", rate);
+  CHECK(pacer_shared_rate_in_force(&b, &rate) == PACER_STATUS_OK && rate == first, "b now: %u", rate);
   CHECK(pacer_shared_observe(&b, PACER_OUTCOME_THROTTLED, &rate) == PACER_STATUS_OK && rate == first,
         "b's throttle in the same episode holds %u: %u", first, rate);
-  CHECK(pacer_shared_observe(&b, PACER_OUTCOME_OPENED, &rate) == PACER_STATUS_OK && rate >= first && rate < 60,
+  CHECK(pacer_shared_observe(&b, PACER_OUTCOME_OPENED, &rate) == PACER_STATUS_OK && rate == first,
         "opened: %u", rate);
+  CHECK(pacer_rate_in_force(pa, created + 60000, &rate) == PACER_STATUS_OK && rate == 53,
+        "b's throttle held, L still 53: %u", rate);
   CHECK(read_file(path, after, sizeof after) == FILE_BYTES && memcmp(after + 65552, control_before, 16) != 0,
         "the throttle was not written to the file");
-  CHECK(u64_in(after, 65560) >= t0, "the origin moved to the throttle: %" PRIu64, u64_in(after, 65560));
+  CHECK(u64_in(after, 65560) == created + 60000, "the origin moved to the pause's end: %" PRIu64 " (created %" PRIu64 ")",
+        u64_in(after, 65560), created);
 
   /* Bad arguments. */
   rate = 7;
@@ -764,6 +771,11 @@ static void test_adaptive_shared(void) {
   waitpid(kid, &st, 0);
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: exit %d", WEXITSTATUS(st));
   CHECK(pacer_rate_in_force(pa, t0, &rate) == PACER_STATUS_OK && rate == first, "after the child's throttle: %u", rate);
+  uint64_t created_again = 0;
+  CHECK(read_file(path, after, sizeof after) == FILE_BYTES, "read");
+  created_again = u64_in(after, 72);
+  CHECK(pacer_rate_in_force(pa, created_again + 60000, &rate) == PACER_STATUS_OK && rate == 53,
+        "the child's L after the pause: %u", rate);
   pacer_shared_close(&a);
 
   /* Adaptation off: observe answers the rate and writes nothing. */
@@ -776,7 +788,7 @@ static void test_adaptive_shared(void) {
         "off: the file changed");
   pacer_shared_close(&a);
   pacer_shared_unlink(path);
-  printf("adaptive: a throttle through one handle (and from another process) lowers the bucket's rate 60 -> %u\n", first);
+  printf("adaptive: a throttle through one handle (and from another process) lowers the bucket's rate 60 -> %u (the lowest, %u, in the pause)\n", 53, first);
 }
 
 /* Bytes of the file outside its header and the two shared words (control,

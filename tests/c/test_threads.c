@@ -103,11 +103,12 @@ static uint64_t race(int redeem) {
 
 /* Adaptive pacing (SPEC §14): rate 60, floor 10, created at 0. Threads
  * report throttles (and some opened connections) at clock readings in
- * 1000 .. 1000 + 59998, all within the 60000 ms spacing of whichever
- * throttle decreases first: exactly one decrease, to the rate one throttle
- * on a fresh pacer answers (42 at the core's 7/10), and every later
- * throttle holds it there and answers it; a compare-and-swap lost and not
- * retried could decrease twice (29). */
+ * 1000 .. 1000 + 58998, all before 60000: whichever throttle comes first
+ * ends the search (nothing counted: L = 60 - max(1, 60/8) = 53, the rate
+ * one throttle on a fresh pacer sets, `one_decrease`) and pauses, the
+ * origin max(now, 0 + 60000) = 60000; every later throttle is within the
+ * hold after it and changes nothing; every answer, read at the caller's
+ * clock before the origin, is the lowest rate (the floor, 10). */
 #define OBSERVE_CALLS 20000
 static pacer adaptive_pacer;
 static _Atomic uint64_t observe_ticks;
@@ -118,13 +119,13 @@ static void *observer(void *arg) {
   (void)arg;
   for (int i = 0; i < OBSERVE_CALLS; i++) {
     uint64_t tick = atomic_fetch_add(&observe_ticks, 1);
-    uint64_t now = 1000 + tick % 59999;
+    uint64_t now = 1000 + tick % 58999;
     uint32_t outcome = tick % 5 == 4 ? PACER_OUTCOME_OPENED : PACER_OUTCOME_THROTTLED;
     uint32_t rate = 0;
     pacer_status st = pacer_observe(&adaptive_pacer, outcome, now, &rate);
-    /* An opened connection changes nothing and reads the curve at its
-     * clock, anywhere from the decrease back up to 60. */
-    bool ok = outcome == PACER_OUTCOME_THROTTLED ? rate == one_decrease : rate >= one_decrease && rate <= 60;
+    /* Before the first throttle an opened connection reads the search,
+     * 60; after it, in the pause, every answer is the lowest, 10. */
+    bool ok = outcome == PACER_OUTCOME_THROTTLED ? rate == 10 : rate == 10 || rate == 60;
     if (st != PACER_STATUS_OK || !ok) atomic_fetch_add(&wrong_rates, 1);
   }
   return NULL;
@@ -134,15 +135,17 @@ static int observe_race(void) {
   pacer_config c = {60, 10, 120000, 5, PACER_RELEASE_POLICY_REFUND, 10, 0};
   pacer probe;
   if (pacer_init(&probe, &c, 0) != PACER_STATUS_OK) return 1;
-  if (pacer_observe(&probe, PACER_OUTCOME_THROTTLED, 1000, &one_decrease) != PACER_STATUS_OK || one_decrease >= 60)
-    return 1;
+  uint32_t answer = 0;
+  if (pacer_observe(&probe, PACER_OUTCOME_THROTTLED, 1000, &answer) != PACER_STATUS_OK || answer != 10) return 1;
+  if (pacer_rate_in_force(&probe, 60000, &one_decrease) != PACER_STATUS_OK || one_decrease != 53) return 1;
   if (pacer_init(&adaptive_pacer, &c, 0) != PACER_STATUS_OK) return 1;
   pthread_t threads[THREADS];
   for (int i = 0; i < THREADS; i++) pthread_create(&threads[i], NULL, observer, NULL);
   for (int i = 0; i < THREADS; i++) pthread_join(threads[i], NULL);
   uint32_t rate = 0;
-  /* A reading before the curve's origin reads the origin: the decrease. */
-  int failed = pacer_rate_in_force(&adaptive_pacer, 0, &rate) != PACER_STATUS_OK || rate != one_decrease;
+  /* Before the origin (60000) the lowest; from it the one decrease. */
+  int failed = pacer_rate_in_force(&adaptive_pacer, 0, &rate) != PACER_STATUS_OK || rate != 10;
+  failed |= pacer_rate_in_force(&adaptive_pacer, 60000, &rate) != PACER_STATUS_OK || rate != one_decrease;
   printf("observe: %d x %d concurrent observations: %" PRIu64 " wrong answers, rate in force %u (one decrease: %u)\n",
          THREADS, OBSERVE_CALLS, atomic_load(&wrong_rates), rate, one_decrease);
   return failed || atomic_load(&wrong_rates) != 0;

@@ -12,22 +12,30 @@
 //
 // - Searching (from creation, L = 60): curve = 60·2ⁿ·(5000 + r)/5000 ≥ 60,
 //   clamped to the ceiling 60: the rate in force is 60 at any instant.
-// - 40 openings reported at 1000 (minute 0), then a throttle at 1000 ends
-//   the search: E = max(through, recent) = max(40, 40) = 40, L = min(40, 60)
-//   = 40, probing, `again`, origin 1000. The probe reads ⌈40·31/32⌉ =
-//   ⌈38.75⌉ = 39 through the hold (d = 0 while Δ ≤ 60000).
+// - 40 openings reported at 1000 (minute 0), then a throttle at 1000 end the
+//   first search: E = max(through, recent) = max(40, 40) = 40, L = min(40,
+//   60) = 40, probing, `again`. The pause: the origin becomes max(1000, 0 +
+//   60000) = 60000 (the counts moved to minute 1: the 40 are the count
+//   before), and until then the rate reads the lowest (10, or 40 with floor
+//   40); from 60000 it is ℓ = 40 through the hold and the wait (w =
+//   max(240000, 80·60000/40 = 120000)/4 = 60000: the step, 40 + 20 + 2, only
+//   from 60000 + 60000 + 60000 = 180000).
 // - A throttle while probing within 60000 ms of the origin changes nothing
-//   (39 at 1000 and at 60999); an opening in the hold is counted (41 in
-//   minute 0) but cannot show a rise.
-// - A throttle at 61000 (Δ = 60000, no longer held; minute 1): the counts
-//   roll, opened_before = 41, opened = 0: through = 41, recent = 0 +
-//   ⌊41·59000/60000⌋ = 40, E = 41. The rate in force R = 39 (d = 0). E ≥ R:
-//   the count does not explain it, L = 39 − max(1, ⌊39/8⌋) = 35, and the
-//   probe reads ⌈35·31/32⌉ = ⌈33.90625⌉ = 34 (40, the lowest, with floor 40).
-// - Nothing counted at a throttle: L = R. A pacer throttled at 1000 with
-//   nothing reported probes from L = 60: ⌈60·31/32⌉ = ⌈58.125⌉ = 59.
-// - At 30/min (30 openings, then a throttle: L = 30, ⌈30·31/32⌉ = 30) a
-//   token (60000 units) refills in 60000/30 = 2000 ms, not 1000.
+//   (at 1000, observed at max(1000, 60000) = 60000, and at 119999); an
+//   opening at 1000 is counted at 60000, the origin's minute, but cannot show
+//   a rise in the hold.
+// - 40 more openings at 60000 (that minute: 41), then a throttle at 120000
+//   (Δ = 60000, no longer held; the next minute: opened_before = 41, opened
+//   = 0): E = through = 41 (probing: the whole-minute count only). R = ℓ =
+//   40 (before the step). E ≥ R: the count does not explain it, L = 40 −
+//   max(1, ⌊40/8⌋) = 35 (40, the lowest, with floor 40).
+// - Nothing counted at a throttle (E = 0): B = min(R, L), L = B − max(1,
+//   ⌊B/8⌋). A pacer throttled at 1000 with nothing reported: B = min(60, 60)
+//   = 60, L = 60 − 7 = 53, read from the pause's end, 60000; the throttle
+//   itself, in the pause, answers the lowest.
+// - At 30/min (30 openings, then a throttle at 61000, a minute after the
+//   creation: no pause, L = 30) a token (60000 units) refills in 60000/30 =
+//   2000 ms, not 1000.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
@@ -49,99 +57,104 @@ function opened(pacer, n, at) {
   return rates;
 }
 
-test('a throttle ends the search at what got through; throttles in the hold change nothing; then a cut', () => {
+test('a throttle ends the search at what got through, pauses; throttles in the hold change nothing; then a cut', () => {
   const pacer = adaptivePacer({ floorPerMinute: 10 });
   assert.deepEqual(pacer.adaptive, { floorPerMinute: 10, ceilingPerMinute: 60 });
   assert.equal(pacer.rateInForce(0), 60);
   assert.deepEqual(opened(pacer, 40, 1000), Array(40).fill(60), 'searching at the ceiling');
-  assert.equal(pacer.observe('throttled', 1000), 39, 'L = 40 got through: ⌈40·31/32⌉');
-  assert.equal(pacer.observe('throttled', 1000), 39, 'a second throttle at once changes nothing');
-  assert.equal(pacer.rateInForce(1000), 39);
-  assert.equal(pacer.observe('opened', 1000), 39, 'an opening in the hold: counted, no rise');
-  assert.equal(pacer.observe('throttled', 60999), 39, 'within the hold: nothing changes');
-  assert.equal(pacer.rateInForce(60999), 39);
-  assert.equal(pacer.observe('throttled', 61000), 34, 'E = 41 ≥ R = 39: L = 35, ⌈35·31/32⌉');
+  assert.equal(pacer.observe('throttled', 1000), 10, 'L = 40 got through; paused: the lowest');
+  assert.equal(pacer.observe('throttled', 1000), 10, 'a second throttle at once changes nothing');
+  assert.equal(pacer.rateInForce(1000), 10);
+  assert.equal(pacer.observe('opened', 1000), 10, 'an opening in the hold: counted, no rise');
+  assert.equal(pacer.rateInForce(59999), 10, 'still in the pause');
+  assert.equal(pacer.rateInForce(60000), 40, 'the pause ends: ℓ = L = 40');
+  assert.deepEqual(opened(pacer, 40, 60000), Array(40).fill(40), 'Δ = 0: in the hold, 41 in the minute');
+  assert.equal(pacer.observe('throttled', 119999), 40, 'within the hold: nothing changes');
+  assert.equal(pacer.rateInForce(119999), 40);
+  assert.equal(pacer.observe('throttled', 120000), 35, 'E = 41 ≥ R = 40: L = 40 − ⌊40/8⌋');
 
   const floored = adaptivePacer({ floorPerMinute: 40 });
   opened(floored, 40, 1000);
-  assert.equal(floored.observe('throttled', 1000), 40, '39 is below the floor of 40');
-  assert.equal(floored.observe('throttled', 60999), 40);
-  assert.equal(floored.observe('throttled', 61000), 40, 'E = 40 ≥ R = 40: L = 35, 34 clamped to 40');
+  assert.equal(floored.observe('throttled', 1000), 40, 'paused: the lowest is the floor, 40');
+  assert.equal(floored.rateInForce(60000), 40, 'L = 40');
+  opened(floored, 41, 60000);
+  assert.equal(floored.observe('throttled', 119999), 40);
+  assert.equal(floored.observe('throttled', 120000), 40, 'E = 41 ≥ R = 40: L = 35, clamped to 40');
 });
 
-// Continuing the first pacer above after its throttle at 61000 (L = 35,
-// probing, not `again`, origin 61000, minute 1): at 181000 (minute 3) the
-// counts are dropped; 20 openings there (through 20 ≤ 35 + ⌊35/8⌋ + 1 = 40:
-// no rise). The rate in force at 181000: d = ⌊(120000 − 60000)/100⌋ = 600,
-// ⌊35·600³/10⁶⌋ = 7560, ⌊7560·35/5400000⌋ = 0: R = 34. A throttle there:
-// E = max(20, 20) = 20 < 34, so L = 20 and the probe reads ⌈20·31/32⌉ =
-// ⌈19.375⌉ = 20.
+// The first search's end as above (L = 40, the pause to 60000, the 40
+// openings of minute 0 the count before minute 1). 20 openings at 60000
+// (minute 1; Δ = 0, in the hold: no rise) read ℓ = 40. A throttle at 120000
+// (minute 2, Δ = 60000: not held, before the step at 180000): R = 40;
+// minute 0's count dropped, minute 1's 20 the count before: E = through =
+// 20 < R = 40, so L = 20.
 test('a throttle the count explains lowers the rate to what got through', () => {
   const pacer = adaptivePacer({ floorPerMinute: 10 });
   opened(pacer, 40, 1000);
-  assert.equal(pacer.observe('throttled', 1000), 39);
-  pacer.observe('opened', 1000);
-  assert.equal(pacer.observe('throttled', 61000), 34);
-  assert.equal(pacer.rateInForce(181000), 34);
-  assert.deepEqual(opened(pacer, 20, 181000), Array(20).fill(34));
-  assert.equal(pacer.observe('throttled', 181000), 20, 'E = 20 < R = 34: L = 20');
-  // The floor bounds it: the same with floor 25 reads max(20, 25) = 25.
+  assert.equal(pacer.observe('throttled', 1000), 10);
+  assert.deepEqual(opened(pacer, 20, 60000), Array(20).fill(40));
+  assert.equal(pacer.rateInForce(119999), 40);
+  assert.equal(pacer.observe('throttled', 120000), 20, 'E = 20 < R = 40: L = 20');
+  // The floor bounds it: the same with floor 25 reads max(20, 25) = 25 (and
+  // the pause reads the floor, 25).
   const floored = adaptivePacer({ floorPerMinute: 25 });
   opened(floored, 40, 1000);
-  floored.observe('throttled', 1000);
-  floored.observe('opened', 1000);
-  assert.equal(floored.observe('throttled', 61000), 34);
-  opened(floored, 20, 181000);
-  assert.equal(floored.observe('throttled', 181000), 25);
+  assert.equal(floored.observe('throttled', 1000), 25);
+  opened(floored, 20, 60000);
+  assert.equal(floored.observe('throttled', 120000), 25);
 });
 
-// After the throttle at 1000 (L = 40, `again`, origin 1000) a rise shows
-// when a minute's count passes L + ⌊L/8⌋ + 1 = 40 + 5 + 1 = 46, at least
-// 60000 ms after the origin. 7 more openings at 30000 make minute 0's count
-// 47, but in the hold: 39 stays. One opening at 61000 (Δ = 60000, minute 1):
-// opened_before = 47, opened = 1, through = 47 > 46: search again from the
-// rate in force, 39, origin 61000, doubling every 20000 ms:
-// 39·2ⁿ·(20000 + r)/20000 is 39 at 61000, ⌊39·30000/20000⌋ = ⌊58.5⌋ = 58
-// at 71000, and 78 at 81000, clamped to the ceiling 60.
-// With 6 more at 30000 instead (46 in minute 0, not above 46) the opening at
-// 61000 changes nothing: still probing, at 71000 d = 100,
-// ⌊40·100³/10⁶⌋ = 40, ⌊40·40/(5400000/16)⌋ = ⌊1600/337500⌋ = 0: 39.
+// After the throttle at 1000 (L = 40, `again`, the pause: origin 60000) a
+// rise shows when a minute's count passes L + ⌊L/8⌋ + 1 = 40 + 5 + 1 = 46, at
+// least 60000 ms after the origin. 47 openings at 90000 (minute 1, Δ =
+// 30000): in the hold, 40 stays. One opening at 120000 (Δ = 60000, minute
+// 2): opened_before = 47, opened = 1, through = 47 > 46: search again from
+// the rate in force, 40 (before the step at 180000), origin 120000, doubling
+// every 20000 ms: 40·2ⁿ·(20000 + r)/20000 is 40 at 120000, 40·25000/20000 =
+// 50 at 125000, 40·30000/20000 = 60 at 130000 (the ceiling), and the ceiling
+// from then on. With 46 at 90000 instead (not above 46) the opening at
+// 120000 changes nothing: still probing, ℓ = 40 at 125000 and 130000 (Δ =
+// 65000 and 70000, before the step).
 test('a count above L + L/8 + 1 after the hold searches again; at or below it, or in the hold, nothing', () => {
   const rise = adaptivePacer({ floorPerMinute: 10 });
   opened(rise, 40, 1000);
-  assert.equal(rise.observe('throttled', 1000), 39);
-  assert.deepEqual(opened(rise, 7, 30000), Array(7).fill(39), 'in the hold: no rise');
-  assert.equal(rise.rateInForce(30000), 39);
-  assert.equal(rise.observe('opened', 61000), 39, 'the search starts at the rate in force');
-  assert.equal(rise.rateInForce(71000), 58);
-  assert.equal(rise.rateInForce(81000), 60);
+  assert.equal(rise.observe('throttled', 1000), 10);
+  assert.deepEqual(opened(rise, 47, 90000), Array(47).fill(40), 'in the hold: no rise');
+  assert.equal(rise.rateInForce(90000), 40);
+  assert.equal(rise.observe('opened', 120000), 40, 'the search starts at the rate in force');
+  assert.equal(rise.rateInForce(125000), 50);
+  assert.equal(rise.rateInForce(130000), 60);
   assert.equal(rise.rateInForce(3600000), 60);
 
   const level = adaptivePacer({ floorPerMinute: 10 });
   opened(level, 40, 1000);
-  assert.equal(level.observe('throttled', 1000), 39);
-  opened(level, 6, 30000);
-  assert.equal(level.observe('opened', 61000), 39);
-  assert.equal(level.rateInForce(71000), 39, 'through = 46, not above 46: still probing');
+  assert.equal(level.observe('throttled', 1000), 10);
+  opened(level, 46, 90000);
+  assert.equal(level.observe('opened', 120000), 40);
+  assert.equal(level.rateInForce(125000), 40, 'through = 46, not above 46: still probing');
+  assert.equal(level.rateInForce(130000), 40);
 });
 
 // Ceiling 600, floor 1 (lowest max(1, 3) = 3): a new pacer searches from 60,
 // 60·2ⁿ·(5000 + r)/5000: 60 at 0, 90 at 2500, 120 at 5000, 240 at 10000,
 // 480 at 15000, 600 (the ceiling) from 960 at 20000 on. Three openings in
 // minute 0 and a throttle at 20000 end the search: E = max(3, 3) = 3,
-// L = min(3, 600) = 3, the probe reads ⌈3·31/32⌉ = 3, the lowest: 3.
-// Nothing reported and a throttle at 20000: L = R = 600, ⌈600·31/32⌉ =
-// ⌈581.25⌉ = 582.
+// L = min(3, 600) = 3, paused until max(20000, 0 + 60000) = 60000 at the
+// lowest, 3, and ℓ = 3 after it. Nothing reported and a throttle at 20000:
+// R = 600, B = min(R, L) = min(600, 60) = 60, L = 60 − max(1, ⌊60/8⌋) = 53,
+// read from 60000 (the throttle itself, in the pause, answers 3).
 test('with a ceiling above the rate a new pacer searches upward, doubling every 5 s', () => {
   const pacer = adaptivePacer({ floorPerMinute: 1, ceilingPerMinute: 600 });
   assert.deepEqual([0, 2500, 5000, 10000, 15000, 20000, 3600000].map((t) => pacer.rateInForce(t)),
     [60, 90, 120, 240, 480, 600, 600]);
   assert.deepEqual(opened(pacer, 3, 0), [60, 60, 60]);
   assert.equal(pacer.observe('throttled', 20000), 3);
+  assert.equal(pacer.rateInForce(59999), 3);
   assert.equal(pacer.rateInForce(79999), 3);
 
   const blind = adaptivePacer({ floorPerMinute: 1, ceilingPerMinute: 600 });
-  assert.equal(blind.observe('throttled', 20000), 582, 'nothing counted: L = R = 600');
+  assert.equal(blind.observe('throttled', 20000), 3, 'nothing counted: L = 53, paused at the lowest');
+  assert.equal(blind.rateInForce(60000), 53);
 });
 
 test('before any throttle the rate in force is the configured rate, whenever it is read', () => {
@@ -154,18 +167,21 @@ test('the refill follows the rate in force: a token takes 2000 ms at 30/min, not
   const adaptive = adaptivePacer({ floorPerMinute: 10 }, { burst: 1 });
   const fixed = new Pacer({ ...BASE, burst: 1, now: () => 0 });
   for (const pacer of [adaptive, fixed]) {
-    const first = pacer.reserve(1000);
+    const first = pacer.reserve(61000);
     assert.equal(first.kind, 'admitted');
     assert.equal(first.waitMs, 0, 'the burst token');
   }
-  opened(adaptive, 30, 1000);
-  assert.equal(adaptive.observe('throttled', 1000), 30);
-  assert.equal(fixed.observe('throttled', 1000), 60);
-  const slowed = adaptive.reserve(1000);
+  // At 61000 (minute 1): E = max(through 30, recent 30 + 0) = 30, L =
+  // min(30, 60) = 30; a minute after the creation, so no pause: origin
+  // max(61000, 0 + 60000) = 61000, the rate ℓ = 30 at once.
+  assert.deepEqual(opened(adaptive, 30, 61000), Array(30).fill(60));
+  assert.equal(adaptive.observe('throttled', 61000), 30);
+  assert.equal(fixed.observe('throttled', 61000), 60);
+  const slowed = adaptive.reserve(61000);
   assert.equal(slowed.kind, 'admitted');
   assert.equal(slowed.path, 'paced');
   assert.equal(slowed.waitMs, 2000);
-  assert.equal(fixed.reserve(1000).waitMs, 1000);
+  assert.equal(fixed.reserve(61000).waitMs, 1000);
 });
 
 test('adaptation off: observe changes nothing and answers the configured rate', () => {
@@ -188,9 +204,12 @@ test('observe and rateInForce default to the pacer\'s clock', () => {
   let now = 0;
   const pacer = new Pacer({ ...BASE, now: () => now, adaptive: { floorPerMinute: 10 } });
   now = 1000;
-  // Nothing counted: L = R = 60, ⌈60·31/32⌉ = 59.
-  assert.equal(pacer.observe('throttled'), 59);
-  assert.equal(pacer.rateInForce(), 59);
+  // Created at 0; nothing counted: B = min(60, 60), L = 60 − max(1, ⌊60/8⌋)
+  // = 53, paused until max(1000, 0 + 60000) = 60000 at the lowest, 10.
+  assert.equal(pacer.observe('throttled'), 10);
+  assert.equal(pacer.rateInForce(), 10);
+  now = 60000;
+  assert.equal(pacer.rateInForce(), 53);
 });
 
 // Each bad `adaptive` with the error it gets and the name that error gives.
@@ -244,26 +263,29 @@ test('a bad outcome or clock is an error that changes nothing', () => {
   throwsNaming(() => pacer.observe('opened', 0.5), RangeError, 'nowMs', 'fractional clock');
   throwsNaming(() => pacer.observe('opened', Infinity), RangeError, 'nowMs', 'infinite clock');
   throwsNaming(() => pacer.rateInForce(NaN), RangeError, 'nowMs', 'NaN clock');
-  // Still searching, nothing counted: the first real throttle probes from
-  // L = R = 60, ⌈60·31/32⌉ = 59.
+  // Still searching, nothing counted: the first real throttle ends the
+  // search at L = 60 − max(1, ⌊60/8⌋) = 53, paused until 60000 at the
+  // lowest, 10.
   assert.equal(pacer.rateInForce(1000), 60);
-  assert.equal(pacer.observe('throttled', 1000), 59);
+  assert.equal(pacer.observe('throttled', 1000), 10);
+  assert.equal(pacer.rateInForce(60000), 53);
 });
 
 // The clock's ends: 0 and the largest safe integer. Created at 0, a throttle
-// at 0 with nothing counted gives 59 (as above); one opening at
-// 2^53 − 1 (Δ far past the hold, d capped at 20000 ds: ⌊60·8·10¹²/10⁶⌋ =
-// 480000000, ·60 = 2.88·10¹⁰, /337500 = 85333 ≫, the curve capped at
-// 60 + 7 + 2 = 69, clamped to the ceiling 60), through 1 ≤ 60 + 7 + 1:
-// nothing rises, and it reads 60.
+// at 0 with nothing counted sets L = 60 − max(1, ⌊60/8⌋) = 53 and pauses
+// (origin 0 + 60000): it reads the lowest, 10. One opening at 2^53 − 1 (Δ
+// long past the hold and the wait: the step, 53 + ⌊53/2⌋ + 2 = 81, clamped
+// to the ceiling 60), through 1 ≤ 53 + ⌊53/8⌋ + 1: nothing rises, and it
+// reads 60.
 test('clock 0 and 2^53 − 1 are fine', () => {
   const pacer = adaptivePacer({ floorPerMinute: 10 });
-  assert.equal(pacer.observe('throttled', 0), 59);
-  assert.equal(pacer.rateInForce(0), 59);
+  assert.equal(pacer.observe('throttled', 0), 10);
+  assert.equal(pacer.rateInForce(0), 10);
+  assert.equal(pacer.rateInForce(60000), 53);
   assert.equal(pacer.observe('opened', Number.MAX_SAFE_INTEGER), 60);
   assert.equal(pacer.rateInForce(Number.MAX_SAFE_INTEGER), 60);
-  // A throttle there: the one opening counted, E = 1 < R = 60: L = 1,
-  // ⌈1·31/32⌉ = 1, clamped to the lowest, 10.
+  // A throttle there: the one opening counted, E = through = 1 < R = 60:
+  // L = 1, clamped to the lowest, 10.
   assert.equal(pacer.observe('throttled', Number.MAX_SAFE_INTEGER), 10);
 });
 
@@ -309,10 +331,13 @@ test('shared, adaptation off: observe changes nothing and answers the configured
   assert.throws(() => s.rateInForce(), { code: 'ERR_PACER_CLOSED' });
 });
 
-// The shared clock cannot be held still, but a test runs well within the
-// 60000 ms hold: a throttle with nothing counted ends the search with
-// L = R = 60 and the probe reads ⌈60·31/32⌉ = 59 through the hold, through
-// either handle; a throttle or an opening in the hold changes nothing.
+// The shared clock cannot be held still, but a test runs well within a
+// minute of the file's creation (t₀): a throttle with nothing counted ends
+// the first search with L = 60 − max(1, ⌊60/8⌋) = 53 and pauses (origin t₀
+// + 60000), so until then either handle reads the lowest, max(10, 3) = 10;
+// a throttle or an opening then is observed at the origin (Δ = 0, in the
+// hold) and changes nothing. (The 53 after the pause would take a minute to
+// read; the Pacer tests above read it on a fake clock.)
 test('shared: a throttle through one handle is seen through another, and so is its hold', () => {
   const p = sharedPath('two');
   const adaptive = { floorPerMinute: 10 };
@@ -321,11 +346,11 @@ test('shared: a throttle through one handle is seen through another, and so is i
   try {
     assert.deepEqual(b.adaptive, { floorPerMinute: 10, ceilingPerMinute: 60 });
     assert.equal(b.rateInForce(), 60);
-    assert.equal(a.observe('throttled'), 59);
-    assert.equal(b.rateInForce(), 59, "b reads a's throttle");
-    assert.equal(b.observe('throttled'), 59, 'within the hold: nothing changes');
-    assert.equal(b.observe('opened'), 59);
-    assert.equal(a.rateInForce(), 59);
+    assert.equal(a.observe('throttled'), 10, 'L = 53, paused at the lowest');
+    assert.equal(b.rateInForce(), 10, "b reads a's throttle");
+    assert.equal(b.observe('throttled'), 10, 'within the hold: nothing changes');
+    assert.equal(b.observe('opened'), 10);
+    assert.equal(a.rateInForce(), 10);
     // The bounds are part of the bucket's configuration: the ceiling left
     // out is the rate, so 60 given is the same; another floor, or none, is not.
     SharedPacer.open(p, { ...BASE, adaptive: { floorPerMinute: 10, ceilingPerMinute: 60 } }).close();

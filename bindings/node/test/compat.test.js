@@ -378,25 +378,35 @@ test('bookRefusals (opt-in): keyed retries redeem their place in line; off, noth
 
 // Adaptive pacing (SPEC §14), opt-in. By hand, from the law's statement
 // (core/src/adaptive.rs): retries 5, idle 120000 (bound 4833 ms, hint cap
-// 4 s, schedule 20000 ms) make 3/min the lowest rate that can refuse, so the
-// rate in force is clamped to [max(10, 3), 60] = [10, 60]. Rate 60 with the
-// default ceiling (the rate) reads 60 while it searches. 30 openings at
-// 1000, then a throttle, end the search at L = min(30, 60) = 30: the probe
-// reads ⌈30·31/32⌉ = 30, and a throttle within 60000 ms of it changes
-// nothing. At 30/min a token refills in 60000/30 = 2000 ms, at 60/min in
-// 1000. A throttle with nothing counted ends the search at L = R = 60:
-// ⌈60·31/32⌉ = 59; an opening then is counted (1 in minute 0); held through
-// 60999; at 61000 the count rolls (before = 1, this minute 0): E =
-// max(1, ⌊1·59000/60000⌋) = 1 < R = 59, so L = 1, ⌈1·31/32⌉ = 1, clamped
-// to the floor: 10.
+// 4 s, schedule 20000 ms) make ⌈60000/20000⌉ = 3/min the lowest rate that
+// can refuse, so the rate in force is clamped to [lowest, 60] with lowest =
+// max(10, 3) = 10. Rate 60 with the default ceiling (the rate) reads 60
+// while it searches. At 61000 ms, a minute after the creation
+// (0), 30 openings then a throttle end the first search with no pause (Δ ≥
+// 60000 from the creation): E = max(through 30, recent 30) = 30, L = min(30,
+// 60) = 30, origin 61000, ℓ = 30 at once; a throttle within 60000 ms of the
+// origin changes nothing (the hold). At 30/min a token refills in
+// 60000/30 = 2000 ms (at 60/min in 1000).
+// A pacer created at 1000 and throttled at once with nothing counted: B =
+// min(R 60, ℓ 60) = 60, L = 60 − max(1, ⌊60/8⌋ = 7) = 53; the throttle ends
+// the first search within a minute of the creation, so it pauses: origin
+// 1000 + 60000 = 61000, the rate reads the lowest, 10, until then (the
+// throttle itself answers 10). An opening at 1000 is counted at max(1000,
+// 61000) = 61000, minute ⌊61000/60000⌋ = 1, and answers 10 (read at 1000).
+// A throttle at 60999 is within the hold (Δ < 60000): nothing changes, 10
+// (still paused). At 61000 the pause ends: ℓ = 53 (the probe step only at Δ
+// = 60000 + max(240000, ⌊80·60000/53⌋ = 90566)/4 = 120000). A throttle at
+// 121000 (Δ = 60000: no longer held; minute 2, the count rolls: before =
+// 1, this minute 0): probing, E = through = max(1, 0) = 1 < R = 53, so L =
+// 1, clamped to the lowest: 10.
 test('adaptive (opt-in): a throttle lowers the rate in force and the next admission waits at it', async () => {
   const time = new FakeTime(0);
   const p = pacer(time, { burst: 1, idleTimeoutMs: 120000, maxRetries: 5, adaptive: { floorPerMinute: 10 } });
   assert.equal(p.rateInForce(), 60);
-  await time.advance(1000);
+  await time.advance(61000);
   assert.deepEqual(shape(await p.admit()), admitted(0));
   for (let i = 0; i < 30; i += 1) assert.equal(p.observe('opened'), 60);
-  assert.equal(p.observe('throttled'), 30);
+  assert.equal(p.observe('throttled'), 30, 'L = 30 got through; a minute after the creation: no pause');
   assert.equal(p.observe('throttled'), 30, 'in the hold: nothing changes');
   assert.equal(p.rateInForce(), 30);
   let woke = false;
@@ -409,11 +419,14 @@ test('adaptive (opt-in): a throttle lowers the rate in force and the next admiss
 
   const clock = new FakeTime(1000);
   const again = pacer(clock, { idleTimeoutMs: 120000, maxRetries: 5, adaptive: { floorPerMinute: 10 } });
-  assert.equal(again.observe('throttled'), 59);
-  assert.equal(again.observe('opened'), 59);
+  assert.equal(again.observe('throttled'), 10, 'nothing counted: L = 53, paused at the lowest');
+  assert.equal(again.observe('opened'), 10);
   clock.nowMs = 60999;
-  assert.equal(again.observe('throttled'), 59, 'held within the minute');
+  assert.equal(again.observe('throttled'), 10, 'held, and still paused');
   clock.nowMs = 61000;
+  assert.equal(again.rateInForce(), 53, 'the pause ends: ℓ = L = 53');
+  assert.equal(again.observe('throttled'), 53, 'held within a minute of the origin');
+  clock.nowMs = 121000;
   assert.equal(again.observe('throttled'), 10, 'one got through: L = 1, at the floor');
   assert.throws(() => again.observe('throttle'), TypeError);
   assert.throws(() => again.observe(undefined), TypeError);
@@ -472,10 +485,15 @@ test('wsAdaptivePacing: the floor turns it on, read as the host reads numbers; b
 
 test('sharedWsUpgradePacer: adaptive when CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN is set, not otherwise', () => {
   const saved = process.env.CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN;
-  // Hold the default clock still (a throttle with nothing counted: L = R =
-  // 60, ⌈60·31/32⌉ = 59, flat through the hold anyway).
+  // Hold the default clock still, then move it a minute on. A throttle with
+  // nothing counted right at the creation: B = min(60, 60) = 60, L = 60 −
+  // max(1, ⌊60/8⌋) = 53; it ends the first search within a minute of the
+  // creation, so it pauses until creation + 60000 at the lowest, max(10, 3)
+  // = 10 (3/min the lowest rate that can refuse at the default budget); from
+  // then ℓ = 53 (the hold, then the wait: no step yet).
   const frozen = performance.now();
-  Object.defineProperty(performance, 'now', { value: () => frozen, configurable: true, writable: true });
+  let shift = 0;
+  Object.defineProperty(performance, 'now', { value: () => frozen + shift, configurable: true, writable: true });
   try {
     delete process.env.CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN;
     assert.equal(sharedWsUpgradePacer().observe('throttled'), 60);
@@ -483,8 +501,10 @@ test('sharedWsUpgradePacer: adaptive when CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN is se
     resetWsUpgradePacerForTests();
     const adaptive = sharedWsUpgradePacer();
     assert.equal(adaptive.rateInForce(), 60);
-    assert.equal(adaptive.observe('throttled'), 59);
-    assert.equal(adaptive.rateInForce(), 59);
+    assert.equal(adaptive.observe('throttled'), 10, 'L = 53, paused at the lowest');
+    assert.equal(adaptive.rateInForce(), 10);
+    shift = 60000;
+    assert.equal(adaptive.rateInForce(), 53, 'the pause over');
     assert.deepEqual(parentNotices, []);
   } finally {
     delete performance.now;

@@ -11,15 +11,23 @@ floor 10, 40 with floor 40; the default ceiling (0) is the rate, 60.
 
 - Searching (from creation, L = 60): 60·2ⁿ·(5000 + r)/5000 ≥ 60, clamped to
   the ceiling: 60 at any instant.
-- 40 openings at 1000 (minute 0), then a throttle at 1000 ends the search:
-  E = max(through 40, recent 40) = 40, L = min(40, ceiling) = 40, probing
-  (`again`) from origin 1000: ⌈40·31/32⌉ = ⌈38.75⌉ = 39 through the hold.
-- A throttle within 60000 ms of the origin changes nothing (39 at 1000 and
-  at 60999); an opening in the hold is counted (41 in minute 0).
-- A throttle at 61000 (minute 1, not held): through = 41 (minute 0's),
-  recent = 0 + ⌊41·59000/60000⌋ = 40, E = 41 ≥ R = 39: L = 39 − max(1,
-  ⌊39/8⌋) = 35, read ⌈35·31/32⌉ = ⌈33.9⌉ = 34, or 40 with floor 40.
-- A throttle with nothing counted takes L = R: ⌈60·31/32⌉ = ⌈58.1⌉ = 59."""
+- 40 openings at 1000 (minute 0), then a throttle at 1000, end the first
+  search: E = max(through 40, recent 40) = 40, L = min(40, 60) = 40, probing
+  (`again`). The pause: the origin becomes max(1000, 0 + 60000) = 60000 (the
+  counts moved to minute 1: the 40 are the count before), and until then the
+  rate reads the lowest (10, or 40 with floor 40); from 60000 it is ℓ = 40
+  through the hold and the wait (w = max(240000, 80·60000/40 = 120000)/4 =
+  60000: the step only from 60000 + 60000 + 60000 = 180000).
+- A throttle within 60000 ms of the origin changes nothing (at 1000, where
+  `at` = max(1000, 60000) = 60000, and at 119999); an opening at 1000 is
+  counted at max(1000, 60000), the origin's minute.
+- 40 more openings at 60000 (that minute: 41; Δ = 0, in the hold: no rise),
+  then a throttle at 120000 (Δ = 60000: not held; the next minute, so the 41
+  are the count before): E = through = 41 ≥ R = 40 (ℓ: before the step):
+  L = 40 − max(1, ⌊40/8⌋) = 35 (40 with floor 40).
+- A throttle with nothing counted (E = 0): B = min(R, L) = min(60, 60) = 60,
+  L = 60 − max(1, ⌊60/8⌋) = 53, read from the pause's end (60000); the
+  throttle itself, in the pause, answers the lowest."""
 
 from __future__ import annotations
 
@@ -43,90 +51,111 @@ def opened(p: pacer.Pacer, n: int, at: int) -> list[int]:
     return [p.observe("opened", at) for _ in range(n)]
 
 
-@pytest.mark.parametrize(("floor", "held", "last"), [(10, 39, 34), (40, 40, 40)])
-def test_the_laws_sequence(registry: pacer.NoticeRegistry, floor: int, held: int, last: int) -> None:
+@pytest.mark.parametrize(("floor", "low", "last"), [(10, 10, 35), (40, 40, 40)])
+def test_the_laws_sequence(registry: pacer.NoticeRegistry, floor: int, low: int, last: int) -> None:
     p = adaptive(registry, adaptive_floor_per_min=floor)
     assert p.rate_in_force(0) == 60
     assert opened(p, 40, 1000) == [60] * 40  # searching, at the ceiling
-    assert p.observe("throttled", 1000) == held  # ⌈40·31/32⌉ = 39, or the floor 40
-    assert p.observe(Outcome.THROTTLED, 1000) == held  # in the hold: nothing changes
-    assert p.observe("opened", 1000) == held  # counted, no rise in the hold
-    assert p.observe("throttled", 60999) == held  # 59999 ms after the origin: held
-    # 60000 ms after: E = 41 ≥ R: L = R − max(1, ⌊R/8⌋) = 35, read 34, or 40.
-    assert p.observe("throttled", 61000) == last
-    assert p.rate_in_force(61000) == last
+    # L = 40, paused until 60000: the lowest, max(floor, 3) = 10, or 40.
+    assert p.observe("throttled", 1000) == low
+    assert p.observe(Outcome.THROTTLED, 1000) == low  # at = 60000, Δ = 0: in the hold, nothing changes
+    assert p.observe("opened", 1000) == low  # counted at 60000, no rise in the hold
+    assert p.rate_in_force(59999) == low  # still in the pause
+    assert p.rate_in_force(60000) == 40  # the pause's end: ℓ = L = 40
+    assert opened(p, 40, 60000) == [40] * 40  # Δ = 0: in the hold, 41 in that minute
+    assert p.observe("throttled", 119999) == 40  # Δ = 59999: in the hold
+    # Δ = 60000: E = through = 41 ≥ R = 40: L = 40 − max(1, ⌊40/8⌋) = 35, or
+    # the floor 40.
+    assert p.observe("throttled", 120000) == last
+    assert p.rate_in_force(120000) == last
     assert p.config.adaptive_floor_per_min == floor and p.config.adaptive_ceiling_per_min == 0
 
 
 def test_a_throttle_the_count_explains(registry: pacer.NoticeRegistry) -> None:
-    """After the sequence above (floor 10: L = 35 from origin 61000, not
-    `again`): at 181000 (minute 3) the counts are dropped; the rate in force
-    is 34 + ⌊⌊35·600³/10⁶⌋·35/5400000⌋ = 34 + ⌊7560·35/5400000⌋ = 34 (d =
-    600 ds). 20 openings there (20 ≤ 35 + 4 + 1: no rise) and a throttle:
-    E = 20 < 34, so L = 20, read ⌈20·31/32⌉ = 20; with floor 25, 25."""
+    """The first search's end as in the sequence (L = 40, the pause to 60000,
+    the 40 openings of minute 0 the count before minute 1). 20 openings at
+    60000 (minute 1; Δ = 0, in the hold: no rise) read ℓ = 40. A throttle at
+    120000 (minute 2, Δ = 60000: not held, before the step at 60000 + 60000
+    + max(240000, 80·60000/40)/4 = 180000): R = 40; minute 0's count dropped,
+    minute 1's 20 the count before: E = through = 20 < R = 40, so L = 20;
+    with floor 25, 25."""
     for floor, last in ((10, 20), (25, 25)):
         p = adaptive(registry, adaptive_floor_per_min=floor)
         opened(p, 40, 1000)
-        assert p.observe("throttled", 1000) == 39
-        p.observe("opened", 1000)
-        assert p.observe("throttled", 61000) == 34
-        assert p.rate_in_force(181000) == 34
-        assert opened(p, 20, 181000) == [34] * 20
-        assert p.observe("throttled", 181000) == last
+        assert p.observe("throttled", 1000) == floor  # paused: the lowest, max(floor, 3)
+        assert opened(p, 20, 60000) == [40] * 20
+        assert p.rate_in_force(119999) == 40
+        assert p.observe("throttled", 120000) == last
 
 
-@pytest.mark.parametrize(("more", "at_71000"), [(7, 58), (6, 39)])
+@pytest.mark.parametrize(("more", "at_125000", "at_130000"), [(47, 50, 60), (46, 40, 40)])
 def test_a_count_above_the_limit_after_the_hold_searches_again(registry: pacer.NoticeRegistry, more: int,
-                                                                at_71000: int) -> None:
-    """After the throttle at 1000 (L = 40), a rise shows when a minute's count
-    passes 40 + ⌊40/8⌋ + 1 = 46 at least 60000 ms after the origin. `more`
-    openings at 30000 (in the hold: 39 stays), then one at 61000: minute 0's
-    count 40 + more is `through`. 47 > 46: search again from the rate in
-    force, 39, doubling every 20000 ms: ⌊39·30000/20000⌋ = 58 at 71000, 78
-    at 81000 clamped to 60. 46: still probing, at 71000 d = 100 ds,
-    ⌊⌊40·100³/10⁶⌋·40/(5400000/16)⌋ = ⌊1600/337500⌋ = 0: 39."""
+                                                                at_125000: int, at_130000: int) -> None:
+    """After the throttle at 1000 (L = 40, the pause: origin 60000, probing,
+    `again`) a rise shows when a minute's count passes 40 + ⌊40/8⌋ + 1 = 46
+    at least 60000 ms after the origin. `more` openings at 90000 (minute 1,
+    Δ = 30000: in the hold, 40 stays); one at 120000 (minute 2, Δ = 60000:
+    minute 0's 40 dropped, minute 1's `more` the count before) makes through
+    = max(1, more). 47 > 46: search again from the rate in force, 40 (before
+    the step at 180000), origin 120000, doubling every 20000 ms:
+    40·(20000 + 5000)/20000 = 50 at 125000 (Δ = 5000), 40·(20000 +
+    10000)/20000 = 60 at 130000 (Δ = 10000), the ceiling. 46: still probing,
+    ℓ = 40 at both (Δ = 65000 and 70000, before the step)."""
     p = adaptive(registry)
     opened(p, 40, 1000)
-    assert p.observe("throttled", 1000) == 39
-    assert opened(p, more, 30000) == [39] * more
-    assert p.observe("opened", 61000) == 39
-    assert p.rate_in_force(71000) == at_71000
-    assert p.rate_in_force(81000) == (60 if more == 7 else 39)
+    assert p.observe("throttled", 1000) == 10  # paused: the lowest
+    assert opened(p, more, 90000) == [40] * more
+    # The answer is read after the change at 120000: searching again from 40,
+    # Δ = 0: 40; or still probing at ℓ = 40.
+    assert p.observe("opened", 120000) == 40
+    assert p.rate_in_force(125000) == at_125000
+    assert p.rate_in_force(130000) == at_130000
 
 
 def test_the_refill_follows_the_rate_in_force(registry: pacer.NoticeRegistry) -> None:
-    """Burst 1: 30 openings and a throttle between two reservations at 1000
-    (L = 30, ⌈30·31/32⌉ = 30) make the second wait 60000/30 = 2000 ms (1000
-    ms at 60/min), within the 4833 ms bound."""
+    """Burst 1: 30 openings and a throttle between two reservations at 61000
+    (minute 1: E = max(through 30, recent 30 + 0) = 30, L = min(30, 60) = 30;
+    a minute after the creation, so no pause: origin max(61000, 0 + 60000) =
+    61000, the rate ℓ = 30 at once) make the second wait 60000/30 = 2000 ms
+    (1000 ms at 60/min), within the 4833 ms bound."""
     p = adaptive(registry, burst=1)
-    first = p.reserve(1000)
+    first = p.reserve(61000)
     assert isinstance(first, pacer.Admitted) and first.wait_ms == 0
-    opened(p, 30, 1000)
-    assert p.observe("throttled", 1000) == 30
-    second = p.reserve(1000)
+    assert opened(p, 30, 61000) == [60] * 30
+    assert p.observe("throttled", 61000) == 30
+    second = p.reserve(61000)
     assert isinstance(second, pacer.Admitted) and second.wait_ms == 2000
 
 
 def test_observe_defaults_to_the_pacers_clock(registry: pacer.NoticeRegistry) -> None:
-    """Nothing counted: L = R = 60, 59 through the hold; at 61000 (minute 1,
-    nothing counted in minutes 0 and 1) L = R = 59 again: ⌈59·31/32⌉ =
-    ⌈57.2⌉ = 58."""
+    """Created at 1000 (the clock's reading). Nothing counted at 1000: B =
+    min(R, L) = 60, L = 60 − max(1, ⌊60/8⌋) = 53, probing (`again`), paused
+    until max(1000, 1000 + 60000) = 61000: the lowest, 10, before it, 53
+    from it. At 121000 (Δ = 60000, not held; the step only from 61000 +
+    60000 + max(240000, ⌊4800000/53⌋ = 90566)/4 = 181000, so R = 53),
+    nothing counted again: B = min(53, 53) = 53, L = 53 − max(1, ⌊53/8⌋ =
+    6) = 47."""
     clock = FakeClock(1000)
     p = adaptive(registry, clock=clock)
-    assert p.observe("throttled") == 59  # at 1000
+    assert p.observe("throttled") == 10  # at 1000, in the pause
     clock.ms = 60999
-    assert p.observe("throttled") == 59 and p.rate_in_force() == 59
+    assert p.observe("throttled") == 10 and p.rate_in_force() == 10  # held, still paused
     clock.ms = 61000
-    assert p.observe("throttled") == 58
+    assert p.rate_in_force() == 53
+    clock.ms = 121000
+    assert p.observe("throttled") == 47
 
 
 def test_clock_0_and_the_largest_clock(registry: pacer.NoticeRegistry) -> None:
-    """A throttle at 0 with nothing counted: 59. An opening at 2⁶⁴ − 1 (far
-    past the hold: d capped at 20000 ds, the curve capped at 60 + 7 + 2 and
-    clamped to the ceiling) reads 60; a throttle then: E = 1 < 60, L = 1,
-    clamped to the floor 10."""
+    """A throttle at 0 with nothing counted: L = 60 − max(1, ⌊60/8⌋) = 53,
+    paused (origin 0 + 60000): the lowest, 10. An opening at 2⁶⁴ − 1 (long
+    past the hold and the wait: the step, 53 + ⌊53/2⌋ + 2 = 81, clamped to
+    the ceiling; through 1 ≤ 53 + 6 + 1, no rise) reads 60; a throttle then:
+    R = 60, E = through = 1 < 60, L = 1, clamped to the floor 10."""
     p = adaptive(registry)
-    assert p.observe("throttled", 0) == 59
+    assert p.observe("throttled", 0) == 10
+    assert p.rate_in_force(59999) == 10
+    assert p.rate_in_force(60000) == 53
     top = 2**64 - 1
     assert p.observe("opened", top) == 60
     assert p.rate_in_force(top) == 60
@@ -159,15 +188,21 @@ def test_a_ceiling_above_the_rate_lets_it_climb(registry: pacer.NoticeRegistry) 
 
 
 def test_a_search_ends_at_what_got_through(registry: pacer.NoticeRegistry) -> None:
-    """Ceiling 600, floor 1 (lowest max(1, 3) = 3): three openings at 0 and
-    a throttle at 20000: L = min(3, 600) = 3, ⌈3·31/32⌉ = 3, at least the
-    lowest 3. Nothing reported: L = R = 600, ⌈600·31/32⌉ = ⌈581.25⌉ = 582."""
+    """Ceiling 600, floor 1 (lowest max(1, 3) = 3): three openings at 0 and a
+    throttle at 20000: E = max(through 3, recent 3) = 3, L = min(3, 600) = 3;
+    paused until max(20000, 0 + 60000) = 60000 at the lowest, 3, and ℓ = 3
+    after it. Nothing reported: R at 20000 is 60·2⁴ = 960, clamped to 600;
+    B = min(R, L) = min(600, 60) = 60, L = 60 − max(1, ⌊60/8⌋) = 53, read
+    from the pause's end (the throttle itself answers the lowest, 3)."""
     p = adaptive(registry, adaptive_floor_per_min=1, adaptive_ceiling_per_min=600)
     assert opened(p, 3, 0) == [60, 60, 60]
     assert p.observe("throttled", 20000) == 3
+    assert p.rate_in_force(59999) == 3
     assert p.rate_in_force(79999) == 3
     blind = adaptive(registry, adaptive_floor_per_min=1, adaptive_ceiling_per_min=600)
-    assert blind.observe("throttled", 20000) == 582
+    assert blind.rate_in_force(20000) == 600
+    assert blind.observe("throttled", 20000) == 3
+    assert blind.rate_in_force(60000) == 53
 
 
 BAD_OUTCOMES_TYPE = [None, 1, 2, True, b"throttled", 1.0, ["opened"]]
@@ -179,7 +214,10 @@ def test_an_outcome_of_another_type_is_a_type_error(registry: pacer.NoticeRegist
     p = adaptive(registry)
     with pytest.raises(TypeError, match="outcome"):
         p.observe(outcome, 1000)  # type: ignore[arg-type]
-    assert p.observe("throttled", 1000) == 59  # still searching, nothing counted: L = R = 60
+    # Still searching, nothing counted: L = 60 − max(1, ⌊60/8⌋) = 53, paused
+    # until 60000 at the lowest, 10.
+    assert p.observe("throttled", 1000) == 10
+    assert p.rate_in_force(60000) == 53
 
 
 @pytest.mark.parametrize("outcome", BAD_OUTCOMES_VALUE)
@@ -187,7 +225,8 @@ def test_another_word_is_a_value_error(registry: pacer.NoticeRegistry, outcome: 
     p = adaptive(registry)
     with pytest.raises(ValueError, match="outcome"):
         p.observe(outcome, 1000)
-    assert p.observe("throttled", 1000) == 59
+    assert p.observe("throttled", 1000) == 10  # as above: L = 53, paused at the lowest
+    assert p.rate_in_force(60000) == 53
 
 
 @pytest.mark.parametrize("now_ms", [-1, 2**64, 1.5, math.nan, math.inf, True, "1000"], ids=repr)
@@ -200,7 +239,8 @@ def test_a_bad_time_changes_nothing(registry: pacer.NoticeRegistry, now_ms: obje
         p.rate_in_force(now_ms)  # type: ignore[arg-type]
     with pytest.raises(error, match="now_ms"):
         p.observe("opened", now_ms)  # type: ignore[arg-type]
-    assert p.observe("throttled", 1000) == 59
+    assert p.observe("throttled", 1000) == 10  # as above: L = 53, paused at the lowest
+    assert p.rate_in_force(60000) == 53
 
 
 @pytest.mark.parametrize(
@@ -242,13 +282,19 @@ def test_the_edges_are_accepted(registry: pacer.NoticeRegistry) -> None:
 
 def test_from_env_takes_the_adaptive_settings(registry: pacer.NoticeRegistry) -> None:
     p = pacer.Pacer.from_env({}, adaptive_floor_per_min=40, clock=FakeClock(0), notice_registry=registry)
-    assert p.observe("throttled", 1000) == 59  # nothing counted: L = R = 60, ⌈60·31/32⌉
-    assert p.observe("throttled", 60999) == 59  # a hold
-    # Nothing counted: L = R = 59, ⌈59·31/32⌉ = ⌈57.2⌉ = 58, in [40, 60].
-    assert p.observe("throttled", 61000) == 58
-    assert opened(p, 10, 121000) == [58] * 10  # d = 0 at Δ = 60000: 58
-    # E = 10 < R = 58: L = 10, ⌈10·31/32⌉ = 10, below the floor 40.
-    assert p.observe("throttled", 121000) == 40
+    # Nothing counted: L = 60 − max(1, ⌊60/8⌋) = 53, paused until 60000 at
+    # the lowest, max(40, 3) = 40.
+    assert p.observe("throttled", 1000) == 40
+    assert p.observe("throttled", 60999) == 53  # Δ = 999: a hold; ℓ = 53
+    assert p.observe("throttled", 119999) == 53  # Δ = 59999: still held
+    # Δ = 60000 (the step only from 180000: R = 53), nothing counted: B =
+    # min(53, 53) = 53, L = 53 − max(1, ⌊53/8⌋) = 47, in [40, 60].
+    assert p.observe("throttled", 120000) == 47
+    # Origin 120000, not `again`: the wait is max(240000, ⌊4800000/47⌋ =
+    # 102127) = 240000, so 47 at Δ = 60000; 10 ≤ 47 + 5 + 1: no rise.
+    assert opened(p, 10, 180000) == [47] * 10
+    # Δ = 60000, not held: E = through = 10 < R = 47: L = 10, below the floor 40.
+    assert p.observe("throttled", 180000) == 40
 
 
 def test_outcome_values() -> None:

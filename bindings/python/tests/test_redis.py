@@ -908,15 +908,20 @@ def test_a_redemption_admits_with_the_ticket_the_reply_carries(d: Driver) -> Non
 
 # ------------------------------------------------------------ adaptive pacing
 #
-# SPEC §14 on the fleet's bucket (the law in core/src/adaptive.rs). The
-# server's clock runs, but a test runs well within the law's 60000 ms hold.
-# CONFIG's budget (3 retries, hint cap 2 s: schedule 6000 ms) makes
-# ⌈60000/6000⌉ = 10 the lowest rate that can refuse; with floor 10 the rate
-# in force is clamped to [10, 60]. A new bucket searches from L = 60, at the
-# default ceiling 60 at any instant; a throttle with nothing counted ends the
-# search with L = R = 60 (probing, `again`) and the probe reads ⌈60·31/32⌉ =
-# ⌈58.125⌉ = 59 through the hold; a throttle in the hold changes nothing; an
-# opening in the hold is counted and changes nothing else.
+# SPEC §14 on the fleet's bucket (the law in core/src/adaptive.rs), on the
+# server's clock (no test sets AT). The clock runs, but each test runs well
+# within a minute of the bucket's creation t₀. CONFIG's budget (3 retries,
+# hint cap 2 s: schedule 6000 ms) makes ⌈60000/6000⌉ = 10 the lowest rate
+# that can refuse; with floor 10 the rate in force is clamped to [10, 60]. A
+# new bucket searches from L = 60, at the default ceiling 60 at any instant;
+# a throttle with nothing counted ends the search with L = B − max(1, ⌊B/8⌋),
+# B = min(R, L) = min(60, 60) = 60: 60 − max(1, 7) = 53 (probing, `again`),
+# and, ending the first search less than a minute after t₀, pauses: the
+# origin becomes t₀ + 60000 and the rate reads the lowest, 10, until then
+# (every answer here is in the pause). A throttle after it is held (`at` =
+# max(now, origin) = the origin: 0 ms into the 60000 ms hold) and changes
+# nothing; an opening is counted in the origin's minute and changes nothing
+# else.
 
 ADAPTIVE = {**CONFIG, "adaptive_floor_per_min": 10}
 
@@ -933,19 +938,22 @@ def test_a_throttle_one_proxy_reports_slows_the_fleet(d: Driver, each_engine: Re
             info["limit_per_min"], info["probing"], info["again"], info["window"], info["opened"],
             info["opened_before"]) == (60, 10, 60, 60, 0, 0, 0, 0, 0)
     assert info["origin_ms"] <= info["now_ms"]
+    created = info["origin_ms"]
     assert d(two.rate_in_force()) == 60
-    assert d(one.observe("throttled")) == 59
-    assert d(two.rate_in_force()) == 59
-    assert d(two.observe(pacer.Outcome.THROTTLED)) == 59  # within the hold: nothing changes
-    assert d(two.observe("opened")) == 59
+    # One proxy's throttle slows the other: to the lowest, 10, in the pause.
+    assert d(one.observe("throttled")) == 10
+    assert d(two.rate_in_force()) == 10
+    assert d(two.observe(pacer.Outcome.THROTTLED)) == 10  # within the hold: nothing changes
+    assert d(two.observe("opened")) == 10  # counted at the origin; still the pause at the server's clock
     info = d(two.info())
-    # L = 60, probing, again; the opening counted in its minute (0, or 1 when
-    # the clock's minute turned between the throttle and it: then the one
-    # before is the throttle minute's count, 0).
-    assert (info["limit_per_min"], info["probing"], info["again"], info["opened"], info["opened_before"],
-            info["rate_in_force"]) == (60, 1, 1, 1, 0, 59)
-    assert info["window"] in (0, 1)
-    assert 0 <= info["now_ms"] - info["origin_ms"] < 60_000
+    # One decrease, the pause's: L = 53, probing, again, origin t₀ + 60000
+    # still ahead of the server's clock (two's throttle held, not a second
+    # decrease from its own instant). The throttle moved the counts (none) to
+    # the origin's minute, window 0; the opening, at `at` = the origin, is
+    # counted there: opened 1, opened_before 0.
+    assert (info["limit_per_min"], info["probing"], info["again"], info["window"], info["opened"],
+            info["opened_before"], info["rate_in_force"]) == (53, 1, 1, 0, 1, 0, 10)
+    assert info["origin_ms"] == created + 60_000 and info["now_ms"] < info["origin_ms"]
     # The adaptive settings are the bucket's configuration.
     for other in ({}, {"adaptive_floor_per_min": 20}):
         mismatched = d.pacer(url=server.url, key=key, **{**CONFIG, **other})
@@ -963,26 +971,30 @@ def test_a_throttle_one_proxy_reports_slows_the_fleet(d: Driver, each_engine: Re
 
 
 def test_reserve_and_book_carry_adapt(d: Driver, each_engine: RedisServer) -> None:
-    """Burst 1: 30 openings reported, then a throttle, end the search at
-    L = min(E, 60) with E = max(through, recent) = 30 (⌈30·31/32⌉ = 30), or
-    29 when the clock's minute turned among the openings (recent = k +
-    ⌊(30 − k)·left/60000⌋ = 29 for left < 60000; ⌈29·31/32⌉ = 29). A
-    reservation after it waits 60000/30 = 2000 ms (⌈60000/29⌉ = 2069) less
-    the time since the first debit, more than any wait at 60/min (1000 ms)."""
+    """Burst 1: 30 openings reported, then a throttle, end the first search
+    at L = min(E, 60) with E = max(through, recent) = 30, or 29 when the
+    clock's minute turned among the openings (recent = k + ⌊(30 − k)·left/
+    60000⌋ = 29 for left < 60000, through = max(k, 30 − k) ≤ 29 for
+    0 < k < 30), less than a minute after the creation: the pause, in which
+    the rate in force is the lowest, 10, as the throttle answers. A
+    reservation right after it would wait 60000/10 = 6000 ms less the few
+    ms since the first debit, beyond the 2000 ms bound: refused, where at
+    60/min it waits at most 1000 ms."""
     fleet = d.pacer(url=each_engine.url, key=fresh_key("adaptive-refill"), **{**ADAPTIVE, "burst": 1})
     first = d(fleet.reserve())
     assert isinstance(first, RedisAdmitted) and first.wait_ms == 0 and first.fallback is None
     for _ in range(30):
         assert d(fleet.observe("opened")) == 60  # searching, at the ceiling
-    rate = d(fleet.observe("throttled"))
-    assert rate in (30, 29)
+    assert d(fleet.observe("throttled")) == 10  # the pause
+    assert d(fleet.info())["limit_per_min"] in (30, 29)
     second = d(fleet.reserve())
-    assert isinstance(second, RedisAdmitted) and 1000 < second.wait_ms <= -(-60000 // rate)
+    assert isinstance(second, RedisRefused) and second.fallback is None
+    assert BOUND_MS < second.required_wait_ms <= 6000
     # BOOK … retries_left ADAPT floor ceiling on the same bucket: a refusal past
     # the bound books (or refuses), never a configuration error.
     booked = d(fleet.reserve_or_book(3))
     assert isinstance(booked, (RedisBooked, RedisRefused, RedisAdmitted)) and booked.fallback is None
-    assert d(fleet.info())["rate_in_force"] == rate
+    assert d(fleet.info())["rate_in_force"] == 10
 
 
 def test_adaptation_off_asks_nothing(d: Driver, plain_server: RedisServer) -> None:
@@ -1000,22 +1012,25 @@ def test_adaptation_off_asks_nothing(d: Driver, plain_server: RedisServer) -> No
 def test_observe_while_redis_fails(d: Driver) -> None:
     """local reports to its fallback pacer, adaptive at ⌊rate/N⌋ between
     ⌊floor/N⌋ and ⌊ceiling/N⌋: N = 2 gives 30 between 5 and 30 (the lowest
-    rate that can refuse, ⌈60000/6000⌉ = 10, above the floor 5). A throttle
-    with nothing counted ends its search at L = R = 30: ⌈30·31/32⌉ = 30;
-    20 openings and a throttle on a fresh one: L = min(20, 30) = 20,
-    ⌈20·31/32⌉ = 20 (19 should its clock's minute turn among them:
-    ⌈19·31/32⌉ = 19). Open and closed learn nothing and answer 60.
-    rate_in_force needs Redis, as info."""
+    rate that can refuse, ⌈60000/6000⌉ = 10, above the floor 5: lowest 10).
+    A throttle with nothing counted ends its search (L = 30 − max(1,
+    ⌊30/8⌋) = 27) less than a minute after the fallback pacer began: the
+    pause, which reads the lowest, 10; one in the hold changes nothing, and
+    the opening answers 10 too. 20 openings on a fresh one answer 30
+    (searching, at its ceiling), and its throttle (L = min(20, 30) = 20, or
+    19 should its clock's minute turn among them) pauses it too: 10. Open
+    and closed learn nothing and answer 60. rate_in_force needs Redis, as
+    info."""
     import redis
 
     url = f"redis://127.0.0.1:{free_port()}"
     local = d.pacer(url=url, key="k", fleet_size=2, **ADAPTIVE)
-    assert d(local.observe("throttled")) == 30
-    assert d(local.observe("throttled")) == 30  # in the hold: nothing changes
-    assert d(local.observe("opened")) == 30
+    assert d(local.observe("throttled")) == 10
+    assert d(local.observe("throttled")) == 10  # in the hold: nothing changes
+    assert d(local.observe("opened")) == 10
     counted = d.pacer(url=url, key="k", fleet_size=2, **ADAPTIVE)
     assert [d(counted.observe("opened")) for _ in range(20)] == [30] * 20
-    assert d(counted.observe("throttled")) in (20, 19)
+    assert d(counted.observe("throttled")) == 10
     fallback = local.fallback_pacer
     assert fallback is not None
     assert (fallback.config.adaptive_floor_per_min, fallback.config.adaptive_ceiling_per_min) == (5, 30)

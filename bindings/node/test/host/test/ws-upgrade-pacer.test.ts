@@ -296,13 +296,19 @@ function upstream(...statuses: number[]): () => Promise<{ status: number }> {
 // 4 s, schedule 20000 ms) make 3/min the lowest rate that can refuse, so
 // the rate in force stays in [max(10, 3), 60] = [10, 60]. At 60/minute with
 // the default ceiling (the rate) it reads 60 while it searches. The host's
-// classification of a 429 or 403 reports a throttle: the first, with
-// nothing counted, ends the search at L = R = 60 and the rate in force is
-// ⌈60·31/32⌉ = 59, where a token takes ⌈60000/59⌉ = 1017 ms to refill, not
-// 1000. A throttle within 60000 ms of that changes nothing; a 101 is
-// counted (one opening). A throttle 60000 ms after it, 1 ms after such a
-// hold: that one opening is all that got through in the last minute
-// (E = 1 < R = 59), so L = 1, ⌈1·31/32⌉ = 1, clamped to the floor: 10.
+// classification of a 429 or 403 reports a throttle. The pacer is created
+// at 1_000_000; the first upgrade comes 60000 ms later, so its throttle ends
+// the first search a minute after the creation: no pause (a throttle sooner
+// would read the lowest, 10, until creation + 60000). With nothing counted,
+// B = min(R, L) = 60 and L = 60 − max(1, ⌊60/8⌋ = 7) = 53, origin
+// 1_060_000, and the rate in force is 53, where a token takes
+// ⌈60000/53⌉ = ⌈1132.08⌉ = 1133 ms to refill, not 1000. A throttle within
+// 60000 ms of the origin changes nothing (the hold); a 101 is counted (one
+// opening, at 1_061_133, minute ⌊1_061_133/60000⌋ = 17). A throttle at
+// 1_120_000 (Δ = 60000, no longer held; minute 18, so the count rolls:
+// before 1, this minute 0): probing, E = through = 1; R = 53 (the step to
+// 53 + 26 + 2 only from Δ = 60000 + max(240000, ⌊80·60000/53⌋ = 90566)/4 =
+// 120000); E = 1 < R, so L = 1, clamped to the floor: 10.
 test('adaptive: the upgrade answers the host classifies reach the pacer; a 429 or 403 lowers the rate in force', async () => {
   const time = new FakeTime();
   const p = new WsUpgradePacer({
@@ -311,21 +317,23 @@ test('adaptive: the upgrade answers the host classifies reach the pacer; a 429 o
   });
   const upgrade = upstream(429, 429, 101, 429, 403);
   assert.equal(p.rateInForce(), 60);
+  await time.advance(60_000);
+  assert.equal(p.rateInForce(), 60, 'still searching');
   assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 429 });
-  assert.equal(p.rateInForce(), 59);
+  assert.equal(p.rateInForce(), 53);
   // The burst's second token: admitted at once; its 429 changes nothing.
   assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 429 });
-  assert.equal(p.rateInForce(), 59);
-  // The bucket is empty: the third waits a token at 59/minute.
+  assert.equal(p.rateInForce(), 53);
+  // The bucket is empty: the third waits a token at 53/minute.
   const third = watch(upgradeUpstream({ pacer: p, upgrade }));
-  await time.advance(1_016);
-  assert.equal(third.value, undefined, 'still waiting after 1016 ms');
+  await time.advance(1_132);
+  assert.equal(third.value, undefined, 'still waiting after 1132 ms');
   await time.advance(1);
   assert.deepEqual(third.value, { outcome: 'upgraded' });
   // 1 ms short of a minute after the throttle (the bucket full again): held.
-  await time.advance(60_000 - 1 - 1_017);
+  await time.advance(60_000 - 1 - 1_133);
   assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 429 });
-  assert.equal(p.rateInForce(), 59);
+  assert.equal(p.rateInForce(), 53);
   await time.advance(1);
   assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 403 });
   assert.equal(p.rateInForce(), 10);
@@ -348,10 +356,12 @@ test('adaptive: the shared pacer turns it on from CLODEX_WS_ADAPTIVE_FLOOR_PER_M
     const shared = sharedWsUpgradePacer() as InstanceType<typeof WsUpgradePacer>;
     assert.equal(shared.rateInForce(), 60);
     assert.deepEqual(await upgradeUpstream({ upgrade: upstream(429) }), { outcome: 'rate-limited', status: 429 });
-    // The real clock moves on, but well within the 60 s hold: the throttle,
-    // nothing counted, ended the search at L = R = 60, and the rate in force
-    // reads ⌈60·31/32⌉ = 59 until the hold ends.
-    assert.equal(shared.rateInForce(), 59);
+    // The real clock moves on, but well within a minute of the creation:
+    // the throttle, nothing counted, ended the first search at L = 60 −
+    // max(1, ⌊60/8⌋) = 53 and paused, so until creation + 60000 the rate in
+    // force reads the lowest, max(10, 3) = 10 (3/min the lowest rate that
+    // can refuse at the default budget).
+    assert.equal(shared.rateInForce(), 10);
     assert.deepEqual(lines, []);
   } finally {
     delete process.env.CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN;
