@@ -566,13 +566,13 @@ func (p *Pacer) await(ctx context.Context, start uint64, d *Decision) (Admission
 // (adaptive pacing, SPEC §14) and returns the rate in force after it, new
 // connections per minute. OutcomeOpened is counted (per minute of the
 // clock). OutcomeThrottled (the upstream's own rate limit) sets the rate to
-// just under what got through (⌈L·31/32⌉: L the count, at most the
-// ceiling, when it ends the search or is below the rate in force; else the
-// rate in force less 1/8), unless a throttle less than a minute before
-// already did: then it changes nothing. Before the first throttle the rate
-// doubles every 5 s up to the ceiling; after one it stays flat for a
-// minute, then probes slowly above; a minute's count well above L searches
-// again. It stays within the floor (raised to the lowest rate that can
+// what got through (L: the count, at most the ceiling, when it ends the
+// search or is below the rate in force; else the rate in force less 1/8),
+// unless a throttle less than a minute before already did: then it changes
+// nothing. Before the first throttle the rate doubles every 5 s up to the
+// ceiling (the first throttle pauses at the lowest rate until a minute
+// after the start); after one it holds at L, then now and then probes a
+// step above it; a minute's count well above L searches again. It stays within the floor (raised to the lowest rate that can
 // refuse) and the ceiling; Reserve refills at it. With adaptation off it changes nothing and returns
 // RatePerMinute. Any other outcome returns ErrInvalidInput and changes
 // nothing. Safe for concurrent use.

@@ -213,11 +213,12 @@ export declare class Pacer {
   readonly enabled: boolean;
   /** Reports what the upstream answered to a new connection (SPEC §14): an
    * opening is counted (per minute of the clock); a throttle sets the rate
-   * in force to just under what got through (⌈L·31/32⌉, L the count when it
-   * ends the search or is below the rate in force, else the rate in force
-   * less 1/8), unless one less than a minute before did: then it changes
-   * nothing. Before the first throttle the rate doubles every 5 s up to the
-   * ceiling; after one it stays flat a minute, then probes slowly above.
+   * in force to what got through (L the count when it ends the search or is
+   * below the rate in force, else the rate in force less 1/8), unless one
+   * less than a minute before did: then it changes nothing. Before the first
+   * throttle the rate doubles every 5 s up to the ceiling (and the first
+   * throttle pauses at the lowest rate until a minute after the start);
+   * after one it holds at L, then now and then probes a step above it.
    * Returns the rate in force after it. Adaptation off: changes nothing, returns
    * the configured rate. Another outcome is a TypeError. */
   observe(outcome: Outcome, nowMs?: number): number;

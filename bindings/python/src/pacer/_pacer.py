@@ -848,13 +848,14 @@ class Pacer(fast.Core):
 
         ``Outcome.OPENED`` (``"opened"``) is counted (per minute of the
         clock). ``Outcome.THROTTLED`` (``"throttled"``: the upstream's own
-        rate limit) sets the rate to just under what got through (⌈L·31/32⌉:
-        ``L`` the count, at most the ceiling, when it ends the search or is
-        below the rate in force; else the rate in force less 1/8), unless a
-        throttle less than a minute before already did: then it changes
-        nothing. Before the first throttle the rate doubles every 5 s up to
-        the ceiling; after one it stays flat for a minute, then probes
-        slowly above; a minute's count well above ``L`` searches again. It
+        rate limit) sets the rate to what got through (``L``: the count, at
+        most the ceiling, when it ends the search or is below the rate in
+        force; else the rate in force less 1/8), unless a throttle less than
+        a minute before already did: then it changes nothing. Before the
+        first throttle the rate doubles every 5 s up to the ceiling (the
+        first throttle pauses at the lowest rate until a minute after the
+        start); after one it holds at ``L``, then now and then probes a step
+        above it; a minute's count well above ``L`` searches again. It
         stays within the floor (raised to the lowest rate that can refuse)
         and the ceiling; ``reserve`` refills at it. With
         adaptation off it changes nothing and returns ``rate_per_minute``.
