@@ -79,9 +79,9 @@
 //! # Exactness
 //! Every intermediate is below 2^53, so the same arithmetic is exact in
 //! Lua's doubles (the Redis script): `ℓ ≤ 600`, the search term is below
-//! `600 · 2^9 · 40000`, the wait below `120 · 60000`, and the origin and
-//! `Δ` are compared, never multiplied (the script keeps the origin as two
-//! halves, as the state word's clock).
+//! `600 · 2^9 · 40000`, the wait below `80 · 60000`, and the origin below
+//! `2^52 + 60000` (a pause moves it a minute past a clock below 2^52); the
+//! origin and `Δ` are compared and subtracted, never multiplied.
 
 /// The counting window, ms: openings are counted per minute of the clock.
 pub const WINDOW_MS: u64 = 60_000;
@@ -241,7 +241,7 @@ impl Range {
             // The pause after a search's first throttle.
             return self.lowest as u32;
         }
-        let elapsed = now_ms - control.origin_ms.min(now_ms);
+        let elapsed = now_ms.saturating_sub(control.origin_ms);
         let ceiling = self.ceiling as u64;
         let limit = (control.limit_per_min as u64).min(ceiling);
         let curve = if !control.probing {
