@@ -25,7 +25,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"pacer"
+	pacer "github.com/connpacer/pacer/bindings/go"
 )
 
 // cfg is the pacer side of every case: 60 a minute (one token a second),

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	golang.org/x/time v0.16.0
-	pacer v0.0.0
+	github.com/connpacer/pacer/bindings/go v0.0.0
 )
 
 require (
@@ -14,4 +14,4 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 )
 
-replace pacer => ../../bindings/go
+replace github.com/connpacer/pacer/bindings/go => ../../bindings/go

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"pacer"
+	pacer "github.com/connpacer/pacer/bindings/go"
 )
 
 func TestSmoke(t *testing.T) {

@@ -34,7 +34,7 @@ import (
 	"testing"
 	"time"
 
-	"pacer"
+	pacer "github.com/connpacer/pacer/bindings/go"
 )
 
 // adaptiveConfig is SPEC §2's defaults (rate 60, burst 10, idle 120 s, 5

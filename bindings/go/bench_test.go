@@ -3,7 +3,7 @@ package pacer_test
 import (
 	"testing"
 
-	"pacer"
+	pacer "github.com/connpacer/pacer/bindings/go"
 )
 
 // BenchmarkReserve: one goroutine, the clock advancing 1 s per call so

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"pacer"
+	pacer "github.com/connpacer/pacer/bindings/go"
 )
 
 // drained is a default pacer whose clock reads clock, after the 14

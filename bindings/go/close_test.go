@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"pacer"
+	pacer "github.com/connpacer/pacer/bindings/go"
 )
 
 // waitingAdmit starts p.Admit(ctx) in a goroutine and returns once it is

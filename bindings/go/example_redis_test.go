@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"pacer"
+	pacer "github.com/connpacer/pacer/bindings/go"
 )
 
 // A fleet's bucket in Redis: every proxy opens the same key with the same

@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"pacer"
+	pacer "github.com/connpacer/pacer/bindings/go"
 )
 
 // Four requests at one instant through a pacer with burst 1 (rate 60, idle

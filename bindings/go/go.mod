@@ -1,4 +1,4 @@
-module pacer
+module github.com/connpacer/pacer/bindings/go
 
 go 1.26.0
 

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"pacer"
+	pacer "github.com/connpacer/pacer/bindings/go"
 )
 
 // small is rate 60, burst 1, idle 30000, retries 3:

@@ -2,7 +2,7 @@ package pacer_test
 
 // README.md's Go blocks run. Each ```go block is a complete program
 // (package main); the test builds it in a module of its own, made the way
-// the README tells a reader to (require pacer, replace it by this
+// the README tells a reader to (require the module by its path, replace it by this
 // directory, go.sum copied from here, go build -mod=mod), runs it, and
 // compares what it prints with the comment lines under its "// Output:".
 
@@ -127,7 +127,7 @@ func TestReadmeGoBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goMod := fmt.Sprintf("module readme\n\ngo 1.26.0\n\nrequire pacer v0.0.0\n\nreplace pacer => %q\n", here)
+	goMod := fmt.Sprintf("module readme\n\ngo 1.26.0\n\nrequire github.com/connpacer/pacer/bindings/go v0.0.0\n\nreplace github.com/connpacer/pacer/bindings/go => %q\n", here)
 	for _, b := range blocks {
 		t.Run(fmt.Sprintf("line%d", b.line), func(t *testing.T) {
 			runReadmeBlock(t, goTool, goMod, goSum, b)

@@ -20,7 +20,7 @@ import (
 	"strconv"
 	"testing"
 
-	"pacer"
+	pacer "github.com/connpacer/pacer/bindings/go"
 )
 
 // adaptiveFleetConfig is fleetConfig (rate 60, burst 2, idle 30 s, 3

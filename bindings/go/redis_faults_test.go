@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"pacer"
+	pacer "github.com/connpacer/pacer/bindings/go"
 )
 
 // bookOnServer makes ReserveOrBook calls on r until the server books one;

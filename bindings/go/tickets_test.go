@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"pacer"
+	pacer "github.com/connpacer/pacer/bindings/go"
 )
 
 // wide is rate 60, burst 1000, idle 1 h, retries 5: the first 1000

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"pacer"
+	pacer "github.com/connpacer/pacer/bindings/go"
 )
 
 type vStep struct {

@@ -248,7 +248,7 @@ pub enum RedisKind {
 }
 
 /// The script as shipped.
-pub const SCRIPT: &str = include_str!("../../redis/pacer.lua");
+pub const SCRIPT: &str = include_str!("../pacer.lua");
 
 /// The script with `AT <ms>` allowed, for traces on a test clock.
 pub fn test_clock_script() -> String {

@@ -65,5 +65,5 @@ pub use types::{
 /// The README's Rust programs, compiled and run as this crate's doctests so
 /// that a snippet that stops working fails the tests.
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeSnippets;

@@ -16,7 +16,7 @@ import (
 	"strconv"
 	"time"
 
-	"pacer"
+	pacer "github.com/connpacer/pacer/bindings/go"
 )
 
 func main() {

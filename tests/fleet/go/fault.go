@@ -19,7 +19,7 @@ import (
 	"os"
 	"time"
 
-	"pacer"
+	pacer "github.com/connpacer/pacer/bindings/go"
 )
 
 func runFault(args []string) error {

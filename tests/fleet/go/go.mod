@@ -2,7 +2,7 @@ module pacerfleet
 
 go 1.26.0
 
-require pacer v0.0.0
+require github.com/connpacer/pacer/bindings/go v0.0.0
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -11,4 +11,4 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 )
 
-replace pacer => ../../../bindings/go
+replace github.com/connpacer/pacer/bindings/go => ../../../bindings/go

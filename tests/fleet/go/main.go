@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"pacer"
+	pacer "github.com/connpacer/pacer/bindings/go"
 )
 
 func main() {

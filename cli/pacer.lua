@@ -1,0 +1,1 @@
+../redis/pacer.lua
