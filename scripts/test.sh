@@ -36,6 +36,9 @@ bash scripts/test-go.sh
 step "Python binding: pip install into a venv, pytest"
 bash scripts/test-python.sh
 
+step "Release check: crates (cargo publish --dry-run), the abi3 manylinux wheel and the sdist (twine check), the npm packages (npm publish --dry-run), the Go module by its path"
+bash scripts/release-check.sh
+
 step "Shared pacers: C processes (fork, SIGKILL, creation race, attach checks), Node and Go attach"
 bash scripts/test-shm.sh
 

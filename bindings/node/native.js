@@ -1,25 +1,31 @@
 'use strict';
-// Loads the addon built by `npm run build` (scripts/build.js) and checks it
-// belongs to this package version.
-const path = require('node:path');
+// Loads the addon and checks it belongs to this package version: a
+// development build beside this file (pacer.node, from `npm run build`,
+// scripts/build.js) when there is one, else the prebuilt one of this
+// platform's package (connpacer-<platform>, an optional dependency; see
+// platforms.js).
+const fs = require('node:fs');
 const { version } = require('./package.json');
+const { nodeUnsupported, glibcVersion, loadAddon } = require('./platforms.js');
 
-let native;
-try {
-  native = require('./pacer.node');
-} catch (error) {
-  throw new Error(
-    `pacer: cannot load the native addon ${path.join(__dirname, 'pacer.node')} (${error.message}); `
-      + `build it with "npm run build" in ${__dirname} (needs cargo)`,
-    { cause: error },
-  );
-}
+const tooOld = nodeUnsupported(process.versions.node);
+if (tooOld !== null) throw new Error(tooOld);
+
+const native = loadAddon({
+  dir: __dirname,
+  platform: process.platform,
+  arch: process.arch,
+  glibc: () => glibcVersion(process),
+  exists: (file) => fs.existsSync(file),
+  load: (file) => require(file),
+  resolve: (id) => require.resolve(id),
+});
 
 const constants = Object.freeze(native.constants());
 if (constants.version !== version) {
   throw new Error(
     `pacer: the native addon is version ${constants.version} but this package is ${version}; `
-      + `rebuild it with "npm run build" in ${__dirname}`,
+      + `install the same version of both, or rebuild it with "npm run build" in ${__dirname}`,
   );
 }
 

@@ -48,19 +48,25 @@ _ATTRIBUTED_STRUCT = re.compile(r"struct\s+" + _ATTRIBUTE.pattern + r"\s*(\w+)\s
 _SKIP_LAYOUT_CHECK = "-DPACER_H_LAYOUT_CHECKED"
 
 
+#: Where an sdist carries the Rust sources (setup.py's sdist_with_rust).
+BUNDLED_SOURCES = "rust"
+
+
 def find_source_root() -> Path:
-    """The repository root: ``PACER_SOURCE_DIR`` if set, else the nearest
-    folder above this file holding ``include/pacer.h`` and ``ffi/Cargo.toml``."""
+    """The sources' root: ``PACER_SOURCE_DIR`` if set, else the Rust sources
+    an sdist carries (``rust/`` next to this file), else the nearest folder
+    above this file holding ``include/pacer.h`` and ``ffi/Cargo.toml`` (the
+    repository root, in a checkout)."""
     configured = os.environ.get("PACER_SOURCE_DIR")
-    candidates = [Path(configured).resolve()] if configured else list(HERE.parents)
+    candidates = [Path(configured).resolve()] if configured else [HERE / BUNDLED_SOURCES, *HERE.parents]
     for candidate in candidates:
         if (candidate / "include" / "pacer.h").is_file() and (candidate / "ffi" / "Cargo.toml").is_file():
             return candidate
     where = f"PACER_SOURCE_DIR={configured}" if configured else f"any folder above {HERE}"
     raise RuntimeError(
         f"pacer: cannot find the pacer sources (include/pacer.h and ffi/Cargo.toml) in {where}. "
-        "Install from a checkout of the repository (pip install ./bindings/python from its root), "
-        "or set PACER_SOURCE_DIR to the repository root."
+        "Install from the sdist (it carries them), from a checkout of the repository "
+        "(pip install ./bindings/python from its root), or set PACER_SOURCE_DIR to the repository root."
     )
 
 

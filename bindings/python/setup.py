@@ -9,12 +9,24 @@ header and calls pacer_reserve in the cffi module through its address.
 Cargo's target folder is the one cargo itself uses: ``CARGO_TARGET_DIR``
 when set, else ``target/`` in the repository root (read from
 ``cargo metadata`` so a cargo config is honoured too).
+
+Both modules are built against CPython's stable ABI for 3.10, the lowest
+version the package supports (``requires-python``): cffi builds its module
+with ``Py_LIMITED_API`` on its own, ``_fast.c`` defines it for 3.10, and
+``bdist_wheel`` tags the wheel ``cp310-abi3``, so one wheel serves every
+CPython from 3.10 on. ``scripts/release-python.sh`` repairs it to a
+``manylinux`` tag with auditwheel.
+
+The sdist carries the Rust sources the build needs (``sdist_with_rust``
+below): a wheel builds from it anywhere cargo is on PATH, with no checkout.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,9 +34,10 @@ from pathlib import Path
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pacer_build import find_source_root  # noqa: E402
+from pacer_build import BUNDLED_SOURCES, find_source_root  # noqa: E402
 
 # What libpacer.a (a Rust staticlib) needs from the system on Linux; the
 # same list the C library's README gives for a static link.
@@ -70,6 +83,17 @@ class build_ext_with_cargo(build_ext):
         # always relink, so an in-tree rebuild never keeps a stale library.
         self.force = True
 
+    def build_extension(self, ext) -> None:
+        # An in-tree build/ may hold the same module under another suffix
+        # from an earlier build (_fast.cpython-311-x86_64-linux-gnu.so next
+        # to _fast.abi3.so): Python would import that one first, so it goes.
+        target = Path(self.get_ext_fullpath(ext.name))
+        stem = target.name.split(".", 1)[0]
+        for stale in target.parent.glob(f"{stem}.*.so"):
+            if stale != target:
+                stale.unlink()
+        super().build_extension(ext)
+
     def pre_run(self, ext, ffi) -> None:  # cffi's hook, called before the C source is written
         library = build_static_library(find_source_root())
         ext.extra_objects = [*ext.extra_objects, str(library)]
@@ -101,17 +125,70 @@ class build_py_with_script(build_py):
         return [*super().get_outputs(include_bytecode), str(self._script_target())]
 
 
-# The hot call in C (see the file's head). The source path is relative, as
-# setuptools wants; the header comes from the repository's include/.
+def bundle_rust_sources(root: Path, target: Path) -> None:
+    """Writes into ``target`` what building the package needs from the
+    repository ``root``: the ``core`` and ``ffi`` crates, a Cargo workspace
+    of just those two (the root Cargo.toml with its members cut down, so the
+    shared package settings and release profile stay the same), a Cargo.lock
+    for it, ``include/pacer.h``, ``redis/pacer.lua`` and the LICENSE.
+
+    The Cargo.lock is the repository's, pruned by cargo itself to the
+    packages this smaller workspace uses (``cargo metadata`` without
+    ``--locked`` drops unused entries and changes no version), then checked
+    with ``--locked``, which is how setup.py's cargo build will read it."""
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for crate in ("core", "ffi"):
+        shutil.copytree(root / crate, target / crate, ignore=shutil.ignore_patterns("target", "__pycache__"))
+    for name in ("include/pacer.h", "redis/pacer.lua", "LICENSE", "Cargo.lock"):
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name, target / name)
+    manifest = (root / "Cargo.toml").read_text(encoding="utf-8")
+    members = re.compile(r"^members\s*=\s*\[[^\]]*\]", re.MULTILINE)
+    if len(members.findall(manifest)) != 1:
+        raise RuntimeError("pacer: the root Cargo.toml has no single 'members = [...]' line to cut down")
+    manifest = members.sub('members = ["core", "ffi"]', manifest)
+    (target / "Cargo.toml").write_text("# Made by bindings/python/setup.py for the sdist: the repository's\n"
+                                       "# workspace cut down to the crates the Python package builds.\n"
+                                       + manifest, encoding="utf-8")
+    metadata = [_cargo(), "metadata", "--format-version", "1"]
+    _run(metadata, target, capture=True)  # resolves the workspace: prunes Cargo.lock
+    _run([*metadata, "--locked"], target, capture=True)
+
+
+class sdist_with_rust(sdist):
+    """sdist that adds the Rust sources (``bundle_rust_sources``) under
+    ``BUNDLED_SOURCES`` in the archive; ``pacer_build.find_source_root``
+    looks there first. They are generated into the release tree only, never
+    into bindings/python, so the checkout keeps one copy of each file."""
+
+    def make_release_tree(self, base_dir: str, files: list[str]) -> None:
+        super().make_release_tree(base_dir, files)
+        bundle_rust_sources(find_source_root(), Path(base_dir) / BUNDLED_SOURCES)
+
+
+# The hot call in C (see the file's head), against the stable ABI: the
+# file defines Py_LIMITED_API for 3.10; py_limited_api names it
+# _fast.abi3.so. The source path is relative, as setuptools wants; the
+# header comes from the sources' include/.
 FAST = Extension(
     "pacer._fast",
     sources=["src/pacer/_fast.c"],
     include_dirs=[str(find_source_root() / "include")],
     depends=[str(find_source_root() / "include" / "pacer.h")],
+    # libm for nearbyint. libc is named too though no symbol of it is used
+    # (the linker would drop it as not needed): auditwheel reads a module's
+    # libc from its DT_NEEDED entries and refuses a module that names none.
+    libraries=["m"],
+    extra_link_args=["-Wl,--no-as-needed", "-lc"] if sys.platform.startswith("linux") else [],
+    py_limited_api=True,
 )
 
 setup(
     ext_modules=[FAST],
     cffi_modules=["pacer_build.py:ffibuilder"],
-    cmdclass={"build_ext": build_ext_with_cargo, "build_py": build_py_with_script},
+    cmdclass={"build_ext": build_ext_with_cargo, "build_py": build_py_with_script, "sdist": sdist_with_rust},
+    # One wheel for CPython 3.10 and later: cp310-abi3.
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

@@ -109,6 +109,65 @@ def test_import_without_the_compiled_module_says_how_to_build() -> None:
     assert "pip install --force-reinstall --no-deps ./bindings/python" in done.stderr
 
 
+# The advice every failed load of a compiled module ends with, written out
+# by hand (src/pacer/_abi.py's SOURCE_HINT).
+SOURCE_ADVICE = (
+    "the binary wheels are for CPython 3.10+ on x86_64 Linux with glibc (manylinux); elsewhere "
+    "install connpacer from the sdist, which builds them and needs cargo and a C compiler: "
+    "'python -m pip install --force-reinstall --no-binary connpacer connpacer', or from a checkout "
+    "'python -m pip install --force-reinstall --no-deps ./bindings/python'"
+)
+
+
+def last_line_of_failed_import(code: str) -> str:
+    """Runs ``code`` (which ends importing pacer) in a fresh interpreter:
+    the import must fail with one ImportError, not a chain of them, and its
+    message must be one line (the traceback's last)."""
+    done = run_python(code)
+    assert done.returncode != 0, done.stdout
+    assert "During handling of the above exception" not in done.stderr, done.stderr
+    assert "The above exception was the direct cause" not in done.stderr, done.stderr
+    assert done.stderr.count("Traceback (most recent call last)") == 1, done.stderr
+    return done.stderr.rstrip("\n").splitlines()[-1]
+
+
+@pytest.mark.parametrize("module", ["pacer._pacer_cffi", "pacer._fast"])
+def test_a_missing_compiled_module_is_one_line_naming_it_and_the_sdist(module: str) -> None:
+    line = last_line_of_failed_import(f"import sys\nsys.modules[{module!r}] = None\nimport pacer\n")
+    assert line == (
+        f"ImportError: pacer: cannot load the compiled module {module} "
+        f"(import of {module} halted; None in sys.modules); {SOURCE_ADVICE}"
+    )
+
+
+def test_a_compiled_module_the_loader_refuses_is_one_line_with_its_reason() -> None:
+    # What the loader says of a wheel built for a newer glibc than the
+    # machine's, over two lines: the message keeps it, on one line.
+    code = (
+        "import sys\n"
+        "class WrongLibc:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'pacer._pacer_cffi':\n"
+        "            raise ImportError(\"/lib/libc.so.6: version `GLIBC_2.99' not found\\n\"\n"
+        "                              \"  (required by _pacer_cffi.abi3.so)\")\n"
+        "sys.meta_path.insert(0, WrongLibc())\n"
+        "import pacer\n"
+    )
+    assert last_line_of_failed_import(code) == (
+        "ImportError: pacer: cannot load the compiled module pacer._pacer_cffi "
+        "(/lib/libc.so.6: version `GLIBC_2.99' not found (required by _pacer_cffi.abi3.so)); " + SOURCE_ADVICE
+    )
+
+
+def test_import_on_python_older_than_3_10_says_which_python_it_needs() -> None:
+    # The check reads sys.version_info before anything else is imported.
+    code = "import sys\nsys.version_info = (3, 9, 18, 'final', 0)\nimport pacer\n"
+    assert last_line_of_failed_import(code) == (
+        "ImportError: pacer: connpacer needs Python 3.10 or later, and this is Python 3.9; "
+        "install it with a Python 3.10+ interpreter ('python3.10 -m pip install connpacer')"
+    )
+
+
 def test_the_installed_package_is_under_test() -> None:
     # scripts/test-python.sh installs with pip (not editable): the tests must
     # import that copy, compiled module included, not the source tree.

@@ -36,7 +36,18 @@ machine, paces against one bucket on the server's clock (``connpacer[redis]``):
     outcome = await pacer.admit()               # outcome.fallback: None, or the failure policy
 """
 
-from __future__ import annotations
+import sys as _sys
+
+# Before anything else, and in syntax any Python 3 reads: the package's
+# modules use 3.10 features, so an older Python would fail somewhere inside
+# them. (The wheels are cp310-abi3 and requires-python says >=3.10, so pip
+# does not install them there; this covers a copied or PYTHONPATH install.)
+if _sys.version_info < (3, 10):
+    raise ImportError(
+        "pacer: connpacer needs Python 3.10 or later, and this is Python %d.%d; "
+        "install it with a Python 3.10+ interpreter ('python3.10 -m pip install connpacer')"
+        % (_sys.version_info[0], _sys.version_info[1])
+    )
 
 from ._abi import check_abi
 from ._native import ffi as _ffi

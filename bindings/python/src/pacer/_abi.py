@@ -20,6 +20,18 @@ def check_abi(library_abi: int, header_abi: int) -> None:
         )
 
 
+#: Where the compiled modules come from when the installed ones cannot load.
+SOURCE_HINT = (
+    "the binary wheels are for CPython 3.10+ on x86_64 Linux with glibc (manylinux); elsewhere "
+    "install connpacer from the sdist, which builds them and needs cargo and a C compiler: "
+    "'python -m pip install --force-reinstall --no-binary connpacer connpacer', or from a checkout "
+    "'python -m pip install --force-reinstall --no-deps ./bindings/python'"
+)
+
+
 def missing_extension(error: BaseException, module: str = "pacer._pacer_cffi") -> ImportError:
-    """The ImportError raised when a compiled module cannot be loaded."""
-    return ImportError(f"pacer: cannot load the compiled module {module} ({error}); {REBUILD_HINT}")
+    """The ImportError raised when a compiled module cannot be loaded (the
+    file is missing, or the loader refuses it: another libc, another
+    machine): one line, with the loader's own reason in it."""
+    reason = " ".join(str(error).split()) or type(error).__name__
+    return ImportError(f"pacer: cannot load the compiled module {module} ({reason}); {SOURCE_HINT}")

@@ -30,12 +30,24 @@
  * (no waiting, no system call), and shorter than releasing and taking the
  * GIL back; other threads' reservations are serialised by the GIL only for
  * that long.
+ *
+ * The module is built against the stable ABI of CPython 3.10, the lowest
+ * version the package supports (Py_LIMITED_API below; setup.py names the
+ * file _fast.abi3.so and the wheel is tagged cp310-abi3): one build serves
+ * 3.10 and every later CPython. So nothing here reads a PyTypeObject's
+ * fields (the type's slots come from PyType_GetSlot, its sizes from its
+ * __basicsize__/__itemsize__/__dictoffset__), and the offsets of the
+ * decision classes' slots are found by `setup` once, by writing a marker
+ * into each slot of a probe instance through the slot's own descriptor
+ * (object.__setattr__) and finding that marker in the instance's memory.
  */
 
+#ifndef Py_LIMITED_API
+#define Py_LIMITED_API 0x030A0000
+#endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
-#define PACER_T_OBJECT_EX T_OBJECT_EX
 
 #include <limits.h>
 #include <math.h>
@@ -57,6 +69,8 @@ typedef struct {
  * the life of the process), and their slots. */
 static PyTypeObject *admitted_type;
 static PyTypeObject *refused_type;
+static allocfunc admitted_alloc; /* their tp_alloc, read once by setup */
+static allocfunc refused_alloc;
 static PyTypeObject *ticket_type; /* the Ticket type below, made at import */
 static slot admitted_slots[] = {{"wait_ms", 0}, {"path", 0}, {"clock_regressed", 0}, {"ticket", 0}};
 static slot refused_slots[] = {{"required_wait_ms", 0}, {"retry_after_s", 0}, {"clock_regressed", 0}};
@@ -76,30 +90,117 @@ static PyObject *str_pacer_reserve;
 
 #define SLOT(object, s) (*(PyObject **)((char *)(object) + (s).offset))
 
-/* Finds each of `slots` in `type` (a class of this package): a plain object
- * slot of the class itself. The instances must be fixed-size objects with
- * no dict, so a slot is all there is to an instance's field. */
-static int
-find_slots(PyTypeObject *type, slot *slots, size_t count)
+/* An int attribute of `type` (__basicsize__, ...): -1 with an error set
+ * when it cannot be read. */
+static Py_ssize_t
+type_number(PyTypeObject *type, const char *name)
 {
-    if (type->tp_itemsize != 0 || type->tp_dictoffset != 0 || !PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE)) {
-        PyErr_Format(PyExc_TypeError, "pacer._fast: %s must be a slots class without __dict__", type->tp_name);
+    PyObject *value = PyObject_GetAttrString((PyObject *)type, name);
+    if (value == NULL) {
         return -1;
     }
-    for (size_t i = 0; i < count; i++) {
-        PyObject *descr = PyDict_GetItemString(type->tp_dict, slots[i].name); /* borrowed */
-        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
-            PyDescr_TYPE(descr) != type ||
-            ((PyMemberDescrObject *)descr)->d_member->type != PACER_T_OBJECT_EX ||
-            ((PyMemberDescrObject *)descr)->d_member->offset <= 0 ||
-            ((PyMemberDescrObject *)descr)->d_member->offset + (Py_ssize_t)sizeof(PyObject *) > type->tp_basicsize) {
-            PyErr_Format(PyExc_TypeError, "pacer._fast: %s.%s must be a slot of the class", type->tp_name,
-                         slots[i].name);
-            return -1;
-        }
-        slots[i].offset = ((PyMemberDescrObject *)descr)->d_member->offset;
+    Py_ssize_t number = PyLong_AsSsize_t(value);
+    Py_DECREF(value);
+    return number;
+}
+
+/* Whether `descr`, found in the class dict of `type`, is a member
+ * descriptor (a __slots__ entry) of `type` itself. -1: an error. */
+static int
+is_own_member(PyObject *descr, PyTypeObject *type)
+{
+    PyObject *types = PyImport_ImportModule("types");
+    PyObject *member_type = types == NULL ? NULL : PyObject_GetAttrString(types, "MemberDescriptorType");
+    Py_XDECREF(types);
+    if (member_type == NULL) {
+        return -1;
     }
-    return 0;
+    int is_member = (PyObject *)Py_TYPE(descr) == member_type;
+    Py_DECREF(member_type);
+    if (!is_member) {
+        return 0;
+    }
+    PyObject *owner = PyObject_GetAttrString(descr, "__objclass__");
+    if (owner == NULL) {
+        return -1;
+    }
+    int own = owner == (PyObject *)type;
+    Py_DECREF(owner);
+    return own;
+}
+
+/* Finds each of `slots` in `type` (a class of this package): a member
+ * descriptor of the class itself, whose offset is where a marker written
+ * through it (object.__setattr__ on a fresh instance) shows up, once, in
+ * the instance's memory. The instances must be fixed-size objects with no
+ * dict, so a slot is all there is to an instance's field. */
+static int
+find_slots(PyTypeObject *type, slot *slots, size_t count, allocfunc *alloc_out)
+{
+    Py_ssize_t basicsize = type_number(type, "__basicsize__");
+    Py_ssize_t itemsize = basicsize < 0 ? -1 : type_number(type, "__itemsize__");
+    Py_ssize_t dictoffset = itemsize < 0 ? -1 : type_number(type, "__dictoffset__");
+    if (dictoffset < 0 && PyErr_Occurred()) {
+        return -1;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    if (itemsize != 0 || dictoffset != 0 || !(PyType_GetFlags(type) & Py_TPFLAGS_HEAPTYPE) || alloc == NULL) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "pacer._fast: %R must be a slots class without __dict__", (PyObject *)type);
+        return -1;
+    }
+    PyObject *probe = alloc(type, 0);
+    if (probe == NULL) {
+        return -1;
+    }
+    PyObject *markers[8] = {NULL};
+    int result = -1;
+    for (size_t i = 0; i < count && i < 8; i++) {
+        PyObject *name = PyUnicode_FromString(slots[i].name);
+        PyObject *descr = name == NULL ? NULL : PyObject_GetAttr((PyObject *)type, name);
+        int own = descr == NULL ? -1 : is_own_member(descr, type);
+        Py_XDECREF(descr);
+        if (own <= 0) {
+            Py_XDECREF(name);
+            if (own == 0 || PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, "pacer._fast: %R.%s must be a slot of the class", (PyObject *)type,
+                             slots[i].name);
+            }
+            goto done;
+        }
+        markers[i] = PyList_New(0); /* a new object: its address is nowhere else */
+        int set = markers[i] == NULL ? -1 : PyObject_GenericSetAttr(probe, name, markers[i]);
+        Py_DECREF(name);
+        if (set < 0) {
+            goto done;
+        }
+        Py_ssize_t found = -1;
+        for (Py_ssize_t offset = (Py_ssize_t)sizeof(PyObject);
+             offset + (Py_ssize_t)sizeof(PyObject *) <= basicsize; offset += (Py_ssize_t)sizeof(PyObject *)) {
+            if (*(PyObject **)((char *)probe + offset) == markers[i]) {
+                if (found >= 0) {
+                    found = -1;
+                    break;
+                }
+                found = offset;
+            }
+        }
+        if (found < 0) {
+            PyErr_Format(PyExc_TypeError, "pacer._fast: %R.%s must be a slot of the class", (PyObject *)type,
+                         slots[i].name);
+            goto done;
+        }
+        slots[i].offset = found;
+    }
+    *alloc_out = alloc;
+    result = 0;
+done:
+    Py_DECREF(probe); /* its dealloc drops the markers it holds */
+    for (size_t i = 0; i < 8; i++) {
+        Py_XDECREF(markers[i]);
+    }
+    return result;
 }
 
 PyDoc_STRVAR(setup_doc,
@@ -131,8 +232,8 @@ fast_setup(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "pacer._fast.setup: paths must be a dict, the others callables");
         return NULL;
     }
-    if (find_slots((PyTypeObject *)args[0], admitted_slots, 4) < 0 ||
-        find_slots((PyTypeObject *)args[1], refused_slots, 3) < 0) {
+    if (find_slots((PyTypeObject *)args[0], admitted_slots, 4, &admitted_alloc) < 0 ||
+        find_slots((PyTypeObject *)args[1], refused_slots, 3, &refused_alloc) < 0) {
         return NULL;
     }
     PyObject *found[PATH_COUNT] = {NULL};
@@ -183,7 +284,7 @@ fast_clock_ms(PyObject *module, PyObject *clock)
     if (PyFloat_CheckExact(reading)) {
         /* value * 1_000_000 as Python computes it (1e6 is exact), rounded as
          * round() does; below 2**63 microseconds the result is exact. */
-        double micros = PyFloat_AS_DOUBLE(reading) * 1e6;
+        double micros = PyFloat_AsDouble(reading) * 1e6;
         if (micros >= 0.0 && micros < 9.2e18) {
             ms = PyLong_FromLongLong((long long)nearbyint(micros) / 1000);
         }
@@ -197,7 +298,7 @@ fast_clock_ms(PyObject *module, PyObject *clock)
         }
     }
     if (ms == NULL && !PyErr_Occurred()) {
-        ms = PyObject_CallOneArg(reading_ms, reading);
+        ms = PyObject_CallFunctionObjArgs(reading_ms, reading, NULL);
     }
     Py_DECREF(reading);
     return ms;
@@ -432,7 +533,8 @@ core_clear(Core *self)
 static void
 core_release(PyObject *self, PyTypeObject *type)
 {
-    type->tp_free(self);
+    freefunc free_self = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    free_self(self);
 }
 
 static void
@@ -480,7 +582,7 @@ now_of(PyObject *value, uint64_t *now)
 /* A new instance of `type` with its slots set to `values` (references
  * stolen, NULL for a failed conversion: then nothing is made). */
 static PyObject *
-make(PyTypeObject *type, const slot *slots, PyObject **values, size_t count)
+make(PyTypeObject *type, allocfunc alloc, const slot *slots, PyObject **values, size_t count)
 {
     PyObject *made = NULL;
     for (size_t i = 0; i < count; i++) {
@@ -488,7 +590,7 @@ make(PyTypeObject *type, const slot *slots, PyObject **values, size_t count)
             goto fail;
         }
     }
-    made = type->tp_alloc(type, 0);
+    made = alloc(type, 0);
     if (made == NULL) {
         goto fail;
     }
@@ -519,14 +621,14 @@ reserve_error(pacer_status status)
 static PyObject *
 reserve_argument(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_Size(kwnames);
     PyObject *found = nargs == 1 ? args[0] : NULL;
     if (nargs > 1) {
         PyErr_Format(PyExc_TypeError, "Pacer.reserve() takes 2 positional arguments but %zd were given", nargs + 1);
         return NULL;
     }
     for (Py_ssize_t i = 0; i < nkw; i++) {
-        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        PyObject *name = PyTuple_GetItem(kwnames, i);
         int same = PyUnicode_Compare(name, str_now_ms) == 0;
         if (!same || found != NULL) {
             PyErr_Format(PyExc_TypeError,
@@ -557,7 +659,7 @@ core_reserve(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
         return NULL;
     }
     if (self->storage == NULL || admitted_type == NULL) {
-        return PyObject_CallMethodOneArg((PyObject *)self, str_reserve_calls, argument);
+        return PyObject_CallMethodObjArgs((PyObject *)self, str_reserve_calls, argument, NULL);
     }
     uint64_t now;
     if (now_of(argument, &now) < 0) {
@@ -575,7 +677,7 @@ core_reserve(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
             [R_RETRY_AFTER] = PyLong_FromUnsignedLongLong(out.retry_after_s),
             [R_REGRESSED] = regressed,
         };
-        return make(refused_type, refused_slots, values, 3);
+        return make(refused_type, refused_alloc, refused_slots, values, 3);
     }
     PyObject *path = out.path < PATH_COUNT ? paths[out.path] : NULL;
     if (path == NULL) {
@@ -600,7 +702,7 @@ core_reserve(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
         [A_REGRESSED] = regressed,
         [A_TICKET] = ticket,
     };
-    return make(admitted_type, admitted_slots, values, 4);
+    return make(admitted_type, admitted_alloc, admitted_slots, values, 4);
 }
 
 PyDoc_STRVAR(bind_doc,
@@ -632,7 +734,9 @@ core_bind(Core *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "_bind: storage is not aligned");
         return NULL;
     }
-    Py_XSETREF(self->owner, Py_NewRef(args[0]));
+    PyObject *old_owner = self->owner;
+    self->owner = Py_NewRef(args[0]);
+    Py_XDECREF(old_owner);
     self->reserve = (reserve_fn)function;
     self->storage = (const struct pacer *)storage;
     Py_RETURN_NONE;

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from ._abi import check_abi, missing_extension
 
+# A module that cannot load is one ImportError saying what is missing and
+# how to get it (``from None``: the loader's reason is in the message, and
+# its traceback would only bury it).
 try:
     from ._pacer_cffi import ffi, lib
-except ImportError as error:  # pragma: no cover - exercised by a broken install
-    raise missing_extension(error) from error
+except ImportError as error:  # tests/test_abi.py makes the import fail
+    raise missing_extension(error) from None
 try:
     from . import _fast as fast
-except ImportError as error:  # pragma: no cover - exercised by a broken install
-    raise missing_extension(error, "pacer._fast") from error
+except ImportError as error:  # tests/test_abi.py makes the import fail
+    raise missing_extension(error, "pacer._fast") from None
 
 check_abi(int(lib.pacer_abi_version()), int(lib.PACER_ABI_VERSION))
 
