@@ -74,13 +74,18 @@ grep -q "failed to verify package tarball" "$work/bad.log" ||
   { cat "$work/bad.log" >&2; fail "the bad crate failed for another reason than its package"; }
 say "guard: a crate that reads a file outside itself does not package (as required)"
 
-package_crates "$root" "${crates[@]/#/-p}" 2>&1 | grep -v '^ *Compiling ' ||
+# In a target folder of its own: a packaged crate is compiled under the same
+# name as the workspace's, and pacer-ffi's library (a cdylib, so its file
+# name carries no hash) would overwrite the workspace's build of it, built
+# against another pacer-core.
+packaged="$target/release-check"
+CARGO_TARGET_DIR="$packaged" package_crates "$root" "${crates[@]/#/-p}" 2>&1 | grep -v '^ *Compiling ' ||
   fail "a crate does not package: see cargo's output above"
 # The same crates again, unverified (just checked), for their files: cargo
-# package leaves them in target/package/.
-cargo package --no-verify --allow-dirty --locked -q "${crates[@]/#/-p}"
+# package leaves them in <target>/package/.
+CARGO_TARGET_DIR="$packaged" cargo package --no-verify --allow-dirty --locked -q "${crates[@]/#/-p}"
 for crate in "${crates[@]}"; do
-  file="$target/package/$crate-$(cargo metadata --format-version 1 --no-deps --locked |
+  file="$packaged/package/$crate-$(cargo metadata --format-version 1 --no-deps --locked |
     python3 -c "import json, sys; print(next(p['version'] for p in json.load(sys.stdin)['packages'] if p['name'] == '$crate'))").crate"
   [ -f "$file" ] || fail "$crate: no $file after packaging"
   # What each crate must carry besides its sources.
