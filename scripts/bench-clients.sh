@@ -46,7 +46,8 @@ target="$(cargo metadata --format-version 1 --no-deps --locked | python3 -c 'imp
 # Python: the binding with its "redis" extra in the benchmarks' venv.
 venv=target/bench-python-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "./bindings/python[redis]" >&2
+PIP_CONSTRAINT="$PWD/bindings/python/tests/constraints.txt" \
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "./bindings/python[redis]" >&2
 # Go: the harness, linked with libpacer.a (go.mod and go.sum pinned).
 (cd bench/clients/go && GOTOOLCHAIN=local CGO_ENABLED=1 CGO_LDFLAGS="-L$target/release ${CGO_LDFLAGS:-}" \
     go build -mod=readonly -o "$target/bench-clients-go" .) >&2

@@ -14,6 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/redis-deps.sh
+# The dependency versions the tests run (redis-py): fixed, see the file.
+export PIP_CONSTRAINT="$PWD/bindings/python/tests/constraints.txt"
 cargo build --locked -p pacer-redis
 target_dir=$(cargo metadata --format-version 1 --no-deps --locked |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
