@@ -29,8 +29,11 @@ artefacts="$work/artefacts"
 say() { printf 'release-check: %s\n' "$*"; }
 fail() { printf 'release-check: FAILED: %s\n' "$*" >&2; exit 1; }
 
-target=$(cargo metadata --format-version 1 --no-deps --locked |
-  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+# Where cargo builds, and the version every crate takes from the workspace
+# (one cargo metadata call).
+read -r target version < <(cargo metadata --format-version 1 --no-deps --locked |
+  python3 -c 'import json, sys; m = json.load(sys.stdin); print(m["target_directory"], next(p["version"] for p in m["packages"] if p["name"] == "pacer-core"))')
+[ -n "${target:-}" ] && [ -n "${version:-}" ] || fail "cargo metadata named no target directory or crate version"
 
 # --- Rust ---------------------------------------------------------------
 crates=(pacer-core pacer-ffi pacer-cli pacer-redis)
@@ -85,8 +88,7 @@ CARGO_TARGET_DIR="$packaged" package_crates "$root" "${crates[@]/#/-p}" 2>&1 | g
 # package leaves them in <target>/package/.
 CARGO_TARGET_DIR="$packaged" cargo package --no-verify --allow-dirty --locked -q "${crates[@]/#/-p}"
 for crate in "${crates[@]}"; do
-  file="$packaged/package/$crate-$(cargo metadata --format-version 1 --no-deps --locked |
-    python3 -c "import json, sys; print(next(p['version'] for p in json.load(sys.stdin)['packages'] if p['name'] == '$crate'))").crate"
+  file="$packaged/package/$crate-$version.crate"
   [ -f "$file" ] || fail "$crate: no $file after packaging"
   # What each crate must carry besides its sources.
   listing=$(tar -tzf "$file")
@@ -142,9 +144,7 @@ EOF
   out=$(./consumer)
   [ "$out" = "abi 3 header 3" ] || fail "the Go consumer printed '$out', not 'abi 3 header 3'"
 )
-printf '%s go-module@bindings/go/v%s source\n' "$module" \
-  "$(cargo metadata --format-version 1 --no-deps --locked |
-    python3 -c "import json, sys; print(next(p['version'] for p in json.load(sys.stdin)['packages'] if p['name'] == 'pacer-core'))")" >>"$artefacts"
+printf '%s go-module@bindings/go/v%s source\n' "$module" "$version" >>"$artefacts"
 say "a module that requires $module by that path vets, builds and runs"
 
 # --- Python and Node ----------------------------------------------------
@@ -152,10 +152,7 @@ bash scripts/release-python.sh | tee "$work/python.out"
 # The platform package's addon, built where release-node.sh packs it from
 # (bindings/node/npm/<platform>/).
 (cd bindings/node && node scripts/build.js --platform-package >/dev/null)
-platform=$(cd bindings/node && node -e '
-  const { platformFor, glibcVersion } = require("./platforms.js");
-  console.log(platformFor({ platform: process.platform, arch: process.arch, glibc: glibcVersion(process) })?.name ?? "");
-')
+platform=$(cd bindings/node && node -p 'require("./platforms.js").hostPlatform()?.name ?? ""')
 [ -n "$platform" ] || fail "no Node platform package is listed for this machine"
 bash scripts/release-node.sh | tee "$work/node.out"
 # One line per artefact: the main package for any platform, then this one's.

@@ -53,8 +53,7 @@ done
 
 # This machine's platform (platforms.js, as the loader names it).
 platform=$(node -e '
-  const { platformFor, glibcVersion } = require("./platforms.js");
-  const found = platformFor({ platform: process.platform, arch: process.arch, glibc: glibcVersion(process) });
+  const found = require("./platforms.js").hostPlatform();
   if (found === null) process.exit(1);
   console.log(found.name);
 ') || fail "no platform package is listed for this machine ($(node -p 'process.platform + "-" + process.arch'))"

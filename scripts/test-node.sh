@@ -24,10 +24,7 @@ major=$(node -p 'process.versions.node.split(".")[0]')
 npm ci --no-audit --no-fund
 node scripts/build.js
 node scripts/build.js --platform-package
-platform=$(node -e '
-  const { platformFor, glibcVersion } = require("./platforms.js");
-  console.log(platformFor({ platform: process.platform, arch: process.arch, glibc: glibcVersion(process) })?.name ?? "");
-')
+platform=$(node -p 'require("./platforms.js").hostPlatform()?.name ?? ""')
 [ -n "$platform" ] || { echo "test-node: no platform package is listed for this machine" >&2; exit 1; }
 bash "$root/scripts/redis-deps.sh"
 (cd "$root" && cargo build --locked -p pacer-redis)

@@ -44,6 +44,13 @@ function platformFor(target) {
   return PLATFORMS.find((p) => p.name === name) ?? null;
 }
 
+/** The published platform of the running process (`proc`, `process` by
+ * default), or null: what the loader looks for, and what the build and
+ * release scripts build and pack. */
+function hostPlatform(proc = process) {
+  return platformFor({ platform: proc.platform, arch: proc.arch, glibc: glibcVersion(proc) });
+}
+
 /** The prebuilt addon's package for {platform, arch, glibc}, or null when
  * none is published for it. */
 function packageFor(target) {
@@ -129,6 +136,6 @@ function firstLine(error) {
 }
 
 module.exports = {
-  PLATFORMS, PACKAGE_PREFIX, MIN_NODE_MAJOR, platformName, platformFor, packageFor, addonFile,
-  nodeUnsupported, glibcVersion, loadAddon,
+  PLATFORMS, PACKAGE_PREFIX, MIN_NODE_MAJOR, platformName, platformFor, hostPlatform, packageFor,
+  addonFile, nodeUnsupported, glibcVersion, loadAddon,
 };

@@ -17,7 +17,7 @@
 const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
-const { PLATFORMS, addonFile, glibcVersion, platformFor } = require('../platforms.js');
+const { PLATFORMS, addonFile, hostPlatform } = require('../platforms.js');
 
 const packageDir = path.resolve(__dirname, '..');
 const workspaceDir = path.resolve(packageDir, '..', '..');
@@ -61,8 +61,7 @@ if (triple !== null) {
   platform = PLATFORMS.find((p) => p.target === triple) ?? null;
   if (platform === null) usage(`no platform package builds ${triple} (platforms.js)`);
 } else if (platformPackage) {
-  const here = { platform: process.platform, arch: process.arch, glibc: glibcVersion(process) };
-  platform = platformFor(here);
+  platform = hostPlatform();
   if (platform === null) usage(`no platform package is listed for this machine (${process.platform}, ${process.arch})`);
 }
 

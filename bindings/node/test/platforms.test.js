@@ -9,7 +9,7 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
 const {
-  PLATFORMS, platformName, packageFor, addonFile, nodeUnsupported, glibcVersion, loadAddon,
+  PLATFORMS, platformName, hostPlatform, packageFor, addonFile, nodeUnsupported, glibcVersion, loadAddon,
 } = require('../platforms.js');
 const pkg = require('../package.json');
 
@@ -113,6 +113,14 @@ test('glibcVersion: asks process.report on Linux only, without the network part,
   assert.deepEqual(asked, [true, true]);
   assert.equal(glibcVersion({ platform: 'darwin', report: fakeReport({ glibcVersionRuntime: '2.36' }) }), undefined);
   assert.deepEqual(asked, [true, true]);
+});
+
+test('hostPlatform: the platform of the process given, glibc read from its report', () => {
+  const report = (header) => ({ excludeNetwork: false, getReport: () => ({ header }) });
+  assert.equal(hostPlatform({ platform: 'linux', arch: 'x64', report: report({ glibcVersionRuntime: '2.36' }) }).name, 'linux-x64-gnu');
+  assert.equal(hostPlatform({ platform: 'linux', arch: 'x64', report: report({}) }).name, 'linux-x64-musl');
+  assert.equal(hostPlatform({ platform: 'darwin', arch: 'arm64', report: report({}) }).name, 'darwin-arm64');
+  assert.equal(hostPlatform({ platform: 'freebsd', arch: 'x64', report: report({}) }), null);
 });
 
 /** A host for loadAddon: `files` exist, `installed` packages resolve to
