@@ -62,6 +62,11 @@
 #define PACER_MAX_RATE_PER_MIN 600
 
 /**
+ * Number of buckets of the wait histogram (pacer_metrics.wait_buckets).
+ */
+#define PACER_WAIT_BUCKETS 8
+
+/**
  * Most notices one resolution produces.
  */
 #define PACER_MAX_NOTICES 6
@@ -96,7 +101,7 @@
 /**
  * The file layout this library reads and writes.
  */
-#define PACER_SHARED_LAYOUT_VERSION 3
+#define PACER_SHARED_LAYOUT_VERSION 4
 
 /**
  * The page boundary in the file where the shared words start: the state
@@ -687,6 +692,70 @@ typedef struct pacer_counters {
 } pacer_counters;
 
 /**
+ * Every count a pacer keeps (docs/metrics.md): pacer_counters' counts and
+ * bookings, upstream answers and the waits given. A shared pacer's are
+ * the bucket's: every process's calls are counted in its file. Each count
+ * wraps at 2^64.
+ */
+typedef struct pacer_metrics {
+  /**
+   * Admissions by any path.
+   */
+  uint64_t admitted;
+  /**
+   * Admissions with a wait.
+   */
+  uint64_t admitted_after_wait;
+  /**
+   * Refusals (bookings and a redemption's "not yet" included).
+   */
+  uint64_t refused;
+  /**
+   * Admissions by the shaping rule.
+   */
+  uint64_t shaped;
+  /**
+   * Release calls on a live ticket.
+   */
+  uint64_t released;
+  /**
+   * Releases refunded.
+   */
+  uint64_t refunded;
+  /**
+   * Calls whose clock was behind the latest reading.
+   */
+  uint64_t clock_regressions;
+  /**
+   * Refusals that booked a place in line.
+   */
+  uint64_t booked;
+  /**
+   * Upstream answers reported opened (pacer_observe).
+   */
+  uint64_t opened;
+  /**
+   * Upstream answers reported throttled (pacer_observe).
+   */
+  uint64_t throttled;
+  /**
+   * The admissions' waits summed, ms.
+   */
+  uint64_t wait_ms_total;
+  /**
+   * Admissions of a booking presented on its retry (pacer_redeem).
+   */
+  uint64_t redeemed;
+  /**
+   * Admissions that waited more than the bound before
+   * pacer_wait_bounds_ms[i] (0 for i = 0) and at most
+   * pacer_wait_bounds_ms[i]; immediate admissions are in no bucket, nor
+   * waits above the last bound.
+   */
+  uint64_t wait_buckets[PACER_WAIT_BUCKETS];
+} pacer_metrics;
+
+/**
  * A pacer's derived parameters and current state. The mode and the debt
  * floor are those of the configured rate; an adaptive pacer decides at
  * its rate in force (pacer_rate_in_force), which moves with the clock.
@@ -830,6 +899,14 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * The wait histogram's upper bounds, ms: 10, 50, 100, 500, 1000, 2500,
+ * 5000, 10000.
+ * (Lowercase, as every exported symbol of the library starts with
+ * `pacer_`.)
+ */
+extern const uint64_t pacer_wait_bounds_ms[PACER_WAIT_BUCKETS];
+
+/**
  * Largest retry count whose backoff ladder fits inside `idle_timeout_ms`.
  */
 uint32_t pacer_ladder_ceiling(uint64_t idle_timeout_ms);
@@ -932,6 +1009,12 @@ pacer_status pacer_release(const struct pacer *storage,
 pacer_status pacer_get_counters(const struct pacer *storage, struct pacer_counters *out_counters);
 
 /**
+ * Reads every count the pacer keeps (each read independently): for a
+ * shared pacer, the bucket's, counted by every process that opened it.
+ */
+pacer_status pacer_get_metrics(const struct pacer *storage, struct pacer_metrics *out_metrics);
+
+/**
  * Reads the pacer's derived parameters and current state.
  */
 pacer_status pacer_get_info(const struct pacer *storage, struct pacer_info *out_info);
@@ -952,6 +1035,14 @@ pacer_status pacer_observe(const struct pacer *storage,
                            uint32_t outcome,
                            uint64_t now_ms,
                            uint32_t *out_rate_per_min);
+
+/**
+ * The tokens at `now_ms`, in units (60000 a token; negative: the debt
+ * waiting admissions hold): the state refilled at the rate in force,
+ * capped at the burst; a clock behind the latest reading reads that
+ * reading. Reads only.
+ */
+pacer_status pacer_level_at(const struct pacer *storage, uint64_t now_ms, int64_t *out_units);
 
 /**
  * The rate in force at `now_ms`, new connections per minute (SPEC §14):
@@ -1048,9 +1139,9 @@ pacer_status pacer_shared_open(struct pacer_shared *handle,
 
 /**
  * The pacer of an open handle, for pacer_reserve, pacer_release,
- * pacer_observe, pacer_rate_in_force, pacer_get_info and
- * pacer_get_counters (the counters count the calls made through this
- * handle; the state and the rate in force are the machine's). Pass it the
+ * pacer_observe, pacer_rate_in_force, pacer_get_info, pacer_get_counters
+ * and pacer_get_metrics (the state, the rate in force and the counters
+ * are the bucket's: every process's calls count in its file). Pass it the
  * shared clock, pacer_clock_monotonic_ms(), and nothing else.
  */
 pacer_status pacer_shared_pacer(const struct pacer_shared *handle, const struct pacer **out_pacer);

@@ -24,8 +24,9 @@ lib="$target/release/libpacer.a"
 export PACER_REDIS_MODULE="$target/debug/libpacer_redis.so"
 [ -f "$PACER_REDIS_MODULE" ] || { echo "test-go: $PACER_REDIS_MODULE was not built" >&2; exit 1; }
 
-# Use the installed toolchain only. The one dependency, go-redis (with what
-# it needs), comes from the module proxy into the module cache on the first
+# Use the installed toolchain only. The dependencies, go-redis and (for the
+# metrics package alone) client_golang, with what they need, come from the
+# module proxy into the module cache on the first
 # run (go mod download below), checked against go.sum; go changes neither
 # go.mod nor go.sum here (-mod=readonly, its default).
 export GOTOOLCHAIN=local CGO_ENABLED=1

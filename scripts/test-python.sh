@@ -28,8 +28,9 @@ fi
 py="$venv/bin/python"
 "$py" -m pip install --quiet --disable-pip-version-check pytest==8.3.5
 # A local folder is always rebuilt and reinstalled, even at the same version.
-# With the "redis" extra: redis-py, for RedisPacer and AsyncRedisPacer.
-"$py" -m pip install --quiet --disable-pip-version-check "./bindings/python[redis]"
+# With the "redis" extra: redis-py, for RedisPacer and AsyncRedisPacer; with
+# "metrics": prometheus_client, for pacer.metrics.
+"$py" -m pip install --quiet --disable-pip-version-check "./bindings/python[redis,metrics]"
 "$py" -m pytest bindings/python/tests -q -p no:cacheprovider
 
 # The release artefacts: the abi3 wheel repaired to manylinux (the one a
@@ -83,7 +84,7 @@ fi
 for interpreter in "${interpreters[@]}"; do
   venv="$work/venv-${interpreter//\//_}"
   "$interpreter" -m venv "$venv"
-  PATH=$nocargo "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pytest==8.3.5 "$wheel[redis]"
+  PATH=$nocargo "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pytest==8.3.5 "$wheel[redis,metrics]"
   PATH=$nocargo PACER_SCRIPT="$PWD/redis/pacer.lua" "$venv/bin/python" - "$venv" <<'PY'
 import os
 import shutil

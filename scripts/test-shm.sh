@@ -56,7 +56,7 @@ if command -v go >/dev/null; then
     export CGO_LDFLAGS="-L$target/release ${CGO_LDFLAGS:-}"
     [ "$target" -ef "$root/target" ] || export GOFLAGS="${GOFLAGS:+$GOFLAGS }-tags=pacer_lib_elsewhere"
     cd bindings/go
-    go test -race -count=1 -run 'Shared' -v ./...
+    go test -race -count=1 -run 'Shared' -v .
   )
 else
   echo "-- Go smoke test skipped: go not found"

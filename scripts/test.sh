@@ -11,6 +11,9 @@ bash scripts/redis-deps.sh
 step "vectors are current (scripts/gen-vectors.py)"
 python3 scripts/gen-vectors.py --check
 
+step "the metric set is listed once (docs/metrics.md): the dashboard and the alert queries name only it"
+python3 scripts/check-metrics-doc.py
+
 step "format and lints"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

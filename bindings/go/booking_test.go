@@ -37,6 +37,11 @@ func drained(t *testing.T, clock *fakeClock, sleep func(context.Context, time.Du
 	return p
 }
 
+// drainedWaits is the wait histogram's buckets after drained: 1000 ms in
+// (500, 1000] (bucket 4), 2000 in (1000, 2500] (bucket 5), 3000 and 4000
+// in (2500, 5000] (bucket 6); the ten immediate admissions in none.
+var drainedWaits = [pacer.WaitBuckets]uint64{4: 1, 5: 1, 6: 2}
+
 // booked is drained on a fixed clock at t = 0 and the booking its 15th
 // debit made there with 5 retries left: slot 5000, −5 tokens.
 func booked(t *testing.T) (*pacer.Pacer, *pacer.Booking) {
@@ -131,8 +136,12 @@ func TestReserveOrBookSlotsAndHorizon(t *testing.T) {
 		t.Fatalf("no retries left: %+v", d)
 	}
 	// 14 admissions (4 after a wait), refusals: the 21 booked and plain
-	// ones on p; nothing released.
-	want := pacer.Counters{Admitted: 14, AdmittedAfterWait: 4, Refused: 21}
+	// ones on p, 20 of them booked (the first and the 19 of slots
+	// 6000..24000); nothing released. drained's waits, 1000 + 2000 + 3000
+	// + 4000 = 10000 ms: 1000 in (500, 1000] (bucket 4), 2000 in (1000,
+	// 2500] (bucket 5), 3000 and 4000 in (2500, 5000] (bucket 6).
+	want := pacer.Counters{Admitted: 14, AdmittedAfterWait: 4, Refused: 21, Booked: 20, WaitMsTotal: 10000,
+		WaitBuckets: drainedWaits}
 	if c := mustCounters(t, p); c != want {
 		t.Fatalf("counters %+v, want %+v", c, want)
 	}
@@ -207,9 +216,14 @@ func TestRedeem(t *testing.T) {
 	if got := mustInfo(t, p); got.TokensUnits != -228000 || got.HighWaterMs != 200 {
 		t.Fatalf("after the refund: %+v", got)
 	}
-	// 14 + the redemption admitted (5 after a wait); refused: the booking
-	// and the early redemption; one release, refunded.
-	want := pacer.Counters{Admitted: 15, AdmittedAfterWait: 5, Refused: 2, Released: 1, Refunded: 1}
+	// 14 + the redemption admitted (5 after a wait), redeemed; refused:
+	// the booking (booked) and the early redemption; one release,
+	// refunded. Waits: drained's 10000 ms and the redemption's 4833, in
+	// (2500, 5000] (bucket 6).
+	waits := drainedWaits
+	waits[6]++
+	want := pacer.Counters{Admitted: 15, AdmittedAfterWait: 5, Refused: 2, Booked: 1, Redeemed: 1,
+		Released: 1, Refunded: 1, WaitMsTotal: 14833, WaitBuckets: waits}
 	if c := mustCounters(t, p); c != want {
 		t.Fatalf("counters %+v, want %+v", c, want)
 	}

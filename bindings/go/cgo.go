@@ -171,6 +171,23 @@ static uint32_t pacer_go_header_abi_version(void) { return PACER_ABI_VERSION; }
 
 typedef struct {
 	uint32_t status;
+	int64_t units;
+} pacer_go_level_result;
+
+// The tokens at now_ms, in units (pacer_level_at reads only).
+static pacer_go_level_result pacer_go_level_at(const pacer *storage, uint64_t now_ms) {
+	pacer_go_level_result r;
+	memset(&r, 0, sizeof r);
+	r.status = (uint32_t)pacer_level_at(storage, now_ms, &r.units);
+	return r;
+}
+
+// The wait histogram's bound i, ms: the library's pacer_wait_bounds_ms,
+// read through a function so Go never takes the address of C data.
+static uint64_t pacer_go_wait_bound_ms(int i) { return pacer_wait_bounds_ms[i]; }
+
+typedef struct {
+	uint32_t status;
 	int err;
 	const pacer *storage;
 } pacer_go_shared_result;
@@ -218,7 +235,25 @@ const (
 	UnitsPerToken = 60000
 	// maxNotices is the most notices one resolution produces.
 	maxNotices = 6
+	// WaitBuckets is how many buckets the wait histogram has
+	// (Counters.WaitBuckets, WaitBoundsMs).
+	WaitBuckets = 8
 )
+
+// waitBoundsMs is the library's pacer_wait_bounds_ms, read once.
+var waitBoundsMs = func() (out [WaitBuckets]uint64) {
+	for i := range out {
+		out[i] = uint64(C.pacer_go_wait_bound_ms(C.int(i)))
+	}
+	return out
+}()
+
+// WaitBoundsMs is the wait histogram's upper bounds, ms, ascending (the
+// library's pacer_wait_bounds_ms: 10, 50, 100, 500, 1000, 2500, 5000,
+// 10000). Counters.WaitBuckets[i] counts the admissions whose wait was
+// above the bound before WaitBoundsMs()[i] (0 for i = 0) and at most
+// WaitBoundsMs()[i]. It returns a copy.
+func WaitBoundsMs() [WaitBuckets]uint64 { return waitBoundsMs }
 
 // Compile-time equality with the header: indexing a one-element array
 // with anything but 0 does not compile.
@@ -227,6 +262,7 @@ var (
 	_ = [1]struct{}{}[C.PACER_MAX_BURST-MaxBurst]
 	_ = [1]struct{}{}[C.PACER_REFUSAL_STATUS-RefusalStatus]
 	_ = [1]struct{}{}[C.PACER_MAX_NOTICES-maxNotices]
+	_ = [1]struct{}{}[C.PACER_WAIT_BUCKETS-WaitBuckets]
 	_ = [1]struct{}{}[C.PACER_STATUS_OK-StatusOK]
 	_ = [1]struct{}{}[C.PACER_STATUS_NULL_PARAMETER-StatusNullParameter]
 	_ = [1]struct{}{}[C.PACER_STATUS_PANIC-StatusPanic]
@@ -540,22 +576,42 @@ func (s *storage) release(seq, debitUnits, tag uint32, nowMs uint64) (bool, erro
 	return bool(r.refunded), nil
 }
 
+// counters reads every count through pacer_get_metrics: for a shared
+// pacer, the bucket's (every process that opened it counts there).
 func (s *storage) counters() (Counters, error) {
-	var c C.pacer_counters
-	code := uint32(C.pacer_get_counters(s.ptr, &c))
-	runtime.KeepAlive(&c)
-	if err := statusErr("pacer_get_counters", code); err != nil {
+	var m C.pacer_metrics
+	code := uint32(C.pacer_get_metrics(s.ptr, &m))
+	runtime.KeepAlive(&m)
+	if err := statusErr("pacer_get_metrics", code); err != nil {
 		return Counters{}, err
 	}
-	return Counters{
-		Admitted:          uint64(c.admitted),
-		AdmittedAfterWait: uint64(c.admitted_after_wait),
-		Refused:           uint64(c.refused),
-		Shaped:            uint64(c.shaped),
-		Released:          uint64(c.released),
-		Refunded:          uint64(c.refunded),
-		ClockRegressions:  uint64(c.clock_regressions),
-	}, nil
+	out := Counters{
+		Admitted:          uint64(m.admitted),
+		AdmittedAfterWait: uint64(m.admitted_after_wait),
+		Refused:           uint64(m.refused),
+		Booked:            uint64(m.booked),
+		Redeemed:          uint64(m.redeemed),
+		Shaped:            uint64(m.shaped),
+		Released:          uint64(m.released),
+		Refunded:          uint64(m.refunded),
+		ClockRegressions:  uint64(m.clock_regressions),
+		Opened:            uint64(m.opened),
+		Throttled:         uint64(m.throttled),
+		WaitMsTotal:       uint64(m.wait_ms_total),
+	}
+	for i := range out.WaitBuckets {
+		out.WaitBuckets[i] = uint64(m.wait_buckets[i])
+	}
+	return out, nil
+}
+
+// levelAt runs pacer_level_at: the tokens at nowMs, in units.
+func (s *storage) levelAt(nowMs uint64) (int64, error) {
+	r := C.pacer_go_level_at(s.ptr, C.uint64_t(nowMs))
+	if err := statusErr("pacer_level_at", uint32(r.status)); err != nil {
+		return 0, err
+	}
+	return int64(r.units), nil
 }
 
 func (s *storage) info() (Info, error) {

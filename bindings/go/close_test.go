@@ -92,7 +92,10 @@ func closedWhileWaiting(t *testing.T, cancelToo bool) {
 		t.Fatalf("got %v, want ErrClosed", err)
 	}
 	c, err := p.CountersAfterClose()
-	want := pacer.Counters{Admitted: 2, AdmittedAfterWait: 1, Released: 1, Refunded: 1}
+	// The queued admission's 1000 ms wait was given (counted when granted,
+	// in (500, 1000], bucket 4), though its slot came back.
+	want := pacer.Counters{Admitted: 2, AdmittedAfterWait: 1, Released: 1, Refunded: 1, WaitMsTotal: 1000,
+		WaitBuckets: [pacer.WaitBuckets]uint64{4: 1}}
 	if err != nil || c != want {
 		t.Fatalf("counters %+v, %v; want %+v (the waiting slot refunded)", c, err, want)
 	}

@@ -21,6 +21,11 @@
 // a failure policy for when Redis fails (docs/fleet-clients.md). It uses
 // go-redis v9.
 //
+// Counters reads every count a pacer keeps (a shared pacer's are its
+// bucket's, every process's); the package
+// github.com/connpacer/pacer/bindings/go/metrics exports them as the
+// Prometheus metric set of docs/metrics.md.
+//
 // Clocks are monotonic milliseconds as uint64: Reserve and Release take
 // them from the caller (any value, including math.MaxUint64), as Observe
 // and RateInForce do; Admit reads

@@ -590,20 +590,50 @@ func (p *Pacer) RateInForce(nowMs uint64) (int, error) {
 	return onStorage(p, func(s *storage) (int, error) { return s.rateInForce(nowMs) })
 }
 
-// Counters are what a pacer decided so far.
+// Counters are what a pacer decided so far, the counts the metric set is
+// derived from (docs/metrics.md). Each count wraps at 2^64.
 type Counters struct {
 	Admitted          uint64 // admissions by any path
 	AdmittedAfterWait uint64 // admissions with a wait
-	Refused           uint64 // refusals
+	Refused           uint64 // refusals (a booking and a redemption's "not yet" included)
+	Booked            uint64 // refusals that booked a place in line
+	Redeemed          uint64 // admissions of a booking presented on its retry (PathBooked)
 	Shaped            uint64 // admissions by the shaping rule
 	Released          uint64 // releases of a live ticket
 	Refunded          uint64 // releases refunded
 	ClockRegressions  uint64 // calls whose clock was behind the latest reading
+	Opened            uint64 // upstream answers reported OutcomeOpened (Observe)
+	Throttled         uint64 // upstream answers reported OutcomeThrottled (Observe)
+	WaitMsTotal       uint64 // the admissions' waits summed, ms
+	// WaitBuckets[i] counts the admissions whose wait was above
+	// WaitBoundsMs()[i-1] (0 for i = 0) and at most WaitBoundsMs()[i];
+	// immediate admissions are in none, nor waits above the last bound.
+	WaitBuckets [WaitBuckets]uint64
 }
 
-// Counters reads the decision counters (each read independently).
+// WaitLe is how many admissions waited at most WaitBoundsMs()[i], the
+// immediate ones included: the wait histogram's cumulative count at that
+// bound (Admitted − AdmittedAfterWait + WaitBuckets[0] + … +
+// WaitBuckets[i], wrapping like the counts). i must be below WaitBuckets.
+func (c Counters) WaitLe(i int) uint64 {
+	n := c.Admitted - c.AdmittedAfterWait
+	for _, count := range c.WaitBuckets[:i+1] {
+		n += count
+	}
+	return n
+}
+
+// Counters reads every count the pacer keeps (each read independently).
 func (p *Pacer) Counters() (Counters, error) {
 	return onStorage(p, (*storage).counters)
+}
+
+// LevelAt is the tokens in the bucket at nowMs, in units (UnitsPerToken a
+// token; negative: the debt of admissions still waiting): the state
+// refilled at the rate in force up to nowMs, capped at the burst. A nowMs
+// behind the latest reading reads at that reading. It reads only.
+func (p *Pacer) LevelAt(nowMs uint64) (int64, error) {
+	return onStorage(p, func(s *storage) (int64, error) { return s.levelAt(nowMs) })
 }
 
 // Info is a pacer's derived parameters and current state.

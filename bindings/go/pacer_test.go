@@ -136,7 +136,11 @@ func TestAdmitImmediateQueuedRefused(t *testing.T) {
 		}
 	}
 	c := mustCounters(t, p)
-	want := pacer.Counters{Admitted: 3, AdmittedAfterWait: 2, Refused: 1}
+	// The waits given: 1000 ms, in (500, 1000] (bucket 4), and 2000 ms, in
+	// (1000, 2500] (bucket 5); 3000 ms in all. The first's wait 0 is in no
+	// bucket.
+	want := pacer.Counters{Admitted: 3, AdmittedAfterWait: 2, Refused: 1, WaitMsTotal: 3000,
+		WaitBuckets: [pacer.WaitBuckets]uint64{4: 1, 5: 1}}
 	if c != want {
 		t.Fatalf("counters %+v, want %+v", c, want)
 	}

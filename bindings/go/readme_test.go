@@ -22,7 +22,7 @@ import (
 
 // readmeGoBlockCount is how many ```go blocks README.md has: every one runs,
 // none is skipped, so a block added or removed must change this number.
-const readmeGoBlockCount = 6
+const readmeGoBlockCount = 7
 
 // readmeRunTimeout bounds one block's run (its build is not counted):
 // each finishes within a few seconds, whatever the machine's speed.

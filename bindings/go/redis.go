@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -124,6 +125,8 @@ type RedisPacer struct {
 	running     sync.WaitGroup
 	keyedMu     sync.Mutex             // guards keyed (each entry has its own lock)
 	keyed       map[string]*redisKeyed // AdmitKey's requests refused so far
+	counts      redisCounts            // what the calls got (Counters)
+	lastRate    atomic.Int64           // the rate in force the server last reported (LastRateInForce)
 
 	mu          sync.Mutex  // guards the fields below
 	engine      RedisEngine // the engine found ("" until asked)
@@ -212,6 +215,7 @@ func OpenRedis(opts RedisOptions) (*RedisPacer, error) {
 		scriptSHA:  pacerScriptSHA,
 		keyed:      make(map[string]*redisKeyed),
 	}
+	r.lastRate.Store(int64(cfg.RatePerMinute))
 	if r.retryAfter == 0 {
 		r.retryAfter = DefaultRedisRetryAfter
 	}

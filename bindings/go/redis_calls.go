@@ -177,17 +177,24 @@ func (r *RedisPacer) Reserve(ctx context.Context) (RedisDecision, error) {
 
 func (r *RedisPacer) reserve(ctx context.Context) (RedisDecision, error) {
 	if r.mode == ModeDisabled {
-		return RedisDecision{Admitted: true, Path: PathDisabled}, nil
+		return r.counted(RedisDecision{Admitted: true, Path: PathDisabled}, nil, nil)
 	}
 	reply, err := r.run(ctx, "reserve", r.releaseLate("reserve"), r.configArgs()...)
 	if err != nil {
 		if isFailure(err) {
-			d, _, err := r.byPolicy(false, 0)
-			return d, err
+			return r.counted(r.byPolicy(false, 0))
 		}
 		return RedisDecision{}, err
 	}
-	d, _, err := r.parseAdmission("reserve", reply)
+	return r.counted(r.parseAdmission("reserve", reply))
+}
+
+// counted counts an answer (d, holding booking b when it booked) that
+// the caller gets, unless err; it returns d and err.
+func (r *RedisPacer) counted(d RedisDecision, b *RedisBooking, err error) (RedisDecision, error) {
+	if err == nil {
+		r.counts.decision(d, b != nil)
+	}
 	return d, err
 }
 
@@ -204,17 +211,21 @@ func (r *RedisPacer) ReserveOrBook(ctx context.Context, retriesLeft uint32) (Red
 
 func (r *RedisPacer) reserveOrBook(ctx context.Context, retriesLeft uint32) (RedisBookingDecision, error) {
 	if r.mode == ModeDisabled {
-		return RedisBookingDecision{RedisDecision: RedisDecision{Admitted: true, Path: PathDisabled}}, nil
+		return r.countedBooking(RedisDecision{Admitted: true, Path: PathDisabled}, nil, nil)
 	}
 	reply, err := r.run(ctx, "book", r.releaseLate("book"), r.configArgs(strconv.FormatUint(uint64(retriesLeft), 10))...)
 	if err != nil {
 		if isFailure(err) {
-			d, b, err := r.byPolicy(true, retriesLeft)
-			return RedisBookingDecision{RedisDecision: d, Booking: b}, err
+			return r.countedBooking(r.byPolicy(true, retriesLeft))
 		}
 		return RedisBookingDecision{}, err
 	}
-	d, b, err := r.parseAdmission("book", reply)
+	return r.countedBooking(r.parseAdmission("book", reply))
+}
+
+// countedBooking is counted's answer as a RedisBookingDecision.
+func (r *RedisPacer) countedBooking(d RedisDecision, b *RedisBooking, err error) (RedisBookingDecision, error) {
+	d, err = r.counted(d, b, err)
 	return RedisBookingDecision{RedisDecision: d, Booking: b}, err
 }
 
@@ -255,7 +266,7 @@ func (r *RedisPacer) redeem(ctx context.Context, b *RedisBooking) (RedisDecision
 		if d.Admitted {
 			b.spend()
 		}
-		return out, nil
+		return r.counted(out, nil, nil)
 	}
 	if b.Key != r.key {
 		return RedisDecision{}, inputError("booking", b.Key, "must belong to this pacer's key "+strconv.Quote(r.key))
@@ -268,25 +279,24 @@ func (r *RedisPacer) redeem(ctx context.Context, b *RedisBooking) (RedisDecision
 		}
 		if d, err := r.parseRedeem(reply); err == nil && d.Admitted {
 			b.spend()
-			_, _ = r.release(context.WithoutCancel(ctx), d.Ticket)
+			_, _, _ = r.giveBack(context.WithoutCancel(ctx), d.Ticket)
 		}
 	}
 	reply, err := r.run(ctx, "redeem", late, b.Value)
 	if err != nil {
 		if isFailure(err) {
-			d, _, err := r.byPolicy(false, 0)
-			return d, err
+			return r.counted(r.byPolicy(false, 0))
 		}
 		return RedisDecision{}, err
 	}
 	d, err := r.parseRedeem(reply)
 	if err != nil || !d.Admitted {
-		return d, err
+		return r.counted(d, nil, err)
 	}
 	if !b.spend() {
 		return RedisDecision{}, ErrBookingSpent
 	}
-	return d, nil
+	return r.counted(d, nil, nil)
 }
 
 // spend marks the booking redeemed and its ticket spent (the server spent
@@ -337,22 +347,35 @@ func (r *RedisPacer) Release(ctx context.Context, t *RedisTicket) (bool, error) 
 	})
 }
 
+// release is giveBack, counted when the release reached the bucket or
+// the fallback pacer.
 func (r *RedisPacer) release(ctx context.Context, t *RedisTicket) (bool, error) {
+	refunded, reached, err := r.giveBack(ctx, t)
+	if reached {
+		r.counts.release(refunded)
+	}
+	return refunded, err
+}
+
+// giveBack releases t (see Release), uncounted; reached reports whether
+// the release reached the bucket or the fallback pacer (an answer came).
+func (r *RedisPacer) giveBack(ctx context.Context, t *RedisTicket) (refunded, reached bool, err error) {
 	if t == nil {
-		return false, nil
+		return false, false, nil
 	}
 	if t.local != nil {
 		local := r.issuedLocally()
 		if local == nil || !t.spent.CompareAndSwap(false, true) {
-			return false, nil
+			return false, false, nil
 		}
-		return local.Release(t.local, local.clock())
+		refunded, err := local.Release(t.local, local.clock())
+		return refunded, err == nil, err
 	}
 	if t.Key != r.key {
-		return false, inputError("ticket", t.Key, "must belong to this pacer's key "+strconv.Quote(r.key))
+		return false, false, inputError("ticket", t.Key, "must belong to this pacer's key "+strconv.Quote(r.key))
 	}
 	if !t.spent.CompareAndSwap(false, true) {
-		return false, nil
+		return false, false, nil
 	}
 	// A release whose outcome is unknown (not sent, or no reply) leaves
 	// the ticket unspent: it may be tried again.
@@ -366,17 +389,17 @@ func (r *RedisPacer) release(ctx context.Context, t *RedisTicket) (bool, error) 
 		switch {
 		case isFailure(err):
 			unknown(err)
-			return false, nil
+			return false, false, nil
 		case errors.Is(err, ErrClosed):
 			unknown(err)
 		}
-		return false, err // a pacer error, or the caller's ctx (the late call settles the ticket)
+		return false, false, err // a pacer error, or the caller's ctx (the late call settles the ticket)
 	}
-	refunded, ok := reply.(int64)
+	answer, ok := reply.(int64)
 	if !ok {
-		return false, badReply("release", reply)
+		return false, false, badReply("release", reply)
 	}
-	return refunded == 1, nil
+	return answer == 1, true, nil
 }
 
 // Admit waits for permission to open one new connection: Reserve, then,
@@ -759,6 +782,7 @@ func (r *RedisPacer) Observe(ctx context.Context, outcome Outcome) (int, error) 
 }
 
 func (r *RedisPacer) observe(ctx context.Context, outcome Outcome) (int, error) {
+	r.counts.outcome(outcome)
 	if r.adapt == nil || r.mode == ModeDisabled {
 		return r.cfg.RatePerMinute, nil
 	}
@@ -780,6 +804,7 @@ func (r *RedisPacer) observe(ctx context.Context, outcome Outcome) (int, error) 
 	if !ok || rate < 0 {
 		return 0, badReply("observe", reply)
 	}
+	r.lastRate.Store(rate)
 	return int(rate), nil
 }
 
@@ -800,7 +825,20 @@ func (r *RedisPacer) rateInForce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	r.lastRate.Store(int64(info.RateInForce))
 	return int(info.RateInForce), nil
+}
+
+// LastRateInForce is the bucket's rate in force, per minute, as the
+// server last reported it to this RedisPacer (an Observe's or a
+// RateInForce's answer), without asking Redis: RatePerMinute before any
+// such answer, and always with adaptation off. The metrics package exports
+// it as pacer_rate_in_force_per_minute (collection makes no round trip).
+func (r *RedisPacer) LastRateInForce() int {
+	if r == nil {
+		return 0
+	}
+	return int(r.lastRate.Load())
 }
 
 // isFailure reports whether err is a failure of Redis that the policy
@@ -925,7 +963,7 @@ func (r *RedisPacer) releaseLate(op string) lateReply {
 		if b != nil {
 			d.Ticket = b.Ticket
 		}
-		_, _ = r.release(context.Background(), d.Ticket)
+		_, _, _ = r.giveBack(context.Background(), d.Ticket)
 	}
 }
 

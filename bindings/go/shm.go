@@ -182,14 +182,25 @@ func (s *SharedPacer) RateInForce() (int, error) {
 	return s.p.RateInForce(SharedClockMs())
 }
 
-// Counters reads the decision counters of this handle: the calls made
-// through this SharedPacer only (another handle on the same bucket, in this
-// process or another, counts its own; a fresh handle starts at zero).
+// Counters reads the bucket's counts: every call through any handle on
+// the same bucket, in this process or another, counts in its file
+// (docs/metrics.md, "Whose counts"), and every handle reads the same
+// counts. A fresh handle on a bucket already used reads what was counted
+// before it opened.
 func (s *SharedPacer) Counters() (Counters, error) {
 	if s == nil {
 		return Counters{}, ErrClosed
 	}
 	return s.p.Counters()
+}
+
+// Level is the bucket's tokens at the shared clock, in units; see
+// Pacer.LevelAt.
+func (s *SharedPacer) Level() (int64, error) {
+	if s == nil {
+		return 0, ErrClosed
+	}
+	return s.p.LevelAt(SharedClockMs())
 }
 
 // Info reads the parameters and the machine-wide state; see Pacer.Info.

@@ -167,9 +167,10 @@ func TestSharedAdmitKeyBooksAndForgets(t *testing.T) {
 	if c := heldBooking(s, "c"); c == nil || c.SlotMs != b.SlotMs {
 		t.Fatalf("c's booking %+v, want a's slot %d", c, b.SlotMs)
 	}
-	// The handle's counters: one admission; refusals: a booked, a not yet,
-	// b, c booked; one release, refunded.
-	want := Counters{Admitted: 1, Refused: 4, Released: 1, Refunded: 1}
+	// The bucket's counters (this handle made every call on this fresh
+	// file): one admission; refusals: a booked, a not yet, b, c booked
+	// (2 booked); one release, refunded.
+	want := Counters{Admitted: 1, Refused: 4, Booked: 2, Released: 1, Refunded: 1}
 	if c, err := s.Counters(); err != nil || c != want {
 		t.Fatalf("counters %+v, %v; want %+v", c, err, want)
 	}
@@ -350,8 +351,10 @@ func TestSharedRedeemAndCloseDuringAdmitKey(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := s.AdmitKey(t.Context(), key); done <- err }()
 	closedDuringWait := false
+	var keyWait time.Duration
 	select {
 	case w := <-gate:
+		keyWait = w
 		if w > 15000*time.Millisecond {
 			t.Fatalf("%s's redeemed wait %v, want at most the bound", key, w)
 		}
@@ -381,16 +384,15 @@ func TestSharedRedeemAndCloseDuringAdmitKey(t *testing.T) {
 	}
 	// Since c1: b redeemed (after a wait unless the slot had come) and
 	// released; the key redeemed, after a wait that Close cut short
-	// (refunded).
+	// (refunded). Each wait given is counted in its bucket.
 	want := c1
 	want.Admitted += 2
-	if d.Queued {
-		want.AdmittedAfterWait++
-	}
+	want.Redeemed += 2
+	countWait(&want, d.WaitMs)
 	want.Released++
 	want.Refunded++
 	if closedDuringWait {
-		want.AdmittedAfterWait++
+		countWait(&want, uint64(keyWait/time.Millisecond))
 		want.Released++
 		want.Refunded++
 	}
@@ -451,7 +453,7 @@ func TestSharedBookingOfAnotherBucketIsRefused(t *testing.T) {
 		t.Fatalf("release on another bucket: %v, %v", ok, err)
 	}
 	if c, err := other.Counters(); err != nil || c != (Counters{}) {
-		t.Fatalf("the other bucket's handle counted %+v, %v", c, err)
+		t.Fatalf("the other bucket counted %+v, %v", c, err)
 	}
 	// The library's check, below Go's: b's numbers and owner tag handed to
 	// pacer_shared_redeem / pacer_shared_release of the other bucket, and
@@ -519,6 +521,7 @@ type debitLine struct {
 	who    string
 	booked bool
 	slot   uint64
+	waitMs uint64 // an admission's wait
 	seq    uint32
 }
 
@@ -543,6 +546,8 @@ func parseBookLines(t *testing.T, out []byte) (debits []debitLine, refused int) 
 		d := debitLine{who: "C", booked: f[0] == "booked", seq: uint32(seq)}
 		if d.booked {
 			d.slot = v
+		} else {
+			d.waitMs = v
 		}
 		debits = append(debits, d)
 	}
@@ -628,7 +633,7 @@ func TestSharedBookingsFIFOWithACProcess(t *testing.T) {
 			if r.a.Queued {
 				goAfterWait++
 			}
-			debits = append(debits, debitLine{who: "Go", seq: r.a.Ticket.seq})
+			debits = append(debits, debitLine{who: "Go", seq: r.a.Ticket.seq, waitMs: uint64(r.a.Wait / time.Millisecond)})
 		case errors.As(r.err, &refused) && refused.Booked:
 			b := heldBooking(s, r.key)
 			if b == nil || b.SlotMs < refused.RequiredWaitMs {
@@ -681,10 +686,23 @@ func TestSharedBookingsFIFOWithACProcess(t *testing.T) {
 			t.Fatalf("window %d ms holds %d booked slots, more than %d", w, worst, 600*w/60000+1)
 		}
 	}
-	// Go's counters: its admissions; its bookings are refusals.
-	if c, err := s.Counters(); err != nil ||
-		c != (Counters{Admitted: uint64(goAdmitted), AdmittedAfterWait: uint64(goAfterWait), Refused: uint64(goBooked)}) {
-		t.Fatalf("Go's counters %+v, %v; %d admitted (%d after a wait), %d booked", c, err, goAdmitted, goAfterWait, goBooked)
+	// The bucket's counters, C's calls and Go's alike (the file keeps
+	// them): every debit above, admitted with its wait, or booked (a
+	// refusal that booked); Go's AdmitKey calls were each one debit (no
+	// redemption: every key was new). Nothing was released yet.
+	var want Counters
+	for _, d := range debits {
+		if d.booked {
+			want.Refused++
+			want.Booked++
+			continue
+		}
+		want.Admitted++
+		countWait(&want, d.waitMs)
+	}
+	if c, err := s.Counters(); err != nil || c != want {
+		t.Fatalf("the bucket's counters %+v, %v; want %+v (Go: %d admitted, %d after a wait, %d booked)", c, err, want,
+			goAdmitted, goAfterWait, goBooked)
 	}
 	refunds := 0
 	for _, r := range results {
@@ -716,4 +734,23 @@ func TestSharedBookingsFIFOWithACProcess(t *testing.T) {
 	}
 	t.Logf("%d admitted, %d booked (C %d, Go %d; the line changes hands %d times), %d refunded by Forget; C's next: %+v",
 		admitted, len(booked), cBooked, goBooked, turns, refunds, next[0])
+}
+
+// countWait adds one admission's wait to c's wait counts, by the bounds
+// of docs/metrics.md written out here (10, 50, 100, 500, 1000, 2500, 5000,
+// 10000 ms; a bucket holds the waits above the bound before it up to its
+// own): an immediate admission adds nothing, a wait above 10000 ms only
+// to AdmittedAfterWait and WaitMsTotal.
+func countWait(c *Counters, waitMs uint64) {
+	if waitMs == 0 {
+		return
+	}
+	c.AdmittedAfterWait++
+	c.WaitMsTotal += waitMs
+	for i, bound := range []uint64{10, 50, 100, 500, 1000, 2500, 5000, 10000} {
+		if waitMs <= bound {
+			c.WaitBuckets[i]++
+			return
+		}
+	}
 }

@@ -244,11 +244,15 @@ func TestSharedSeesDebitsOfACProcess(t *testing.T) {
 	}
 }
 
-// Counters of a shared pacer count the calls made through that handle
-// only (the bucket is machine-wide, the counters are the handle's). Two
-// handles on one name, the defaults (burst 10): 5 reservations in all, all
-// admitted at once whatever the time between them.
-func TestSharedCountersPerHandle(t *testing.T) {
+// Counters of a shared pacer are the bucket's: every handle on one name
+// counts into its file and reads the same counts (docs/metrics.md, "Whose
+// counts"). Two handles on one name, the defaults (burst 10): 5
+// reservations in all (3 through a, 2 through b), all admitted at once
+// whatever the time between them; a releases one of its tickets
+// (refunded). Both read 5 admitted, 1 released, 1 refunded; a third
+// handle opened after them reads the same, and a reservation through it
+// shows in all three.
+func TestSharedCountersAreTheBucket(t *testing.T) {
 	path := sharedPath(t, "counters")
 	a, b := openTwo(t, path)
 	var aTickets, bTickets []*Ticket
@@ -269,32 +273,43 @@ func TestSharedCountersPerHandle(t *testing.T) {
 	if ok, err := a.Release(aTickets[0]); !ok || err != nil {
 		t.Fatalf("a release: %v, %v", ok, err)
 	}
-	// b's ticket through a: not a's, refused in Go before any C call.
+	// b's ticket through a: not a's, refused in Go before any C call
+	// (nothing counted).
 	if ok, err := a.Release(bTickets[0]); ok || err != nil {
 		t.Fatalf("b's ticket through a: %v, %v", ok, err)
 	}
-	ca, err := a.Counters()
-	if err != nil {
-		t.Fatal(err)
+	want := Counters{Admitted: 5, Released: 1, Refunded: 1}
+	for name, h := range map[string]*SharedPacer{"a": a, "b": b} {
+		if c, err := h.Counters(); err != nil || c != want {
+			t.Fatalf("%s's counters %+v, %v; want the bucket's %+v", name, c, err, want)
+		}
 	}
-	if want := (Counters{Admitted: 3, Released: 1, Refunded: 1}); ca != want {
-		t.Fatalf("a's counters %+v, want %+v", ca, want)
-	}
-	cb, err := b.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (Counters{Admitted: 2}); cb != want {
-		t.Fatalf("b's counters %+v, want %+v", cb, want)
-	}
-	// A fresh handle on the same bucket has made no calls.
+	// A fresh handle on the same bucket reads what was counted before it.
 	c, err := OpenShared(path, DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if cc, err := c.Counters(); err != nil || cc != (Counters{}) {
-		t.Fatalf("fresh handle's counters %+v, %v", cc, err)
+	if cc, err := c.Counters(); err != nil || cc != want {
+		t.Fatalf("fresh handle's counters %+v, %v; want %+v", cc, err, want)
+	}
+	if d, err := c.Reserve(); err != nil || !d.Admitted || d.Queued {
+		t.Fatalf("c: %+v, %v", d, err)
+	}
+	want.Admitted = 6
+	for name, h := range map[string]*SharedPacer{"a": a, "b": b, "c": c} {
+		if got, err := h.Counters(); err != nil || got != want {
+			t.Fatalf("%s's counters after c's reservation %+v, %v; want %+v", name, got, err, want)
+		}
+	}
+	// The bucket's level: 10 − 6 + 1 refunded = 5 tokens at the last
+	// call, refilled since at 1 token a second, capped at the burst 10.
+	// Whatever the time between the calls, it is 5..10 tokens.
+	for name, h := range map[string]*SharedPacer{"a": a, "c": c} {
+		level, err := h.Level()
+		if err != nil || level < 5*UnitsPerToken || level > 10*UnitsPerToken {
+			t.Fatalf("%s's level %d units, %v; want 5..10 tokens", name, level, err)
+		}
 	}
 }
 
@@ -341,7 +356,10 @@ func TestSharedCloseDuringAdmitRefunds(t *testing.T) {
 		}
 		cancel()
 		c, err := s.p.mem.counters()
-		want := Counters{Admitted: 2, AdmittedAfterWait: 1, Shaped: 1, Released: 1, Refunded: 1}
+		// The shaped wait given, the bound 4833 ms, is in (2500, 5000]
+		// (bucket 6), though its slot came back.
+		want := Counters{Admitted: 2, AdmittedAfterWait: 1, Shaped: 1, Released: 1, Refunded: 1, WaitMsTotal: 4833,
+			WaitBuckets: [WaitBuckets]uint64{6: 1}}
 		if err != nil || c != want {
 			t.Fatalf("cancelToo %v: counters %+v, %v; want %+v (the waiting slot refunded)", cancelToo, c, err, want)
 		}

@@ -186,14 +186,36 @@ export interface Budget {
   readonly notices: readonly Notice[];
 }
 
+/** What a pacer decided so far: the counts the metric set
+ * (docs/metrics.md, `connpacer/metrics`) is derived from. */
 export interface Counters {
+  /** Admissions, at once or after a wait, by any path. */
   admitted: number;
+  /** Admissions with a wait above 0. */
   admittedAfterWait: number;
+  /** Refusals: a booking and a redemption's "not yet" are refusals too. */
   refused: number;
+  /** Admissions by the shaping rule. */
   shaped: number;
   released: number;
+  /** Releases the policy refunded. */
   refunded: number;
+  /** Calls whose clock reading was behind the latest one. */
   clockRegressions: number;
+  /** Refusals that booked a place in line (SPEC §11). */
+  booked: number;
+  /** Bookings admitted when presented on their retry. */
+  redeemed: number;
+  /** Upstream answers reported to observe() as 'opened'. */
+  opened: number;
+  /** Upstream answers reported to observe() as 'throttled'. */
+  throttled: number;
+  /** The waits of the admissions, summed, ms. */
+  waitMsTotal: number;
+  /** Eight counts: admissions whose wait was above WAIT_BOUNDS_MS[i − 1]
+   * (0 for the first) and at most WAIT_BOUNDS_MS[i]. Immediate admissions
+   * and waits above the last bound are in none. */
+  waitBuckets: number[];
 }
 
 export declare class Pacer {
@@ -246,6 +268,10 @@ export declare class Pacer {
   admit(options?: { signal?: AbortSignal; key?: string | number | symbol }): Promise<AdmitOutcome>;
   /** What this pacer decided so far (still answers after close()). */
   counters(): Counters;
+  /** The tokens in the bucket at `nowMs` (default the clock), refilled at
+   * the rate in force and capped at the burst: fractional, negative for the
+   * debt of admissions still waiting. Reads only. */
+  tokens(nowMs?: number): number;
   state(): { highWaterMs: number; tokensUnits: number; seq: number };
   /** Whether close() was called. */
   readonly closed: boolean;
@@ -308,9 +334,12 @@ export declare class SharedPacer {
    * in the bucket's machine-wide line that the key's retry (through this
    * handle: keys are per handle) redeems, as `Pacer.admit`. */
   admit(options?: { signal?: AbortSignal; key?: string | number | symbol }): Promise<AdmitOutcome>;
-  /** The calls made through this handle (each handle counts its own; a
-   * fresh one starts at 0). Still answers after close(). */
+  /** The bucket's counts: every handle and process that opened the bucket
+   * counts into its file, so every handle reads the same. After close(),
+   * the counts as they were at close(). */
   counters(): Counters;
+  /** The bucket's tokens now (shared clock), as `Pacer.tokens`. */
+  tokens(): number;
   /** The machine-wide state word. */
   state(): { highWaterMs: number; tokensUnits: number; seq: number };
   /** Whether close() was called on this handle. */
@@ -359,9 +388,15 @@ export interface Constants {
   readonly unitsPerToken: number;
   readonly refusalStatus: number;
   readonly refusalContentType: string;
+  /** The wait histogram's upper bounds, ms (the same array as WAIT_BOUNDS_MS). */
+  readonly waitBoundsMs: readonly number[];
 }
 
 export declare const constants: Constants;
+
+/** The wait histogram's upper bounds, ms, the core's: 10, 50, 100, 500,
+ * 1000, 2500, 5000, 10000 (docs/metrics.md). Frozen. */
+export declare const WAIT_BOUNDS_MS: readonly number[];
 
 // ---------------------------------------------------------------- fleet pacing (Redis)
 
@@ -513,14 +548,9 @@ export interface RedisInfo {
   engine: RedisEngine;
 }
 
-export interface RedisCounters {
-  admitted: number;
-  admittedAfterWait: number;
-  refused: number;
-  booked: number;
-  released: number;
-  refunded: number;
-  clockRegressions: number;
+/** The answers one RedisPacer got, counted as `Counters` counts a pacer's
+ * decisions, and how many of them the failure policy gave. */
+export interface RedisCounters extends Counters {
   /** Answers the failure policy decided. */
   fallbacks: number;
 }
@@ -548,6 +578,10 @@ export declare class RedisPacer {
   readonly outage: boolean;
   readonly closed: boolean;
   readonly pendingKeys: number;
+  /** The bucket's rate in force per minute as the server last reported it
+   * (an observe() reply); the configured rate before any, and always with
+   * adaptation off. Asks nothing. */
+  readonly lastRateInForce: number;
   reserve(): Promise<RedisDecision>;
   /** True when refunded; false when refused by the release policy, spent, or Redis is down. */
   release(ticket: RedisTicket | Ticket): Promise<boolean>;
@@ -566,6 +600,9 @@ export declare class RedisPacer {
   observe(outcome: Outcome): Promise<number>;
   /** Null when the mode is disabled (no bucket is kept). */
   info(): Promise<RedisInfo | null>;
+  /** The answers this object got (refusals include bookings and a
+   * redemption's "not yet"; outcomes every observe() call), and how many the
+   * policy gave. Still answers after close(). */
   counters(): RedisCounters;
   close(): Promise<void>;
 }

@@ -20,4 +20,5 @@ exports.resolveBudget = local.resolveBudget;
 exports.refusalResponse = local.refusalResponse;
 exports.ENV_NAMES = local.ENV_NAMES;
 exports.DEFAULT_MESSAGE_PREFIX = local.DEFAULT_MESSAGE_PREFIX;
+exports.WAIT_BOUNDS_MS = local.WAIT_BOUNDS_MS;
 exports.constants = local.constants;

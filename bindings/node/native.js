@@ -21,7 +21,10 @@ const native = loadAddon({
   resolve: (id) => require.resolve(id),
 });
 
-const constants = Object.freeze(native.constants());
+const nativeConstants = native.constants();
+// The wait histogram's bounds (the core's WAIT_BOUNDS_MS), frozen with the rest.
+nativeConstants.waitBoundsMs = Object.freeze(nativeConstants.waitBoundsMs);
+const constants = Object.freeze(nativeConstants);
 if (constants.version !== version) {
   throw new Error(
     `pacer: the native addon is version ${constants.version} but this package is ${version}; `

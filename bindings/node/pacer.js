@@ -313,6 +313,33 @@ class Booking {
   }
 }
 
+// ---------------------------------------------------------------- counts
+
+/** The wait histogram's upper bounds, ms: the core's WAIT_BOUNDS_MS. */
+const WAIT_BOUNDS_MS = constants.waitBoundsMs;
+
+/** The index of the wait histogram bucket a wait above 0 falls in (the
+ * first bound at or above it), or -1 above the last bound. */
+function waitBucketOf(waitMs) {
+  return WAIT_BOUNDS_MS.findIndex((bound) => waitMs <= bound);
+}
+
+/**
+ * The counts as the addon gives them (src/lib.rs, `counters_of`: the core's
+ * CounterSnapshot in order) as the object `counters()` answers.
+ * `waitBuckets[i]` counts the admissions whose wait was above
+ * WAIT_BOUNDS_MS[i − 1] (0 for the first) and at most WAIT_BOUNDS_MS[i];
+ * immediate admissions and waits above the last bound are in none.
+ */
+function countsFrom(words) {
+  const [admitted, admittedAfterWait, refused, shaped, released, refunded, clockRegressions, booked, opened,
+    throttled, waitMsTotal, redeemed, ...waitBuckets] = words;
+  return {
+    admitted, admittedAfterWait, refused, shaped, released, refunded, clockRegressions, booked, redeemed,
+    opened, throttled, waitMsTotal, waitBuckets,
+  };
+}
+
 // ---------------------------------------------------------------- the pacer
 
 /** Whether `value` is a Pacer (set in Pacer's static block). */
@@ -848,11 +875,21 @@ class Pacer {
     return this.#result(this.#keyed.attempt(key, this.#clock(), this.#waitBoundMs));
   }
 
-  /** What this pacer decided so far. */
+  /** What this pacer decided so far (countsFrom). */
   counters() {
-    const [admitted, admittedAfterWait, refused, shaped, released, refunded, clockRegressions] =
-      this.#native.counters();
-    return { admitted, admittedAfterWait, refused, shaped, released, refunded, clockRegressions };
+    return countsFrom(this.#native.counters());
+  }
+
+  /**
+   * The tokens in the bucket at `nowMs` (default the pacer's clock),
+   * refilled to it at the rate in force and capped at the burst: fractional,
+   * negative for the debt of admissions still waiting. Reads only.
+   */
+  tokens(nowMs = undefined) {
+    this.#open();
+    if (nowMs === undefined) nowMs = this.#clock();
+    else wholeNumber('nowMs', nowMs, 0, Number.MAX_SAFE_INTEGER);
+    return this.#native.levelAt(nowMs) / constants.unitsPerToken;
   }
 
   /** The state word, for diagnostics: tokens in 1/60000 of a connection. */
@@ -1039,10 +1076,18 @@ class SharedPacer {
     return this.#call(() => this.#pacer.rateInForce(sharedClockMs()));
   }
 
-  /** The calls made through this handle (each handle counts its own; a
-   * fresh one starts at 0). */
+  /**
+   * The bucket's counts, as `Pacer.counters()`: every handle and process
+   * that opened the bucket counts into its file, so every handle reads the
+   * same. After close(), the counts as they were at close().
+   */
   counters() {
     return this.#pacer.counters();
+  }
+
+  /** As `Pacer.tokens`, at the shared clock: the bucket's tokens now. */
+  tokens() {
+    return this.#call(() => this.#pacer.tokens(sharedClockMs()));
   }
 
   /** The machine-wide state word. */
@@ -1092,9 +1137,12 @@ module.exports = {
   refusalResponse,
   ENV_NAMES,
   DEFAULT_MESSAGE_PREFIX,
+  WAIT_BOUNDS_MS,
   constants,
-  // For redis.js: the checks and clocks every pacer shares.
+  // For redis.js: the checks and clocks every pacer shares, and the wait
+  // histogram's bucket of a wait.
   describe,
+  waitBucketOf,
   monotonicNow,
   defaultSchedule,
   abortReason,

@@ -14,7 +14,7 @@ const { sleep } = require('./wait.js');
 const { checkKey } = require('./bookings.js');
 const { native, outcomeCode } = require('./native.js');
 const {
-  Pacer, Ticket, Booking, describe, monotonicNow, defaultSchedule, abortReason,
+  Pacer, Ticket, Booking, describe, monotonicNow, defaultSchedule, abortReason, waitBucketOf, WAIT_BOUNDS_MS,
 } = require('./pacer.js');
 
 const ENGINES = ['auto', 'module', 'function', 'script'];
@@ -386,10 +386,17 @@ class RedisPacer {
     this.#engine = null;
     this.#scriptLoaded = false;
   };
+  /** The answers this object got, counted as the core counts a pacer's
+   * (core/src/counters.rs): a booking and a redemption's "not yet" are
+   * refusals too; `waitBuckets` as `Pacer.counters()`. */
   #counters = {
-    admitted: 0, admittedAfterWait: 0, refused: 0, booked: 0, released: 0, refunded: 0,
-    clockRegressions: 0, fallbacks: 0,
+    admitted: 0, admittedAfterWait: 0, refused: 0, shaped: 0, released: 0, refunded: 0,
+    clockRegressions: 0, booked: 0, redeemed: 0, opened: 0, throttled: 0, waitMsTotal: 0,
+    waitBuckets: WAIT_BOUNDS_MS.map(() => 0), fallbacks: 0,
   };
+  /** The bucket's rate in force as the server last reported it (null: the
+   * configured rate). */
+  #rateReported = null;
 
   constructor(token, options) {
     if (token !== CONNECT_TOKEN) throw new TypeError('pacer: use RedisPacer.connect(options)');
@@ -573,6 +580,11 @@ class RedisPacer {
   /** Keyed requests refused and not yet admitted or forgotten. */
   get pendingKeys() { return this.#keyed.size; }
 
+  /** The bucket's rate in force per minute as the server last reported it
+   * (an observe() reply); the configured rate before any, and always with
+   * adaptation off. Asks nothing. */
+  get lastRateInForce() { return this.#rateReported ?? this.#configPacer.config.ratePerMinute; }
+
   #open() {
     if (this.#closed) throw closedError();
   }
@@ -741,17 +753,33 @@ class RedisPacer {
     return { ...d, fallback: 'local' };
   }
 
+  /** Counts one answer (`reserve`, `reserveOrBook`, an admitting
+   * `redeem`) as the core counts a decision; returns it. */
   #count(d) {
+    const c = this.#counters;
     if (d.kind === 'admitted') {
-      this.#counters.admitted += 1;
-      if (d.queued) this.#counters.admittedAfterWait += 1;
-    } else if (d.kind === 'booked') {
-      this.#counters.booked += 1;
+      c.admitted += 1;
+      if (d.waitMs > 0) {
+        c.admittedAfterWait += 1;
+        c.waitMsTotal += d.waitMs;
+        const bucket = waitBucketOf(d.waitMs);
+        if (bucket >= 0) c.waitBuckets[bucket] += 1;
+      }
+      if (d.path === 'shaped' || d.path === 'overflow') c.shaped += 1;
+      else if (d.path === 'booked') c.redeemed += 1;
     } else {
-      this.#counters.refused += 1;
+      // A booking is a refusal on the wire, and booked.
+      c.refused += 1;
+      if (d.kind === 'booked') c.booked += 1;
     }
-    if (d.clockRegressed) this.#counters.clockRegressions += 1;
+    if (d.clockRegressed) c.clockRegressions += 1;
     return d;
+  }
+
+  /** Counts a redemption's "not yet" (a refusal again); returns it. */
+  #countNotYet(r) {
+    this.#counters.refused += 1;
+    return r;
   }
 
   // ---------------------------------------------------------------- the calls
@@ -800,7 +828,8 @@ class RedisPacer {
       const local = this.#fallback;
       if (local === null) throw new RangeError('pacer: this booking is not from this pacer');
       const r = local.redeem(booking, monotonicNow());
-      return r.kind === 'admitted' ? this.#count({ ...r, fallback: 'local' }) : { ...r, fallback: 'local' };
+      const answer = { ...r, fallback: 'local' };
+      return r.kind === 'admitted' ? this.#count(answer) : this.#countNotYet(answer);
     }
     if (!RedisBooking.isRedisBooking(booking)) {
       throw new TypeError(`pacer: booking must be a booking from reserveOrBook(), got ${describe(booking)}`);
@@ -813,7 +842,9 @@ class RedisPacer {
     if (reply === FAILED) {
       const d = this.#byPolicy();
       if (d.kind === 'admitted') return this.#count(d);
-      return { kind: 'booked', booking, retryAfterSeconds: d.retryAfterSeconds, fallback: d.fallback };
+      return this.#countNotYet({
+        kind: 'booked', booking, retryAfterSeconds: d.retryAfterSeconds, fallback: d.fallback,
+      });
     }
     if (isShape(reply, 'admitted', 5)) {
       // The redemption spent the booking; the admission's ticket is the
@@ -825,7 +856,7 @@ class RedisPacer {
     }
     if (isShape(reply, 'notyet', 3)) {
       word(reply, reply[2]);
-      return { kind: 'booked', booking, retryAfterSeconds: whole(reply, reply[1]) };
+      return this.#countNotYet({ kind: 'booked', booking, retryAfterSeconds: whole(reply, reply[1]) });
     }
     throw unexpected(reply);
   }
@@ -881,13 +912,17 @@ class RedisPacer {
   async observe(outcome) {
     this.#open();
     outcomeCode(outcome);
+    // Counted whether adaptation is on or off, and whether Redis answers.
+    if (outcome === 'opened') this.#counters.opened += 1;
+    else this.#counters.throttled += 1;
     const c = this.#configPacer;
     if (c.adaptive === null || !this.enabled) return c.observe(outcome, monotonicNow());
     const reply = await this.#redis('observe', [outcome]);
     if (reply === FAILED) {
       return this.#policy === 'local' ? this.#local().observe(outcome, monotonicNow()) : c.config.ratePerMinute;
     }
-    return whole(reply, reply);
+    this.#rateReported = whole(reply, reply);
+    return this.#rateReported;
   }
 
   /**
@@ -1037,9 +1072,10 @@ class RedisPacer {
     return { ...infoFrom(reply), engine: this.#engine };
   }
 
-  /** The calls made through this object, and how many the policy decided. */
+  /** The answers this object got, as `Pacer.counters()` counts a pacer's
+   * decisions, and how many the policy decided (`fallbacks`). */
   counters() {
-    return { ...this.#counters };
+    return { ...this.#counters, waitBuckets: this.#counters.waitBuckets.slice() };
   }
 
   /**

@@ -50,7 +50,7 @@ mod types;
 
 pub use adaptive::{ControlView, Outcome};
 pub use budget::Budget;
-pub use counters::{CounterSnapshot, Counters};
+pub use counters::{CounterSnapshot, Counters, COUNTER_WORDS, WAIT_BOUNDS_MS};
 pub use notice::{Notice, NoticeKey, NoticeKind, NoticeRegistry};
 pub use pacer::Pacer;
 #[cfg(not(loom))]

@@ -170,6 +170,13 @@ impl Pacer {
         self.params.rate_in_force(&self.control(), now_ms)
     }
 
+    /// The tokens at `now_ms`, in units (60000 a token; negative: debt):
+    /// the state refilled at the rate in force, capped at the burst. A
+    /// reading behind the high-water mark reads the mark. Reads only.
+    pub fn level_at(&self, now_ms: u64) -> i64 {
+        self.params_in_force(now_ms).level_at(&self.state(), now_ms)
+    }
+
     /// The parameters in force at `now_ms` (the mode, the debt floor and
     /// the rest at the rate in force).
     pub fn params_in_force(&self, now_ms: u64) -> Params {

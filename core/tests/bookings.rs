@@ -332,6 +332,8 @@ fn counters_see_bookings_as_refusals_and_redemptions_as_admissions() {
         ),
         (15, 5, 3, 0, 0)
     );
+    assert_eq!(s.booked, 1, "the booking, not the plain refusal");
+    assert_eq!(s.redeemed, 1, "the booking's admission, not the plain ones");
     // A booking at a clock behind the mark counts a regression.
     let behind = pacer.reserve_or_book(0, 5);
     assert!(matches!(behind, BookingDecision::Booked(_)));

@@ -286,6 +286,13 @@ fn count_each_path(exclusive: bool) {
             released: 1,
             refunded: 1,
             clock_regressions: 1,
+            booked: 0,
+            opened: 0,
+            throttled: 0,
+            // waits 1000 (bucket ≤ 1000 ms) and 2000 (bucket ≤ 2500 ms)
+            wait_ms_total: 3000,
+            redeemed: 0,
+            wait_buckets: [0, 0, 0, 0, 1, 1, 0, 0],
         },
         "exclusive: {exclusive}"
     );

@@ -32,10 +32,11 @@ pub struct pacer {
     opaque: [u8; PACER_STORAGE_SIZE],
 }
 
-/// What lives in the storage once initialised. The core pacer comes last
-/// and ends with its two shared words, the state word and then the
-/// adaptive control word (its `repr(C)`), so a shared pacer maps only those
-/// two words from the file and keeps everything here private.
+/// What lives in the storage once initialised. The core pacer ends with its
+/// two shared words, the state word and then the adaptive control word (its
+/// `repr(C)`), and the decision counters follow them, so a shared pacer
+/// maps those words and the counters from the file (every process counts
+/// into the bucket's counters) and keeps everything before them private.
 #[repr(C)]
 pub(crate) struct Slot {
     magic: u64,
@@ -43,16 +44,20 @@ pub(crate) struct Slot {
     /// never 0.
     pub(crate) owner: u32,
     /// Zero; makes the padding before the 16-aligned pacer explicit.
-    reserved: [u32; 3],
-    counters: Counters,
+    reserved: u32,
     pub(crate) pacer: Pacer,
+    pub(crate) counters: Counters,
 }
 
-// No padding between a Slot's fields: the core pacer, and so its two
-// shared words, end the slot, where a shared pacer maps them from its file
-// (ffi/src/shm.rs). (The core's parameters themselves may hold padding: a
-// shared pacer copies them as raw bytes only.)
-const _: () = assert!(size_of::<Slot>() == 8 + 16 + size_of::<Counters>() + size_of::<Pacer>());
+// No padding between a Slot's fields: the core pacer's shared words and
+// then the counters end the slot, where a shared pacer maps them from its
+// file (ffi/src/shm.rs). (The core's parameters themselves may hold
+// padding: a shared pacer copies them as raw bytes only.)
+const _: () = assert!(core::mem::offset_of!(Slot, pacer) == 16);
+const _: () = assert!(
+    core::mem::offset_of!(Slot, counters)
+        == core::mem::offset_of!(Slot, pacer) + size_of::<Pacer>()
+);
 
 /// A fresh, never-0 owner tag: a process-wide serial mixed with a random
 /// key, so two pacers in one process never share a tag and a tag is not
@@ -264,6 +269,56 @@ pub struct pacer_counters {
     pub clock_regressions: u64,
 }
 
+/// Number of buckets of the wait histogram (pacer_metrics.wait_buckets).
+pub const PACER_WAIT_BUCKETS: usize = 8;
+const _: () = assert!(PACER_WAIT_BUCKETS == pacer_core::WAIT_BOUNDS_MS.len());
+
+/// The wait histogram's upper bounds, ms: 10, 50, 100, 500, 1000, 2500,
+/// 5000, 10000.
+/// (Lowercase, as every exported symbol of the library starts with
+/// `pacer_`.)
+#[no_mangle]
+#[allow(non_upper_case_globals)]
+pub static pacer_wait_bounds_ms: [u64; PACER_WAIT_BUCKETS] = pacer_core::WAIT_BOUNDS_MS;
+
+/// Every count a pacer keeps (docs/metrics.md): pacer_counters' counts and
+/// bookings, upstream answers and the waits given. A shared pacer's are
+/// the bucket's: every process's calls are counted in its file. Each count
+/// wraps at 2^64.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct pacer_metrics {
+    /// Admissions by any path.
+    pub admitted: u64,
+    /// Admissions with a wait.
+    pub admitted_after_wait: u64,
+    /// Refusals (bookings and a redemption's "not yet" included).
+    pub refused: u64,
+    /// Admissions by the shaping rule.
+    pub shaped: u64,
+    /// Release calls on a live ticket.
+    pub released: u64,
+    /// Releases refunded.
+    pub refunded: u64,
+    /// Calls whose clock was behind the latest reading.
+    pub clock_regressions: u64,
+    /// Refusals that booked a place in line.
+    pub booked: u64,
+    /// Upstream answers reported opened (pacer_observe).
+    pub opened: u64,
+    /// Upstream answers reported throttled (pacer_observe).
+    pub throttled: u64,
+    /// The admissions' waits summed, ms.
+    pub wait_ms_total: u64,
+    /// Admissions of a booking presented on its retry (pacer_redeem).
+    pub redeemed: u64,
+    /// Admissions that waited more than the bound before
+    /// pacer_wait_bounds_ms[i] (0 for i = 0) and at most
+    /// pacer_wait_bounds_ms[i]; immediate admissions are in no bucket, nor
+    /// waits above the last bound.
+    pub wait_buckets: [u64; PACER_WAIT_BUCKETS],
+}
+
 /// The C form of a core `Config`, for Rust callers of the C calls.
 impl From<&Config> for pacer_config {
     fn from(config: &Config) -> Self {
@@ -391,9 +446,9 @@ pub(crate) fn write_slot(
     let slot = Slot {
         magic: MAGIC,
         owner,
-        reserved: [0; 3],
-        counters: Counters::new(),
+        reserved: 0,
         pacer,
+        counters: Counters::new(),
     };
     // SAFETY: the storage is large and aligned enough for a Slot (const
     // asserts above) and exclusively borrowed.
@@ -714,6 +769,36 @@ pub unsafe extern "C" fn pacer_get_counters(
     }
 }
 
+/// Reads every count the pacer keeps (each read independently): for a
+/// shared pacer, the bucket's, counted by every process that opened it.
+#[no_mangle]
+pub unsafe extern "C" fn pacer_get_metrics(
+    storage: *const pacer,
+    out_metrics: *mut pacer_metrics,
+) -> pacer_status {
+    // SAFETY: caller's contract.
+    unsafe {
+        answer(storage, out_metrics, |slot| {
+            let s = slot.counters.snapshot();
+            Ok(pacer_metrics {
+                admitted: s.admitted,
+                admitted_after_wait: s.admitted_after_wait,
+                refused: s.refused,
+                shaped: s.shaped,
+                released: s.released,
+                refunded: s.refunded,
+                clock_regressions: s.clock_regressions,
+                booked: s.booked,
+                opened: s.opened,
+                throttled: s.throttled,
+                wait_ms_total: s.wait_ms_total,
+                redeemed: s.redeemed,
+                wait_buckets: s.wait_buckets,
+            })
+        })
+    }
+}
+
 /// Reads the pacer's derived parameters and current state.
 #[no_mangle]
 pub unsafe extern "C" fn pacer_get_info(
@@ -763,9 +848,26 @@ pub unsafe extern "C" fn pacer_observe(
     // SAFETY: caller's contract.
     unsafe {
         answer(storage, out_rate_per_min, |slot| {
-            Ok(slot.pacer.observe(outcome_from(outcome)?, now_ms))
+            let outcome = outcome_from(outcome)?;
+            let rate = slot.pacer.observe(outcome, now_ms);
+            slot.counters.record_outcome(outcome);
+            Ok(rate)
         })
     }
+}
+
+/// The tokens at `now_ms`, in units (60000 a token; negative: the debt
+/// waiting admissions hold): the state refilled at the rate in force,
+/// capped at the burst; a clock behind the latest reading reads that
+/// reading. Reads only.
+#[no_mangle]
+pub unsafe extern "C" fn pacer_level_at(
+    storage: *const pacer,
+    now_ms: u64,
+    out_units: *mut i64,
+) -> pacer_status {
+    // SAFETY: caller's contract.
+    unsafe { answer(storage, out_units, |slot| Ok(slot.pacer.level_at(now_ms))) }
 }
 
 /// The rate in force at `now_ms`, new connections per minute (SPEC §14):

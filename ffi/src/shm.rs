@@ -43,7 +43,7 @@ pub const PACER_SHARED_STORAGE_SIZE: usize = 64;
 /// Alignment the handle storage needs.
 pub const PACER_SHARED_STORAGE_ALIGN: usize = 16;
 /// The file layout this library reads and writes.
-pub const PACER_SHARED_LAYOUT_VERSION: u32 = 3;
+pub const PACER_SHARED_LAYOUT_VERSION: u32 = 4;
 /// The page boundary in the file where the shared words start: the state
 /// word at this offset (where layout 2 had it), the adaptive control word
 /// 16 bytes after it (the header records both). A multiple of every page
@@ -81,10 +81,7 @@ const _: () = assert!(size_of::<pacer_shared>() == PACER_SHARED_STORAGE_SIZE);
 const _: () = assert!(align_of::<pacer_shared>() == PACER_SHARED_STORAGE_ALIGN);
 const _: () = assert!(PACER_STORAGE_SIZE == 256);
 
-/// The file's magic number, at offset 0.
-const FILE_MAGIC: [u8; 8] = *b"PACERSHM";
-/// The header's `ready` field once the file is complete ("REDY").
-const READY: u32 = u32::from_le_bytes(*b"REDY");
+use header::*;
 /// The directory a bare name lives in.
 const SHM_DIR: &str = "/dev/shm";
 /// Longest accepted name (the last path component), leaving room for the
@@ -94,24 +91,63 @@ const MAX_NAME: usize = 200;
 /// when another process removes the file between two of our calls).
 const OPEN_ROUNDS: u32 = 8;
 
-// Header offsets (little-endian fields).
-const H_MAGIC: usize = 0;
-const H_LAYOUT: usize = 8;
-const H_ABI: usize = 12;
-const H_STATE_OFFSET: usize = 16;
-const H_FILE_SIZE: usize = 24;
-const H_READY: usize = 32;
-const H_RATE: usize = 36;
-const H_BURST: usize = 40;
-const H_RETRIES: usize = 44;
-const H_POLICY: usize = 48;
-const H_IDLE: usize = 56;
-const H_CREATOR_PID: usize = 64;
-const H_CREATED_AT: usize = 72;
-const H_OWNER: usize = 80;
-const H_FLOOR: usize = 84;
-const H_CEILING: usize = 88;
-const H_CONTROL_OFFSET: usize = 96;
+/// The file's header (docs/shared-memory.md, "The file"): where each field
+/// is, for this library and for readers that only look at a bucket (`pacer
+/// watch`). Every field is little-endian.
+/// cbindgen:ignore
+pub mod header {
+    use super::{get_u32, get_u64, pacer_config, CONTROL_IN_FILE, COUNTERS_IN_FILE, STATE_IN_FILE};
+
+    /// The file's magic number, at offset 0.
+    pub const FILE_MAGIC: [u8; 8] = *b"PACERSHM";
+    /// The header's `ready` field once the file is complete ("REDY").
+    pub const READY: u32 = u32::from_le_bytes(*b"REDY");
+    pub const H_MAGIC: usize = 0;
+    pub const H_LAYOUT: usize = 8;
+    pub const H_ABI: usize = 12;
+    pub const H_STATE_OFFSET: usize = 16;
+    pub const H_FILE_SIZE: usize = 24;
+    pub const H_READY: usize = 32;
+    pub const H_RATE: usize = 36;
+    pub const H_BURST: usize = 40;
+    pub const H_RETRIES: usize = 44;
+    pub const H_POLICY: usize = 48;
+    pub const H_IDLE: usize = 56;
+    pub const H_CREATOR_PID: usize = 64;
+    pub const H_CREATED_AT: usize = 72;
+    pub const H_OWNER: usize = 80;
+    pub const H_FLOOR: usize = 84;
+    pub const H_CEILING: usize = 88;
+    pub const H_CONTROL_OFFSET: usize = 96;
+    pub const H_COUNTERS_OFFSET: usize = 104;
+    /// Where this layout keeps the state word, the control word and the
+    /// counters in the file (what the fields at 16, 96 and 104 must say).
+    pub const WORDS_IN_FILE: [u64; 3] = [STATE_IN_FILE, CONTROL_IN_FILE, COUNTERS_IN_FILE];
+
+    /// A little-endian u32 field of a header.
+    pub fn u32_field(h: &[u8], at: usize) -> u32 {
+        get_u32(h, at)
+    }
+
+    /// A little-endian u64 field of a header.
+    pub fn u64_field(h: &[u8], at: usize) -> u64 {
+        get_u64(h, at)
+    }
+
+    /// The configuration a header stores (burst, ceiling as normalised at
+    /// creation); not checked.
+    pub fn config(h: &[u8]) -> pacer_config {
+        pacer_config {
+            rate_per_min: get_u32(h, H_RATE),
+            burst: get_u32(h, H_BURST),
+            idle_timeout_ms: get_u64(h, H_IDLE),
+            max_retries: get_u32(h, H_RETRIES),
+            release_policy: get_u32(h, H_POLICY),
+            adaptive_floor_per_min: get_u32(h, H_FLOOR),
+            adaptive_ceiling_per_min: get_u32(h, H_CEILING),
+        }
+    }
+}
 
 /// Why opening failed: a status, or a system call's errno.
 enum Fail {
@@ -212,17 +248,23 @@ const SHARED_AT: usize = core::mem::offset_of!(Slot, pacer) + pacer_core::SHARED
 const STATE_AT: usize = core::mem::offset_of!(Slot, pacer) + pacer_core::STATE_OFFSET;
 /// The adaptive control word's offset in `struct pacer`.
 const CONTROL_AT: usize = core::mem::offset_of!(Slot, pacer) + pacer_core::CONTROL_OFFSET;
-/// Bytes of the shared words: the state word and the control word.
-const SHARED_LEN: usize = 32;
-// Layout 3's order, pinned: the state word starts the shared words and the
-// control word follows it, and nothing follows that. A core that orders
-// its words differently fails to build here; it needs a new layout
-// version (and these asserts, the header's offsets and the tests updated),
-// never a silently different file.
+/// The decision counters' offset in `struct pacer`.
+const COUNTERS_AT: usize = core::mem::offset_of!(Slot, counters);
+/// Bytes of the shared words and counters: the state word, the control
+/// word, then the counters (`pacer_core::COUNTER_WORDS` words).
+const SHARED_LEN: usize = 32 + size_of::<pacer_core::Counters>();
+// Layout 4's order, pinned: the state word starts the shared part, the
+// control word follows it, then the counters, and nothing of the slot
+// follows them. A core or slot that orders them differently fails to build
+// here; it needs a new layout version (and these asserts, the header's
+// offsets and the tests updated), never a silently different file.
 const _: () = assert!(STATE_AT == SHARED_AT);
 const _: () = assert!(CONTROL_AT == STATE_AT + 16);
-const _: () = assert!(CONTROL_AT + 16 == SHARED_AT + SHARED_LEN);
-const _: () = assert!(SHARED_AT + SHARED_LEN == size_of::<Slot>());
+const _: () = assert!(COUNTERS_AT == CONTROL_AT + 16);
+const _: () = assert!(size_of::<pacer_core::Counters>() == 8 * pacer_core::COUNTER_WORDS);
+const _: () = assert!(COUNTERS_AT + size_of::<pacer_core::Counters>() == SHARED_AT + SHARED_LEN);
+const _: () = assert!(SHARED_AT + SHARED_LEN <= size_of::<Slot>());
+const _: () = assert!(size_of::<Slot>() - (SHARED_AT + SHARED_LEN) < 16);
 const _: () = assert!(SHARED_AT % 16 == 0);
 const _: () = assert!(SHARED_LEN as u64 <= PACER_SHARED_FILE_SIZE - PACER_SHARED_SPLIT_OFFSET);
 
@@ -232,8 +274,15 @@ const STATE_IN_FILE: u64 = PACER_SHARED_SPLIT_OFFSET + (STATE_AT - SHARED_AT) as
 /// The control word's offset in the file: byte `CONTROL_AT - SHARED_AT` of
 /// the shared page (`PACER_SHARED_SPLIT_OFFSET + 16`).
 const CONTROL_IN_FILE: u64 = PACER_SHARED_SPLIT_OFFSET + (CONTROL_AT - SHARED_AT) as u64;
+/// The counters' offset in the file (`PACER_SHARED_SPLIT_OFFSET + 32`).
+const COUNTERS_IN_FILE: u64 = PACER_SHARED_SPLIT_OFFSET + (COUNTERS_AT - SHARED_AT) as u64;
 const _: () = assert!(STATE_IN_FILE == PACER_SHARED_SPLIT_OFFSET);
 const _: () = assert!(CONTROL_IN_FILE + 16 <= PACER_SHARED_FILE_SIZE);
+// The whole slot's tail (the padding after the counters too) lies in the
+// file, whose shared page the slot's end is mapped on.
+const _: () = assert!(
+    PACER_SHARED_SPLIT_OFFSET + (size_of::<Slot>() - SHARED_AT) as u64 <= PACER_SHARED_FILE_SIZE
+);
 
 impl Layout {
     /// The state word's offset in the file (the header's field at 16).
@@ -244,6 +293,11 @@ impl Layout {
     /// The control word's offset in the file (the header's field at 96).
     fn control_in_file(&self) -> u64 {
         CONTROL_IN_FILE
+    }
+
+    /// The counters' offset in the file (the header's field at 104).
+    fn counters_in_file(&self) -> u64 {
+        COUNTERS_IN_FILE
     }
 
     /// Where the shared words start in the file: the shared page.
@@ -325,6 +379,7 @@ fn header(
     put_u32(&mut h, H_ABI, PACER_ABI_VERSION);
     put_u64(&mut h, H_STATE_OFFSET, layout.state_in_file());
     put_u64(&mut h, H_CONTROL_OFFSET, layout.control_in_file());
+    put_u64(&mut h, H_COUNTERS_OFFSET, layout.counters_in_file());
     put_u64(&mut h, H_FILE_SIZE, PACER_SHARED_FILE_SIZE);
     put_u32(&mut h, H_READY, READY);
     put_u32(&mut h, H_RATE, c.rate_per_min);
@@ -358,6 +413,7 @@ fn check_header(h: &[u8], size: u64, config: &pacer_config, layout: &Layout) -> 
     // words elsewhere: it must not read this file.
     if get_u64(h, H_STATE_OFFSET) != layout.state_in_file()
         || get_u64(h, H_CONTROL_OFFSET) != layout.control_in_file()
+        || get_u64(h, H_COUNTERS_OFFSET) != layout.counters_in_file()
     {
         return Err(pacer_status::SharedLayoutVersion.into());
     }
@@ -367,14 +423,14 @@ fn check_header(h: &[u8], size: u64, config: &pacer_config, layout: &Layout) -> 
     if get_u32(h, H_READY) != READY {
         return Err(pacer_status::SharedIncomplete.into());
     }
-    let c = normalised(config);
-    let same = get_u32(h, H_RATE) == c.rate_per_min
-        && get_u32(h, H_BURST) == c.burst
-        && get_u32(h, H_RETRIES) == c.max_retries
-        && get_u32(h, H_POLICY) == c.release_policy
-        && get_u64(h, H_IDLE) == c.idle_timeout_ms
-        && get_u32(h, H_FLOOR) == c.adaptive_floor_per_min
-        && get_u32(h, H_CEILING) == c.adaptive_ceiling_per_min;
+    let (c, stored) = (normalised(config), header::config(h));
+    let same = stored.rate_per_min == c.rate_per_min
+        && stored.burst == c.burst
+        && stored.max_retries == c.max_retries
+        && stored.release_policy == c.release_policy
+        && stored.idle_timeout_ms == c.idle_timeout_ms
+        && stored.adaptive_floor_per_min == c.adaptive_floor_per_min
+        && stored.adaptive_ceiling_per_min == c.adaptive_ceiling_per_min;
     if !same {
         return Err(pacer_status::SharedConfigMismatch.into());
     }
@@ -494,7 +550,8 @@ fn create(names: &Names, config: &pacer_config, layout: &Layout) -> Result<(), F
     // The shared side of a new pacer is its two words, in the core's
     // encodings (StateView::pack, ControlView::pack), native byte order,
     // each where the pacer keeps it relative to the start of the shared
-    // words: the state word, then the control word.
+    // words: the state word, then the control word; then its counters, all
+    // zero.
     let params = pacer_core::Params::plan(&config_from(config)?).map_err(config_error)?;
     let mut shared = [0u8; SHARED_LEN];
     let (state, control) = (STATE_AT - SHARED_AT, CONTROL_AT - SHARED_AT);
@@ -802,9 +859,9 @@ unsafe fn on_shared(
 }
 
 /// The pacer of an open handle, for pacer_reserve, pacer_release,
-/// pacer_observe, pacer_rate_in_force, pacer_get_info and
-/// pacer_get_counters (the counters count the calls made through this
-/// handle; the state and the rate in force are the machine's). Pass it the
+/// pacer_observe, pacer_rate_in_force, pacer_get_info, pacer_get_counters
+/// and pacer_get_metrics (the state, the rate in force and the counters
+/// are the bucket's: every process's calls count in its file). Pass it the
 /// shared clock, pacer_clock_monotonic_ms(), and nothing else.
 #[no_mangle]
 pub unsafe extern "C" fn pacer_shared_pacer(
@@ -989,6 +1046,7 @@ pub extern "C" fn pacer_clock_monotonic_ms() -> u64 {
 pub struct SharedPacer {
     handle: pacer_shared,
     core: *const Pacer,
+    counters: *const pacer_core::Counters,
 }
 
 impl SharedPacer {
@@ -1001,6 +1059,7 @@ impl SharedPacer {
                 opaque: [0; PACER_SHARED_STORAGE_SIZE],
             },
             core: core::ptr::null(),
+            counters: core::ptr::null(),
         };
         store(&mut shared.handle, opened);
         // As pacer_shared_pacer: the open handle's storage, then the slot
@@ -1008,7 +1067,9 @@ impl SharedPacer {
         let storage = open_handle(&shared.handle)?.storage;
         // SAFETY: the view holds a `struct pacer` initialised by pacer_init,
         // mapped until the handle is closed (when `shared` drops).
-        shared.core = &unsafe { crate::pacer::slot(storage) }?.pacer;
+        let slot = unsafe { crate::pacer::slot(storage) }?;
+        shared.core = &slot.pacer;
+        shared.counters = &slot.counters;
         Ok(shared)
     }
 
@@ -1020,6 +1081,15 @@ impl SharedPacer {
         // file's state and control words) in the view, mapped until `self`
         // drops.
         unsafe { &*self.core }
+    }
+
+    /// The bucket's counters, in the file: count every call made through
+    /// [`SharedPacer::pacer`] here (as the C calls do), so every process
+    /// sharing the bucket reads them all.
+    pub fn counters(&self) -> &pacer_core::Counters {
+        // SAFETY: the slot's counters, in the file's mapped page, mapped
+        // until `self` drops.
+        unsafe { &*self.counters }
     }
 }
 

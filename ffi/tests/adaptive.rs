@@ -17,16 +17,18 @@
 use std::mem::{size_of, MaybeUninit};
 
 use pacer::pacer::{
-    pacer as PacerStorage, pacer_config, pacer_init, pacer_observe, pacer_outcome,
-    pacer_rate_in_force, pacer_release_policy,
+    pacer as PacerStorage, pacer_config, pacer_decision, pacer_get_metrics, pacer_init,
+    pacer_level_at, pacer_metrics, pacer_observe, pacer_outcome, pacer_rate_in_force,
+    pacer_release_policy, pacer_reserve,
 };
 use pacer::shm::{
-    clock_ms, pacer_shared, pacer_shared_observe, pacer_shared_open, pacer_shared_rate_in_force,
-    unlink, SharedPacer, PACER_SHARED_LAYOUT_VERSION,
+    clock_ms, pacer_shared, pacer_shared_close, pacer_shared_observe, pacer_shared_open,
+    pacer_shared_pacer, pacer_shared_rate_in_force, pacer_shared_reserve, unlink, SharedPacer,
+    PACER_SHARED_LAYOUT_VERSION,
 };
 use pacer::status::pacer_status;
 use pacer::version::PACER_ABI_VERSION;
-use pacer_core::{Config, Counters, Outcome, ReleasePolicy};
+use pacer_core::{Config, Outcome, ReleasePolicy};
 
 const OPENED: u32 = pacer_outcome::Opened as u32;
 const THROTTLED: u32 = pacer_outcome::Throttled as u32;
@@ -71,7 +73,8 @@ fn storage() -> Box<PacerStorage> {
 /// library's slot (magic 8 bytes, owner tag and reserved 16, the counters)
 /// ends with the core pacer, which ends with the two words.
 fn words(p: &PacerStorage) -> [u8; 32] {
-    let pacer_at = 24 + size_of::<Counters>();
+    // The slot: magic (8), owner tag (4), zero (4), then the core pacer.
+    let pacer_at = 16;
     let mut out = [0; 32];
     for (i, offset) in [pacer_core::STATE_OFFSET, pacer_core::CONTROL_OFFSET]
         .into_iter()
@@ -389,11 +392,17 @@ fn a_throttle_through_one_handle_slows_the_other() {
     // adaptive fields (ceiling 0 stored as the rate, 60).
     let f = file(&path);
     assert_eq!(u32_at(&f, 8), PACER_SHARED_LAYOUT_VERSION);
-    assert_eq!(PACER_SHARED_LAYOUT_VERSION, 3);
+    assert_eq!(PACER_SHARED_LAYOUT_VERSION, 4);
     assert_eq!(u32_at(&f, 12), PACER_ABI_VERSION);
     assert_eq!(u64_at(&f, 16), 65536, "state word offset");
     assert_eq!(u64_at(&f, 96), 65552, "control word offset");
+    assert_eq!(u64_at(&f, 104), 65568, "counters offset");
     assert_eq!((u32_at(&f, 84), u32_at(&f, 88)), (10, 60));
+    // The counters after the control word: the core's observe counts
+    // nothing (the C calls count), so all zero.
+    assert!(f[65568..65568 + 8 * pacer_core::COUNTER_WORDS]
+        .iter()
+        .all(|&b| b == 0));
     unlink(&path).unwrap();
 }
 
@@ -483,4 +492,126 @@ fn shared_calls_read_the_machine_clock() {
         );
     }
     unlink(&path).unwrap();
+}
+
+/// The bucket's counts through one handle: pacer_get_metrics on its pacer.
+fn bucket_metrics(h: &pacer_shared) -> pacer_metrics {
+    let mut p: *const PacerStorage = core::ptr::null();
+    // SAFETY: an open handle; `p` is writable.
+    assert_eq!(unsafe { pacer_shared_pacer(h, &mut p) }, pacer_status::Ok);
+    let mut m = MaybeUninit::<pacer_metrics>::uninit();
+    // SAFETY: `p` is the handle's pacer; `m` is writable.
+    assert_eq!(
+        unsafe { pacer_get_metrics(p, m.as_mut_ptr()) },
+        pacer_status::Ok
+    );
+    // SAFETY: written on Ok.
+    unsafe { m.assume_init() }
+}
+
+#[test]
+fn the_bucket_counts_the_calls_of_every_handle() {
+    let (_file, path) = shm_path("metrics");
+    let (a, status) = open_handle(&path, &config(10, 0));
+    assert_eq!(status, pacer_status::Ok);
+    let (b, status) = open_handle(&path, &config(10, 0));
+    assert_eq!(status, pacer_status::Ok);
+    let mut rate = 0u32;
+    // a: throttled; b: opened, throttled (within the hold: no change).
+    for (h, outcome) in [(&a, THROTTLED), (&b, OPENED), (&b, THROTTLED)] {
+        // SAFETY: an open handle; `rate` is writable.
+        assert_eq!(
+            unsafe { pacer_shared_observe(&**h, outcome, &mut rate) },
+            pacer_status::Ok
+        );
+    }
+    // Burst 10, a fresh bucket: a's three reservations and b's two are
+    // admitted at once (the pause lowers the rate, not the tokens).
+    for h in [&a, &a, &a, &b, &b] {
+        let mut d = MaybeUninit::<pacer_decision>::uninit();
+        // SAFETY: an open handle; `d` is writable.
+        assert_eq!(
+            unsafe { pacer_shared_reserve(&**h, d.as_mut_ptr()) },
+            pacer_status::Ok
+        );
+    }
+    let (ma, mb) = (bucket_metrics(&a), bucket_metrics(&b));
+    for m in [ma, mb] {
+        assert_eq!((m.opened, m.throttled), (1, 2), "opened, throttled");
+        assert_eq!((m.admitted, m.admitted_after_wait, m.refused), (5, 0, 0));
+    }
+    for mut h in [a, b] {
+        // SAFETY: an open handle, closed once.
+        assert_eq!(unsafe { pacer_shared_close(&mut *h) }, pacer_status::Ok);
+    }
+    // In the file, after the control word, native byte order: word 0
+    // admitted, word 8 opened, word 9 throttled.
+    let f = file(&path);
+    let word = |i: usize| u64::from_ne_bytes(f[65568 + 8 * i..65576 + 8 * i].try_into().unwrap());
+    assert_eq!((word(0), word(8), word(9)), (5, 1, 2));
+    unlink(&path).unwrap();
+}
+
+fn level_at(p: &PacerStorage, now_ms: u64) -> i64 {
+    let mut units = i64::MIN;
+    // SAFETY: an initialised pacer and a writable out-parameter.
+    assert_eq!(
+        unsafe { pacer_level_at(p, now_ms, &mut units) },
+        pacer_status::Ok
+    );
+    units
+}
+
+fn reserve(p: &PacerStorage, now_ms: u64) -> pacer_decision {
+    let mut d = MaybeUninit::<pacer_decision>::uninit();
+    // SAFETY: an initialised pacer and a writable out-parameter.
+    assert_eq!(
+        unsafe { pacer_reserve(p, now_ms, d.as_mut_ptr()) },
+        pacer_status::Ok
+    );
+    // SAFETY: written on Ok.
+    unsafe { d.assume_init() }
+}
+
+#[test]
+fn the_level_and_the_metrics_follow_the_decisions() {
+    // Rate 60 (a token, 60000 units, a second: 60 units a ms), burst 10:
+    // full at 0, 600000 units.
+    let p = init(&config(0, 0), 0).unwrap();
+    assert_eq!(level_at(&p, 0), 600_000);
+    for _ in 0..12 {
+        reserve(&p, 0);
+    }
+    // Ten at once, then two waits (1000, 2000 ms): 2 tokens of debt.
+    assert_eq!(level_at(&p, 0), -120_000);
+    // 500 ms later: −120000 + 500 · 60.
+    assert_eq!(level_at(&p, 500), -90_000);
+    assert_eq!(level_at(&p, 1_000_000), 600_000, "capped at the burst");
+    let mut m = MaybeUninit::<pacer_metrics>::uninit();
+    // SAFETY: an initialised pacer and a writable out-parameter.
+    assert_eq!(
+        unsafe { pacer_get_metrics(&*p, m.as_mut_ptr()) },
+        pacer_status::Ok
+    );
+    // SAFETY: written on Ok.
+    let m = unsafe { m.assume_init() };
+    assert_eq!((m.admitted, m.admitted_after_wait, m.refused), (12, 2, 0));
+    // 1000 ms in the bucket up to 1000, 2000 in the one up to 2500.
+    assert_eq!(
+        (m.wait_ms_total, m.wait_buckets),
+        (3000, [0, 0, 0, 0, 1, 1, 0, 0])
+    );
+    assert_eq!(observe(&p, OPENED, 10), Ok(60));
+    assert_eq!(observe(&p, THROTTLED, 20), Ok(60), "adaptation off");
+    let mut m = MaybeUninit::<pacer_metrics>::uninit();
+    // SAFETY: as above.
+    let m = unsafe {
+        assert_eq!(pacer_get_metrics(&*p, m.as_mut_ptr()), pacer_status::Ok);
+        m.assume_init()
+    };
+    assert_eq!(
+        (m.opened, m.throttled),
+        (1, 1),
+        "counted with adaptation off too"
+    );
 }

@@ -344,6 +344,11 @@ static void test_bad_input(void) {
   CHECK(counters.admitted == 2 && counters.clock_regressions == 1 && counters.released == 1 && counters.refunded == 1,
         "counters %" PRIu64, counters.admitted);
   CHECK(pacer_get_counters(&p, NULL) == PACER_STATUS_NULL_PARAMETER, "null counters");
+  CHECK(pacer_get_metrics(&p, NULL) == PACER_STATUS_NULL_PARAMETER, "null metrics");
+  CHECK(pacer_get_metrics(NULL, &(pacer_metrics){0}) == PACER_STATUS_NULL_PARAMETER, "null pacer");
+  int64_t units = 7;
+  CHECK(pacer_level_at(&p, 0, NULL) == PACER_STATUS_NULL_PARAMETER, "null level");
+  CHECK(pacer_level_at(NULL, 0, &units) == PACER_STATUS_NULL_PARAMETER && units == 7, "null pacer");
   CHECK(pacer_get_info(NULL, &after) == PACER_STATUS_NULL_PARAMETER, "null info");
   CHECK(pacer_notice_registry_init(NULL) == PACER_STATUS_NULL_PARAMETER, "null registry");
   CHECK(pacer_resolve(NULL, NULL, NULL, NULL, NULL, NULL) == PACER_STATUS_NULL_PARAMETER, "null budget");
@@ -351,6 +356,74 @@ static void test_bad_input(void) {
   for (uint32_t s = 0; s <= 28; s++) CHECK(strcmp(pacer_status_str(s), "unknown status") != 0, "status %u named", s);
   CHECK(strcmp(pacer_status_str(29), "unknown status") == 0, "status 29 unknown");
   CHECK(strcmp(pacer_status_str(UINT32_MAX), "unknown status") == 0, "status max unknown");
+}
+
+/* Every count of pacer_metrics, hand-derived. Rate 60 (a token a second,
+ * 60 units a ms), burst 2, idle 120000 ms, 5 retries (bound 4833 ms): two admissions at 0 at once, then waits of 1000 and 2000
+ * ms (buckets up to 1000 and up to 2500 ms); a booking; its redemption at
+ * its slot; one release refunded; an opening and a throttle. */
+static void test_metrics(void) {
+  pacer p;
+  pacer_config c = {60, 2, 120000, 5, PACER_RELEASE_POLICY_REFUND, 0, 0};
+  CHECK(pacer_init(&p, &c, 0) == PACER_STATUS_OK, "init");
+  pacer_decision d;
+  pacer_booking bk;
+  uint64_t waits[4] = {0, 0, 1000, 2000};
+  pacer_ticket last;
+  for (int i = 0; i < 4; i++) {
+    CHECK(pacer_reserve(&p, 0, &d) == PACER_STATUS_OK && d.kind == PACER_DECISION_KIND_ADMITTED &&
+              d.wait_ms == waits[i],
+          "reserve %d waits %" PRIu64, i, d.wait_ms);
+    last = d.ticket;
+  }
+  int64_t units = 0;
+  /* Two tokens of debt at 0, 2 · 60000 units; 500 ms later 30000 back. */
+  CHECK(pacer_level_at(&p, 0, &units) == PACER_STATUS_OK && units == -120000, "level %" PRId64, units);
+  CHECK(pacer_level_at(&p, 500, &units) == PACER_STATUS_OK && units == -90000, "level %" PRId64, units);
+  /* Refund the last one (a debt token back: the next wait is 2000 again). */
+  bool refunded = false;
+  CHECK(pacer_release(&p, &last, 0, &refunded) == PACER_STATUS_OK && refunded, "release");
+  /* Keep reserving at 0 until one is booked: the waits grow by 1000 ms a
+   * token up to the bound, past it a booking. */
+  pacer_metrics m;
+  int plain = 0, booked = 0;
+  while (!booked) {
+    CHECK(pacer_reserve_or_book(&p, 0, 5, &d, &bk) == PACER_STATUS_OK, "reserve_or_book");
+    if (d.kind == PACER_DECISION_KIND_BOOKED) booked = 1;
+    else plain++;
+    CHECK(plain < 100, "never booked");
+  }
+  /* The bound is 4833 ms: 2000, 3000 and 4000 fit, 5000 books. */
+  CHECK(plain == 3, "plain %d", plain);
+  pacer_decision r;
+  CHECK(pacer_redeem(&p, &bk, bk.slot_ms, &r) == PACER_STATUS_OK && r.kind == PACER_DECISION_KIND_ADMITTED,
+        "redeemed at its slot");
+  uint32_t rate = 0;
+  CHECK(pacer_observe(&p, PACER_OUTCOME_OPENED, 10, &rate) == PACER_STATUS_OK && rate == 60, "opened");
+  CHECK(pacer_observe(&p, PACER_OUTCOME_THROTTLED, 10, &rate) == PACER_STATUS_OK && rate == 60, "throttled");
+  CHECK(pacer_get_metrics(&p, &m) == PACER_STATUS_OK, "metrics");
+  /* Admitted: 4 + the plain ones + the redemption; all but the first two
+   * waited (the redemption at its slot waits 0). */
+  CHECK(m.admitted == (uint64_t)(4 + plain + 1), "admitted %" PRIu64 " plain %d", m.admitted, plain);
+  CHECK(m.admitted_after_wait == (uint64_t)(2 + plain), "waited %" PRIu64, m.admitted_after_wait);
+  CHECK(m.refused == 1 && m.booked == 1 && m.redeemed == 1, "refused %" PRIu64 " booked %" PRIu64, m.refused,
+        m.booked);
+  CHECK(m.released == 1 && m.refunded == 1 && m.opened == 1 && m.throttled == 1 && m.shaped == 0 &&
+            m.clock_regressions == 0,
+        "released, outcomes");
+  /* The plain ones after the refund wait 2000, 3000, … (one token more
+   * each): the k-th waits (k + 1) · 1000 ms. */
+  uint64_t total = 3000, expect[PACER_WAIT_BUCKETS] = {0, 0, 0, 0, 1, 1, 0, 0};
+  for (int k = 1; k <= plain; k++) {
+    uint64_t w = (uint64_t)(k + 1) * 1000;
+    total += w;
+    for (int i = 0; i < PACER_WAIT_BUCKETS; i++)
+      if (w <= pacer_wait_bounds_ms[i] && (i == 0 || w > pacer_wait_bounds_ms[i - 1])) expect[i]++;
+  }
+  CHECK(m.wait_ms_total == total, "wait total %" PRIu64 " want %" PRIu64, m.wait_ms_total, total);
+  for (int i = 0; i < PACER_WAIT_BUCKETS; i++)
+    CHECK(m.wait_buckets[i] == expect[i], "bucket %d: %" PRIu64 " want %" PRIu64, i, m.wait_buckets[i], expect[i]);
+  CHECK(pacer_wait_bounds_ms[0] == 10 && pacer_wait_bounds_ms[7] == 10000, "bounds");
 }
 
 /* A pacer in storage 8 bytes past a 16-aligned address: every call that
@@ -374,6 +447,10 @@ static void test_misaligned(void) {
   CHECK(pacer_reserve_or_book(off, 0, 5, &d, &b) == PACER_STATUS_MISALIGNED, "reserve_or_book");
   CHECK(pacer_get_info(off, &info) == PACER_STATUS_MISALIGNED, "info");
   CHECK(pacer_get_counters(off, &k) == PACER_STATUS_MISALIGNED, "counters");
+  pacer_metrics m;
+  int64_t units;
+  CHECK(pacer_get_metrics(off, &m) == PACER_STATUS_MISALIGNED, "metrics");
+  CHECK(pacer_level_at(off, 0, &units) == PACER_STATUS_MISALIGNED, "level");
   /* A ticket 2 bytes off its alignment. */
   pacer p;
   CHECK(pacer_init(&p, &c, 0) == PACER_STATUS_OK, "init");
@@ -618,6 +695,7 @@ int main(void) {
   test_bookings();
   test_bad_input();
   test_misaligned();
+  test_metrics();
   test_foreign_tickets();
   test_adaptive();
   test_registry_guards();

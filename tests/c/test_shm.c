@@ -173,6 +173,14 @@ static void test_hammer(void) {
     uint64_t tbound = FAST_BURST + FAST_RATE * wk / 60000 + 1;
     CHECK(worst <= tbound, "window %" PRIu64 " ms holds %" PRIu64 " admissions > %" PRIu64, wk, worst, tbound);
   }
+  /* The bucket's counters, in the file, counted by six processes at once
+   * with relaxed increments: every decision each process saw, none lost. */
+  const pacer *p = NULL;
+  pacer_metrics m;
+  CHECK(pacer_shared_pacer(&r.h, &p) == PACER_STATUS_OK && pacer_get_metrics(p, &m) == PACER_STATUS_OK, "metrics");
+  CHECK(m.admitted == admitted && m.refused == atomic_load(&b->refused),
+        "the bucket counted admitted %" PRIu64 " refused %" PRIu64 "; the processes saw %" PRIu64 " and %" PRIu64,
+        m.admitted, m.refused, admitted, atomic_load(&b->refused));
   printf("hammer: %d processes, %" PRIu64 " ms: admitted %" PRIu64 " (bound %" PRIu64 "), refused %" PRIu64 "\n",
          HAMMERS, w, admitted, bound, atomic_load(&b->refused));
   pacer_shared_close(&r.h);
@@ -460,7 +468,17 @@ static void test_attach_checks(void) {
   write_at(path, 16, &state_at, 8);
   write_at(path, 96, &no_offset, 8);
   expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_LAYOUT_VERSION, "layout 2");
-  /* Layout 3 with the words' recorded offsets not this build's (state
+  /* Layout 3: the words where layout 4 has them, no counters (zero at
+   * 104): refused by its version number; and a layout 4 header whose
+   * counters offset is not 65568. */
+  fresh(path);
+  v = 3;
+  write_at(path, 8, &v, 4);
+  write_at(path, 104, &no_offset, 8);
+  expect_open(path, &DEFAULTS, PACER_STATUS_SHARED_LAYOUT_VERSION, "layout 3");
+  expect_open_after_write(path, 104, &no_offset, 8, PACER_STATUS_SHARED_LAYOUT_VERSION, "counters offset 0");
+  expect_open_after_write(path, 104, &control_at, 8, PACER_STATUS_SHARED_LAYOUT_VERSION, "counters offset 65552");
+  /* Layout 4 with the words' recorded offsets not this build's (state
    * 65536, control 65552): the swapped pair (the order layout 3 had before
    * the core put the state word first), each half of it alone, and a
    * layout 2 header relabelled 3 (no control offset). */
@@ -635,13 +653,27 @@ static void test_two_handles(void) {
   bool refunded = false;
   CHECK(pacer_shared_release(&b, &d.ticket, &refunded) == PACER_STATUS_OK && refunded, "release");
   CHECK(pacer_get_info(pa, &ia) == PACER_STATUS_OK && ia.tokens_units >= 0, "refund seen: %" PRId64, ia.tokens_units);
-  /* Counters count the calls made through each handle (the state is the
-   * machine's; the counters never are): a: 5 + the plain call, b: 5 and
-   * the refund. */
+  /* The counters are the bucket's, in the file (layout 4): both handles
+   * read every call: a's 5 and the plain call, b's 5 and the refund; one
+   * admission (the 11th) waited. */
   pacer_counters ca, cb;
   CHECK(pacer_get_counters(pa, &ca) == PACER_STATUS_OK && pacer_get_counters(pb, &cb) == PACER_STATUS_OK, "counters");
-  CHECK(ca.admitted == 6 && cb.admitted == 5 && ca.released == 0 && cb.released == 1 && cb.refunded == 1,
+  CHECK(ca.admitted == 11 && cb.admitted == 11 && ca.admitted_after_wait == 1 && cb.released == 1 &&
+            ca.released == 1 && ca.refunded == 1 && cb.refunded == 1,
         "counters a %" PRIu64 "/%" PRIu64 " b %" PRIu64 "/%" PRIu64, ca.admitted, ca.refunded, cb.admitted, cb.refunded);
+  pacer_metrics ma;
+  CHECK(pacer_get_metrics(pa, &ma) == PACER_STATUS_OK && ma.admitted == 11 && ma.admitted_after_wait == 1 &&
+            ma.wait_ms_total == want && ma.booked == 0 && ma.opened == 0 && ma.throttled == 0,
+        "metrics: waited %" PRIu64 " for %" PRIu64 " ms", ma.admitted_after_wait, ma.wait_ms_total);
+  /* The 11th's wait (1..1000 ms) is in the bucket of the first bound at
+   * or above it: 10, 50, 100, 500 or 1000 ms. */
+  uint64_t in_buckets = 0;
+  for (int i = 0; i < PACER_WAIT_BUCKETS; i++) {
+    bool its = want <= pacer_wait_bounds_ms[i] && (i == 0 || want > pacer_wait_bounds_ms[i - 1]);
+    CHECK(ma.wait_buckets[i] == (its ? 1u : 0u), "bucket %d: %" PRIu64, i, ma.wait_buckets[i]);
+    in_buckets += ma.wait_buckets[i];
+  }
+  CHECK(in_buckets == 1, "one wait in the buckets");
   /* A ticket from an in-process pacer is not this bucket's. */
   pacer local;
   pacer_decision ld;
@@ -649,14 +681,15 @@ static void test_two_handles(void) {
   CHECK(pacer_shared_release(&a, &ld.ticket, &refunded) == PACER_STATUS_FOREIGN_TICKET, "a local ticket on the bucket");
   CHECK(pacer_get_info(pa, &ib) == PACER_STATUS_OK, "info");
   CHECK(pacer_shared_close(&a) == PACER_STATUS_OK && pacer_shared_close(&b) == PACER_STATUS_OK, "close");
-  /* The file stays after close; a reopen sees the same state, and a fresh
-   * handle starts its counters at 0. */
+  /* The file stays after close; a reopen sees the same state and the
+   * bucket's counters as they were. */
   CHECK(pacer_shared_open(&a, path, &DEFAULTS) == PACER_STATUS_OK && pacer_shared_pacer(&a, &pa) == PACER_STATUS_OK,
         "reopen");
   CHECK(pacer_get_info(pa, &ia) == PACER_STATUS_OK && ia.tokens_units == ib.tokens_units &&
             ia.high_water_ms == ib.high_water_ms,
         "same state after reopen");
-  CHECK(pacer_get_counters(pa, &ca) == PACER_STATUS_OK && ca.admitted == 0 && ca.refused == 0, "fresh counters");
+  CHECK(pacer_get_counters(pa, &ca) == PACER_STATUS_OK && ca.admitted == 11 && ca.refunded == 1,
+        "the bucket's counters after reopen: %" PRIu64, ca.admitted);
   CHECK(mapped(path) == 1, "an open handle maps the file");
   pacer_shared_close(&a);
   CHECK(mapped(path) == 0, "closing every handle unmaps the file");
@@ -694,8 +727,8 @@ static void test_adaptive_shared(void) {
   const pacer *pa, *pb;
   open_two(path, sizeof path, "adaptive", &ADAPTIVE, &a, &b, &pa, &pb);
 
-  /* The file: layout 3; the state word at 65536 (header offset 16), the
-   * control word at 65552 (offset 96); floor 10 (84) and the ceiling, 0
+  /* The file: layout 4; the state word at 65536 (header offset 16), the
+   * control word at 65552 (offset 96), the counters at 65568 (offset 104); floor 10 (84) and the ceiling, 0
    * stored as the rate, 60 (88). The control word written at creation has
    * the curve's origin, the creation instant (header offset 72), in its
    * high 64 bits (65560..65568), and below them (65552..65560) the rest of
@@ -703,7 +736,8 @@ static void test_adaptive_shared(void) {
    * word has the creation instant as its clock mark in its high 64 bits
    * (65544..65552). */
   CHECK(read_file(path, before, sizeof before) == FILE_BYTES, "read");
-  CHECK(u32_in(before, 8) == 3 && PACER_SHARED_LAYOUT_VERSION == 3, "layout %u", u32_in(before, 8));
+  CHECK(u32_in(before, 8) == 4 && PACER_SHARED_LAYOUT_VERSION == 4, "layout %u", u32_in(before, 8));
+  CHECK(u64_in(before, 104) == 65568, "counters offset %" PRIu64, u64_in(before, 104));
   CHECK(u64_in(before, 16) == 65536 && u64_in(before, 96) == 65552, "offsets: state %" PRIu64 ", control %" PRIu64,
         u64_in(before, 16), u64_in(before, 96));
   CHECK(u32_in(before, 84) == 10 && u32_in(before, 88) == 60, "floor %u ceiling %u", u32_in(before, 84),
@@ -778,14 +812,18 @@ static void test_adaptive_shared(void) {
         "the child's L after the pause: %u", rate);
   pacer_shared_close(&a);
 
-  /* Adaptation off: observe answers the rate and writes nothing. */
+  /* Adaptation off: observe answers the rate and changes no word; it
+   * counts the throttle, in the bucket's counters (word 9 after 65568). */
   fresh(path);
   CHECK(pacer_shared_open(&a, path, &DEFAULTS) == PACER_STATUS_OK, "open off");
   CHECK(read_file(path, before, sizeof before) == FILE_BYTES, "read");
   CHECK(pacer_shared_observe(&a, PACER_OUTCOME_THROTTLED, &rate) == PACER_STATUS_OK && rate == 60, "off: %u", rate);
   CHECK(pacer_shared_rate_in_force(&a, &rate) == PACER_STATUS_OK && rate == 60, "off: %u", rate);
-  CHECK(read_file(path, after, sizeof after) == FILE_BYTES && memcmp(before, after, FILE_BYTES) == 0,
-        "off: the file changed");
+  CHECK(read_file(path, after, sizeof after) == FILE_BYTES && memcmp(before, after, 65568) == 0,
+        "off: the words changed");
+  CHECK(u64_in(before, 65568 + 9 * 8) == 0 && u64_in(after, 65568 + 9 * 8) == 1, "off: the throttle counted");
+  memcpy(after + 65568 + 9 * 8, before + 65568 + 9 * 8, 8);
+  CHECK(memcmp(before, after, FILE_BYTES) == 0, "off: only the throttle count changed");
   pacer_shared_close(&a);
   pacer_shared_unlink(path);
   printf("adaptive: a throttle through one handle (and from another process) lowers the bucket's rate 60 -> %u (the lowest, %u, in the pause)\n", 53, first);

@@ -10,7 +10,7 @@ mod hot;
 
 use hot::Table;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::CStr;
 use std::rc::Rc;
 
@@ -22,8 +22,9 @@ use pacer::status::{pacer_status, pacer_status_str};
 use pacer_core::frame::{write_refusal_body, REFUSAL_CONTENT_TYPE, REFUSAL_STATUS};
 use pacer_core::settings::{mode_notice, resolve, resolve_with_idle_override, Settings};
 use pacer_core::{
-    budget, AdmitPath, Booking, BookingDecision, Budget, Config, ConfigError, Counters, Decision,
-    Notice, Outcome, Pacer, Redemption, ReleasePolicy, Ticket, MAX_BURST, UNITS_PER_TOKEN,
+    budget, AdmitPath, Booking, BookingDecision, Budget, Config, ConfigError, CounterSnapshot,
+    Counters, Decision, Notice, Outcome, Pacer, Redemption, ReleasePolicy, Ticket, MAX_BURST,
+    UNITS_PER_TOKEN, WAIT_BOUNDS_MS,
 };
 
 /// The largest integer a JS number holds exactly (2^53 − 1).
@@ -291,11 +292,21 @@ impl NativePacer {
     }
 
     /// `Pacer::observe` (SPEC §14) of the outcome numbered `outcome` (1
-    /// opened, 2 throttled): the rate in force after it.
+    /// opened, 2 throttled), counted: the rate in force after it.
     #[napi]
     pub fn observe(&self, outcome: u32, now_ms: f64) -> Result<u32> {
         let outcome = outcome_of(outcome)?;
-        Ok(self.core.parts()?.pacer.observe(outcome, to_u64(now_ms)))
+        let parts = self.core.parts()?;
+        let rate = parts.pacer.observe(outcome, to_u64(now_ms));
+        parts.counters.record_outcome(outcome);
+        Ok(rate)
+    }
+
+    /// `Pacer::level_at`: the tokens at `now_ms`, in units (60000 a token;
+    /// negative: debt). Reads only.
+    #[napi]
+    pub fn level_at(&self, now_ms: f64) -> Result<f64> {
+        Ok(self.core.parts()?.pacer.level_at(to_u64(now_ms)) as f64)
     }
 
     /// `Pacer::rate_in_force` (SPEC §14): the configured rate unless
@@ -317,11 +328,10 @@ impl NativePacer {
         Ok(state_of(&self.core.parts()?.pacer))
     }
 
-    /// `[admitted, admitted_after_wait, refused, shaped, released, refunded,
-    /// clock_regressions]`.
+    /// The counts, as [`counters_of`].
     #[napi]
     pub fn counters(&self) -> Result<Vec<f64>> {
-        Ok(counters_of(&self.core.parts()?.counters))
+        Ok(counters_of(&self.core.parts()?.counters.snapshot()))
     }
 }
 
@@ -406,9 +416,10 @@ fn state_of(pacer: &Pacer) -> Vec<f64> {
 }
 
 /// `[admitted, admitted_after_wait, refused, shaped, released, refunded,
-/// clock_regressions]`.
-fn counters_of(counters: &Counters) -> Vec<f64> {
-    let c = counters.snapshot();
+/// clock_regressions, booked, opened, throttled, wait_ms_total, redeemed,
+/// wait_buckets[0], …, wait_buckets[7]]` (`CounterSnapshot`'s order; the
+/// wait buckets as the core keeps them, not cumulative).
+fn counters_of(c: &CounterSnapshot) -> Vec<f64> {
     [
         c.admitted,
         c.admitted_after_wait,
@@ -417,8 +428,14 @@ fn counters_of(counters: &Counters) -> Vec<f64> {
         c.released,
         c.refunded,
         c.clock_regressions,
+        c.booked,
+        c.opened,
+        c.throttled,
+        c.wait_ms_total,
+        c.redeemed,
     ]
     .iter()
+    .chain(c.wait_buckets.iter())
     .map(|&v| v as f64)
     .collect()
 }
@@ -618,6 +635,8 @@ pub struct NativeConstants {
     pub units_per_token: f64,
     pub refusal_status: u32,
     pub refusal_content_type: String,
+    /// The wait histogram's upper bounds, ms (`WAIT_BOUNDS_MS`).
+    pub wait_bounds_ms: Vec<f64>,
 }
 
 #[napi]
@@ -639,6 +658,7 @@ pub fn constants() -> NativeConstants {
         units_per_token: UNITS_PER_TOKEN as f64,
         refusal_status: u32::from(REFUSAL_STATUS),
         refusal_content_type: REFUSAL_CONTENT_TYPE.to_string(),
+        wait_bounds_ms: WAIT_BOUNDS_MS.iter().map(|&ms| ms as f64).collect(),
     }
 }
 
@@ -680,39 +700,47 @@ pub struct NativeSharedPacer {
     core: Rc<SharedCore>,
 }
 
-/// The mapping (none once closed) and this process's counters: shared by a
-/// `NativeSharedPacer` and the table slots of its handles (only ever used
-/// on its env's JS thread).
+/// The mapping (none once closed) and the bucket's counts as they were
+/// when it closed: shared by a `NativeSharedPacer` and the table slots of
+/// its handles (only ever used on its env's JS thread). The counts live in
+/// the file (`SharedPacer::counters`), where every handle and process that
+/// opened the bucket counts.
 struct SharedCore {
     shared: RefCell<Option<SharedPacer>>,
-    counters: Counters,
+    counts_at_close: Cell<CounterSnapshot>,
 }
 
 impl SharedCore {
-    /// `f` on the pacer, or `SharedNotOpen` once closed.
-    fn with_pacer<R>(&self, f: impl FnOnce(&Pacer) -> R) -> std::result::Result<R, pacer_status> {
+    /// `f` on the pacer and the bucket's counters, or `SharedNotOpen` once
+    /// closed.
+    fn with_pacer<R>(
+        &self,
+        f: impl FnOnce(&Pacer, &Counters) -> R,
+    ) -> std::result::Result<R, pacer_status> {
         match &*self.shared.borrow() {
-            Some(shared) => Ok(f(shared.pacer())),
+            Some(shared) => Ok(f(shared.pacer(), shared.counters())),
             None => Err(pacer_status::SharedNotOpen),
         }
     }
 
-    /// `f` on the pacer at the shared clock, read once, and that reading;
-    /// `SHARED_NOT_OPEN: …` once closed.
-    fn at_clock<R>(&self, f: impl FnOnce(&Pacer, u64) -> R) -> Result<(R, u64)> {
-        self.with_pacer(|pacer| {
+    /// `f` on the pacer and the bucket's counters at the shared clock, read
+    /// once, and that reading; `SHARED_NOT_OPEN: …` once closed.
+    fn at_clock<R>(&self, f: impl FnOnce(&Pacer, &Counters, u64) -> R) -> Result<(R, u64)> {
+        self.with_pacer(|pacer, counters| {
             let now_ms = shm::clock_ms();
-            (f(pacer, now_ms), now_ms)
+            (f(pacer, counters, now_ms), now_ms)
         })
         .map_err(shared_error)
     }
 
-    /// `Pacer::reserve` at the shared clock, counted and encoded by
-    /// [`encode`].
+    /// `Pacer::reserve` at the shared clock, counted in the bucket's
+    /// counters and encoded by [`encode`].
     fn reserve(&self) -> std::result::Result<f64, pacer_status> {
-        let decision = self.with_pacer(|pacer| pacer.reserve(shm::clock_ms()))?;
-        self.counters.record(&decision);
-        Ok(encode(decision))
+        self.with_pacer(|pacer, counters| {
+            let decision = pacer.reserve(shm::clock_ms());
+            counters.record(&decision);
+            encode(decision)
+        })
     }
 }
 
@@ -747,7 +775,7 @@ impl NativeSharedPacer {
             Ok(shared) => Ok(NativeSharedPacer {
                 core: Rc::new(SharedCore {
                     shared: RefCell::new(Some(shared)),
-                    counters: Counters::new(),
+                    counts_at_close: Cell::new(CounterSnapshot::default()),
                 }),
             }),
             Err(status) => Err(shared_error(status)),
@@ -774,10 +802,11 @@ impl NativeSharedPacer {
     /// its clock and is ignored: a shared pacer never takes a caller's clock.
     #[napi]
     pub fn reserve_or_book(&self, _now_ms: f64, retries_left: f64) -> Result<Vec<f64>> {
-        let (decision, now_ms) = self
-            .core
-            .at_clock(|pacer, now_ms| pacer.reserve_or_book(now_ms, to_u32(retries_left)))?;
-        self.core.counters.record_booking(&decision);
+        let (decision, now_ms) = self.core.at_clock(|pacer, counters, now_ms| {
+            let decision = pacer.reserve_or_book(now_ms, to_u32(retries_left));
+            counters.record_booking(&decision);
+            decision
+        })?;
         Ok(booking_result(decision, now_ms))
     }
 
@@ -787,10 +816,11 @@ impl NativeSharedPacer {
     /// in the bucket.
     #[napi]
     pub fn redeem(&self, seq: f64, slot_ms: f64) -> Result<Vec<f64>> {
-        let (redemption, now_ms) = self
-            .core
-            .at_clock(|pacer, now_ms| pacer.redeem(booking_of(seq, slot_ms), now_ms))?;
-        self.core.counters.record_redemption(&redemption);
+        let (redemption, now_ms) = self.core.at_clock(|pacer, counters, now_ms| {
+            let redemption = pacer.redeem(booking_of(seq, slot_ms), now_ms);
+            counters.record_redemption(&redemption);
+            redemption
+        })?;
         Ok(redemption_result(redemption, now_ms))
     }
 
@@ -799,22 +829,28 @@ impl NativeSharedPacer {
     #[napi]
     pub fn release(&self, seq: f64, debit_units: f64) -> Result<bool> {
         let ticket = Ticket::from_raw(to_u32(seq), to_u32(debit_units));
-        let refunded = self
-            .core
-            .with_pacer(|pacer| pacer.release(ticket, shm::clock_ms()))
-            .map_err(shared_error)?;
-        self.core.counters.record_release(refunded);
-        Ok(refunded)
+        self.core
+            .with_pacer(|pacer, counters| {
+                let refunded = pacer.release(ticket, shm::clock_ms());
+                counters.record_release(refunded);
+                refunded
+            })
+            .map_err(shared_error)
     }
 
     /// `Pacer::observe` (SPEC §14) at the shared clock, as
     /// `NativePacer::observe` (a second argument is ignored): the control
-    /// word it moves is the machine's.
+    /// word it moves is the machine's, and the outcome is counted in the
+    /// bucket's counters.
     #[napi]
     pub fn observe(&self, outcome: u32) -> Result<u32> {
         let outcome = outcome_of(outcome)?;
         self.core
-            .with_pacer(|pacer| pacer.observe(outcome, shm::clock_ms()))
+            .with_pacer(|pacer, counters| {
+                let rate = pacer.observe(outcome, shm::clock_ms());
+                counters.record_outcome(outcome);
+                rate
+            })
             .map_err(shared_error)
     }
 
@@ -822,33 +858,55 @@ impl NativeSharedPacer {
     #[napi]
     pub fn rate_in_force(&self) -> Result<u32> {
         self.core
-            .with_pacer(|pacer| pacer.rate_in_force(shm::clock_ms()))
+            .with_pacer(|pacer, _| pacer.rate_in_force(shm::clock_ms()))
+            .map_err(shared_error)
+    }
+
+    /// `Pacer::level_at` at the shared clock (an argument is ignored): the
+    /// bucket's tokens now, in units. Reads only.
+    #[napi]
+    pub fn level_at(&self) -> Result<f64> {
+        self.core
+            .with_pacer(|pacer, _| pacer.level_at(shm::clock_ms()) as f64)
             .map_err(shared_error)
     }
 
     /// `[mode, wait_bound_ms, capacity_units, max_debt_units, strict]`.
     #[napi]
     pub fn info(&self) -> Result<Vec<f64>> {
-        self.core.with_pacer(info_of).map_err(shared_error)
+        self.core
+            .with_pacer(|pacer, _| info_of(pacer))
+            .map_err(shared_error)
     }
 
     /// `[high_water_ms, tokens_units, seq]` of the machine-wide state.
     #[napi]
     pub fn state(&self) -> Result<Vec<f64>> {
-        self.core.with_pacer(state_of).map_err(shared_error)
+        self.core
+            .with_pacer(|pacer, _| state_of(pacer))
+            .map_err(shared_error)
     }
 
-    /// This process's decisions, as `NativePacer::counters`.
+    /// The bucket's counts (every handle and process that opened it counts
+    /// there), as `NativePacer::counters`; once closed, the counts read at
+    /// `close`.
     #[napi]
     pub fn counters(&self) -> Vec<f64> {
-        counters_of(&self.core.counters)
+        let counts = self
+            .core
+            .with_pacer(|_, counters| counters.snapshot())
+            .unwrap_or_else(|_| self.core.counts_at_close.get());
+        counters_of(&counts)
     }
 
-    /// Unmaps this process's view (the file stays); the hot `reserve`
-    /// functions made for it throw from then on. Idempotent.
+    /// Unmaps this process's view (the file stays), keeping the bucket's
+    /// counts as they are now for `counters`; the hot `reserve` functions
+    /// made for it throw from then on. Idempotent.
     #[napi]
     pub fn close(&self) {
-        self.core.shared.borrow_mut().take();
+        if let Some(shared) = self.core.shared.borrow_mut().take() {
+            self.core.counts_at_close.set(shared.counters().snapshot());
+        }
     }
 }
 

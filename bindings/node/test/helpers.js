@@ -91,4 +91,19 @@ async function oneQueued() {
   return { time, pacer, controller, queued };
 }
 
-module.exports = { FakeTime, flush, loadVectors, quiet, throwsNaming, smallPacer, oneQueued };
+/** `counters()` of a pacer that decided nothing: every count 0, and the
+ * eight wait buckets (WAIT_BOUNDS_MS: 10, 50, 100, 500, 1000, 2500, 5000,
+ * 10000 ms) 0. */
+const ZERO_COUNTS = Object.freeze({
+  admitted: 0, admittedAfterWait: 0, refused: 0, shaped: 0, released: 0, refunded: 0, clockRegressions: 0,
+  booked: 0, redeemed: 0, opened: 0, throttled: 0, waitMsTotal: 0, waitBuckets: Object.freeze([0, 0, 0, 0, 0, 0, 0, 0]),
+});
+
+/** `counters()` with `changed`'s counts, every other 0. */
+function counts(changed) {
+  return { ...ZERO_COUNTS, waitBuckets: [...ZERO_COUNTS.waitBuckets], ...changed };
+}
+
+module.exports = {
+  FakeTime, flush, loadVectors, quiet, throwsNaming, smallPacer, oneQueued, ZERO_COUNTS, counts,
+};

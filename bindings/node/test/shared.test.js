@@ -19,7 +19,7 @@ const os = require('node:os');
 const path = require('node:path');
 const { execFileSync } = require('node:child_process');
 const { SharedPacer, Pacer, Booking, Ticket, sharedClockMs } = require('../index.js');
-const { FakeTime } = require('./helpers.js');
+const { FakeTime, ZERO_COUNTS, counts } = require('./helpers.js');
 
 const dir = process.env.PACER_SHM_TEST_DIR || fs.mkdtempSync(path.join(os.tmpdir(), 'pacer-node-'));
 if (!process.env.PACER_SHM_TEST_DIR) test.after(() => fs.rmSync(dir, { recursive: true, force: true }));
@@ -89,13 +89,10 @@ test('two handles in one process share one bucket', () => {
   }
 });
 
-test('counters count the calls made through each handle only; a fresh handle starts at 0', () => {
+test('counters are the bucket\'s: every handle reads the counts of every call on it; a closed one keeps those at close()', () => {
   const p = sharedPath('counters');
   const a = SharedPacer.open(p, quiet);
   const b = SharedPacer.open(p, quiet);
-  const zero = {
-    admitted: 0, admittedAfterWait: 0, refused: 0, shaped: 0, released: 0, refunded: 0, clockRegressions: 0,
-  };
   try {
     // Five of the burst of 10: none waits, at any speed.
     const fromA = [a.reserve(), a.reserve(), a.reserve()];
@@ -104,24 +101,35 @@ test('counters count the calls made through each handle only; a fresh handle sta
     assert.equal(a.release(fromA[0].ticket), true);
     assert.equal(b.release(fromB[1].ticket), true);
     assert.equal(b.release(fromB[1].ticket), false, 'spent: not a call that reaches the pacer');
-    assert.deepEqual(a.counters(), { ...zero, admitted: 3, released: 1, refunded: 1 });
-    assert.deepEqual(b.counters(), { ...zero, admitted: 2, released: 1, refunded: 1 });
-    // A third handle sees the machine-wide state but none of those calls.
+    // 3 + 2 admissions, 1 + 1 refunding releases, 1 + 1 outcomes, all in
+    // the file's counters (adaptation off: the outcomes are counted all the
+    // same).
+    a.observe('opened');
+    b.observe('throttled');
+    const bucket = counts({ admitted: 5, released: 2, refunded: 2, opened: 1, throttled: 1 });
+    assert.deepEqual(a.counters(), bucket);
+    assert.deepEqual(b.counters(), bucket);
+    // A third handle, opened later, reads the same counts, and its calls
+    // count there too.
     const c = SharedPacer.open(p, quiet);
     try {
-      assert.deepEqual(c.counters(), zero);
-      assert.deepEqual(c.state(), a.state());
+      assert.deepEqual(c.counters(), bucket);
       assert.equal(c.reserve().kind, 'admitted');
-      assert.deepEqual(c.counters(), { ...zero, admitted: 1 });
-      assert.deepEqual(a.counters(), { ...zero, admitted: 3, released: 1, refunded: 1 }, 'a unchanged');
+      const six = counts({ admitted: 6, released: 2, refunded: 2, opened: 1, throttled: 1 });
+      assert.deepEqual(a.counters(), six);
+      assert.deepEqual(c.counters(), six);
     } finally {
       c.close();
     }
-    // Reopening gives a fresh handle: its counters start at 0 again.
+    // A closed handle answers with the counts at its close(); the others go on.
     a.close();
+    assert.equal(b.reserve().kind, 'admitted');
+    assert.deepEqual(a.counters(), counts({ admitted: 6, released: 2, refunded: 2, opened: 1, throttled: 1 }));
+    assert.deepEqual(b.counters(), counts({ admitted: 7, released: 2, refunded: 2, opened: 1, throttled: 1 }));
+    // Reopening reads the file's counts, kept while the file is.
     const again = SharedPacer.open(p, quiet);
     try {
-      assert.deepEqual(again.counters(), zero);
+      assert.deepEqual(again.counters(), b.counters());
     } finally {
       again.close();
     }
@@ -215,6 +223,9 @@ test('sees the debits of a C process, and C sees ours', { skip: !process.env.PAC
     // C's ten debits are in the state word Node reads.
     const afterC = s.state();
     assert.equal(afterC.seq, 10);
+    // And in the bucket's counters, which live in the file: ten admitted at
+    // once.
+    assert.deepEqual(s.counters(), counts({ admitted: 10 }));
     let before = sharedClockMs();
     const d = s.reserve();
     let after = sharedClockMs();
@@ -230,6 +241,11 @@ test('sees the debits of a C process, and C sees ours', { skip: !process.env.PAC
     assert.ok(match, `C after Node: ${line}`);
     assertWaitBetween(Number(match[1]), afterNode, before, after, 'C after Node');
     assert.equal(s.state().seq, 12);
+    // Node's admission and C's second are counted there too, with their waits.
+    const waits = [d.waitMs, Number(match[1])];
+    const expected = counts({ admitted: 12 });
+    for (const waitMs of waits) countWait(expected, waitMs);
+    assert.deepEqual(s.counters(), expected);
     s.close();
     // A plain Pacer is unaffected by the shared bucket.
     assert.equal(new Pacer(quiet).reserve(0).waitMs, 0);
@@ -318,13 +334,15 @@ function openBook(p, time) {
 }
 
 /** reserve() until the first refusal (no debit): how many were admitted,
- * and how many of those with a wait. */
+ * how many of those with a wait, and the waits. */
 function drain(s) {
   let waited = 0;
+  const waits = [];
   for (let admitted = 0; ; admitted++) {
     assert.ok(admitted < 10000, 'no refusal in 10000 reservations');
     const d = s.reserve();
-    if (d.kind === 'refused') return { admitted, waited };
+    if (d.kind === 'refused') return { admitted, waited, waits };
+    waits.push(d.waitMs);
     if (d.waitMs > 0) waited++;
   }
 }
@@ -368,24 +386,38 @@ function assertFirstAttempt(a, slot, retriesLeft, label) {
   }
 }
 
-const ZERO_COUNTERS = Object.freeze({
-  admitted: 0, admittedAfterWait: 0, refused: 0, shaped: 0, released: 0, refunded: 0, clockRegressions: 0,
-});
+/** The wait buckets' bounds, ms (docs/metrics.md). */
+const WAIT_BOUNDS = [10, 50, 100, 500, 1000, 2500, 5000, 10000];
+
+/** Counts one admission's wait into `expected` (counters() as the test
+ * expects them): waits above 0 add to the total and to the bucket of the
+ * first bound at or above them (none above 10000 ms). */
+function countWait(expected, waitMs) {
+  if (waitMs <= 0) return;
+  expected.admittedAfterWait++;
+  expected.waitMsTotal += waitMs;
+  const i = WAIT_BOUNDS.findIndex((bound) => waitMs <= bound);
+  if (i >= 0) expected.waitBuckets[i]++;
+}
 
 test('admit({key}) on a shared pacer: a booking in the bucket\'s line, redeemed by the retry with no debit; forget gives it back', async () => {
   const p = sharedPath('keyed');
   const time = new FakeTime();
   const s = openBook(p, time);
-  // What this handle's counters must read, by SPEC's counting rule: a
-  // booking and a not-yet redemption are refusals, a redemption an
-  // admission, a refunding release a release and a refund.
-  const expected = { ...ZERO_COUNTERS };
-  const count = (a) => {
+  // What the bucket's counters must read (this handle is the only one on
+  // it), by SPEC's counting rule: a booking is a refusal and booked, a
+  // not-yet redemption a refusal, an admitting redemption an admission and
+  // redeemed, a refunding release a release and a refund; each admission's
+  // wait (the time admit() slept) goes to the wait histogram.
+  const expected = counts({});
+  const count = (a, redemption = false) => {
     if (a.kind === 'admitted') {
       expected.admitted++;
-      if (a.sleptMs > 0) expected.admittedAfterWait++;
+      countWait(expected, a.sleptMs ?? 0);
+      if (redemption) expected.redeemed++;
     } else {
       expected.refused++;
+      if (a.kind === 'booked') expected.booked++;
     }
   };
   try {
@@ -394,7 +426,8 @@ test('admit({key}) on a shared pacer: a booking in the bucket\'s line, redeemed 
     const drained = drain(s);
     assert.ok(drained.admitted >= 151, `admitted ${drained.admitted} before the first refusal`);
     expected.admitted += drained.admitted;
-    expected.admittedAfterWait += drained.waited;
+    for (const waitMs of drained.waits) countWait(expected, waitMs);
+    assert.equal(expected.admittedAfterWait, drained.waited);
     expected.refused += 1;
     // Fresh keys until one books: each admitted one debits and pushes the
     // next slot 100 ms later, so one books unless every call takes 100 ms.
@@ -420,7 +453,7 @@ test('admit({key}) on a shared pacer: a booking in the bucket\'s line, redeemed 
     // max(0, slot − now).
     for (let retries = 0; ; retries++) {
       const r = await keyedAttempt(s, time, a.key);
-      count(r);
+      count(r, true);
       assert.deepEqual([r.s1.seq, nextSlot(r.s1)], [r.s0.seq, nextSlot(r.s0)], 'a redemption changes nothing');
       if (r.kind === 'admitted') {
         assert.ok(a.slot - r.after <= BOOK_BOUND_MS, `admitted at ${r.after}, slot ${a.slot}`);
@@ -593,6 +626,7 @@ test('a booking from another bucket, another handle or an in-process pacer is re
     // neither touches either bucket or the booking.
     const stateA = a.state();
     const stateB = b.state();
+    const countsA = a.counters();
     assert.throws(() => b.redeem(booked), RangeError);
     assert.equal(b.release(booked.ticket), false);
     // Another handle on the same bucket: a ticket belongs to the handle that issued it.
@@ -610,7 +644,10 @@ test('a booking from another bucket, another handle or an in-process pacer is re
     assert.equal(a.release(localBooking.ticket), false);
     assert.deepEqual(a.state(), stateA);
     assert.deepEqual(b.state(), stateB);
-    assert.deepEqual([b.counters(), a2.counters()], [ZERO_COUNTERS, ZERO_COUNTERS], 'nothing reached b or a2');
+    // Counts are the bucket's: b's none, a2 reads a's, and the refused
+    // calls counted nothing in either.
+    assert.deepEqual(b.counters(), ZERO_COUNTS, 'nothing reached b');
+    assert.deepEqual([a.counters(), a2.counters()], [countsA, countsA], 'nothing reached a\'s bucket');
     // Its own handle still holds it: release once.
     assert.equal(booked.ticket.spent, false);
     assert.equal(a.release(booked.ticket), true);
@@ -650,7 +687,7 @@ test('keyed calls on a shared pacer: bad input throws and changes nothing; after
     await assert.rejects(s.admit({ key: {} }), TypeError);
     await assert.rejects(s.admit({ key: null }), TypeError);
     assert.deepEqual(s.state(), state);
-    assert.deepEqual(s.counters(), ZERO_COUNTERS);
+    assert.deepEqual(s.counters(), ZERO_COUNTS);
     assert.equal(s.pendingKeys, 0);
   } finally {
     s.close();

@@ -6,6 +6,9 @@ import {
   RedisPacer, RedisTicket, type RedisAdmitOutcome, type RedisInfo, type Outcome, type AdaptiveOptions,
 } from 'connpacer';
 import { createClient } from 'redis';
+import { Registry } from 'prom-client';
+import { registerMetrics, unregisterMetrics, METRIC_NAMES } from 'connpacer/metrics';
+import { WAIT_BOUNDS_MS, type Counters, type RedisCounters } from 'connpacer';
 import {
   WsUpgradePacer, sharedWsUpgradePacer, resetWsUpgradePacerForTests, upstreamRequestBudget,
   wsNewConnectionMaxWaitMs, pacedRetryAfterSeconds, refusalScheduleMs, canRefuseAtRate,
@@ -170,3 +173,24 @@ async function adaptive(shared: SharedPacer, signal?: AbortSignal): Promise<numb
     + (fromEnv?.ceilingPerMinute ?? 0);
 }
 void adaptive;
+
+function metrics(pacer: Pacer, shared: SharedPacer, fleet: RedisPacer): void {
+  const registry = new Registry();
+  registerMetrics(pacer, { bucket: 'api', registry });
+  registerMetrics(shared, { bucket: 'machine' });
+  registerMetrics(fleet, { bucket: 'fleet', registry });
+  const gone: boolean = unregisterMetrics({ bucket: 'api', registry });
+  void gone;
+  // @ts-expect-error the bucket is required
+  registerMetrics(pacer, { registry });
+  // @ts-expect-error a pacer, not its counts
+  registerMetrics(pacer.counters(), { bucket: 'api' });
+  const counts: Counters = shared.counters();
+  const buckets: number[] = counts.waitBuckets;
+  const fleetCounts: RedisCounters = fleet.counters();
+  const tokens: number = pacer.tokens(0) + shared.tokens() + fleetCounts.fallbacks + fleet.lastRateInForce;
+  // @ts-expect-error the bounds are read-only
+  WAIT_BOUNDS_MS.push(1);
+  void [buckets, tokens, METRIC_NAMES.length];
+}
+void metrics;

@@ -30,7 +30,7 @@ from redis_server import REDIS_SERVER, RedisServer, module_path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: The ```python blocks of README.md: update when one is added or removed.
-PYTHON_BLOCKS = 5
+PYTHON_BLOCKS = 6
 #: Fence languages allowed: python (run here), sh (instructions), none (output).
 KNOWN_FENCES = {"python", "sh", ""}
 

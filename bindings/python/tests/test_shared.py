@@ -511,10 +511,13 @@ def test_status_names_come_from_the_header() -> None:
     assert str(error).startswith("pacer: pacer_shared_release '/x': FOREIGN_TICKET (")
 
 
-def test_counters_are_this_handles_calls(shm_path: str) -> None:
-    # Two handles on one name in one process: one bucket (state), but each
-    # handle counts the calls made through it; a fresh handle starts at 0.
-    # The burst of 10 admits these 5 at once, however fast they come.
+def test_counters_are_the_buckets(shm_path: str) -> None:
+    # Two handles on one name in one process: one bucket, and one set of
+    # counts (layout 4: they live in the file), read the same through every
+    # handle, a fresh one too. The burst of 10 admits these 5 at once,
+    # however fast they come: admitted 5 (3 through a, 2 through b), no wait;
+    # one release, refunded; the second release of the ticket and b's
+    # release of a's ticket are no call to the library and count nothing.
     a = open_quiet(shm_path)
     b = open_quiet(shm_path)
     try:
@@ -527,12 +530,11 @@ def test_counters_are_this_handles_calls(shm_path: str) -> None:
         assert a.release(first.ticket) is True
         assert a.release(first.ticket) is False  # a second release of one ticket is no call to the library
         assert b.release(first.ticket) is False  # nor is another handle's ticket
-        assert a.counters() == pacer.Counters(admitted=3, admitted_after_wait=0, refused=0, shaped=0,
-                                              released=1, refunded=1, clock_regressions=0)
-        assert b.counters() == pacer.Counters(admitted=2, admitted_after_wait=0, refused=0, shaped=0,
-                                              released=0, refunded=0, clock_regressions=0)
+        expected = pacer.Counters(admitted=5, admitted_after_wait=0, refused=0, shaped=0,
+                                  released=1, refunded=1, clock_regressions=0)
+        assert a.counters() == b.counters() == expected
         with open_quiet(shm_path) as c:
-            assert c.counters() == pacer.Counters(0, 0, 0, 0, 0, 0, 0)
+            assert c.counters() == expected
             # The state is the bucket's, the same through every handle.
             assert c.state() == a.state() == b.state()
     finally:
@@ -666,7 +668,9 @@ def test_a_corrupted_pacer_fails_every_call_with_a_shared_pacer_error(shm_path: 
         calls = {
             "pacer_shared_reserve": s.reserve,
             "pacer_get_info": s.state,
-            "pacer_get_counters": s.counters,
+            "pacer_get_metrics": s.counters,
+            "pacer_level_at": s.level_at,
+            "pacer_level_at ": s.tokens,
             "pacer_shared_release": lambda: s.release(admitted.ticket),
             "pacer_shared_release ": admitted.release,
             "pacer_shared_reserve ": lambda: run(s.admit()),
@@ -691,7 +695,8 @@ def test_a_corrupted_pacer_fails_every_call_with_a_shared_pacer_error(shm_path: 
         s.close()
 
 
-@pytest.mark.parametrize("function", ["_get_info", "_shared_reserve", "_shared_release", "_get_counters"])
+@pytest.mark.parametrize("function", ["_get_info", "_shared_reserve", "_shared_release", "_get_metrics",
+                                      "_level_at"])
 def test_a_library_fault_in_a_shared_call_is_a_shared_pacer_error(shm_path: str, monkeypatch: pytest.MonkeyPatch,
                                                                  function: str) -> None:
     # A status the library gives for a fault (PACER_STATUS_PANIC), injected
@@ -714,7 +719,7 @@ def test_a_library_fault_in_a_shared_call_is_a_shared_pacer_error(shm_path: str,
                 admitted.release()
             assert not admitted.ticket.spent  # it keeps its refund right
             return
-        call = s.counters if function == "_get_counters" else s.reserve
+        call = {"_get_metrics": s.counters, "_level_at": s.level_at}.get(function, s.reserve)
         with pytest.raises(SharedPacerError, match="PANIC") as caught:
             call()
         assert caught.value.status_name == "PANIC"
@@ -978,7 +983,9 @@ def test_keyed_admission_books_and_redeems(shm_path: str, monkeypatch: pytest.Mo
     try:
         assert (s.wait_bound_ms, s.mode, s.pending_keys) == (BOUND_MS, Mode.REFUSING, 0)
         admitted = drain(s)
-        assert s.counters() == pacer.Counters(admitted, s.counters().admitted_after_wait, 1, 0, 0, 0, 0)
+        c = s.counters()
+        assert (c.admitted, c.refused, c.shaped, c.released, c.refunded, c.clock_regressions, c.booked) == (
+            admitted, 1, 0, 0, 0, 0, 0)
         # Keyed first attempts until three are booked; every debit's slot is
         # 100 ms after the previous one (deep in debt), admitted or booked.
         keys: list[str] = []
@@ -1174,7 +1181,9 @@ def test_processes_booking_on_one_bucket_keep_one_line(shm_path: str, source: st
         for s, key in ours:
             assert s.forget(key) is True
         assert a.pending_keys == b.pending_keys == 0
-        assert a.counters().refunded + b.counters().refunded == len(ours)
+        # The bucket's count, read the same through both handles (the other
+        # process released nothing).
+        assert a.counters().refunded == b.counters().refunded == len(ours)
     finally:
         a.close()
         b.close()

@@ -364,9 +364,20 @@ class PacerConfig:
     adaptive_ceiling_per_min: int = 0
 
 
+#: The wait histogram's upper bounds, ms (``Counters.wait_buckets``): the
+#: library's ``pacer_wait_bounds_ms``, read at import.
+WAIT_BOUNDS_MS: tuple[int, ...] = tuple(int(bound) for bound in lib.pacer_wait_bounds_ms)
+#: Units of a token in ``PacerState.tokens_units`` and ``level_at``.
+UNITS_PER_TOKEN = 60_000
+_NO_WAITS = (0,) * len(WAIT_BOUNDS_MS)
+
+
 @dataclass(frozen=True, slots=True)
 class Counters:
-    """What a pacer decided so far (each counter read independently)."""
+    """What a pacer decided so far (each counter read independently;
+    docs/metrics.md derives the metrics from them). The fields after
+    ``clock_regressions`` came later and have defaults, so a ``Counters``
+    built with the first seven still works."""
 
     admitted: int
     admitted_after_wait: int
@@ -375,6 +386,19 @@ class Counters:
     released: int
     refunded: int
     clock_regressions: int
+    #: Refusals that booked a place in line (counted in ``refused`` too).
+    booked: int = 0
+    #: Upstream answers reported to ``observe``: opened, throttled.
+    opened: int = 0
+    throttled: int = 0
+    #: The admissions' waits summed, ms.
+    wait_ms_total: int = 0
+    #: Admissions of a booking presented on its retry (``redeem``).
+    redeemed: int = 0
+    #: Admissions whose wait is in (``WAIT_BOUNDS_MS[i-1]``, ``WAIT_BOUNDS_MS[i]``]
+    #: ms (0 before the first); immediate admissions are in none, nor waits
+    #: above the last bound.
+    wait_buckets: tuple[int, ...] = _NO_WAITS
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,7 +478,8 @@ class NativeCalls:
 
     reserve: Callable[[Any, int, Any], int]
     release: Callable[[Any, Any, int, Any], int]
-    get_counters: Callable[[Any, Any], int]
+    #: ``pacer_get_metrics(storage, out_metrics)``.
+    get_metrics: Callable[[Any, Any], int]
     get_info: Callable[[Any, Any], int]
     #: ``pacer_reserve_or_book(storage, now_ms, retries_left, out_decision, out_booking)``.
     reserve_or_book: Callable[[Any, int, int, Any, Any], int]
@@ -464,6 +489,8 @@ class NativeCalls:
     observe: Callable[[Any, int, int, Any], int]
     #: ``pacer_rate_in_force(storage, now_ms, out_rate_per_min)``.
     rate_in_force: Callable[[Any, int, Any], int]
+    #: ``pacer_level_at(storage, now_ms, out_units)``.
+    level_at: Callable[[Any, int, Any], int]
     #: Whether the pacer is shared: no clock argument anywhere.
     shared: bool
 
@@ -555,8 +582,8 @@ class Pacer(fast.Core):
     """
 
     __slots__ = ("_owner", "_storage", "_now", "_sleep", "_config", "_mode", "_wait_bound_ms",
-                 "_c_reserve", "_c_release", "_c_counters", "_c_info", "_c_reserve_or_book",
-                 "_c_redeem", "_c_observe", "_c_rate_in_force", "_shared",
+                 "_c_reserve", "_c_release", "_c_metrics", "_c_info", "_c_reserve_or_book",
+                 "_c_redeem", "_c_observe", "_c_rate_in_force", "_c_level_at", "_shared",
                  "_release_lock", "_keyed_lock", "_pending", "__weakref__")
 
     def __init__(
@@ -624,12 +651,13 @@ class Pacer(fast.Core):
         self._sleep = sleep
         self._c_reserve = calls.reserve
         self._c_release = calls.release
-        self._c_counters = calls.get_counters
+        self._c_metrics = calls.get_metrics
         self._c_info = calls.get_info
         self._c_reserve_or_book = calls.reserve_or_book
         self._c_redeem = calls.redeem
         self._c_observe = calls.observe
         self._c_rate_in_force = calls.rate_in_force
+        self._c_level_at = calls.level_at
         self._shared = calls.shared
         self._release_lock = threading.Lock()
         self._keyed_lock = threading.Lock()
@@ -969,10 +997,29 @@ class Pacer(fast.Core):
     # ------------------------------------------------------------ diagnostics
 
     def counters(self) -> Counters:
-        out = ffi.new("struct pacer_counters *")
-        _ok("pacer_get_counters", self._c_counters(self._storage, out))
+        """Every count the pacer keeps (``pacer_get_metrics``), each read
+        independently. Reads only."""
+        out = ffi.new("struct pacer_metrics *")
+        _ok("pacer_get_metrics", self._c_metrics(self._storage, out))
         return Counters(int(out.admitted), int(out.admitted_after_wait), int(out.refused), int(out.shaped),
-                        int(out.released), int(out.refunded), int(out.clock_regressions))
+                        int(out.released), int(out.refunded), int(out.clock_regressions), int(out.booked),
+                        int(out.opened), int(out.throttled), int(out.wait_ms_total), int(out.redeemed),
+                        tuple(int(count) for count in out.wait_buckets))
+
+    def level_at(self, now_ms: int | None = None) -> int:
+        """The tokens at ``now_ms`` (default the pacer's clock) in units
+        (``UNITS_PER_TOKEN`` a token; negative: the debt of admissions still
+        waiting): the state refilled at the rate in force, capped at the
+        burst; a time behind the latest reading reads that reading
+        (``pacer_level_at``). Reads only."""
+        now = self._clock_argument(now_ms)
+        out = _new("int64_t *")
+        _ok("pacer_level_at", self._c_level_at(self._storage, now, out))
+        return int(out[0])
+
+    def tokens(self, now_ms: int | None = None) -> float:
+        """``level_at`` in tokens (fractional; negative: debt)."""
+        return self.level_at(now_ms) / UNITS_PER_TOKEN
 
     def state(self) -> PacerState:
         out = ffi.new("struct pacer_info *")

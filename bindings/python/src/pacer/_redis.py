@@ -11,6 +11,7 @@ policy; ``RedisPacer`` (over ``redis.Redis``) and ``AsyncRedisPacer`` (over
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
 import socket
 import threading
@@ -25,10 +26,12 @@ from ._pacer import (
     DEFAULT_BURST,
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_RATE_PER_MINUTE,
+    WAIT_BOUNDS_MS,
     AdmitPath,
     Admitted,
     Booked,
     Booking,
+    Counters,
     Outcome,
     Pacer,
     Refused,
@@ -416,6 +419,76 @@ def _bit_reply(reply: Any) -> bool:
     return _flag([reply], 0)
 
 
+@dataclass(frozen=True, slots=True)
+class FleetCounters(Counters):
+    """A fleet pacer's ``Counters``: the answers this object got (the
+    server's, the failure policy's and, with pacing off, its own), counted
+    in this process (docs/metrics.md, "Whose counts"), and ``fallbacks``."""
+
+    #: Decisions (reserve, reserve_or_book, redeem) the failure policy
+    #: gave (the answer's ``fallback`` is set).
+    fallbacks: int = 0
+
+
+class _Tally:
+    """What a fleet pacer counts of the answers it got, under a lock (the
+    calls may come from several threads). Only ``FleetCounters`` reads it."""
+
+    __slots__ = ("_lock", "_counts", "_waits")
+
+    _FIELDS = ("admitted", "admitted_after_wait", "refused", "shaped", "released", "refunded",
+               "clock_regressions", "booked", "opened", "throttled", "wait_ms_total", "redeemed", "fallbacks")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(self._FIELDS, 0)
+        self._waits = [0] * len(WAIT_BOUNDS_MS)
+
+    def decided(self, answer: Any, redemption: bool = False) -> Any:
+        """Counts a decision (``answer``, returned as is): a ``Booked``
+        answer to a redemption is its "not yet", a refusal and no booking."""
+        with self._lock:
+            counts = self._counts
+            if isinstance(answer, Admitted):
+                counts["admitted"] += 1
+                wait_ms = answer.wait_ms
+                if wait_ms > 0:
+                    counts["admitted_after_wait"] += 1
+                    counts["wait_ms_total"] += wait_ms
+                    # Bucket i holds the waits in (WAIT_BOUNDS_MS[i-1], WAIT_BOUNDS_MS[i]].
+                    index = bisect.bisect_left(WAIT_BOUNDS_MS, wait_ms)
+                    if index < len(self._waits):
+                        self._waits[index] += 1
+                if answer.path is AdmitPath.SHAPED:
+                    counts["shaped"] += 1
+                elif answer.path is AdmitPath.BOOKED:
+                    counts["redeemed"] += 1
+            else:
+                counts["refused"] += 1
+                if isinstance(answer, Booked) and not redemption:
+                    counts["booked"] += 1
+            if answer.clock_regressed:
+                counts["clock_regressions"] += 1
+            if getattr(answer, "fallback", None) is not None:
+                counts["fallbacks"] += 1
+        return answer
+
+    def released(self, refunded: bool) -> bool:
+        with self._lock:
+            self._counts["released"] += 1
+            if refunded:
+                self._counts["refunded"] += 1
+        return refunded
+
+    def observed(self, outcome: Outcome) -> None:
+        with self._lock:
+            self._counts[outcome.value] += 1
+
+    def read(self) -> FleetCounters:
+        with self._lock:
+            return FleetCounters(**self._counts, wait_buckets=tuple(self._waits))
+
+
 class _FleetCore(_PacerView):
     """What ``RedisPacer`` and ``AsyncRedisPacer`` share, sans I/O: the
     settings, every call as a generator of what it asks (``_create_call``
@@ -487,6 +560,10 @@ class _FleetCore(_PacerView):
         self._script = script_text()
         self._sha: str | None = None
         self._fallback_pacer = None
+        self._tally = _Tally()
+        # The bucket's rate in force as the server last answered it
+        # (observe, rate_in_force), for the metrics: no scrape asks Redis.
+        self._rate_answered = config.rate_per_minute
         self._state_lock = threading.Lock()
         self._keyed_lock = threading.Lock()
         self._pending: dict[Any, _Pending] = {}
@@ -541,6 +618,14 @@ class _FleetCore(_PacerView):
     def fallback_pacer(self) -> Pacer | None:
         """The in-process pacer of the ``local`` policy, once an outage made it."""
         return self._fallback_pacer
+
+    def counters(self) -> FleetCounters:
+        """The answers this object got, counted in this process (never the
+        bucket's, which ``info()`` reports): decisions (those of the failure
+        policy among them, and ``fallbacks`` of them), waits, releases that
+        reached the server or the local pacer, and outcomes reported to
+        ``observe``. Reads only: no I/O."""
+        return self._tally.read()
 
     # ------------------------------------------------------------ commands
 
@@ -880,31 +965,37 @@ class _FleetCore(_PacerView):
         """reserve (``retries_left`` None) or reserve_or_book (checked)."""
         self._check_open()
         if not self.enabled:
-            return self._disabled()
+            return self._tally.decided(self._disabled())
         op, extra = ("reserve", ()) if retries_left is None else ("book", (str(retries_left),))
         try:
             reply = yield (op, self._configured(*extra))
         except _Down:
-            return self._by_policy(retries_left)
-        return self._decision(reply)
+            return self._tally.decided(self._by_policy(retries_left))
+        return self._tally.decided(self._decision(reply))
 
     def _redeem_call(self, booking: Any) -> _Call:
         booking = self._own_booking(booking)
         self._check_open()
         if booking._local_booking is not None:
-            return self._redeem_local(booking)
+            return self._tally.decided(self._redeem_local(booking), redemption=True)
         ticket: RedisTicket = booking._ticket  # type: ignore[assignment]
         try:
             reply = yield ("redeem", (ticket._text,))
         except _Down:
-            return self._redeem_by_policy(booking)
-        return self._redemption(booking, reply)
+            return self._tally.decided(self._redeem_by_policy(booking), redemption=True)
+        return self._tally.decided(self._redemption(booking, reply), redemption=True)
 
     def _release_call(self, ticket: Any) -> _Call:
         if not self._own_ticket(ticket):
             return False
-        if ticket._local is not None:
-            return bool(ticket._local._pacer.release(ticket._local))
+        local = ticket._local
+        if local is not None:
+            # Under the lock, so that of two releases of one ticket only the
+            # one that went through is counted.
+            with self._state_lock:
+                if local.spent:
+                    return False
+                return self._tally.released(bool(local._pacer.release(local)))
         with self._state_lock:
             if ticket._spent:
                 return False
@@ -916,7 +1007,7 @@ class _FleetCore(_PacerView):
             if isinstance(error, _Down):
                 return False
             raise
-        return _bit_reply(refunded)
+        return self._tally.released(_bit_reply(refunded))
 
     def _info_call(self) -> _Call:
         try:
@@ -927,19 +1018,32 @@ class _FleetCore(_PacerView):
     def _observe_call(self, outcome: Outcome | str) -> _Call:
         _outcome_code(outcome)
         self._check_open()
+        # What the upstream answered is counted whatever becomes of the report.
+        self._tally.observed(Outcome(outcome))
         if self._observes_locally():
             return self._pacer.observe(outcome)
         try:
             reply = yield ("observe", (Outcome(outcome).value,))
         except _Down:
             return self._observe_by_policy(outcome)
-        return self._rate_reply(reply)
+        rate = self._rate_answered = self._rate_reply(reply)
+        return rate
 
     def _rate_call(self) -> _Call:
         self._check_open()
         if self._observes_locally():
             return self._pacer.rate_in_force()
-        return self._rate_reply((yield from self._info_call()).get("rate_in_force"))
+        rate = self._rate_answered = self._rate_reply((yield from self._info_call()).get("rate_in_force"))
+        return rate
+
+    def _last_rate_in_force(self) -> int:
+        """The rate in force without asking: the configured rate when
+        adaptation is off (or pacing disabled), else the bucket's as the
+        server last answered it (``observe``, ``rate_in_force``), the
+        configured rate until it has."""
+        if self._observes_locally():
+            return self.config.rate_per_minute
+        return self._rate_answered
 
     def _next_attempt(self, key: Any) -> tuple[_Pending, Callable[[Any], Any], Any]:
         """A keyed attempt's entry and its call (the public one, so that an
@@ -1504,6 +1608,7 @@ def _cause(down: _Down) -> BaseException:
 __all__ = [
     "AsyncRedisAdmitted",
     "AsyncRedisPacer",
+    "FleetCounters",
     "OutageNotice",
     "RedisAdmitted",
     "RedisBooked",

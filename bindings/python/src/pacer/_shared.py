@@ -55,7 +55,8 @@ _shared_reserve_or_book = lib.pacer_shared_reserve_or_book
 _shared_redeem = lib.pacer_shared_redeem
 _shared_observe = lib.pacer_shared_observe
 _shared_rate_in_force = lib.pacer_shared_rate_in_force
-_get_counters = lib.pacer_get_counters
+_get_metrics = lib.pacer_get_metrics
+_level_at = lib.pacer_level_at
 _get_info = lib.pacer_get_info
 
 #: The handles whose admissions the current task or thread is waiting in
@@ -244,8 +245,12 @@ class _Handle:
     def _rate_in_force(self, _storage: Any, _now_ms: int, out: Any) -> int:
         return self._call("pacer_shared_rate_in_force", _shared_rate_in_force, self.ptr, out)
 
-    def _get_counters(self, _storage: Any, out: Any) -> int:
-        return self._call("pacer_get_counters", _get_counters, self.pacer, out)
+    def _get_metrics(self, _storage: Any, out: Any) -> int:
+        return self._call("pacer_get_metrics", _get_metrics, self.pacer, out)
+
+    def _level_at(self, _storage: Any, now_ms: int, out: Any) -> int:
+        # now_ms is the shared clock, read by the pacer (``_clock_argument``).
+        return self._call("pacer_level_at", _level_at, self.pacer, now_ms, out)
 
     def _get_info(self, _storage: Any, out: Any) -> int:
         return self._call("pacer_get_info", _get_info, self.pacer, out)
@@ -434,10 +439,19 @@ class SharedPacer(_PacerView):
     # ------------------------------------------------------------ diagnostics
 
     def counters(self) -> Counters:
-        """The decision counters of the calls made through this object
-        (this handle); a fresh handle starts at 0. Other handles on the same
-        file, in this process or another, count their own."""
+        """The bucket's counts (``Pacer.counters``): they live in the file,
+        so every handle, in this process or another, counts into them and
+        reads the same counts (layout 4, docs/shared-memory.md)."""
         return self._pacer.counters()
+
+    def level_at(self) -> int:
+        """The bucket's tokens now, on the shared clock, in units
+        (``Pacer.level_at``). Reads only."""
+        return self._pacer.level_at()
+
+    def tokens(self) -> float:
+        """``level_at`` in tokens (fractional; negative: debt)."""
+        return self._pacer.tokens()
 
     def state(self) -> PacerState:
         """The machine-wide state of the bucket."""
