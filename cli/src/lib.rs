@@ -1,6 +1,6 @@
 //! The `pacer` command's library: the simulator, the matrix checker, the
-//! trace replayer, the settings explainer and the fleet hammer. `main.rs`
-//! is only the argument parsing around these.
+//! trace replayer, the settings explainer, the fleet hammer and the bucket
+//! watch. `main.rs` is only the argument parsing around these.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -21,3 +21,4 @@ pub mod sim;
 pub mod stats;
 pub mod sweep;
 pub mod upstream_sweep;
+pub mod watch;

@@ -47,6 +47,10 @@ enum Command {
     /// each answer as a JSON line with its send and reply times (load for
     /// checking the window bound across clients; tests/fleet).
     Hammer(HammerArgs),
+    /// Show what a bucket is doing, refreshed every interval, read without
+    /// writing to it: a shared-memory bucket (--shared) or a fleet bucket
+    /// in Redis (--redis, --key); --prometheus serves it as /metrics.
+    Watch(WatchArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -352,6 +356,54 @@ enum DoorArg {
     /// FCALL pacer (the function library).
     Function,
     /// EVALSHA of the shipped script.
+    Script,
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("bucket_source").required(true).args(["shared", "redis"])))]
+struct WatchArgs {
+    /// A shared-memory bucket: a bare name is /dev/shm/NAME, anything with
+    /// a `/` a path. Opened read-only; never created.
+    #[arg(long, value_name = "NAME")]
+    shared: Option<String>,
+    /// A fleet bucket's Redis server.
+    #[arg(long, value_name = "URL", requires = "key")]
+    redis: Option<String>,
+    /// The fleet bucket's key.
+    #[arg(long, requires = "redis")]
+    key: Option<String>,
+    /// How to read the fleet bucket: the first the server answers
+    /// (PACER.INFO, FCALL_RO pacer_ro, EVALSHA_RO of the script), or one.
+    #[arg(long, value_enum, default_value = "auto", requires = "redis")]
+    door: WatchDoorArg,
+    /// Between two readings, ms.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
+    interval_ms: u64,
+    /// Stop after this many readings (default: until interrupted).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    count: Option<u64>,
+    /// One JSON line per reading instead of the text display.
+    #[arg(long)]
+    json: bool,
+    /// Serve the metric set (docs/metrics.md) at http://ADDR/metrics, for
+    /// as long as the watch runs (port 0: any free port; the address is
+    /// printed on stderr).
+    #[arg(long, value_name = "ADDR")]
+    prometheus: Option<String>,
+    /// The `bucket` label [default: the shared name or the key].
+    #[arg(long, value_name = "LABEL")]
+    bucket: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum WatchDoorArg {
+    /// The first the server answers: module, function, script.
+    Auto,
+    /// PACER.INFO (the module).
+    Module,
+    /// FCALL_RO pacer_ro (the function library).
+    Function,
+    /// EVALSHA_RO of the shipped script.
     Script,
 }
 
@@ -934,6 +986,48 @@ fn run_hammer(args: HammerArgs) -> Result<(), Failure> {
     hammer.run(&mut out).map_err(Failure::from)
 }
 
+fn run_watch(args: WatchArgs) -> Result<(), Failure> {
+    use pacer_cli::watch::{self, fleet, shared};
+    let (bucket, default_label): (Box<dyn watch::Bucket>, String) =
+        match (&args.shared, &args.redis, &args.key) {
+            (Some(name), _, _) => (Box::new(shared::SharedBucket::open(name)?), name.clone()),
+            (None, Some(url), Some(key)) => {
+                let door = match args.door {
+                    WatchDoorArg::Auto => fleet::Door::Auto,
+                    WatchDoorArg::Module => fleet::Door::Module,
+                    WatchDoorArg::Function => fleet::Door::Function,
+                    WatchDoorArg::Script => fleet::Door::Script,
+                };
+                (
+                    Box::new(fleet::RedisBucket::connect(url, key, door)?),
+                    key.clone(),
+                )
+            }
+            _ => {
+                return Err("--watch needs --shared NAME, or --redis URL and --key KEY"
+                    .to_string()
+                    .into())
+            }
+        };
+    let label = args.bucket.unwrap_or(default_label);
+    if label.is_empty() {
+        return Err("--bucket needs a label, got an empty one"
+            .to_string()
+            .into());
+    }
+    let options = watch::Options {
+        interval_ms: args.interval_ms,
+        count: args.count,
+        json: args.json,
+        clear: !args.json && std::io::IsTerminal::is_terminal(&std::io::stdout()),
+        label,
+        prometheus: args.prometheus,
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    watch::run(bucket, &options, &mut out, &mut std::io::stderr()).map_err(Failure::from)
+}
+
 /// A command-line error as the rest of the CLI's errors read: one line,
 /// `pacer: ` and clap's message, pointing to `--help` for the usage.
 fn one_line(error: &clap::Error) -> String {
@@ -963,6 +1057,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => run_replay(args),
         Command::Explain(args) => run_explain(args),
         Command::Hammer(args) => run_hammer(args),
+        Command::Watch(args) => run_watch(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
