@@ -26,6 +26,7 @@ bash scripts/test-shm.sh >"$logs/build-shm.log" 2>&1
 bash scripts/test-python.sh >"$logs/build-python.log" 2>&1
 (cd bindings/node && npm ci --no-audit --no-fund && node scripts/build.js) >"$logs/build-node.log" 2>&1
 (cd bindings/go && go vet ./...) >"$logs/build-go.log" 2>&1
+cargo test -p pacer-cli --test watch --no-run >"$logs/build-cli.log" 2>&1
 
 busy=()
 stop_busy() { for pid in "${busy[@]}"; do kill "$pid" 2>/dev/null || true; done; }
@@ -35,7 +36,7 @@ for _ in $(seq "$stress"); do
   busy+=("$!")
 done
 
-suites=(c-threads shm python node go)
+suites=(c-threads shm python node go cli-watch)
 [ "$loom_rounds" -gt 0 ] && suites+=(loom)
 declare -A passed failed
 for s in "${suites[@]}"; do passed[$s]=0; failed[$s]=0; done
@@ -47,6 +48,7 @@ run_suite() {
     python) target/python-venv/bin/python -m pytest bindings/python/tests -q -p no:cacheprovider ;;
     node) (cd bindings/node && node --test test/) ;;
     go) (cd bindings/go && go test -race -count=1 ./...) ;;
+    cli-watch) cargo test -q -p pacer-cli --test watch ;;
     loom) bash scripts/check-loom.sh ;;
   esac
 }
@@ -92,6 +94,7 @@ for s in "${suites[@]}"; do total_failed=$((total_failed + failed[$s])); done
       python) what='pytest `bindings/python/tests`' ;;
       node) what='`node --test` in `bindings/node`' ;;
       go) what='`go test -race` in `bindings/go`' ;;
+      cli-watch) what='`cli/tests/watch.rs`: `pacer watch` against shared buckets driven by another process and Redis buckets driven by `pacer hammer`' ;;
       loom) what='`scripts/check-loom.sh` (loom models of the core)' ;;
     esac
     echo "| $s | $what | ${passed[$s]} | ${failed[$s]} |"

@@ -167,7 +167,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // primary, and waits until its link to the primary is up.
 func startReplica(t *testing.T, primary *redisServer) *redisServer {
 	t.Helper()
-	s := startRedis(t, primary.module)
+	s := startRedis(t, primary.Module)
 	c := s.client(t)
 	ctx := context.Background()
 	// The primary sends its data at once (the default waits 5 s for more
@@ -175,7 +175,7 @@ func startReplica(t *testing.T, primary *redisServer) *redisServer {
 	if err := primary.client(t).ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Do(ctx, "REPLICAOF", "127.0.0.1", strconv.Itoa(primary.port)).Err(); err != nil {
+	if err := c.Do(ctx, "REPLICAOF", "127.0.0.1", strconv.Itoa(primary.Port)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the replica's link", func() bool {

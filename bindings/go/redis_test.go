@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/connpacer/pacer/bindings/go/internal/redistest"
 	"github.com/redis/go-redis/v9"
 
 	pacer "github.com/connpacer/pacer/bindings/go"
@@ -549,7 +550,7 @@ var outages = []outage{
 		name:  "unreachable",
 		begin: func(t *testing.T, s *redisServer) {},
 		end: func(t *testing.T, s *redisServer) {
-			if err := s.start(); err != nil {
+			if err := s.Run(); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(s.kill)
@@ -590,7 +591,7 @@ func TestRedisFailurePolicies(t *testing.T) {
 				ctx := context.Background()
 				var s *redisServer
 				if o.name == "unreachable" {
-					s = &redisServer{dir: t.TempDir(), port: freePort(t)}
+					s = &redisServer{&redistest.Server{Dir: t.TempDir(), Port: freePort(t)}}
 				} else {
 					s = startRedis(t, "")
 				}
@@ -813,7 +814,7 @@ func TestRedisEngineAfterRestart(t *testing.T) {
 	if d := mustRedisReserve(t, r); !d.Admitted || r.Engine() != pacer.EngineScript {
 		t.Fatalf("before: %+v, engine %q", d, r.Engine())
 	}
-	s.module = module
+	s.Module = module
 	s.restart(t)
 	// The client reconnects (the pool finds the old connection gone), or
 	// the call fails and the policy answers until RetryAfter has passed:
