@@ -28,7 +28,7 @@ pub const COUNTER_WORDS: usize = 12 + WAIT_BOUNDS_MS.len();
 
 /// Live counters, updated with relaxed atomic increments (plain additions
 /// through `&mut`). `repr(C)`: [`COUNTER_WORDS`] words in the order of
-/// [`CounterSnapshot::words`].
+/// [`CounterSnapshot::from_words`].
 #[derive(Debug, Default)]
 #[repr(C)]
 pub struct Counters {
