@@ -76,6 +76,13 @@ pub(crate) fn fresh_owner() -> u32 {
 
 const MAGIC: u64 = u64::from_le_bytes(*b"pacer\x00\x01\x00");
 
+/// Where a pacer's counters lie in its storage, bytes: the only bytes a
+/// successful pacer_observe on a fixed-rate pacer writes (for tests and
+/// fuzzers that check what a call changed).
+/// cbindgen:ignore
+pub const COUNTERS_IN_STORAGE: core::ops::Range<usize> = core::mem::offset_of!(Slot, counters)
+    ..core::mem::offset_of!(Slot, counters) + size_of::<Counters>();
+
 const _: () = assert!(size_of::<Slot>() <= PACER_STORAGE_SIZE);
 const _: () = assert!(align_of::<Slot>() <= PACER_STORAGE_ALIGN);
 const _: () = assert!(size_of::<pacer>() == PACER_STORAGE_SIZE);

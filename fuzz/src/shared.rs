@@ -38,7 +38,8 @@ use pacer::pacer::{
 use pacer::shm::*;
 
 use crate::calls::{
-    adaptive_bounds, check_rate, debt_floor, outcome_known, Cfg, OutcomeArg, DEFAULT_CFG,
+    adaptive_bounds, check_rate, debt_floor, only_its_count, outcome_known, Cfg, OutcomeArg,
+    DEFAULT_CFG,
 };
 use crate::{
     call, expect, st, ticket, Aligned, Out, INVALID_ENUM, MISALIGNED, NULL_PARAMETER, OK,
@@ -445,7 +446,8 @@ fn adaptive_call(
     let before = mapped_pacer(h);
     let mut r = Out::<u32>::new();
     let s = f(hp, r.ptr_or_null(null_out));
-    let unchanged = before == mapped_pacer(h);
+    let after = mapped_pacer(h);
+    let unchanged = before == after;
     let want = match kind {
         HandleKind::Null => Some(NULL_PARAMETER),
         HandleKind::Misaligned => Some(MISALIGNED),
@@ -476,19 +478,17 @@ fn adaptive_call(
     assert_eq!(s, OK, "{what} on an open handle (outcome {outcome:?})");
     let rate = r.get();
     check_rate(cfg, rate, what);
-    match adaptive_bounds(cfg) {
-        None => assert!(unchanged, "{what} changed a non-adaptive shared pacer"),
-        Some(_) if outcome.is_some() => {
+    // Every observation is counted in the bucket's counters (in the file);
+    // with adaptation off nothing else changes.
+    match (adaptive_bounds(cfg), outcome) {
+        (None, Some(code)) => assert!(
+            only_its_count(&before, &after, code),
+            "{what} changed a non-adaptive shared pacer beyond counting the outcome"
+        ),
+        (Some(_), Some(_)) => {
             ADAPTIVE_OBSERVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        Some(_) => {}
-    }
-    // An opening is counted in an adaptive pacer's control word (SPEC §14).
-    if outcome.is_none() || (outcome == Some(OUTCOME_OPENED) && adaptive_bounds(cfg).is_none()) {
-        assert!(
-            unchanged,
-            "{what} (outcome {outcome:?}) changed the shared pacer"
-        );
+        (_, None) => assert!(unchanged, "{what} changed the shared pacer"),
     }
 }
 
