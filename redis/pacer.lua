@@ -51,7 +51,19 @@ local RISE_MARGIN = 8 -- adaptive::RISE_MARGIN: a count above L + ⌊L/8⌋ + 1 
 local CUT_DEN = 8 -- adaptive::CUT_DEN: an unexplained throttle cuts 1/CUT_DEN
 local COUNT_CAP = 65535 -- adaptive::COUNT_CAP: the largest count (and minute)
 
-local HEADER_LEN = 256 -- bytes 0–255: the header
+-- The wait histogram's upper bounds, ms: pacer_core::WAIT_BOUNDS_MS
+-- (core/src/counters.rs; redis/tests/lua_exact.rs checks they are equal).
+-- An admission's wait above 0 counts in the first bucket whose bound is at
+-- or above it, in none above the last.
+local WAIT_BOUNDS_MS = { 10, 50, 100, 500, 1000, 2500, 5000, 10000 }
+-- The bucket table's field of each bound's count, in the same order.
+local WAIT_BUCKET_FIELDS = {
+  'wait_bucket_10', 'wait_bucket_50', 'wait_bucket_100', 'wait_bucket_500',
+  'wait_bucket_1000', 'wait_bucket_2500', 'wait_bucket_5000', 'wait_bucket_10000',
+}
+
+local HEADER_LEN = 512 -- bytes 0–511: the header's two blocks
+local FIRST_BLOCK_LEN = 256 -- bytes 0–255: the first block; 256–511 the second
 local SPENT_WINDOW = 65536 -- bits in the spent bitmap: the live tickets
 local SPENT_BITMAP_BIT = HEADER_LEN * 8 -- the bitmap's first bit (SETBIT)
 
@@ -740,12 +752,14 @@ local function release(params, state, ticket, now_ms)
 end
 
 -- ---------------------------------------------------------------------------
--- The key (docs/redis.md, "The key"): a 256-byte header of fixed-width
--- fields, each right-aligned with leading zeros, one space between them,
--- bytes 199 to 255 spaces for a fixed-rate bucket; then the spent bitmap.
+-- The key (docs/redis.md, "The key"): key format 2, a 512-byte header of
+-- fixed-width fields, each right-aligned with leading zeros, one space
+-- between them, bytes 199 to 255 spaces for a fixed-rate bucket; then the
+-- spent bitmap from byte 512. A key of format 1 (PACER1, a 256-byte
+-- header) is refused.
 --
 --   bytes    width  field
---   0–5        6    PACER1
+--   0–5        6    PACER2
 --   7–9        3    rate_per_min
 --   11–17      7    burst (0 stored as 1)
 --   19–34     16    idle_timeout_ms
@@ -775,12 +789,30 @@ end
 --   251        1    again: 0 or 1
 --   252–255         spaces
 --
+-- and the second block, for every bucket (16 digits each):
+--
+--   256–271   16    admitted_after_wait
+--   273–288   16    shaped
+--   290–305   16    redeemed
+--   307–322   16    upstream_opened
+--   324–339   16    upstream_throttled
+--   341–356   16    wait_ms_total
+--   358–373   16    wait_bucket_10
+--   375–390   16    wait_bucket_50
+--   392–407   16    wait_bucket_100
+--   409–424   16    wait_bucket_500
+--   426–441   16    wait_bucket_1000
+--   443–458   16    wait_bucket_2500
+--   460–475   16    wait_bucket_5000
+--   477–492   16    wait_bucket_10000
+--   493–511         spaces
+--
 -- One string.format writes it; one string.match reads and checks the form
 -- of every field at once (cheaper than field by field). Both are literals:
 -- the script builds nothing at load (it also loads as a Redis function,
 -- where the string library is not there yet at load time).
 
-local HEADER_FIELDS = 'PACER1 %03d %07d %016d %02d %d %s %016d %+013d %08d %016d'
+local HEADER_FIELDS = 'PACER2 %03d %07d %016d %02d %d %s %016d %+013d %08d %016d'
   .. ' %016d %016d %016d %016d %016d'
 local PADDING = '                                                         ' -- bytes 199–255
 -- A fixed-rate bucket's header ends in the padding (string.format ignores
@@ -795,7 +827,7 @@ local ADAPTIVE_PATTERN = '^ (%d%d%d) (%d%d%d) (%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d)
 
 -- Fifteen captures, in the table's order; the match ends at byte 199 (the
 -- space after the last field), so the padding is compared on its own.
-local HEADER_PATTERN = '^PACER1 (%d%d%d) (%d%d%d%d%d%d%d) '
+local HEADER_PATTERN = '^PACER2 (%d%d%d) (%d%d%d%d%d%d%d) '
   .. '(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) (%d%d) ([01]) '
   .. '([0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]'
   .. '[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]) '
@@ -805,6 +837,15 @@ local HEADER_PATTERN = '^PACER1 (%d%d%d) (%d%d%d%d%d%d%d) '
   .. '(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) (%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) '
   .. '(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d) '
 
+-- The second block (bytes 256–511): fourteen 16-digit counts, then 19
+-- spaces; its pattern, fourteen captures and the spaces to the end.
+local MORE_FORMAT = '%016d %016d %016d %016d %016d %016d %016d %016d %016d %016d %016d %016d %016d %016d'
+  .. '                   '
+local D16 = '(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d)'
+local MORE_PATTERN = '^' .. D16 .. ' ' .. D16 .. ' ' .. D16 .. ' ' .. D16 .. ' ' .. D16 .. ' '
+  .. D16 .. ' ' .. D16 .. ' ' .. D16 .. ' ' .. D16 .. ' ' .. D16 .. ' ' .. D16 .. ' ' .. D16 .. ' '
+  .. D16 .. ' ' .. D16 .. '                   $'
+
 local POLICY_CODE = { refund = 0, strict = 1 }
 
 -- A bucket is one flat table: its configuration (the fields parse_config
@@ -813,7 +854,7 @@ local POLICY_CODE = { refund = 0, strict = 1 }
 -- One table, not one per part: this script runs on every call, and every
 -- table is garbage to collect.
 
--- The header's 256 bytes for `bucket`.
+-- The header's 512 bytes for `bucket`: the first block, then the second.
 local function encode_header(bucket)
   local format = HEADER_FORMAT
   if bucket.adaptive_floor_per_min > 0 then
@@ -845,6 +886,22 @@ local function encode_header(bucket)
     bucket.limit_per_min,
     bucket.probing,
     bucket.again
+  ) .. string.format(
+    MORE_FORMAT,
+    bucket.admitted_after_wait,
+    bucket.shaped,
+    bucket.redeemed,
+    bucket.upstream_opened,
+    bucket.upstream_throttled,
+    bucket.wait_ms_total,
+    bucket.wait_bucket_10,
+    bucket.wait_bucket_50,
+    bucket.wait_bucket_100,
+    bucket.wait_bucket_500,
+    bucket.wait_bucket_1000,
+    bucket.wait_bucket_2500,
+    bucket.wait_bucket_5000,
+    bucket.wait_bucket_10000
   )
 end
 
@@ -894,6 +951,35 @@ local function decode_adaptive(key, tail, bucket)
   bucket.limit_per_min, bucket.probing, bucket.again = limit, probing, again
 end
 
+-- The second block (bytes 256–511) into `bucket`: fourteen counts in
+-- form and below 2^52, the gaps and the padding spaces; otherwise the "not
+-- a pacer bucket" error.
+local function decode_more(key, block, bucket)
+  local after_wait, shaped, redeemed, opened, throttled, total, b10, b50, b100, b500, b1000, b2500, b5000, b10000 =
+    string.match(block, MORE_PATTERN)
+  if after_wait == nil then
+    not_a_bucket(key)
+  end
+  bucket.admitted_after_wait, bucket.shaped = big_field(after_wait), big_field(shaped)
+  bucket.redeemed, bucket.upstream_opened = big_field(redeemed), big_field(opened)
+  bucket.upstream_throttled, bucket.wait_ms_total = big_field(throttled), big_field(total)
+  bucket.wait_bucket_10, bucket.wait_bucket_50 = big_field(b10), big_field(b50)
+  bucket.wait_bucket_100, bucket.wait_bucket_500 = big_field(b100), big_field(b500)
+  bucket.wait_bucket_1000, bucket.wait_bucket_2500 = big_field(b1000), big_field(b2500)
+  bucket.wait_bucket_5000, bucket.wait_bucket_10000 = big_field(b5000), big_field(b10000)
+  if
+    not (
+      bucket.admitted_after_wait and bucket.shaped and bucket.redeemed and bucket.upstream_opened
+      and bucket.upstream_throttled and bucket.wait_ms_total and bucket.wait_bucket_10
+      and bucket.wait_bucket_50 and bucket.wait_bucket_100 and bucket.wait_bucket_500
+      and bucket.wait_bucket_1000 and bucket.wait_bucket_2500 and bucket.wait_bucket_5000
+      and bucket.wait_bucket_10000
+    )
+  then
+    not_a_bucket(key)
+  end
+end
+
 -- The bucket the header `raw` holds, or the "not a pacer bucket" error:
 -- too short, another magic, a field out of form, a number at or above
 -- 2^52, a zero burst, tokens above capacity, adaptive fields out of form
@@ -936,7 +1022,8 @@ local function decode_header(key, raw)
     released = released,
     release_refused = release_refused,
   }
-  decode_adaptive(key, string.sub(raw, 200, HEADER_LEN), bucket)
+  decode_adaptive(key, string.sub(raw, 200, FIRST_BLOCK_LEN), bucket)
+  decode_more(key, string.sub(raw, FIRST_BLOCK_LEN + 1, HEADER_LEN), bucket)
   return bucket
 end
 
@@ -1016,6 +1103,20 @@ local function copy_bucket(held)
     limit_per_min = held.limit_per_min,
     probing = held.probing,
     again = held.again,
+    admitted_after_wait = held.admitted_after_wait,
+    shaped = held.shaped,
+    redeemed = held.redeemed,
+    upstream_opened = held.upstream_opened,
+    upstream_throttled = held.upstream_throttled,
+    wait_ms_total = held.wait_ms_total,
+    wait_bucket_10 = held.wait_bucket_10,
+    wait_bucket_50 = held.wait_bucket_50,
+    wait_bucket_100 = held.wait_bucket_100,
+    wait_bucket_500 = held.wait_bucket_500,
+    wait_bucket_1000 = held.wait_bucket_1000,
+    wait_bucket_2500 = held.wait_bucket_2500,
+    wait_bucket_5000 = held.wait_bucket_5000,
+    wait_bucket_10000 = held.wait_bucket_10000,
   }
 end
 
@@ -1050,6 +1151,13 @@ local function load_bucket(key)
   end
   if raw == '' and redis.call('EXISTS', key) == 0 then
     return nil
+  end
+  if string.sub(raw, 1, 6) == 'PACER1' then
+    fail(fmt(
+      "key '%s' holds a bucket of key format 1 (PACER1), which this version does not read; "
+        .. 'delete the key and it is created again in format 2',
+      shown(key)
+    ))
   end
   return decode_header(key, raw)
 end
@@ -1211,6 +1319,36 @@ local function count(n)
   return min(n + 1, LARGEST)
 end
 
+-- `amount` more of a counter, saturating at 2^52 − 1 like count (both
+-- below 2^52: the sum is exact).
+local function count_by(n, amount)
+  return min(n + amount, LARGEST)
+end
+
+-- The second block's counts of one admission, as the core's Counters
+-- tallies it (core/src/counters.rs, tally_admission): a wait above 0 is
+-- counted, summed and put in the bucket of the first bound at or above it
+-- (none above the last); shaped and overflow are shaped, booked (a
+-- redemption) is redeemed.
+local function tally_admission(bucket, wait, path)
+  if wait > 0 then
+    bucket.admitted_after_wait = count(bucket.admitted_after_wait)
+    bucket.wait_ms_total = count_by(bucket.wait_ms_total, wait)
+    for i = 1, #WAIT_BOUNDS_MS do
+      if wait <= WAIT_BOUNDS_MS[i] then
+        local field = WAIT_BUCKET_FIELDS[i]
+        bucket[field] = count(bucket[field])
+        break
+      end
+    end
+  end
+  if path == 'shaped' or path == 'overflow' then
+    bucket.shaped = count(bucket.shaped)
+  elseif path == 'booked' then
+    bucket.redeemed = count(bucket.redeemed)
+  end
+end
+
 -- The bucket's state becomes `next_state` (nil: unchanged).
 local function set_state(bucket, next_state)
   if next_state then
@@ -1267,6 +1405,11 @@ local function admission_command(key, op, argv)
     end
     bucket.window, bucket.opened, bucket.opened_before = 0, 0, 0
     bucket.probing, bucket.again = 0, 0
+    bucket.admitted_after_wait, bucket.shaped, bucket.redeemed = 0, 0, 0
+    bucket.upstream_opened, bucket.upstream_throttled, bucket.wait_ms_total = 0, 0, 0
+    for i = 1, #WAIT_BUCKET_FIELDS do
+      bucket[WAIT_BUCKET_FIELDS[i]] = 0
+    end
   elseif not same_config(bucket, config) then
     stored_config_ok(key, bucket)
     fail(fmt(
@@ -1301,6 +1444,9 @@ local function admission_command(key, op, argv)
   end
   set_state(bucket, next_state)
   bucket[answer.kind] = count(bucket[answer.kind]) -- its counter: admitted, refused or booked
+  if answer.kind == 'admitted' then
+    tally_admission(bucket, answer.wait_ms, answer.path)
+  end
   store_bucket(key, bucket)
 
   local regressed = flag(answer.clock_regressed)
@@ -1358,6 +1504,7 @@ local function redeem_command(key, argv)
   write('SETBIT', key, spent_bit(ticket.serial), 1)
   local admission = issue_ticket(key, bucket, ticket.seq, ticket.debit_units, 0)
   bucket.admitted = count(bucket.admitted)
+  tally_admission(bucket, answer.wait_ms, 'booked')
   store_bucket(key, bucket)
   return { 'admitted', answer.wait_ms, admission, 'booked', 0 }
 end
@@ -1401,6 +1548,20 @@ local function info_command(key, argv)
     'limit_per_min', bucket.limit_per_min,
     'probing', bucket.probing,
     'again', bucket.again,
+    'admitted_after_wait', bucket.admitted_after_wait,
+    'shaped', bucket.shaped,
+    'redeemed', bucket.redeemed,
+    'upstream_opened', bucket.upstream_opened,
+    'upstream_throttled', bucket.upstream_throttled,
+    'wait_ms_total', bucket.wait_ms_total,
+    'wait_bucket_10', bucket.wait_bucket_10,
+    'wait_bucket_50', bucket.wait_bucket_50,
+    'wait_bucket_100', bucket.wait_bucket_100,
+    'wait_bucket_500', bucket.wait_bucket_500,
+    'wait_bucket_1000', bucket.wait_bucket_1000,
+    'wait_bucket_2500', bucket.wait_bucket_2500,
+    'wait_bucket_5000', bucket.wait_bucket_5000,
+    'wait_bucket_10000', bucket.wait_bucket_10000,
   }
 end
 
@@ -1417,6 +1578,10 @@ local function observe_command(key, argv)
   local bucket = load_existing_bucket(key)
   local changed, rate = observe(plan(bucket), bucket, outcome, now_ms)
   if changed then
+    -- Counted when the control word is written (a fixed-rate bucket's
+    -- observation and a throttle within the hold write nothing).
+    local field = 'upstream_' .. outcome
+    bucket[field] = count(bucket[field])
     store_bucket(key, bucket)
   end
   return rate

@@ -673,6 +673,16 @@ type RedisInfo struct {
 	LimitPerMin           uint64 // L: where a search starts, or what got through at the last throttle
 	Probing               bool   // probing from L (after a throttle) rather than searching
 	Again                 bool   // a search again, or the quick probe after a search
+
+	// The key's second block (key format 2, docs/redis.md "The key"):
+	// the counts the core's counters keep, for the whole fleet.
+	AdmittedAfterWait uint64    // admissions with a wait above 0
+	Shaped            uint64    // admissions by the shaping rule
+	Redeemed          uint64    // redemptions that admitted
+	UpstreamOpened    uint64    // openings Observe counted (an adaptive bucket's)
+	UpstreamThrottled uint64    // throttles Observe counted (not within a hold)
+	WaitMsTotal       uint64    // the admissions' waits, summed, ms
+	WaitBuckets       [8]uint64 // admissions with a wait in (previous bound, bound], bounds 10, 50, 100, 500, 1000, 2500, 5000, 10000 ms
 }
 
 // Info reads the bucket (PACER.INFO). No failure policy applies: an
@@ -692,8 +702,8 @@ func (r *RedisPacer) info(ctx context.Context) (RedisInfo, error) {
 	}
 	var info RedisInfo
 	for i := 0; i < len(items); i += 2 {
-		v := items[i+1]
-		switch str(items[i]) {
+		name, v := str(items[i]), items[i+1]
+		switch name {
 		case "rate_per_min":
 			info.RatePerMinute = num(v)
 		case "burst":
@@ -756,6 +766,24 @@ func (r *RedisPacer) info(ctx context.Context) (RedisInfo, error) {
 			info.Probing = num(v) == 1
 		case "again":
 			info.Again = num(v) == 1
+		case "admitted_after_wait":
+			info.AdmittedAfterWait = num(v)
+		case "shaped":
+			info.Shaped = num(v)
+		case "redeemed":
+			info.Redeemed = num(v)
+		case "upstream_opened":
+			info.UpstreamOpened = num(v)
+		case "upstream_throttled":
+			info.UpstreamThrottled = num(v)
+		case "wait_ms_total":
+			info.WaitMsTotal = num(v)
+		default:
+			for i, bound := range []string{"10", "50", "100", "500", "1000", "2500", "5000", "10000"} {
+				if name == "wait_bucket_"+bound {
+					info.WaitBuckets[i] = num(v)
+				}
+			}
 		}
 	}
 	return info, nil

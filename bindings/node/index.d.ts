@@ -543,6 +543,27 @@ export interface RedisInfo {
   limitPerMin: number;
   probing: number;
   again: number;
+  /** The key's second block (key format 2, docs/redis.md "The key"): the
+   * core's counts for the whole fleet. Admissions with a wait above 0, by
+   * the shaping rule, of a redeemed booking; the upstream answers observe()
+   * counted (an adaptive bucket's, a throttle within the hold not); the
+   * waits' sum, ms; and the admissions with a wait in (previous bound,
+   * bound] for each bound of WAIT_BOUNDS_MS (INFO's `wait_bucket_<bound>`,
+   * camelCased as the other names: `waitBucket_<bound>`). */
+  admittedAfterWait: number;
+  shaped: number;
+  redeemed: number;
+  upstreamOpened: number;
+  upstreamThrottled: number;
+  waitMsTotal: number;
+  waitBucket_10: number;
+  waitBucket_50: number;
+  waitBucket_100: number;
+  waitBucket_500: number;
+  waitBucket_1000: number;
+  waitBucket_2500: number;
+  waitBucket_5000: number;
+  waitBucket_10000: number;
   /** The server's clock at this call. */
   nowMs: number;
   engine: RedisEngine;

@@ -5,17 +5,21 @@
 
 use pacer_core::budget::{ladder_ceiling, MAX_RATE_PER_MIN};
 use pacer_core::{
-    Admission, Booking, BookingDecision, Config, ConfigError, ControlView, Decision, Outcome,
-    Params, Redemption, ReleasePolicy, StateView, Ticket, Transition, MAX_BURST, UNITS_PER_TOKEN,
+    Admission, AdmitPath, Booking, BookingDecision, Config, ConfigError, ControlView, Decision,
+    Outcome, Params, Redemption, ReleasePolicy, StateView, Ticket, Transition, MAX_BURST,
+    UNITS_PER_TOKEN,
 };
 
-/// The header's length; the spent-ticket bitmap follows it.
-pub const HEADER_LEN: usize = 256;
+/// The header's length (two blocks of 256 bytes); the spent-ticket bitmap
+/// follows it.
+pub const HEADER_LEN: usize = 512;
 /// Tickets remembered in the bitmap: older ones are expired.
 pub const RING: u64 = 65536;
 /// Every number a command takes is below this (exact in Lua's doubles).
 pub const LIMIT: u64 = 1 << 52;
-const MAGIC: &[u8] = b"PACER1 ";
+const MAGIC: &[u8] = b"PACER2 ";
+/// Key format 1's magic: such a key is refused (docs/redis.md "The key").
+const FORMAT_1_MAGIC: &[u8] = b"PACER1";
 
 /// (name, offset, width) of each header field, docs/redis.md "The key".
 const RATE: (usize, usize) = (7, 3);
@@ -48,6 +52,26 @@ const PROBING: (usize, usize) = (249, 1);
 const AGAIN: (usize, usize) = (251, 1);
 const ADAPTIVE_END: usize = 252;
 const ADAPTIVE_GAPS: [usize; 9] = [199, 203, 207, 224, 230, 236, 242, 248, 250];
+/// The first block's end: the second block (bytes 256–511) follows.
+const FIRST_BLOCK_END: usize = 256;
+/// The second block's counts, 16 digits each, one space between them from
+/// byte 256 (field i at 256 + 17·i): admitted_after_wait, shaped,
+/// redeemed, upstream opened, upstream throttled, wait_ms_total, then the
+/// wait buckets in `pacer_core::WAIT_BOUNDS_MS`'s order.
+pub const MORE_COUNTS: usize = 6 + pacer_core::WAIT_BOUNDS_MS.len();
+const AFTER_WAIT: usize = 0;
+const SHAPED: usize = 1;
+const REDEEMED: usize = 2;
+const UPSTREAM_OPENED: usize = 3;
+const UPSTREAM_THROTTLED: usize = 4;
+const WAIT_MS_TOTAL: usize = 5;
+const WAIT_BUCKET: usize = 6;
+/// Field i of the second block: (offset, width).
+const fn more_field(i: usize) -> (usize, usize) {
+    (FIRST_BLOCK_END + 17 * i, 16)
+}
+/// The byte after the second block's last field: spaces from here to 511.
+const MORE_END: usize = FIRST_BLOCK_END + 17 * MORE_COUNTS - 1;
 
 /// A command's reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,7 +93,7 @@ pub enum Item {
     Nil,
 }
 
-/// What a command writes: the header (bytes 0..256), and bits of the
+/// What a command writes: the header (bytes 0..512), and bits of the
 /// bitmap (absolute bit offset, value), in order: at most two (a redemption
 /// spends its booking, then issues a ticket).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -312,6 +336,8 @@ pub struct Header {
     /// An adaptive bucket's control word (SPEC §14); `None` for a
     /// fixed-rate bucket.
     pub control: Option<ControlView>,
+    /// The second block's counts, in [`MORE_COUNTS`]' order.
+    pub more: [u64; MORE_COUNTS],
 }
 
 /// Writes `value` zero-padded into its field; a value too wide for it (only
@@ -366,6 +392,9 @@ impl Header {
             put(&mut out, PROBING, u64::from(control.probing));
             put(&mut out, AGAIN, u64::from(control.again));
         }
+        for (i, value) in self.more.iter().enumerate() {
+            put(&mut out, more_field(i), *value);
+        }
         out
     }
 
@@ -409,6 +438,18 @@ impl Header {
         for (slot, field) in counters.iter_mut().zip(COUNTERS) {
             *slot = get(bytes, field)?;
         }
+        let mut more = [0u64; MORE_COUNTS];
+        for (i, slot) in more.iter_mut().enumerate() {
+            *slot = get(bytes, more_field(i))?;
+        }
+        // The second block's gaps and its padding are spaces.
+        let more_spaces = (1..MORE_COUNTS)
+            .map(|i| more_field(i).0 - 1)
+            .chain(MORE_END..HEADER_LEN)
+            .all(|i| bytes[i] == b' ');
+        if !more_spaces {
+            return None;
+        }
         let gaps_are_spaces = [
             6, 10, 18, 35, 38, 40, 57, 74, 88, 97, 114, 131, 148, 165, 182,
         ]
@@ -424,6 +465,7 @@ impl Header {
         let in_range = [config.idle_timeout_ms, high_water_ms, serial]
             .iter()
             .chain(&counters)
+            .chain(&more)
             .all(|&n| n < LIMIT);
         if !in_range || config.burst == 0 || tokens_units > params.capacity_units() {
             return None;
@@ -441,6 +483,7 @@ impl Header {
             serial,
             counters,
             control: adaptive.map(|(_, _, control)| control),
+            more,
         })
     }
 }
@@ -455,13 +498,16 @@ impl Header {
 /// the ceiling, the two flags 0 or 1), `None` for anything else.
 #[allow(clippy::type_complexity)]
 fn decode_adaptive(bytes: &[u8]) -> Option<Option<(u32, u32, ControlView)>> {
-    if bytes[FIELDS_END..HEADER_LEN].iter().all(|&b| b == b' ') {
+    if bytes[FIELDS_END..FIRST_BLOCK_END]
+        .iter()
+        .all(|&b| b == b' ')
+    {
         return Some(None);
     }
     let spaces = ADAPTIVE_GAPS
         .iter()
         .copied()
-        .chain(ADAPTIVE_END..HEADER_LEN)
+        .chain(ADAPTIVE_END..FIRST_BLOCK_END)
         .all(|i| bytes[i] == b' ');
     let floor = u32::try_from(get(bytes, FLOOR)?).ok()?;
     let ceiling = u32::try_from(get(bytes, CEILING)?).ok()?;
@@ -611,6 +657,13 @@ pub fn execute(
     }
     let existing = match stored {
         Stored::Missing => None,
+        Stored::Bytes(bytes) if bytes.starts_with(FORMAT_1_MAGIC) => {
+            return Err(err(format_args!(
+                "key '{}' holds a bucket of key format 1 (PACER1), which this version does \
+                 not read; delete the key and it is created again in format 2",
+                shown(key)
+            )))
+        }
         Stored::Bytes(bytes) => Some((
             Header::decode(bytes)
                 .ok_or_else(|| err(format_args!("key '{}' is not a pacer bucket", shown(key))))?,
@@ -641,6 +694,7 @@ pub fn execute(
                 serial: 0,
                 counters: [0; 5],
                 control: params.is_adaptive().then(|| params.initial_control(now_ms)),
+                more: [0; MORE_COUNTS],
             };
             (header, &[][..])
         }
@@ -746,6 +800,15 @@ pub fn execute(
                 return Ok((Reply::Int(i64::from(step.answer)), Effect::default()));
             };
             header.control = Some(next);
+            // Counted when the observation writes the control word (a
+            // fixed-rate bucket's and a throttle within the hold write
+            // nothing, docs/redis.md).
+            bump(
+                &mut header.more[match outcome {
+                    Outcome::Opened => UPSTREAM_OPENED,
+                    Outcome::Throttled => UPSTREAM_THROTTLED,
+                }],
+            );
             Reply::Int(i64::from(step.answer))
         }
     };
@@ -756,7 +819,35 @@ pub fn execute(
 /// Counts one, saturating at 2^52 − 1: a counter never reaches a value
 /// the header's decoding refuses.
 fn bump(counter: &mut u64) {
-    *counter = (*counter + 1).min(LIMIT - 1);
+    add(counter, 1);
+}
+
+/// Adds `amount`, saturating at 2^52 − 1 like [`bump`].
+fn add(counter: &mut u64, amount: u64) {
+    *counter = counter.saturating_add(amount).min(LIMIT - 1);
+}
+
+/// The second block's counts of one admission, as the core's
+/// `Counters` tallies it (core/src/counters.rs, `tally_admission`): a wait
+/// above 0 is counted, summed and put in the bucket of the first bound at
+/// or above it (none above the last bound); the shaping rule's paths are
+/// shaped, a redemption's is redeemed.
+fn tally_admission(more: &mut [u64; MORE_COUNTS], admission: &Admission) {
+    if admission.wait_ms > 0 {
+        bump(&mut more[AFTER_WAIT]);
+        add(&mut more[WAIT_MS_TOTAL], admission.wait_ms);
+        if let Some(bucket) = pacer_core::WAIT_BOUNDS_MS
+            .iter()
+            .position(|&bound| admission.wait_ms <= bound)
+        {
+            bump(&mut more[WAIT_BUCKET + bucket]);
+        }
+    }
+    match admission.path {
+        AdmitPath::Shaped | AdmitPath::Overflow => bump(&mut more[SHAPED]),
+        AdmitPath::Booked => bump(&mut more[REDEEMED]),
+        AdmitPath::Disabled | AdmitPath::Paced => {}
+    }
 }
 
 /// Stores the transition's state, if it wrote one.
@@ -813,6 +904,7 @@ fn admitted(
     admission: Admission,
 ) -> Result<Reply, String> {
     bump(&mut header.counters[ADMITTED]);
+    tally_admission(&mut header.more, &admission);
     let ticket = match admission.ticket {
         Some(ticket) => {
             let (seq, debit) = ticket.into_raw();
@@ -879,7 +971,8 @@ fn info(header: &Header, params: &Params, now_ms: u64) -> Reply {
         probing: false,
         again: false,
     });
-    let pairs: [(&str, Item); 30] = [
+    let m = &header.more;
+    let pairs: [(&str, Item); 44] = [
         ("rate_per_min", n(u64::from(c.rate_per_min))),
         ("burst", n(u64::from(c.burst))),
         ("idle_timeout_ms", n(c.idle_timeout_ms)),
@@ -916,6 +1009,20 @@ fn info(header: &Header, params: &Params, now_ms: u64) -> Reply {
         ("limit_per_min", n(u64::from(control.limit_per_min))),
         ("probing", n(u64::from(control.probing))),
         ("again", n(u64::from(control.again))),
+        ("admitted_after_wait", n(m[AFTER_WAIT])),
+        ("shaped", n(m[SHAPED])),
+        ("redeemed", n(m[REDEEMED])),
+        ("upstream_opened", n(m[UPSTREAM_OPENED])),
+        ("upstream_throttled", n(m[UPSTREAM_THROTTLED])),
+        ("wait_ms_total", n(m[WAIT_MS_TOTAL])),
+        ("wait_bucket_10", n(m[WAIT_BUCKET])),
+        ("wait_bucket_50", n(m[WAIT_BUCKET + 1])),
+        ("wait_bucket_100", n(m[WAIT_BUCKET + 2])),
+        ("wait_bucket_500", n(m[WAIT_BUCKET + 3])),
+        ("wait_bucket_1000", n(m[WAIT_BUCKET + 4])),
+        ("wait_bucket_2500", n(m[WAIT_BUCKET + 5])),
+        ("wait_bucket_5000", n(m[WAIT_BUCKET + 6])),
+        ("wait_bucket_10000", n(m[WAIT_BUCKET + 7])),
     ];
     let mut items = Vec::with_capacity(2 * pairs.len());
     for (name, value) in pairs {
@@ -969,23 +1076,62 @@ mod tests {
             serial: 3,
             counters: [3, 1, 0, 2, 1],
             control: None,
+            more: [
+                2,
+                1,
+                0,
+                4,
+                5,
+                3000,
+                0,
+                0,
+                0,
+                0,
+                1,
+                1,
+                0,
+                4_503_599_627_370_495,
+            ],
         };
         let bytes = header.encode();
         // Written out by hand from docs/redis.md "The key".
-        let expected = "PACER1 060 0000001 0000000000030000 03 1 0123456789abcdef \
+        let expected = "PACER2 060 0000001 0000000000030000 03 1 0123456789abcdef \
                         0001700000000123 -000000120000 00000003 0000000000000003 \
                         0000000000000003 0000000000000001 0000000000000000 \
                         0000000000000002 0000000000000001";
         assert_eq!(&bytes[..FIELDS_END], expected.as_bytes());
-        assert!(bytes[FIELDS_END..].iter().all(|&b| b == b' '));
+        assert!(bytes[FIELDS_END..256].iter().all(|&b| b == b' '));
+        // The second block, by hand: 14 fields of 16 digits from byte 256,
+        // one space between them, spaces from 493 to 511.
+        let second = "0000000000000002 0000000000000001 0000000000000000 \
+                      0000000000000004 0000000000000005 0000000000003000 \
+                      0000000000000000 0000000000000000 0000000000000000 \
+                      0000000000000000 0000000000000001 0000000000000001 \
+                      0000000000000000 4503599627370495";
+        assert_eq!(&bytes[256..493], second.as_bytes());
+        assert!(bytes[493..].iter().all(|&b| b == b' '));
+        assert_eq!(bytes.len(), 512);
         assert_eq!(Header::decode(&bytes), Some(header.clone()));
+        // What no command writes in the second block: each is not a bucket.
+        for (at, text) in [
+            (256, "x"),                // a letter in a field
+            (477, "4503599627370496"), // a count at 2^52
+            (272, "0"),                // a digit in a gap
+            (476, "x"),                // a letter in the last gap
+            (493, "0"),                // a digit in the padding
+            (511, "x"),                // a letter at the last byte
+        ] {
+            let mut spoiled = bytes;
+            spoiled[at..at + text.len()].copy_from_slice(text.as_bytes());
+            assert_eq!(Header::decode(&spoiled), None, "{text} at {at}");
+        }
+        assert_eq!(Header::decode(&bytes[..511]), None);
         let mut spoiled = bytes;
         spoiled[75] = b'*';
         assert_eq!(Header::decode(&spoiled), None);
         let mut spoiled = bytes;
         spoiled[200] = b'x';
         assert_eq!(Header::decode(&spoiled), None);
-        assert_eq!(Header::decode(&bytes[..255]), None);
     }
 
     #[test]
@@ -1009,6 +1155,7 @@ mod tests {
             },
             serial: 1,
             counters: [1, 0, 0, 0, 0],
+            more: [0; MORE_COUNTS],
             control: Some(ControlView {
                 origin_ms: 1_700_000_000_123,
                 window: 65_535,
@@ -1022,7 +1169,7 @@ mod tests {
         let bytes = header.encode();
         // Written out by hand from docs/redis.md "The key".
         let tail = " 010 090 0001700000000123 65535 01234 00007 00090 1 0    ";
-        assert_eq!(&bytes[FIELDS_END..], tail.as_bytes());
+        assert_eq!(&bytes[FIELDS_END..256], tail.as_bytes());
         assert_eq!(Header::decode(&bytes), Some(header.clone()));
         // The largest origin a command writes: a pause a minute past a
         // throttle at 2^52 − 1, 2^52 + 59999 = 4503599627430495.
@@ -1059,7 +1206,7 @@ mod tests {
         }
         // The same bucket with the fields gone is a fixed-rate one.
         let mut fixed = bytes;
-        fixed[FIELDS_END..].fill(b' ');
+        fixed[FIELDS_END..256].fill(b' ');
         config.adaptive_floor_per_min = 0;
         config.adaptive_ceiling_per_min = 0;
         let decoded = Header::decode(&fixed).unwrap();
@@ -1156,11 +1303,150 @@ mod tests {
         }
     }
 
+    /// Runs `calls` (op, arguments) on one key, in memory, applying each
+    /// effect as the module does: the final key's bytes and the replies.
+    fn run_calls(
+        key: &[u8],
+        start: Vec<u8>,
+        calls: &[(&str, &[&str])],
+    ) -> (Vec<u8>, Vec<Result<Reply, String>>) {
+        let mut stored: Option<Vec<u8>> = (!start.is_empty()).then_some(start);
+        let mut replies = Vec::new();
+        for (op, args) in calls {
+            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            let call = parse(op, &args, true).unwrap();
+            let now = call.at.unwrap();
+            let at = match &stored {
+                Some(bytes) => Stored::Bytes(bytes),
+                None => Stored::Missing,
+            };
+            match execute(key, &call, at, now, || *b"0123456789abcdef") {
+                Ok((reply, effect)) => {
+                    let mut bytes = stored.take().unwrap_or_default();
+                    if let Some(header) = effect.header {
+                        if bytes.len() < HEADER_LEN {
+                            bytes.resize(HEADER_LEN, 0);
+                        }
+                        bytes[..HEADER_LEN].copy_from_slice(&header);
+                    }
+                    for (offset, value) in effect.bits {
+                        let byte = (offset / 8) as usize;
+                        if byte >= bytes.len() {
+                            bytes.resize(byte + 1, 0);
+                        }
+                        let mask = 0x80u8 >> (offset % 8);
+                        if value {
+                            bytes[byte] |= mask;
+                        } else {
+                            bytes[byte] &= !mask;
+                        }
+                    }
+                    stored = (!bytes.is_empty()).then_some(bytes);
+                    replies.push(Ok(reply));
+                }
+                Err(e) => replies.push(Err(e)),
+            }
+        }
+        (stored.unwrap_or_default(), replies)
+    }
+
+    #[test]
+    fn admissions_and_observations_move_the_second_block_by_hand() {
+        // Rate 60 (60 units a ms), burst 2, idle 120000 and 5 retries
+        // (bound ⌊(120000 − 62000)/12⌋ = 4833 ms), adaptive 1–600 so that
+        // OBSERVE writes. At 0: two admissions with no wait, the third
+        // waits 60000/60 = 1000 ms, the fourth 120000/60 = 2000 ms. Then an
+        // opening and a throttle (a search's throttle: not within a hold).
+        let config = [
+            "60", "2", "120000", "5", "refund", "ADAPT", "1", "600", "AT", "0",
+        ];
+        let reserve: (&str, &[&str]) = ("reserve", &config);
+        let calls = [
+            reserve,
+            reserve,
+            reserve,
+            reserve,
+            ("observe", &["opened", "AT", "0"][..]),
+            ("observe", &["throttled", "AT", "0"][..]),
+        ];
+        let (bytes, replies) = run_calls(b"k", Vec::new(), &calls);
+        let waits: Vec<i64> = replies[..4]
+            .iter()
+            .map(|r| match r {
+                Ok(Reply::Array(items)) => match items[1] {
+                    Item::Int(w) => w,
+                    _ => panic!("{items:?}"),
+                },
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(waits, [0, 0, 1000, 2000]);
+        let header = Header::decode(&bytes).unwrap();
+        // Hand-derived: 2 waited, 3000 ms in all, one in (500, 1000], one
+        // in (1000, 2500]; nothing shaped or redeemed; 1 opened, 1 throttled.
+        assert_eq!(header.counters[ADMITTED], 4);
+        assert_eq!(
+            header.more,
+            [2, 0, 0, 1, 1, 3000, 0, 0, 0, 0, 1, 1, 0, 0],
+            "admitted_after_wait shaped redeemed opened throttled wait_ms_total buckets"
+        );
+    }
+
+    #[test]
+    fn a_wait_at_a_bound_is_in_that_bucket_and_counts_stop_at_2_pow_52_minus_1() {
+        let admission = |wait_ms, path| Admission {
+            wait_ms,
+            ticket: None,
+            path,
+            clock_regressed: false,
+        };
+        let mut more = [0u64; MORE_COUNTS];
+        // By hand: 10 → bucket 0, 11 → 1, 10000 → 7, 10001 → none, 0 → none.
+        for wait in [10, 11, 10_000, 10_001, 0] {
+            tally_admission(&mut more, &admission(wait, AdmitPath::Paced));
+        }
+        assert_eq!(more[AFTER_WAIT], 4);
+        assert_eq!(more[WAIT_MS_TOTAL], 10 + 11 + 10_000 + 10_001);
+        assert_eq!(&more[WAIT_BUCKET..], &[1, 1, 0, 0, 0, 0, 0, 1]);
+        tally_admission(&mut more, &admission(0, AdmitPath::Overflow));
+        tally_admission(&mut more, &admission(4833, AdmitPath::Shaped));
+        tally_admission(&mut more, &admission(0, AdmitPath::Booked));
+        assert_eq!((more[SHAPED], more[REDEEMED]), (2, 1));
+        let mut full = [LIMIT - 1; MORE_COUNTS];
+        tally_admission(&mut full, &admission(10, AdmitPath::Shaped));
+        assert_eq!(full, [LIMIT - 1; MORE_COUNTS]);
+    }
+
+    #[test]
+    fn a_format_1_key_is_refused_by_every_command() {
+        let mut old = format!("{:<256}", "PACER1 060").into_bytes();
+        old.push(0);
+        let message = "ERR pacer: key 'k' holds a bucket of key format 1 (PACER1), which this \
+                       version does not read; delete the key and it is created again in format 2";
+        for (op, args) in [
+            (
+                "create",
+                &["60", "1", "30000", "3", "refund", "AT", "0"][..],
+            ),
+            ("reserve", &["60", "1", "30000", "3", "refund", "AT", "0"]),
+            ("book", &["60", "1", "30000", "3", "refund", "2", "AT", "0"]),
+            ("release", &["0.1.60000.0.0123456789abcdef", "AT", "0"]),
+            ("redeem", &["0.1.60000.5.0123456789abcdef", "AT", "0"]),
+            ("info", &["AT", "0"]),
+            ("observe", &["opened", "AT", "0"]),
+        ] {
+            let (bytes, replies) = run_calls(b"k", old.clone(), &[(op, args)]);
+            assert_eq!(replies, [Err(message.to_string())], "{op}");
+            assert_eq!(bytes, old, "{op} wrote");
+        }
+    }
+
     #[test]
     fn the_spent_bit_is_setbit_numbering_after_the_header() {
-        assert_eq!(spent_bit(0), 2048);
-        assert_eq!(spent_bit(65535), 2048 + 65535);
-        assert_eq!(spent_bit(65536), 2048);
+        // The bitmap starts at byte 512: bit 4096.
+        assert_eq!(spent_bit(0), 4096);
+        assert_eq!(spent_bit(65535), 4096 + 65535);
+        assert_eq!(spent_bit(65536), 4096);
         let mut stored = vec![0u8; HEADER_LEN + 1];
         stored[HEADER_LEN] = 0b0100_0000;
         assert!(bit_is_set(&stored, spent_bit(1)));

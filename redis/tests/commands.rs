@@ -625,11 +625,11 @@ fn counters_saturate_and_the_last_serial_is_refused_on_every_engine() {
 }
 
 /// Past 65536 tickets, issuing serial `s` clears bit `s mod 65536` as
-/// `SETBIT key <2048 + s mod 65536> 0` would (docs/redis.md "The key"):
+/// `SETBIT key <4096 + s mod 65536> 0` would (docs/redis.md "The key"):
 /// past the end the key grows with zero bytes to hold it, in every engine.
 /// A bucket whose serial is 65536 + 800 and that holds no released ticket
-/// (256 bytes): the next ticket clears bit 800 of the bitmap, in byte
-/// 256 + 100, so the key is 357 bytes, the bitmap all zeros.
+/// (512 bytes): the next ticket clears bit 800 of the bitmap, in byte
+/// 512 + 100, so the key is 613 bytes, the bitmap all zeros.
 #[test]
 fn a_ticket_past_the_ring_grows_the_key_as_setbit_does_on_every_engine() {
     let mut doors = Doors::open();
@@ -652,8 +652,8 @@ fn a_ticket_past_the_ring_grows_the_key_as_setbit_does_on_every_engine() {
         let Value::BulkString(key) = bytes(&mut doors.con, "ring") else {
             panic!("{engine}: no bucket")
         };
-        assert_eq!(key.len(), 357, "{engine}");
-        assert!(key[256..].iter().all(|&b| b == 0), "{engine}");
+        assert_eq!(key.len(), 613, "{engine}");
+        assert!(key[512..].iter().all(|&b| b == 0), "{engine}");
         keys.push(key);
     }
     assert_eq!(keys[0], keys[1], "the module and the script");
@@ -726,10 +726,11 @@ fn an_edited_header_is_not_a_bucket_to_any_engine() {
     let with_at = doors.with_at.clone();
     let ticket = good_bucket(&mut doors, &with_at);
     let good = bucket_bytes(&mut doors);
-    assert_eq!(good.len(), 256);
+    assert_eq!(good.len(), 512);
     // (first byte, replacement): byte offsets from the layout table.
-    let edits: [(&str, usize, &str); 13] = [
-        ("magic", 0, "PACER2"),
+    let edits: [(&str, usize, &str); 19] = [
+        ("magic", 0, "PACER3"),
+        ("magic's space", 6, "x"),
         ("rate above 600 (the call's config is valid)", 7, "700"),
         ("a zero burst", 11, "0000000"),
         ("a space inside idle_timeout_ms", 19, " "),
@@ -742,6 +743,16 @@ fn an_edited_header_is_not_a_bucket_to_any_engine() {
         ("a counter at 2^52", 132, "4503599627370496"),
         ("a letter in the padding", 230, "x"),
         ("a digit in the gap after the last field", 199, "0"),
+        // The second block (bytes 256–511).
+        ("a letter in admitted_after_wait", 256, "x"),
+        ("a digit in the second block's first gap", 272, "0"),
+        (
+            "a count at 2^52 in the last wait bucket",
+            477,
+            "4503599627370496",
+        ),
+        ("a digit in the second block's padding", 493, "0"),
+        ("a letter at byte 511", 511, "x"),
     ];
     edits_are_not_buckets(&mut doors, &good, &edits, &with_at, &ticket);
 }
@@ -1565,4 +1576,131 @@ fn a_watch_survives_every_call_that_writes_nothing() {
             );
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// Key format 2 (docs/redis.md "The key"): the second block's counts, and a
+// key of format 1 refused.
+
+/// A key of format 1 (magic `PACER1`: a 256-byte header, then its bitmap)
+/// is refused by every command of every engine with the format error, and
+/// stays as it was.
+#[test]
+fn a_format_1_key_is_refused_by_every_engine_and_command() {
+    let mut doors = Doors::open();
+    let with_at = doors.with_at.clone();
+    // A format-1 bucket as version 1 wrote it (rate 60, burst 2, idle
+    // 30000, 3 retries, refund, created at 0), and one byte of bitmap.
+    let mut old = "PACER1 060 0000002 0000000000030000 03 0 0123456789abcdef \
+                   0000000000000000 +000000120000 00000000 0000000000000000 \
+                   0000000000000000 0000000000000000 0000000000000000 \
+                   0000000000000000 0000000000000000"
+        .to_string();
+    old = format!("{old:<256}");
+    let mut old = old.into_bytes();
+    old.push(0);
+    let mut book = with_at.clone();
+    book.insert(5, "3");
+    let calls: [(&str, Vec<&str>); 7] = [
+        ("create", with_at.clone()),
+        ("reserve", with_at.clone()),
+        ("book", book),
+        ("release", vec!["0.1.60000.0.0123456789abcdef", "AT", "0"]),
+        ("redeem", vec!["0.1.60000.5.0123456789abcdef", "AT", "0"]),
+        ("info", vec!["AT", "0"]),
+        ("observe", vec!["opened", "AT", "0"]),
+    ];
+    let expected = "ERR pacer: key 'v1' holds a bucket of key format 1 (PACER1), which this \
+                    version does not read; delete the key and it is created again in format 2";
+    for engine in ["module", "script", "function"] {
+        for (op, args) in &calls {
+            store(&mut doors.con, "v1", &old);
+            assert_eq!(
+                by(&mut doors, engine, op, "v1", args),
+                Err(expected.to_string()),
+                "{engine} {op}"
+            );
+            assert_eq!(
+                bytes(&mut doors.con, "v1"),
+                Value::BulkString(old.clone()),
+                "{engine} {op} wrote"
+            );
+        }
+    }
+}
+
+/// The second block's counts, by hand, the same from every engine. Rate
+/// 60 (60 units a ms), burst 2, idle 120000, 5 retries: bound
+/// min(15000, ⌊(120000 − 62000)/12⌋) = 4833; ADAPT 1 600 so that OBSERVE
+/// writes (docs/redis.md: a fixed-rate bucket's OBSERVE writes nothing, so
+/// counts nothing). At 0: two admissions at once (2 tokens), the third
+/// waits 60000/60 = 1000 ms, the fourth 120000/60 = 2000 ms; then opened
+/// (counted) and throttled (it ends the first search, not within a hold:
+/// written). So: admitted 4, admitted_after_wait 2, wait_ms_total 3000,
+/// wait_bucket_1000 1 (500 < 1000 ≤ 1000), wait_bucket_2500 1 (1000 <
+/// 2000 ≤ 2500), upstream_opened 1, upstream_throttled 1, nothing shaped
+/// or redeemed.
+#[test]
+fn the_second_block_counts_by_hand_on_every_engine() {
+    let mut doors = Doors::open();
+    let config = [
+        "60", "2", "120000", "5", "refund", "ADAPT", "1", "600", "AT", "0",
+    ];
+    let mut keys = Vec::new();
+    for engine in ["module", "script", "function"] {
+        let key = format!("counted:{engine}");
+        let waits: Vec<Value> = (0..4)
+            .map(|_| match by(&mut doors, engine, "reserve", &key, &config) {
+                Ok(Value::Array(items)) => items[1].clone(),
+                other => panic!("{engine}: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            waits,
+            [0, 0, 1000, 2000].map(Value::Int),
+            "{engine}: the waits"
+        );
+        observed(&mut doors, engine, &key, "opened", 0);
+        observed(&mut doors, engine, &key, "throttled", 0);
+        let info = info_at(&mut doors, engine, &key, 0);
+        assert_info(
+            &info,
+            engine,
+            &[
+                ("admitted", 4),
+                ("refused", 0),
+                ("admitted_after_wait", 2),
+                ("shaped", 0),
+                ("redeemed", 0),
+                ("upstream_opened", 1),
+                ("upstream_throttled", 1),
+                ("wait_ms_total", 3000),
+                ("wait_bucket_10", 0),
+                ("wait_bucket_50", 0),
+                ("wait_bucket_100", 0),
+                ("wait_bucket_500", 0),
+                ("wait_bucket_1000", 1),
+                ("wait_bucket_2500", 1),
+                ("wait_bucket_5000", 0),
+                ("wait_bucket_10000", 0),
+            ],
+        );
+        // The same counts in the second block's bytes (docs/redis.md).
+        let Value::BulkString(b) = bytes(&mut doors.con, &key) else {
+            panic!("{engine}: no bucket")
+        };
+        let expected = "0000000000000002 0000000000000000 0000000000000000 \
+                        0000000000000001 0000000000000001 0000000000003000 \
+                        0000000000000000 0000000000000000 0000000000000000 \
+                        0000000000000000 0000000000000001 0000000000000001 \
+                        0000000000000000 0000000000000000                   ";
+        assert_eq!(
+            String::from_utf8_lossy(&b[256..512]),
+            expected,
+            "{engine}: the second block"
+        );
+        keys.push(without_secret(Value::BulkString(b)));
+    }
+    assert_eq!(keys[0], keys[1], "the module and the script");
+    assert_eq!(keys[0], keys[2], "the module and the function");
 }

@@ -22,7 +22,10 @@ mod common;
 use pacer_cli::engine::{Answer, CoreEngine, Engine, RedisEngine, RedisKind};
 use pacer_cli::rng::SplitMix64;
 use pacer_core::budget::ladder_ceiling;
-use pacer_core::{Config, Outcome as Upstream, ReleasePolicy};
+use pacer_core::{
+    Admission, AdmitPath, Config, CounterSnapshot, Counters, Decision, Outcome as Upstream, Params,
+    ReleasePolicy, WAIT_BOUNDS_MS,
+};
 use pacer_redis::bucket::Header;
 use redis::Value;
 use std::collections::HashMap;
@@ -617,6 +620,59 @@ struct Covered {
     above_start: u64,
     mode_changes: u64,
     spent_again: u64,
+    /// Admissions after a wait, and how many fell in each wait bucket.
+    waited: u64,
+    wait_buckets: [u64; WAIT_BOUNDS_MS.len()],
+    /// Admissions by the shaping rule, and redemptions that admitted.
+    shaped: u64,
+    redeemed: u64,
+    /// Observations the second block counted.
+    outcomes_counted: u64,
+}
+
+/// The core's counters of one admission the core answered (its path by
+/// name): the independent model of the key's second block.
+fn record_admission(counters: &Counters, answer: &Answer) {
+    let Answer::Admitted {
+        wait_ms,
+        path,
+        clock_regressed,
+        ..
+    } = *answer
+    else {
+        return;
+    };
+    let path = match path {
+        "paced" => AdmitPath::Paced,
+        "shaped" => AdmitPath::Shaped,
+        "overflow" => AdmitPath::Overflow,
+        "disabled" => AdmitPath::Disabled,
+        "booked" => AdmitPath::Booked,
+        other => panic!("path {other}"),
+    };
+    counters.record(&Decision::Admitted(Admission {
+        wait_ms,
+        ticket: None,
+        path,
+        clock_regressed,
+    }));
+}
+
+/// The key's second block as the core's counters say it should be
+/// (docs/redis.md "The key": admitted_after_wait, shaped, redeemed,
+/// upstream_opened, upstream_throttled, wait_ms_total, the wait buckets).
+/// The key saturates at 2^52 − 1 where the core wraps; no trace gets near.
+fn second_block(s: &CounterSnapshot) -> Vec<u64> {
+    let mut v = vec![
+        s.admitted_after_wait,
+        s.shaped,
+        s.redeemed,
+        s.opened,
+        s.throttled,
+        s.wait_ms_total,
+    ];
+    v.extend_from_slice(&s.wait_buckets);
+    v
 }
 
 #[test]
@@ -667,6 +723,11 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
         let mut spent: Vec<String> = Vec::new();
         let mut last_rate = core.pacer().params_in_force(trace.start).rate_per_min();
         let mut last_mode = core.pacer().params_in_force(trace.start).mode();
+        // The model of the second block: the core's own counters, fed the
+        // core's answers (and the upstream answers the key counts: those
+        // the core's transition writes a control word for).
+        let counters = Counters::new();
+        let planned = Params::plan(&trace.config).expect("a valid config");
         for (i, &(t, op)) in trace.steps.iter().enumerate() {
             // The op as sent, and the core's answer to it.
             let mut redeemed = None;
@@ -720,6 +781,17 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
                 | AdaptiveOp::Info => ("info", vec!["AT".into(), t.to_string()], None),
             };
             let before = core.pacer().control();
+            if let AdaptiveOp::Observe(outcome) = op {
+                // docs/redis.md: OBSERVE counts when it writes the control
+                // word: never on a fixed-rate bucket, not for a throttle
+                // within the hold.
+                if trace.config.adaptive_floor_per_min > 0
+                    && planned.observe(&before, outcome, t).next.is_some()
+                {
+                    counters.record_outcome(outcome);
+                    covered.outcomes_counted += 1;
+                }
+            }
             let observed = match op {
                 AdaptiveOp::Observe(outcome) => Some(core.pacer().observe(outcome, t)),
                 _ => None,
@@ -768,6 +840,7 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
             if let Some(expected) = expected {
                 let got = answer_of(reply, &mut numbered, redeemed);
                 assert_eq!(got, expected, "{}: {name} {args:?}", context(i));
+                record_admission(&counters, &expected);
                 match got {
                     Answer::Admitted {
                         ticket: Some(id), ..
@@ -835,6 +908,19 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
                 "{}: control after {name}",
                 context(i)
             );
+            let model = counters.snapshot();
+            assert_eq!(
+                header.more.to_vec(),
+                second_block(&model),
+                "{}: the second block after {name}",
+                context(i)
+            );
+            assert_eq!(
+                header.counters[0],
+                model.admitted,
+                "{}: admitted after {name}",
+                context(i)
+            );
             let rate = in_force.rate_per_min();
             covered.rate_changes += u64::from(rate != last_rate);
             covered.mode_changes += u64::from(in_force.mode() != last_mode);
@@ -845,6 +931,13 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
             last_mode = in_force.mode();
             covered.steps += 1;
         }
+        let model = counters.snapshot();
+        covered.waited += model.admitted_after_wait;
+        for (sum, n) in covered.wait_buckets.iter_mut().zip(model.wait_buckets) {
+            *sum += n;
+        }
+        covered.shaped += model.shaped;
+        covered.redeemed += model.redeemed;
     }
     println!(
         "differential (adaptive): {traces} traces, {} steps agree on module, script, function \
@@ -867,7 +960,18 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
         covered.mode_changes,
         covered.spent_again
     );
+    println!(
+        "differential (adaptive): the second block agreed with the core's counters: {} \
+         admissions after a wait (by bucket {:?}), {} shaped, {} redeemed, {} upstream answers \
+         counted",
+        covered.waited,
+        covered.wait_buckets,
+        covered.shaped,
+        covered.redeemed,
+        covered.outcomes_counted
+    );
     if traces >= 100 {
+        assert!(covered.waited > 0 && covered.redeemed > 0 && covered.outcomes_counted > 0);
         assert!(covered.decreases > 0 && covered.holds > 0 && covered.observed_fixed > 0);
         assert!(covered.counted > 0 && covered.rolled > 0 && covered.rises > 0);
         assert!(covered.beyond > 0);

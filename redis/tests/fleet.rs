@@ -948,10 +948,10 @@ fn replica_promoted_mid_run() {
         "the replica acknowledged the primary's offset"
     );
     let mut replica_con = replica.connect();
-    let primary_header = get(&mut con, &["GETRANGE", key, "0", "255"]);
-    assert_eq!(primary_header.len(), 256);
+    let primary_header = get(&mut con, &["GETRANGE", key, "0", "511"]);
+    assert_eq!(primary_header.len(), 512);
     assert_eq!(
-        get(&mut replica_con, &["GETRANGE", key, "0", "255"]),
+        get(&mut replica_con, &["GETRANGE", key, "0", "511"]),
         primary_header
     );
     assert_eq!(

@@ -194,8 +194,17 @@ fn random_commands_never_crash_the_server_and_errors_change_nothing() {
         "0",
     ]);
     setup(&["RPUSH", "fuzz:list", "x"]);
-    setup(&["SET", "fuzz:string", "PACER1 but not a bucket"]);
-    let keys = ["fuzz:a", "fuzz:b", "fuzz:c", "fuzz:string", "fuzz:missing"];
+    setup(&["SET", "fuzz:string", "PACER2 but not a bucket"]);
+    // A key of format 1: refused by every command (docs/redis.md "The key").
+    setup(&["SET", "fuzz:v1", "PACER1 a bucket of format 1"]);
+    let keys = [
+        "fuzz:a",
+        "fuzz:b",
+        "fuzz:c",
+        "fuzz:string",
+        "fuzz:v1",
+        "fuzz:missing",
+    ];
     let mut fuzzer = Fuzzer {
         rng: SplitMix64::new(0x5eed),
         tickets: Vec::new(),
@@ -209,6 +218,7 @@ fn random_commands_never_crash_the_server_and_errors_change_nothing() {
             4 => b"fuzz:b".to_vec(),
             5 => b"fuzz:list".to_vec(),
             6 => b"fuzz:string".to_vec(),
+            7 if fuzzer.rng.below(2) == 0 => b"fuzz:v1".to_vec(),
             7 => b"fuzz:c".to_vec(),
             _ => fuzzer.bytes(),
         };

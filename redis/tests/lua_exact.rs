@@ -76,10 +76,11 @@ fn fields(hw_ms: u64, tokens: i64, seq: u64, serial: u64, counters: [u64; 5]) ->
     )
 }
 
-/// The header docs/redis.md "The key" lays out: `PACER1`, the config
-/// fields, the secret, the state and counter fields, spaces to byte 255.
+/// The header's first block docs/redis.md "The key" lays out: `PACER2`,
+/// the config fields, the secret, the state and counter fields, spaces to
+/// byte 255 (the second block, bytes 256–511, is read apart: `more`).
 fn header(config: &str, secret: &str, rest: &str) -> String {
-    let text = format!("PACER1 {config} {secret} {rest}");
+    let text = format!("PACER2 {config} {secret} {rest}");
     assert_eq!(text.len(), 199, "fields end at byte 198: {text:?}");
     format!("{text:<256}")
 }
@@ -142,7 +143,7 @@ impl Lua {
         self.run(key, "observe", &[outcome, "AT", at])
     }
 
-    /// `GETRANGE key 0 255`.
+    /// `GETRANGE key 0 255`: the header's first block.
     fn header(&mut self, key: &str) -> String {
         redis::cmd("GETRANGE")
             .arg(key)
@@ -389,6 +390,22 @@ fn spec7_sequence_replies_and_header() {
         ("limit_per_min", Int(0)),
         ("probing", Int(0)),
         ("again", Int(0)),
+        // The second block: the waits 1000 (in (500, 1000]) and 2000 (in
+        // (1000, 2500]); nothing shaped, redeemed or observed.
+        ("admitted_after_wait", Int(2)),
+        ("shaped", Int(0)),
+        ("redeemed", Int(0)),
+        ("upstream_opened", Int(0)),
+        ("upstream_throttled", Int(0)),
+        ("wait_ms_total", Int(3000)),
+        ("wait_bucket_10", Int(0)),
+        ("wait_bucket_50", Int(0)),
+        ("wait_bucket_100", Int(0)),
+        ("wait_bucket_500", Int(0)),
+        ("wait_bucket_1000", Int(1)),
+        ("wait_bucket_2500", Int(1)),
+        ("wait_bucket_5000", Int(0)),
+        ("wait_bucket_10000", Int(0)),
     ];
     let expected: Vec<Item> = expected
         .into_iter()
@@ -466,13 +483,13 @@ fn spec11_booking_redeem_release() {
     );
     // At 1000: 3000 ≤ 3000 → admitted after 2000 with a fresh ticket: the
     // next serial (5), the booking's seq (4) and debit, slot 0. The booking
-    // is spent (bit 2048 + 3), the admission counted (admitted 4), serial 6;
+    // is spent (bit 4096 + 3, the bitmap from byte 512), the admission counted (admitted 4), serial 6;
     // the state is the booking's debit, untouched.
     let reply = lua.redeem("k", &booking, "1000");
     let admission = ticket(&secret, "k", 5, 4, 60000, 0);
     assert_eq!(reply, admitted(2000, s(&admission), "booked", 0));
-    assert_eq!(lua.getbit("k", 2048 + 3), 1);
-    assert_eq!(lua.getbit("k", 2048 + 5), 0);
+    assert_eq!(lua.getbit("k", 4096 + 3), 1);
+    assert_eq!(lua.getbit("k", 4096 + 5), 0);
     assert_eq!(
         lua.header("k"),
         spec7_header(&secret, fields(0, -240000, 5, 6, [4, 1, 2, 0, 0]))
@@ -484,9 +501,9 @@ fn spec11_booking_redeem_release() {
     assert_eq!(lua.value("k"), redeemed, "a spent booking writes nothing");
 
     // Release the admission at 1000 (refund): −240000 + 1000·60 + 60000 =
-    // −120000, hw 1000, seq stays 5; released 1; bit 2048 + 5 set.
+    // −120000, hw 1000, seq stays 5; released 1; bit 4096 + 5 set.
     assert_eq!(lua.release("k", &admission, "1000"), vec![Int(1)]);
-    assert_eq!(lua.getbit("k", 2048 + 5), 1);
+    assert_eq!(lua.getbit("k", 4096 + 5), 1);
     assert_eq!(
         lua.header("k"),
         spec7_header(&secret, fields(1000, -120000, 5, 6, [4, 1, 2, 1, 0]))
@@ -515,7 +532,7 @@ fn strict_release_refused_still_spends() {
     // The first ticket's seq 1 ≠ the stack's 2 → refused (0): state as it
     // was, release_refused 1, its bit set.
     assert_eq!(lua.release("k", &first, "0"), vec![Int(0)]);
-    assert_eq!(lua.getbit("k", 2048), 1);
+    assert_eq!(lua.getbit("k", 4096), 1);
     assert_eq!(
         lua.header("k"),
         header(config, &secret, &fields(0, 0, 2, 2, [2, 0, 0, 0, 1]))
@@ -938,7 +955,7 @@ fn bad_input_changes_nothing() {
         .arg("hello")
         .query::<()>(&mut lua.con)
         .expect("SET");
-    let short = format!("{:<255}", "PACER1 ");
+    let short = format!("{:<511}", "PACER2 ");
     redis::cmd("SET")
         .arg("short")
         .arg(&short)
@@ -1137,12 +1154,12 @@ fn tickets_expire_after_65536() {
     let secret = lua.secret("k");
     let serial0 = ticket(&secret, "k", 0, 1, 60000, 0);
     assert_eq!(lua.release("k", &serial0, "0"), vec![Int(1)]);
-    assert_eq!(lua.getbit("k", 2048), 1);
+    assert_eq!(lua.getbit("k", 4096), 1);
     // Serial 65536 (seq 65537): its bit, 65536 mod 65536 = 0, is cleared.
     let reply = lua.run("k", "reserve", &config);
     let last = ticket(&secret, "k", 65536, 65537, 60000, 0);
     assert_eq!(reply[2], s(&last));
-    assert_eq!(lua.getbit("k", 2048), 0);
+    assert_eq!(lua.getbit("k", 4096), 0);
     let before = lua.value("k");
     assert_eq!(
         lua.error("k", "release", &[&serial0, "AT", "0"]),
@@ -1698,4 +1715,163 @@ fn the_bindings_carry_this_script_byte_for_byte() {
         copy == script,
         "bindings/go/pacer.lua differs from redis/pacer.lua: run go generate in bindings/go"
     );
+}
+
+// The second block of the key (docs/redis.md "The key", key format 2):
+// the counts the core's `Counters` keeps beside the first block's.
+
+/// INFO's names of the second block, in its order.
+const MORE_NAMES: [&str; 14] = [
+    "admitted_after_wait",
+    "shaped",
+    "redeemed",
+    "upstream_opened",
+    "upstream_throttled",
+    "wait_ms_total",
+    "wait_bucket_10",
+    "wait_bucket_50",
+    "wait_bucket_100",
+    "wait_bucket_500",
+    "wait_bucket_1000",
+    "wait_bucket_2500",
+    "wait_bucket_5000",
+    "wait_bucket_10000",
+];
+
+/// The script's wait bounds are `local WAIT_BOUNDS_MS = { … }`, the core's
+/// `WAIT_BOUNDS_MS`, and INFO's bucket names carry the same bounds.
+#[test]
+fn wait_bounds_are_the_cores() {
+    let source = script_source();
+    let line = source
+        .lines()
+        .find_map(|l| l.strip_prefix("local WAIT_BOUNDS_MS = {"))
+        .expect("pacer.lua says `local WAIT_BOUNDS_MS = { … }`");
+    let (inside, _) = line.split_once('}').expect("the table on one line");
+    let bounds: Vec<u64> = inside
+        .split(',')
+        .map(|n| n.trim().parse().expect("a bound"))
+        .collect();
+    assert_eq!(bounds, pacer_core::WAIT_BOUNDS_MS);
+    let named: Vec<u64> = MORE_NAMES[6..]
+        .iter()
+        .map(|n| n.strip_prefix("wait_bucket_").unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(named, pacer_core::WAIT_BOUNDS_MS);
+}
+
+impl Lua {
+    /// INFO's second-block counts, in [`MORE_NAMES`]' order.
+    fn more(&mut self, key: &str, at: u64) -> Vec<i64> {
+        MORE_NAMES
+            .iter()
+            .map(|name| match self.info(key, at, name) {
+                Int(n) => n,
+                other => panic!("{name} is {other:?}"),
+            })
+            .collect()
+    }
+
+    fn set(&mut self, key: &str, value: &[u8]) {
+        redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .query::<()>(&mut self.con)
+            .expect("SET");
+    }
+}
+
+/// A redemption's wait lands in the bucket of the first bound at or above
+/// it: at a bound in that bucket, one past it in the next, past 10000 ms in
+/// none; a wait of 0 in none. Rate 4 (4 units a ms), burst 1, idle 120000,
+/// 2 retries: bound min(15000, ⌊(120000 − 6000)/6⌋) = 15000, cap_s 15,
+/// refusing (2·15·1000·4 ≥ 60000), horizon 15000 + 2·15·1000 = 45000. At
+/// 0: the first reserve admits at once, the second waits 60000/4 = 15000
+/// (above 10000: in no bucket), the book needs 120000/4 = 30000 > 15000:
+/// booked, slot 30000. Then, from that same key each time, a redemption at
+/// 30000 − w waits w.
+#[test]
+fn redemption_waits_fill_the_histogram_at_its_bounds() {
+    let mut lua = Lua::start();
+    let config = ["4", "1", "120000", "2", "refund"];
+    lua.run("k", "reserve", &with_at(&config, "0"));
+    let second = lua.run("k", "reserve", &with_at(&config, "0"));
+    assert_eq!(second[1], Int(15000));
+    let mut book = config.to_vec();
+    book.extend(["2", "AT", "0"]);
+    let booked = lua.run("k", "book", &book);
+    assert_eq!(booked[3], Int(30000));
+    let booking = text(&booked, 2);
+    let before = lua.value("k").unwrap();
+    // Hand-derived: one wait (15000), in no bucket.
+    let mut base = vec![0i64; 14];
+    base[0] = 1;
+    base[5] = 15000;
+    assert_eq!(lua.more("k", 0), base);
+    // (wait, its bucket's index among the bounds, None for no bucket).
+    let cases: [(i64, Option<usize>); 17] = [
+        (0, None),
+        (1, Some(0)),
+        (10, Some(0)),
+        (11, Some(1)),
+        (50, Some(1)),
+        (51, Some(2)),
+        (100, Some(2)),
+        (101, Some(3)),
+        (500, Some(3)),
+        (501, Some(4)),
+        (1000, Some(4)),
+        (1001, Some(5)),
+        (2500, Some(5)),
+        (2501, Some(6)),
+        (5000, Some(6)),
+        (5001, Some(7)),
+        (10000, Some(7)),
+    ];
+    for (wait, bucket) in cases.into_iter().chain([(10001, None), (15000, None)]) {
+        lua.set("k", &before);
+        let at = (30000 - wait).to_string();
+        let reply = lua.redeem("k", &booking, &at);
+        assert_eq!(reply[1], Int(wait));
+        let mut expected = base.clone();
+        expected[2] += 1; // redeemed
+        if wait > 0 {
+            expected[0] += 1;
+            expected[5] += wait;
+        }
+        if let Some(i) = bucket {
+            expected[6 + i] += 1;
+        }
+        assert_eq!(lua.more("k", 30000), expected, "wait {wait}");
+    }
+    // Every count at 2^52 − 1 stays there through a waited redemption.
+    let mut full = before.clone();
+    let largest = format!("{MAX_ARG:016}");
+    for i in 0..14 {
+        full[256 + 17 * i..256 + 17 * i + 16].copy_from_slice(largest.as_bytes());
+    }
+    lua.set("k", &full);
+    lua.redeem("k", &booking, "29990");
+    assert_eq!(lua.more("k", 30000), vec![MAX_ARG as i64; 14]);
+}
+
+/// Shaping and overflow are counted as shaped. Rate 1, burst 1, idle
+/// 30000, 0 retries (docs: shaping-no-retry): bound ⌊30000/2⌋ = 15000,
+/// max_debt 15000·1 = 15000 units. At 0: the first admits at once (tokens
+/// 0); the second needs 60000 ms > bound: shaped, debited 15000 (to the
+/// floor −15000), wait the bound 15000 (no bucket); the third finds
+/// nothing above the floor: overflow, wait 0.
+#[test]
+fn shaped_and_overflow_admissions_count_as_shaped() {
+    let mut lua = Lua::start();
+    let config = ["1", "1", "30000", "0", "refund"];
+    let paths: Vec<Item> = (0..3)
+        .map(|_| lua.run("k", "reserve", &with_at(&config, "0"))[3].clone())
+        .collect();
+    assert_eq!(paths, [s("paced"), s("shaped"), s("overflow")]);
+    let mut expected = vec![0i64; 14];
+    expected[0] = 1; // the shaped one waited
+    expected[1] = 2; // shaped and overflow
+    expected[5] = 15000;
+    assert_eq!(lua.more("k", 0), expected);
 }
