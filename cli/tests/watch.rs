@@ -870,8 +870,9 @@ impl Drop for Redis {
     }
 }
 
-/// `pacer hammer` on `key` through `door`: its answers counted.
-fn hammer(server: &Redis, key: &str, door: &str, calls: u64) -> (u64, u64) {
+/// `pacer hammer` on `key` through `door`: the admissions' waits, ms, and
+/// how many were refused.
+fn hammer(server: &Redis, key: &str, door: &str, calls: u64) -> (Vec<u64>, u64) {
     let run = pacer(
         &[
             "hammer",
@@ -896,7 +897,32 @@ fn hammer(server: &Redis, key: &str, door: &str, calls: u64) -> (u64, u64) {
         .collect();
     assert_eq!(answers.len() as u64, calls);
     let count = |kind: &str| answers.iter().filter(|a| a["answer"] == kind).count() as u64;
-    (count("admitted"), count("refused"))
+    let waits = answers
+        .iter()
+        .filter(|a| a["answer"] == "admitted")
+        .map(|a| a["wait_ms"].as_u64().expect("a wait"))
+        .collect();
+    (waits, count("refused"))
+}
+
+/// The totals a Redis key keeps after a hammer run answered `waits` (the
+/// admissions') and `refused` refusals, counted from the answers (none
+/// shaped: the default configuration refuses, rate 60 with bound 4833 ms;
+/// the hammer neither books, releases nor observes): every count but the
+/// clock regressions, which a key does not keep.
+fn totals_of(waits: &[u64], refused: u64) -> Value {
+    let waited = waits.iter().filter(|&&w| w > 0).count() as u64;
+    let wait_le: Vec<u64> = pacer_core::WAIT_BOUNDS_MS
+        .iter()
+        .map(|&bound| waits.iter().filter(|&&w| w <= bound).count() as u64)
+        .collect();
+    json!({
+        "admissions": waits.len(), "admitted": waits.len() as u64 - waited, "waited": waited,
+        "refused": refused, "booked": 0, "redeemed": 0, "shaped": 0,
+        "releases": 0, "refunded": 0, "release_refused": 0, "opened": 0,
+        "throttled": 0, "clock_regressions": null, "wait_ms_total": waits.iter().sum::<u64>(),
+        "wait_le": wait_le,
+    })
 }
 
 fn get(con: &mut redis::Connection, key: &str) -> Option<Vec<u8>> {
@@ -907,8 +933,9 @@ fn get(con: &mut redis::Connection, key: &str) -> Option<Vec<u8>> {
 /// (FCALL), each on a key of its own with the defaults, as fast as the
 /// server answers: the watch's totals are the hammer's answers, counted
 /// (how many were admitted depends on how fast they went; the watch must
-/// say the same). The keys' bytes are the same before and after, and the
-/// watch adds no key. What a key does not keep is null.
+/// say the same, waits and their histogram included). The keys' bytes are
+/// the same before and after, and the watch adds no key. What a key does
+/// not keep (clock regressions) is null.
 #[test]
 fn a_redis_bucket_reports_what_the_hammer_was_answered_and_is_not_written() {
     let server = Redis::start();
@@ -920,8 +947,8 @@ fn a_redis_bucket_reports_what_the_hammer_was_answered_and_is_not_written() {
         .query(&mut con)
         .unwrap();
     for (door, key) in [("script", "watch:script"), ("function", "watch:function")] {
-        let (admitted, refused_count) = hammer(&server, key, door, 30);
-        assert!(admitted >= 10, "the burst at least: {admitted}");
+        let (waits, refused_count) = hammer(&server, key, door, 30);
+        assert!(waits.len() >= 10, "the burst at least: {waits:?}");
         let before = get(&mut con, key).expect("the bucket's key");
         let keys_before: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
         // Auto: the server has no module, so the function answers (both
@@ -943,13 +970,7 @@ fn a_redis_bucket_reports_what_the_hammer_was_answered_and_is_not_written() {
             for frame in &frames {
                 assert_eq!(
                     frame["totals"],
-                    json!({
-                        "admissions": admitted, "admitted": null, "waited": null,
-                        "refused": refused_count, "booked": 0, "redeemed": null, "shaped": null,
-                        "releases": 0, "refunded": 0, "release_refused": 0, "opened": null,
-                        "throttled": null, "clock_regressions": null, "wait_ms_total": null,
-                        "wait_le": null,
-                    }),
+                    totals_of(&waits, refused_count),
                     "{door} via {watch_door}"
                 );
                 assert_eq!(frame["source"], "redis");
@@ -957,6 +978,8 @@ fn a_redis_bucket_reports_what_the_hammer_was_answered_and_is_not_written() {
                 assert_eq!(frame["config"]["rate_per_min"], 60);
                 assert_eq!(frame["config"]["burst"], 10);
                 assert_eq!(frame["rate_in_force_per_min"], 60);
+                // Two samples 10 ms apart: nothing decided between them,
+                // so no quantile of the last minute's waits.
                 assert_eq!(frame["last_minute"]["wait_p50_ms"], Value::Null);
             }
         }
@@ -966,12 +989,14 @@ fn a_redis_bucket_reports_what_the_hammer_was_answered_and_is_not_written() {
     }
 }
 
-/// A Redis bucket's exposition: refusals and releases as the key counts
-/// them, the two gauges, and no series the key does not keep.
+/// A Redis bucket's exposition: decisions, waits, upstream answers,
+/// shaping, redemptions and releases as the key counts them (equal to the
+/// hammer's answers), the two gauges, and no clock regressions (a key does
+/// not keep them).
 #[test]
 fn prometheus_serves_what_a_redis_key_keeps() {
     let server = Redis::start();
-    let (_, refused_count) = hammer(&server, "watch:prom", "script", 20);
+    let (waits, refused_count) = hammer(&server, "watch:prom", "script", 20);
     let serving = serve(&["--redis", &server.url(), "--key", "watch:prom"]);
     let (status, _, body) = http_get(&serving.address, "/metrics", None);
     assert!(status.contains("200"), "{status}");
@@ -1002,9 +1027,36 @@ fn prometheus_serves_what_a_redis_key_keeps() {
         ),
         0.0
     );
-    assert!(!body.contains("decision=\"admitted\""), "{body}");
-    assert!(!body.contains("pacer_wait_seconds"), "{body}");
-    assert!(!body.contains("pacer_upstream_outcomes"), "{body}");
+    let waited = waits.iter().filter(|&&w| w > 0).count() as f64;
+    for (decision, count) in [
+        ("admitted", waits.len() as f64 - waited),
+        ("waited", waited),
+    ] {
+        assert_eq!(
+            counter(
+                &scrape,
+                "pacer_decisions_total",
+                &[bucket, ("decision", decision)]
+            ),
+            count,
+            "{decision}"
+        );
+    }
+    for outcome in ["opened", "throttled"] {
+        assert_eq!(
+            counter(
+                &scrape,
+                "pacer_upstream_outcomes_total",
+                &[bucket, ("outcome", outcome)]
+            ),
+            0.0,
+            "{outcome}"
+        );
+    }
+    assert!(body.contains("pacer_wait_seconds"), "{body}");
+    assert!(body.contains("pacer_shaped_total"), "{body}");
+    assert!(body.contains("pacer_redeemed_total"), "{body}");
+    assert!(!body.contains("pacer_clock_regressions"), "{body}");
     assert!(matches!(
         value_of(&scrape, "pacer_rate_in_force_per_minute", &[bucket]),
         prometheus_parse::Value::Gauge(60.0)

@@ -3,12 +3,10 @@
 //! Each scrape reads the bucket then (nothing is kept between scrapes) and
 //! hands the reading to a collector on a registry of its own.
 //!
-//! A Redis bucket's key counts admissions without telling the immediate
-//! ones from those after a wait, and keeps no waits, redemptions, shaping,
-//! upstream answers or clock regressions: its exposition has
-//! `pacer_decisions_total` for `refused` and `booked` only, the releases
-//! and the two gauges. A shared bucket's has every metric but
-//! `pacer_bookings_pending` (bookings held in a process) and
+//! A Redis bucket's key (key format 2, docs/redis.md) keeps every count
+//! but the clock regressions: its exposition has every metric a shared
+//! bucket's has except `pacer_clock_regressions`. Neither has
+//! `pacer_bookings_pending` (bookings held in a process) or
 //! `pacer_fallbacks_total` (fleet clients only).
 
 use std::sync::{Arc, Mutex};

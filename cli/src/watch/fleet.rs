@@ -5,15 +5,16 @@
 //! not cached it). None of them writes; the watch never sends a command
 //! that may.
 //!
-//! A Redis key keeps the bucket's admissions, refusals, bookings and
-//! releases (refunded and not); it keeps no waits, no redemptions and no
-//! upstream answers, which each client counts for itself (docs/metrics.md,
-//! "Whose counts").
+//! A Redis key (key format 2) keeps the bucket's admissions (at once and
+//! after a wait), refusals, bookings, redemptions, shaped admissions,
+//! releases (refunded and not), the upstream answers its OBSERVE counted,
+//! and the waits' sum and histogram; not the clock regressions
+//! (docs/metrics.md, "Whose counts").
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use pacer_core::UNITS_PER_TOKEN;
+use pacer_core::{CounterSnapshot, UNITS_PER_TOKEN, WAIT_BOUNDS_MS};
 
 use super::{Bucket, BucketConfig, Counts, Reading};
 use crate::engine::SCRIPT;
@@ -271,6 +272,16 @@ fn reading(info: &HashMap<String, redis::Value>) -> Result<Reading, String> {
     };
     let released = unsigned(info, "released")?;
     let release_refused = unsigned(info, "release_refused")?;
+    // The histogram: INFO's wait_bucket_<bound> counts, made cumulative
+    // with the immediate admissions as the core's counters make theirs.
+    let mut waits = CounterSnapshot {
+        admitted: unsigned(info, "admitted")?,
+        admitted_after_wait: unsigned(info, "admitted_after_wait")?,
+        ..CounterSnapshot::default()
+    };
+    for (count, bound) in waits.wait_buckets.iter_mut().zip(WAIT_BOUNDS_MS) {
+        *count = unsigned(info, &format!("wait_bucket_{bound}"))?;
+    }
     Ok(Reading {
         config: BucketConfig {
             rate_per_min: rate,
@@ -284,15 +295,24 @@ fn reading(info: &HashMap<String, redis::Value>) -> Result<Reading, String> {
         rate_in_force_per_min: small("rate_in_force")?,
         tokens: number(info, "level_units")? as f64 / UNITS_PER_TOKEN as f64,
         counts: Counts {
-            admissions: unsigned(info, "admitted")?,
+            admissions: waits.admitted,
+            admitted: Some(waits.admitted.wrapping_sub(waits.admitted_after_wait)),
+            waited: Some(waits.admitted_after_wait),
             // The key's `refused` counts refusals without a booking.
             refused: unsigned(info, "refused")?,
             booked: unsigned(info, "booked")?,
+            redeemed: Some(unsigned(info, "redeemed")?),
+            shaped: Some(unsigned(info, "shaped")?),
             // The key's `released` counts the refunded releases.
             releases: released.wrapping_add(release_refused),
             refunded: released,
             release_refused,
-            ..Counts::default()
+            opened: Some(unsigned(info, "upstream_opened")?),
+            throttled: Some(unsigned(info, "upstream_throttled")?),
+            // Not kept by a Redis key.
+            clock_regressions: None,
+            wait_ms_total: Some(unsigned(info, "wait_ms_total")?),
+            wait_le: Some(std::array::from_fn(|i| waits.wait_le(i))),
         },
     })
 }

@@ -52,7 +52,7 @@ pub struct BucketConfig {
 
 /// A bucket's counts in the metric set's kinds (docs/metrics.md, "The
 /// set"). `None`: this kind of bucket does not keep it (a Redis key keeps
-/// admissions, refusals, bookings and releases only).
+/// every count but the clock regressions).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Counts {
     /// Every admission, at once or after a wait, a redeemed booking's too.
