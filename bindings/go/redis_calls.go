@@ -676,13 +676,13 @@ type RedisInfo struct {
 
 	// The key's second block (key format 2, docs/redis.md "The key"):
 	// the counts the core's counters keep, for the whole fleet.
-	AdmittedAfterWait uint64    // admissions with a wait above 0
-	Shaped            uint64    // admissions by the shaping rule
-	Redeemed          uint64    // redemptions that admitted
-	UpstreamOpened    uint64    // openings Observe counted (an adaptive bucket's)
-	UpstreamThrottled uint64    // throttles Observe counted (not within a hold)
-	WaitMsTotal       uint64    // the admissions' waits, summed, ms
-	WaitBuckets       [8]uint64 // admissions with a wait in (previous bound, bound], bounds 10, 50, 100, 500, 1000, 2500, 5000, 10000 ms
+	AdmittedAfterWait uint64              // admissions with a wait above 0
+	Shaped            uint64              // admissions by the shaping rule
+	Redeemed          uint64              // redemptions that admitted
+	UpstreamOpened    uint64              // openings Observe counted (an adaptive bucket's)
+	UpstreamThrottled uint64              // throttles Observe counted (not within a hold)
+	WaitMsTotal       uint64              // the admissions' waits, summed, ms
+	WaitBuckets       [WaitBuckets]uint64 // admissions with a wait in (the bound before, WaitBoundsMs()[i]]
 }
 
 // Info reads the bucket (PACER.INFO). No failure policy applies: an
@@ -779,8 +779,9 @@ func (r *RedisPacer) info(ctx context.Context) (RedisInfo, error) {
 		case "wait_ms_total":
 			info.WaitMsTotal = num(v)
 		default:
-			for i, bound := range []string{"10", "50", "100", "500", "1000", "2500", "5000", "10000"} {
-				if name == "wait_bucket_"+bound {
+			// wait_bucket_<bound>, for each bound of WaitBoundsMs.
+			for i, bound := range waitBoundsMs {
+				if name == "wait_bucket_"+strconv.FormatUint(bound, 10) {
 					info.WaitBuckets[i] = num(v)
 				}
 			}

@@ -897,3 +897,39 @@ func TestRedisRESP2Client(t *testing.T) {
 		})
 	}
 }
+
+// Info carries the key's second block (key format 2, docs/redis.md "The
+// key"): after fleetConfig's burst of 2 and a third reserve at once, the
+// third waited; its wait, taken from its reply, is the one counted, in the
+// bucket of the first bound at or above it (bounds from WaitBoundsMs, the
+// core's). Nothing is shaped, redeemed or observed on this fixed-rate
+// bucket.
+func TestRedisInfoCarriesTheSecondBlock(t *testing.T) {
+	eachEngine(t, func(t *testing.T, engine pacer.RedisEngine, s *redisServer) {
+		r, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Config: fleetConfig()})
+		var waited []uint64
+		for range 3 {
+			if d := mustRedisReserve(t, r); d.Admitted && d.WaitMs > 0 {
+				waited = append(waited, d.WaitMs)
+			}
+		}
+		info := mustRedisInfo(t, r)
+		var want [pacer.WaitBuckets]uint64
+		var total uint64
+		for _, w := range waited {
+			total += w
+			for i, bound := range pacer.WaitBoundsMs() {
+				if w <= bound {
+					want[i]++
+					break
+				}
+			}
+		}
+		if info.AdmittedAfterWait != uint64(len(waited)) || info.WaitMsTotal != total || info.WaitBuckets != want {
+			t.Fatalf("%s: waits %v, info %+v", engine, waited, info)
+		}
+		if info.Shaped != 0 || info.Redeemed != 0 || info.UpstreamOpened != 0 || info.UpstreamThrottled != 0 {
+			t.Fatalf("%s: info %+v", engine, info)
+		}
+	})
+}
