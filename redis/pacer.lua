@@ -491,7 +491,9 @@ end
 
 -- Params::observe (Range::observe): the upstream's answer `outcome` at
 -- now_ms. Writes the new control word into `bucket` when there is one and
--- returns whether it did, and the rate in force after it.
+-- returns whether adaptation is on (the observation is counted: a throttle
+-- within the hold too, which leaves the control word as it was), and the
+-- rate in force after it.
 local function observe(params, bucket, outcome, now_ms)
   if bucket.adaptive_floor_per_min == 0 or params.mode == 'disabled' then
     return false, params.rate
@@ -512,7 +514,7 @@ local function observe(params, bucket, outcome, now_ms)
     -- Search again from the rate in force.
     bucket.probing, bucket.again, bucket.limit_per_min = 0, 1, rate
   elseif held then
-    return false, rate -- the same episode's throttle
+    return true, rate -- the same episode's throttle: counted, the law unmoved
   else
     roll(bucket, at)
     -- After a search, the count's guess at the last 60 s; while probing,
@@ -1566,8 +1568,10 @@ local function info_command(key, argv)
 end
 
 -- PACER.OBSERVE: argv is the op, the outcome (opened or throttled), then
--- [AT ms]. The rate in force after it; writes the control word when the
--- law gives one (an opening is counted; never for a fixed-rate bucket).
+-- [AT ms]. The rate in force after it; on an adaptive bucket it counts the
+-- outcome and writes the control word when the law gives one (a throttle
+-- within the hold writes its count alone); a fixed-rate bucket's (or one
+-- with pacing disabled) writes nothing.
 local function observe_command(key, argv)
   local _, at = layout('observe', argv, 1, false)
   local outcome = argv[2]
@@ -1576,10 +1580,10 @@ local function observe_command(key, argv)
   end
   local now_ms = read_clock(argv, at)
   local bucket = load_existing_bucket(key)
-  local changed, rate = observe(plan(bucket), bucket, outcome, now_ms)
-  if changed then
-    -- Counted when the control word is written (a fixed-rate bucket's
-    -- observation and a throttle within the hold write nothing).
+  local counted, rate = observe(plan(bucket), bucket, outcome, now_ms)
+  if counted then
+    -- Every observation of an adaptive bucket is counted (a fixed-rate
+    -- bucket's writes nothing).
     local field = 'upstream_' .. outcome
     bucket[field] = count(bucket[field])
     store_bucket(key, bucket)

@@ -680,7 +680,7 @@ type RedisInfo struct {
 	Shaped            uint64              // admissions by the shaping rule
 	Redeemed          uint64              // redemptions that admitted
 	UpstreamOpened    uint64              // openings Observe counted (an adaptive bucket's)
-	UpstreamThrottled uint64              // throttles Observe counted (not within a hold)
+	UpstreamThrottled uint64              // throttles Observe counted (within a hold too)
 	WaitMsTotal       uint64              // the admissions' waits, summed, ms
 	WaitBuckets       [WaitBuckets]uint64 // admissions with a wait in (the bound before, WaitBoundsMs()[i]]
 }

@@ -546,7 +546,8 @@ export interface RedisInfo {
   /** The key's second block (key format 2, docs/redis.md "The key"): the
    * core's counts for the whole fleet. Admissions with a wait above 0, by
    * the shaping rule, of a redeemed booking; the upstream answers observe()
-   * counted (an adaptive bucket's, a throttle within the hold not); the
+   * counted (every one on an adaptive bucket, a throttle within the hold
+   * too; none on a fixed-rate bucket, where observe() sends nothing); the
    * waits' sum, ms; and the admissions with a wait in (previous bound,
    * bound] for each bound of WAIT_BOUNDS_MS (INFO's `wait_bucket_<bound>`,
    * camelCased as the other names: `waitBucket_<bound>`). */

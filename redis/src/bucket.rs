@@ -6,7 +6,7 @@
 use pacer_core::budget::{ladder_ceiling, MAX_RATE_PER_MIN};
 use pacer_core::{
     Admission, AdmitPath, Booking, BookingDecision, Config, ConfigError, ControlView, Decision,
-    Outcome, Params, Redemption, ReleasePolicy, StateView, Ticket, Transition, MAX_BURST,
+    Mode, Outcome, Params, Redemption, ReleasePolicy, StateView, Ticket, Transition, MAX_BURST,
     UNITS_PER_TOKEN,
 };
 
@@ -791,18 +791,22 @@ pub fn execute(
             return Ok((info(&header, &params, now_ms), Effect::default()));
         }
         Op::Observe(outcome) => {
-            let Some(control) = &header.control else {
-                let rate = i64::from(planned.rate_per_min());
-                return Ok((Reply::Int(rate), Effect::default()));
+            let control = match &header.control {
+                Some(control) if planned.mode() != Mode::Disabled => control,
+                // Adaptation off (a fixed-rate bucket, or pacing
+                // disabled): nothing written, nothing counted.
+                _ => {
+                    let rate = i64::from(planned.rate_per_min());
+                    return Ok((Reply::Int(rate), Effect::default()));
+                }
             };
             let step = planned.observe(control, *outcome, now_ms);
-            let Some(next) = step.next else {
-                return Ok((Reply::Int(i64::from(step.answer)), Effect::default()));
-            };
-            header.control = Some(next);
-            // Counted when the observation writes the control word (a
-            // fixed-rate bucket's and a throttle within the hold write
-            // nothing, docs/redis.md).
+            if let Some(next) = step.next {
+                header.control = Some(next);
+            }
+            // Every observation of an adaptive bucket is counted, a
+            // throttle within the hold too (it writes its count alone);
+            // a fixed-rate bucket's writes nothing (docs/redis.md).
             bump(
                 &mut header.more[match outcome {
                     Outcome::Opened => UPSTREAM_OPENED,

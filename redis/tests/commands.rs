@@ -963,6 +963,38 @@ fn observed(doors: &mut Doors, engine: &str, key: &str, outcome: &str, t: u64) -
     .unwrap_or_else(|e| panic!("{engine} observe {outcome} at {t}: {e}"))
 }
 
+/// The key after a throttle within the hold (`after`) is the key before it
+/// (`before`) but for the second block's `upstream_throttled` (bytes
+/// 324–339, docs/redis.md), which goes from `count` − 1 to `count`: the
+/// control word and every other byte are unchanged.
+fn held_throttle_counted(engine: &str, before: &Value, after: &Value, count: u64) {
+    let (Value::BulkString(before), Value::BulkString(after)) = (before, after) else {
+        panic!("{engine}: no bucket")
+    };
+    const FIELD: std::ops::Range<usize> = 324..340;
+    assert_eq!(before.len(), after.len(), "{engine}: the key's length");
+    assert_eq!(
+        String::from_utf8_lossy(&before[FIELD]),
+        format!("{:016}", count - 1),
+        "{engine}: upstream_throttled before the hold's throttle"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&after[FIELD]),
+        format!("{count:016}"),
+        "{engine}: upstream_throttled after the hold's throttle"
+    );
+    assert_eq!(
+        before[..FIELD.start],
+        after[..FIELD.start],
+        "{engine}: a hold's throttle wrote before upstream_throttled"
+    );
+    assert_eq!(
+        before[FIELD.end..],
+        after[FIELD.end..],
+        "{engine}: a hold's throttle wrote after upstream_throttled"
+    );
+}
+
 /// `INFO AT t` on `key` by `engine`.
 fn info_at(doors: &mut Doors, engine: &str, key: &str, t: u64) -> Value {
     by(doors, engine, "info", key, &["AT", &t.to_string()])
@@ -1003,10 +1035,11 @@ fn expect_observe(
 ///   45 + 0) = 45: L = min(45, 600) = 45. The pause: origin max(50000,
 ///   0 + 60000) = 60000, the next minute, so the 45 become the minute
 ///   before. The answer, read at 50000 (before the origin): the lowest, 3.
-/// - throttled at 55000: at = the origin 60000, within the hold: nothing
-///   written, the answer read at 55000, in the pause: 3.
+/// - throttled at 55000: at = the origin 60000, within the hold: the
+///   control word unchanged, only `upstream_throttled` counted (1 → 2,
+///   every other byte equal); the answer read at 55000, in the pause: 3.
 /// - throttled at 80000: within the hold (20 s after the origin): ℓ = 45,
-///   nothing written.
+///   again only its count written (2 → 3).
 /// - opened at 70000, the origin's minute: 1 now, 45 before.
 /// - the step: the wait is max(240000, ⌊80·60000/45⌋ = 106666) = 240000,
 ///   /4 with `again` = 60000; so 45 until Δ = 60000 + 60000 (t = 180000),
@@ -1057,10 +1090,13 @@ fn observe_follows_the_law_by_hand_on_every_engine() {
         expect_observe(d, engine, key, ("throttled", 50_000), 3, fields);
         assert_eq!(rate(d, 59_999), Value::Int(3), "{engine}");
         assert_eq!(rate(d, 60_000), Value::Int(45), "{engine}");
-        let held = bytes(&mut d.con, key);
-        expect_observe(d, engine, key, ("throttled", 55_000), 3, fields);
-        expect_observe(d, engine, key, ("throttled", 80_000), 45, fields);
-        assert_eq!(bytes(&mut d.con, key), held, "{engine}: a hold wrote");
+        // Within the hold: the law unmoved, the throttle counted alone.
+        for (t, reply, count) in [(55_000, 3, 2), (80_000, 45, 3)] {
+            let before = bytes(&mut d.con, key);
+            expect_observe(d, engine, key, ("throttled", t), reply, fields);
+            let after = bytes(&mut d.con, key);
+            held_throttle_counted(engine, &before, &after, count);
+        }
         let fields = " 001 600 0000000000060000 00000 00001 00045 00045 1 1    ";
         expect_observe(d, engine, key, ("opened", 70_000), 45, fields);
         // The step.
@@ -1509,7 +1545,9 @@ fn watch_survives(doors: &mut Doors, engine: &str, key: &str, op: &str, args: &[
 /// A call that writes nothing does not signal the key modified, so a
 /// client's `WATCH` on it survives; one that writes aborts the `WATCH`.
 /// On every engine. With CONFIG at 0 (bound 2000): a booking after four
-/// admissions (slot 3000), not yet at 500.
+/// admissions (slot 3000), not yet at 500. OBSERVE on this fixed-rate
+/// bucket writes nothing; on an adaptive one a throttle within the hold
+/// writes its count (docs/redis.md), so it aborts the `WATCH`.
 #[test]
 fn a_watch_survives_every_call_that_writes_nothing() {
     let mut doors = Doors::open();
@@ -1575,6 +1613,23 @@ fn a_watch_survives_every_call_that_writes_nothing() {
                 "{engine}: {op} {args:?} wrote and the WATCH survived"
             );
         }
+        // An adaptive bucket: the throttle at 0 ends the first search
+        // (the pause: origin 60000); another at 0 is within the hold and
+        // writes its count alone.
+        let adaptive = format!("watched-adaptive:{engine}");
+        let adaptive = adaptive.as_str();
+        let mut config = CONFIG.to_vec();
+        config.extend(["ADAPT", "1", "600", "AT", "0"]);
+        by(&mut doors, engine, "create", adaptive, &config).unwrap();
+        observed(&mut doors, engine, adaptive, "throttled", 0);
+        let held = ["throttled", "AT", "0"];
+        let before = bytes(&mut doors.con, adaptive);
+        assert!(
+            !watch_survives(&mut doors, engine, adaptive, "observe", &held),
+            "{engine}: a throttle within the hold wrote and the WATCH survived"
+        );
+        let after = bytes(&mut doors.con, adaptive);
+        held_throttle_counted(engine, &before, &after, 2);
     }
 }
 

@@ -23,8 +23,8 @@ use pacer_cli::engine::{Answer, CoreEngine, Engine, RedisEngine, RedisKind};
 use pacer_cli::rng::SplitMix64;
 use pacer_core::budget::ladder_ceiling;
 use pacer_core::{
-    Admission, AdmitPath, Config, CounterSnapshot, Counters, Decision, Outcome as Upstream, Params,
-    ReleasePolicy, WAIT_BOUNDS_MS,
+    Admission, AdmitPath, Config, CounterSnapshot, Counters, Decision, Mode, Outcome as Upstream,
+    Params, ReleasePolicy, WAIT_BOUNDS_MS,
 };
 use pacer_redis::bucket::Header;
 use redis::Value;
@@ -724,8 +724,8 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
         let mut last_rate = core.pacer().params_in_force(trace.start).rate_per_min();
         let mut last_mode = core.pacer().params_in_force(trace.start).mode();
         // The model of the second block: the core's own counters, fed the
-        // core's answers (and the upstream answers the key counts: those
-        // the core's transition writes a control word for).
+        // core's answers (and every upstream answer observed while the
+        // core adapts, as a client with adaptation on records each).
         let counters = Counters::new();
         let planned = Params::plan(&trace.config).expect("a valid config");
         for (i, &(t, op)) in trace.steps.iter().enumerate() {
@@ -782,12 +782,12 @@ fn adaptive_buckets_agree_on_every_engine_and_with_the_core() {
             };
             let before = core.pacer().control();
             if let AdaptiveOp::Observe(outcome) = op {
-                // docs/redis.md: OBSERVE counts when it writes the control
-                // word: never on a fixed-rate bucket, not for a throttle
-                // within the hold.
-                if trace.config.adaptive_floor_per_min > 0
-                    && planned.observe(&before, outcome, t).next.is_some()
-                {
+                // docs/redis.md: OBSERVE counts every answer when
+                // adaptation is on (the core's counters record every
+                // observe a client sends; a client sends none with it off:
+                // a fixed-rate bucket, or pacing disabled), a throttle
+                // within the hold too.
+                if planned.is_adaptive() && planned.mode() != Mode::Disabled {
                     counters.record_outcome(outcome);
                     covered.outcomes_counted += 1;
                 }

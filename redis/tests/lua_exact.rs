@@ -1490,11 +1490,13 @@ fn adaptive_at_the_clock_edge() {
         lua.info("edge", MAX_ARG, "origin_ms"),
         Int(4_503_599_627_430_495)
     );
-    // A throttle there is held (at = the origin, Δ = 0 < 60000): nothing
-    // written, the answer the lowest, 10.
-    let before = lua.value("edge");
+    // A throttle there is held (at = the origin, Δ = 0 < 60000): the law
+    // unmoved, only `upstream_throttled` (bytes 324–339) counted, 1 → 2;
+    // the answer the lowest, 10.
+    let mut before = lua.value("edge").expect("the bucket");
     assert_eq!(lua.observe("edge", "throttled", &max), vec![Int(10)]);
-    assert_eq!(lua.value("edge"), before);
+    before[324..340].copy_from_slice(b"0000000000000002");
+    assert_eq!(lua.value("edge"), Some(before));
 
     // Created at 0, ceiling 600: at 2^52 − 1 the search is at the ceiling.
     let wide = ["60", "10", "120000", "5", "refund", "ADAPT", "10", "600"];
@@ -1512,11 +1514,12 @@ fn adaptive_at_the_clock_edge() {
     // long before, max(2^52 − 1, 0 + 60000) = 2^52 − 1. The probe reads
     // ℓ = 53 at Δ = 0.
     assert_eq!(lua.observe("cap", "throttled", &max), vec![Int(53)]);
-    // Another throttle at the same instant is within the hold (nothing
-    // written).
-    let before = lua.value("cap");
+    // Another throttle at the same instant is within the hold: the law
+    // unmoved, only `upstream_throttled` (bytes 324–339) counted, 1 → 2.
+    let mut before = lua.value("cap").expect("the bucket");
     assert_eq!(lua.observe("cap", "throttled", &max), vec![Int(53)]);
-    assert_eq!(lua.value("cap"), before);
+    before[324..340].copy_from_slice(b"0000000000000002");
+    assert_eq!(lua.value("cap"), Some(before));
 
     // Rate 600 (lowest max(1, 3) = 3) created and throttled at 0: R =
     // 600, B = 600, L = 600 − 75 = 525, `again`; the pause puts the origin
@@ -1651,6 +1654,9 @@ fn adaptive_law_matches_the_model() {
         lua.run(&key, "create", &with_at(&args, &t.to_string()));
         let mut w = Law::created(rate, t);
         let opens = rng.below(2) == 0;
+        // Every observation of an adaptive bucket is counted, a held
+        // throttle too.
+        let (mut opened_count, mut throttled_count) = (0, 0);
         for step in 0..80 {
             t = match rng.below(20) {
                 0 => t.saturating_sub(rng.below(90_000)),
@@ -1673,6 +1679,11 @@ fn adaptive_law_matches_the_model() {
             let (next, expected) = law.observe(&w, opened, t);
             let reply = lua.observe(&key, outcome, &at);
             assert_eq!(reply, vec![Int(expected as i64)], "{outcome} {context}");
+            if opened {
+                opened_count += 1;
+            } else {
+                throttled_count += 1;
+            }
             if let Some(next) = next {
                 rises += u64::from(opened && w.probing && !next.probing);
                 rolls += u64::from(next.window > w.window && next.origin == w.origin);
@@ -1691,6 +1702,11 @@ fn adaptive_law_matches_the_model() {
                 "{outcome} {context}"
             );
         }
+        assert_eq!(lua.info(&key, t, "upstream_opened"), Int(opened_count));
+        assert_eq!(
+            lua.info(&key, t, "upstream_throttled"),
+            Int(throttled_count)
+        );
     }
     println!(
         "adaptive model: {rises} rises, {holds} held throttles, {cuts} cuts, {unseen} \

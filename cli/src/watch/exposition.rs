@@ -31,25 +31,19 @@ pub struct Exposition {
 }
 
 impl Exposition {
-    /// Counters of one family, one series per `(label value, count)`;
-    /// counts not kept are left out.
+    /// Counters of one family, one series per `(label value, count)`.
     fn counters(
         &self,
         encoder: &mut DescriptorEncoder,
         name: &str,
         help: &str,
         label: &str,
-        series: &[(&str, Option<u64>)],
+        series: &[(&str, u64)],
     ) -> Result<(), std::fmt::Error> {
-        if series.iter().all(|(_, count)| count.is_none()) {
-            return Ok(());
-        }
         let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
         for (value, count) in series {
-            if let Some(count) = count {
-                let labels = [("bucket", self.label.as_str()), (label, value)];
-                ConstCounter::new(*count).encode(metric.encode_family(&labels)?)?;
-            }
+            let labels = [("bucket", self.label.as_str()), (label, value)];
+            ConstCounter::new(*count).encode(metric.encode_family(&labels)?)?;
         }
         Ok(())
     }
@@ -96,56 +90,52 @@ impl Collector for Exposition {
             &[
                 ("admitted", c.admitted),
                 ("waited", c.waited),
-                ("refused", Some(c.refused)),
-                ("booked", Some(c.booked)),
+                ("refused", c.refused),
+                ("booked", c.booked),
             ],
         )?;
-        if let (Some(le), Some(wait_ms_total)) = (c.wait_le, c.wait_ms_total) {
-            let mut metric = e.encode_descriptor(
-                "pacer_wait_seconds",
-                "The wait of every admission (0 for an immediate one).",
+        let le = &c.wait_le;
+        let mut metric = e.encode_descriptor(
+            "pacer_wait_seconds",
+            "The wait of every admission (0 for an immediate one).",
+            None,
+            MetricType::Histogram,
+        )?;
+        // The encoder takes each bucket's own count and sums them; `+Inf`
+        // and `_count` are every admission.
+        let buckets: Vec<(f64, u64)> = (0..WAIT_BOUNDS_MS.len())
+            .map(|i| {
+                let below = if i == 0 { 0 } else { le[i - 1] };
+                (WAIT_BOUNDS_MS[i] as f64 / 1000.0, le[i].wrapping_sub(below))
+            })
+            .collect();
+        let labels = [("bucket", self.label.as_str())];
+        metric
+            .encode_family(&labels)?
+            .encode_histogram::<NoLabelSet>(
+                c.wait_ms_total as f64 / 1000.0,
+                c.admissions,
+                &buckets,
                 None,
-                MetricType::Histogram,
             )?;
-            // The encoder takes each bucket's own count and sums them; `+Inf`
-            // and `_count` are every admission.
-            let buckets: Vec<(f64, u64)> = (0..WAIT_BOUNDS_MS.len())
-                .map(|i| {
-                    let below = if i == 0 { 0 } else { le[i - 1] };
-                    (WAIT_BOUNDS_MS[i] as f64 / 1000.0, le[i].wrapping_sub(below))
-                })
-                .collect();
-            let labels = [("bucket", self.label.as_str())];
-            metric
-                .encode_family(&labels)?
-                .encode_histogram::<NoLabelSet>(
-                    wait_ms_total as f64 / 1000.0,
-                    c.admissions,
-                    &buckets,
-                    None,
-                )?;
-        }
         self.counter(
             e,
             "pacer_shaped",
             "Admissions by the shaping rule.",
-            c.shaped,
+            Some(c.shaped),
         )?;
         self.counter(
             e,
             "pacer_redeemed",
             "Bookings admitted when presented on their retry.",
-            c.redeemed,
+            Some(c.redeemed),
         )?;
         self.counters(
             e,
             "pacer_releases",
             "Releases of a ticket, refunded to the bucket or not.",
             "refunded",
-            &[
-                ("true", Some(c.refunded)),
-                ("false", Some(c.release_refused)),
-            ],
+            &[("true", c.refunded), ("false", c.release_refused)],
         )?;
         self.counters(
             e,

@@ -296,23 +296,23 @@ fn reading(info: &HashMap<String, redis::Value>) -> Result<Reading, String> {
         tokens: number(info, "level_units")? as f64 / UNITS_PER_TOKEN as f64,
         counts: Counts {
             admissions: waits.admitted,
-            admitted: Some(waits.admitted.wrapping_sub(waits.admitted_after_wait)),
-            waited: Some(waits.admitted_after_wait),
+            admitted: waits.admitted.wrapping_sub(waits.admitted_after_wait),
+            waited: waits.admitted_after_wait,
             // The key's `refused` counts refusals without a booking.
             refused: unsigned(info, "refused")?,
             booked: unsigned(info, "booked")?,
-            redeemed: Some(unsigned(info, "redeemed")?),
-            shaped: Some(unsigned(info, "shaped")?),
+            redeemed: unsigned(info, "redeemed")?,
+            shaped: unsigned(info, "shaped")?,
             // The key's `released` counts the refunded releases.
             releases: released.wrapping_add(release_refused),
             refunded: released,
             release_refused,
-            opened: Some(unsigned(info, "upstream_opened")?),
-            throttled: Some(unsigned(info, "upstream_throttled")?),
+            opened: unsigned(info, "upstream_opened")?,
+            throttled: unsigned(info, "upstream_throttled")?,
             // Not kept by a Redis key.
             clock_regressions: None,
-            wait_ms_total: Some(unsigned(info, "wait_ms_total")?),
-            wait_le: Some(std::array::from_fn(|i| waits.wait_le(i))),
+            wait_ms_total: unsigned(info, "wait_ms_total")?,
+            wait_le: std::array::from_fn(|i| waits.wait_le(i)),
         },
     })
 }

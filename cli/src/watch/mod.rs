@@ -51,24 +51,24 @@ pub struct BucketConfig {
 }
 
 /// A bucket's counts in the metric set's kinds (docs/metrics.md, "The
-/// set"). `None`: this kind of bucket does not keep it (a Redis key keeps
-/// every count but the clock regressions).
+/// set"). Every bucket keeps them all but the clock regressions, which a
+/// Redis key does not keep (`None`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Counts {
     /// Every admission, at once or after a wait, a redeemed booking's too.
     pub admissions: u64,
     /// Admissions at once (`decision="admitted"`).
-    pub admitted: Option<u64>,
+    pub admitted: u64,
     /// Admissions after a wait (`decision="waited"`).
-    pub waited: Option<u64>,
+    pub waited: u64,
     /// Refusals without a booking (`decision="refused"`).
     pub refused: u64,
     /// Refusals with a booking in line (`decision="booked"`).
     pub booked: u64,
     /// Bookings admitted on their retry.
-    pub redeemed: Option<u64>,
+    pub redeemed: u64,
     /// Admissions by the shaping rule.
-    pub shaped: Option<u64>,
+    pub shaped: u64,
     /// Releases of a ticket.
     pub releases: u64,
     /// Releases refunded to the bucket.
@@ -76,16 +76,17 @@ pub struct Counts {
     /// Releases not refunded (the policy refused, or the ticket was spent).
     pub release_refused: u64,
     /// Upstream answers reported as opened.
-    pub opened: Option<u64>,
+    pub opened: u64,
     /// Upstream answers reported as throttled.
-    pub throttled: Option<u64>,
-    /// Calls whose clock reading was behind the latest one.
+    pub throttled: u64,
+    /// Calls whose clock reading was behind the latest one (`None`: a
+    /// Redis key does not keep them).
     pub clock_regressions: Option<u64>,
     /// The admissions' waits, summed, ms.
-    pub wait_ms_total: Option<u64>,
+    pub wait_ms_total: u64,
     /// Admissions whose wait was at most `WAIT_BOUNDS_MS[i]` ms, the
     /// immediate ones included (the histogram's cumulative buckets).
-    pub wait_le: Option<[u64; WAIT_BUCKETS]>,
+    pub wait_le: [u64; WAIT_BUCKETS],
 }
 
 impl Counts {
@@ -93,20 +94,20 @@ impl Counts {
     pub fn from_snapshot(s: &CounterSnapshot) -> Counts {
         Counts {
             admissions: s.admitted,
-            admitted: Some(s.admitted.wrapping_sub(s.admitted_after_wait)),
-            waited: Some(s.admitted_after_wait),
+            admitted: s.admitted.wrapping_sub(s.admitted_after_wait),
+            waited: s.admitted_after_wait,
             refused: s.refused.wrapping_sub(s.booked),
             booked: s.booked,
-            redeemed: Some(s.redeemed),
-            shaped: Some(s.shaped),
+            redeemed: s.redeemed,
+            shaped: s.shaped,
             releases: s.released,
             refunded: s.refunded,
             release_refused: s.released.wrapping_sub(s.refunded),
-            opened: Some(s.opened),
-            throttled: Some(s.throttled),
+            opened: s.opened,
+            throttled: s.throttled,
             clock_regressions: Some(s.clock_regressions),
-            wait_ms_total: Some(s.wait_ms_total),
-            wait_le: Some(std::array::from_fn(|i| s.wait_le(i))),
+            wait_ms_total: s.wait_ms_total,
+            wait_le: std::array::from_fn(|i| s.wait_le(i)),
         }
     }
 
@@ -116,23 +117,20 @@ impl Counts {
         let o = |now: Option<u64>, then: Option<u64>| Some(now?.wrapping_sub(then?));
         Counts {
             admissions: d(self.admissions, earlier.admissions),
-            admitted: o(self.admitted, earlier.admitted),
-            waited: o(self.waited, earlier.waited),
+            admitted: d(self.admitted, earlier.admitted),
+            waited: d(self.waited, earlier.waited),
             refused: d(self.refused, earlier.refused),
             booked: d(self.booked, earlier.booked),
-            redeemed: o(self.redeemed, earlier.redeemed),
-            shaped: o(self.shaped, earlier.shaped),
+            redeemed: d(self.redeemed, earlier.redeemed),
+            shaped: d(self.shaped, earlier.shaped),
             releases: d(self.releases, earlier.releases),
             refunded: d(self.refunded, earlier.refunded),
             release_refused: d(self.release_refused, earlier.release_refused),
-            opened: o(self.opened, earlier.opened),
-            throttled: o(self.throttled, earlier.throttled),
+            opened: d(self.opened, earlier.opened),
+            throttled: d(self.throttled, earlier.throttled),
             clock_regressions: o(self.clock_regressions, earlier.clock_regressions),
-            wait_ms_total: o(self.wait_ms_total, earlier.wait_ms_total),
-            wait_le: match (self.wait_le, earlier.wait_le) {
-                (Some(now), Some(then)) => Some(std::array::from_fn(|i| d(now[i], then[i]))),
-                _ => None,
-            },
+            wait_ms_total: d(self.wait_ms_total, earlier.wait_ms_total),
+            wait_le: std::array::from_fn(|i| d(self.wait_le[i], earlier.wait_le[i])),
         }
     }
 }
@@ -179,22 +177,21 @@ pub struct LastMinute {
     /// Every admission.
     pub admissions: u64,
     /// Admissions at once.
-    pub admitted: Option<u64>,
+    pub admitted: u64,
     /// Admissions after a wait.
-    pub waited: Option<u64>,
+    pub waited: u64,
     /// Refusals without a booking.
     pub refused: u64,
     /// Refusals with a booking.
     pub booked: u64,
     /// Bookings admitted on their retry.
-    pub redeemed: Option<u64>,
+    pub redeemed: u64,
     /// Upstream answers: opened.
-    pub opened: Option<u64>,
+    pub opened: u64,
     /// Upstream answers: throttled.
-    pub throttled: Option<u64>,
+    pub throttled: u64,
     /// The median wait, ms, from the histogram (as Prometheus'
-    /// `histogram_quantile` would say); `None` without admissions or
-    /// without a histogram.
+    /// `histogram_quantile` would say); `None` without admissions.
     pub wait_p50_ms: Option<f64>,
     /// The 90th percentile wait, ms.
     pub wait_p90_ms: Option<f64>,
@@ -232,10 +229,7 @@ impl History {
             None => (false, self.samples.front()?),
         };
         let diff = counts.since(base);
-        let quantile = |q: f64| match diff.wait_le {
-            Some(le) => wait_quantile_ms(q, &le, diff.admissions),
-            None => None,
-        };
+        let quantile = |q: f64| wait_quantile_ms(q, &diff.wait_le, diff.admissions);
         Some(LastMinute {
             complete,
             window_ms: now - then,
@@ -343,13 +337,6 @@ pub struct Frame {
     pub admissions_per_minute: Vec<u64>,
 }
 
-/// What a Redis bucket does not keep, as the display says it.
-const NOT_KEPT: &str = "n/a: a Redis bucket does not keep it";
-
-fn or_not_kept(value: Option<u64>) -> String {
-    value.map_or_else(|| NOT_KEPT.to_string(), |v| v.to_string())
-}
-
 /// The frame as text, for a person.
 pub fn render(frame: &Frame, description: &str) -> String {
     let c = &frame.config;
@@ -378,34 +365,23 @@ pub fn render(frame: &Frame, description: &str) -> String {
             "last minute       less than a minute of samples: differences over {seconds:.1} s"
         ),
     };
-    let _ = match (m.admitted, m.waited) {
-        (Some(admitted), Some(waited)) => writeln!(
-            text,
-            "  decisions       admitted {admitted}, waited {waited}, refused {}, booked {}",
-            m.refused, m.booked
-        ),
-        _ => writeln!(
-            text,
-            "  decisions       admissions {}, refused {}, booked {} (a Redis bucket does not tell \
-             waits from admissions at once)",
-            m.admissions, m.refused, m.booked
-        ),
-    };
-    let _ = match (m.wait_p50_ms, m.wait_p90_ms, frame.totals.wait_le) {
-        (Some(p50), Some(p90), _) => {
+    let _ = writeln!(
+        text,
+        "  decisions       admitted {}, waited {}, refused {}, booked {}",
+        m.admitted, m.waited, m.refused, m.booked
+    );
+    let _ = match (m.wait_p50_ms, m.wait_p90_ms) {
+        (Some(p50), Some(p90)) => {
             writeln!(text, "  waits           p50 {p50:.0} ms, p90 {p90:.0} ms")
         }
-        (_, _, Some(_)) => writeln!(text, "  waits           no admissions"),
-        _ => writeln!(text, "  waits           {NOT_KEPT}"),
+        _ => writeln!(text, "  waits           no admissions"),
     };
-    let _ = writeln!(text, "  redeemed        {}", or_not_kept(m.redeemed));
-    let _ = match (m.opened, m.throttled) {
-        (Some(opened), Some(throttled)) => writeln!(
-            text,
-            "  upstream        opened {opened}, throttled {throttled}"
-        ),
-        _ => writeln!(text, "  upstream        {NOT_KEPT}"),
-    };
+    let _ = writeln!(text, "  redeemed        {}", m.redeemed);
+    let _ = writeln!(
+        text,
+        "  upstream        opened {}, throttled {}",
+        m.opened, m.throttled
+    );
     let minutes = &frame.admissions_per_minute;
     let _ = match minutes.len() {
         0 => writeln!(text, "admissions/min    (after a minute of samples)"),
@@ -421,31 +397,21 @@ pub fn render(frame: &Frame, description: &str) -> String {
         ),
     };
     let t = &frame.totals;
-    let _ = match (t.admitted, t.waited) {
-        (Some(admitted), Some(waited)) => writeln!(
-            text,
-            "totals            admitted {admitted}, waited {waited}, refused {}, booked {}, redeemed {}",
-            t.refused,
-            t.booked,
-            or_not_kept(t.redeemed)
-        ),
-        _ => writeln!(
-            text,
-            "totals            admissions {}, refused {}, booked {}",
-            t.admissions, t.refused, t.booked
-        ),
-    };
+    let _ = writeln!(
+        text,
+        "totals            admitted {}, waited {}, refused {}, booked {}, redeemed {}",
+        t.admitted, t.waited, t.refused, t.booked, t.redeemed
+    );
     let _ = writeln!(
         text,
         "                  releases {} ({} refunded, {} not)",
         t.releases, t.refunded, t.release_refused
     );
-    if let (Some(opened), Some(throttled)) = (t.opened, t.throttled) {
-        let _ = writeln!(
-            text,
-            "                  upstream opened {opened}, throttled {throttled}"
-        );
-    }
+    let _ = writeln!(
+        text,
+        "                  upstream opened {}, throttled {}",
+        t.opened, t.throttled
+    );
     text
 }
 
@@ -646,12 +612,12 @@ mod tests {
         };
         let now = Counts {
             admissions: 1,
-            opened: Some(3),
+            clock_regressions: Some(3),
             ..Counts::default()
         };
         let diff = now.since(&then);
         assert_eq!(diff.admissions, 2);
-        // Opened is kept now but was not then: not a difference.
-        assert_eq!(diff.opened, None);
+        // Clock regressions kept now but not then: not a difference.
+        assert_eq!(diff.clock_regressions, None);
     }
 }
