@@ -21,12 +21,19 @@ logs=$(mktemp -d)
 # Build everything once, unloaded, through the suites' own scripts (they
 # install what they need); the rounds then only run tests.
 echo "flake-hunt: building"
-bash scripts/test-c.sh >"$logs/build-c.log" 2>&1
-bash scripts/test-shm.sh >"$logs/build-shm.log" 2>&1
-bash scripts/test-python.sh >"$logs/build-python.log" 2>&1
-(cd bindings/node && npm ci --no-audit --no-fund && node scripts/build.js) >"$logs/build-node.log" 2>&1
-(cd bindings/go && go vet ./...) >"$logs/build-go.log" 2>&1
-cargo test -p pacer-cli --test watch --no-run >"$logs/build-cli.log" 2>&1
+# The Go modules and the Node addon before test-shm.sh, which uses them
+# offline (GOPROXY=off), as the test command's order has them.
+build() {
+  local log="$logs/build-$1.log"
+  shift
+  "$@" >"$log" 2>&1 || { echo "flake-hunt: building failed: $*" >&2; tail -20 "$log" >&2; exit 1; }
+}
+build c bash scripts/test-c.sh
+build node bash -c 'cd bindings/node && npm ci --no-audit --no-fund && node scripts/build.js'
+build go bash -c 'cd bindings/go && go mod download && go vet ./...'
+build python bash scripts/test-python.sh
+build shm bash scripts/test-shm.sh
+build cli cargo test -p pacer-cli --test watch --no-run
 
 busy=()
 stop_busy() { for pid in "${busy[@]}"; do kill "$pid" 2>/dev/null || true; done; }

@@ -290,6 +290,17 @@ fn a_shared_bucket_reports_the_counts_its_processes_made_and_is_not_written() {
             [&json!(0), &json!(0), &json!(0), &json!(0)]
         );
         assert_eq!(frame["admissions_per_minute"], json!([]));
+        // The line of slots ahead is the debt in whole tokens, rounded up
+        // (however far the clock has moved since the driver's debits),
+        // and the bookings past the bound are some of it.
+        let tokens = frame["tokens"].as_f64().unwrap();
+        let queue = &frame["queue"];
+        let ahead = queue["slots_ahead"].as_u64().unwrap();
+        assert_eq!(ahead as f64, (-tokens).max(0.0).ceil(), "{frame}");
+        assert!(
+            queue["booked_beyond_bound"].as_u64().unwrap() <= ahead,
+            "{frame}"
+        );
     }
     assert_eq!(frames[0]["last_minute"]["window_ms"], 0);
     assert_eq!(std::fs::read(&path).expect("still there"), before);
@@ -325,6 +336,11 @@ fn a_bare_name_is_watched_in_dev_shm() {
     assert_eq!(frames[0]["bucket"], name.as_str());
     assert_eq!(frames[0]["config"]["adaptive_floor_per_min"], Value::Null);
     assert_eq!(frames[0]["rate_in_force_per_min"], 60);
+    // Four waiting admissions debited past the burst, no booking: at most
+    // four slots ahead, none past the wait bound.
+    let queue = &frames[0]["queue"];
+    assert!(queue["slots_ahead"].as_u64().unwrap() <= 4, "{queue}");
+    assert_eq!(queue["booked_beyond_bound"], 0, "{queue}");
     assert_eq!(std::fs::read(&file.0).unwrap(), before);
 }
 
@@ -343,6 +359,8 @@ fn the_text_display_shows_the_rate_the_tokens_and_the_totals() {
             "rate 60/min, burst 1, idle 30000 ms, 3 retries, refund, adaptive 30..120/min",
             "rate in force",
             "tokens",
+            "slots ahead (",
+            "booked beyond the wait bound)",
             "less than a minute of samples",
             "(after a minute of samples)",
             "admitted 1, waited 3, refused 1, booked 1, redeemed 1",

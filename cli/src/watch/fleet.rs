@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use pacer_core::{CounterSnapshot, UNITS_PER_TOKEN, WAIT_BOUNDS_MS};
 
-use super::{Bucket, BucketConfig, Counts, Reading};
+use super::{Bucket, BucketConfig, Counts, Queue, Reading};
 use crate::engine::SCRIPT;
 
 /// How the watch reaches the bucket.
@@ -294,6 +294,10 @@ fn reading(info: &HashMap<String, redis::Value>) -> Result<Reading, String> {
         },
         rate_in_force_per_min: small("rate_in_force")?,
         tokens: number(info, "level_units")? as f64 / UNITS_PER_TOKEN as f64,
+        queue: Queue::at(
+            number(info, "level_units")?,
+            number(info, "max_debt_units")?,
+        ),
         counts: Counts {
             admissions: waits.admitted,
             admitted: waits.admitted.wrapping_sub(waits.admitted_after_wait),

@@ -16,7 +16,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pacer_core::{CounterSnapshot, WAIT_BOUNDS_MS};
+use pacer_core::{CounterSnapshot, UNITS_PER_TOKEN, WAIT_BOUNDS_MS};
 use serde::Serialize;
 
 /// One minute, ms.
@@ -144,8 +144,45 @@ pub struct Reading {
     pub rate_in_force_per_min: u32,
     /// Tokens now (negative: debt).
     pub tokens: f64,
+    /// The line of debited slots still ahead.
+    pub queue: Queue,
     /// Its counts.
     pub counts: Counts,
+}
+
+/// The requests a bucket has debited whose slots are still ahead: the
+/// admissions sleeping until theirs and the bookings not yet due, the
+/// whole bucket's line whoever holds them. Every debit takes one token,
+/// and the `k`-th latest slot comes when the level refills to `−(k−1)`
+/// tokens, so a level of `L` tokens below zero leaves `ceil(−L)` slots
+/// ahead. An admission never waits past the wait bound (its debt stops at
+/// the floor, `−max_debt`), so the slots beyond the bound are bookings,
+/// `ceil((−L − max_debt) / 1 token)` of them; a booking within the bound
+/// may be redeemed on its holder's next retry, and is counted in
+/// `slots_ahead` alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Queue {
+    /// Debited slots later than now.
+    pub slots_ahead: u64,
+    /// Of them, slots more than the wait bound ahead: bookings.
+    pub booked_beyond_bound: u64,
+}
+
+impl Queue {
+    /// The line at a level of `level_units` with a debt floor of
+    /// `max_debt_units` (one token is [`UNITS_PER_TOKEN`] units).
+    pub fn at(level_units: i64, max_debt_units: i64) -> Queue {
+        let ahead = |debt: i128| match debt {
+            d if d <= 0 => 0,
+            d => u64::try_from((d + UNITS_PER_TOKEN as i128 - 1) / UNITS_PER_TOKEN as i128)
+                .unwrap_or(u64::MAX),
+        };
+        let debt = -(level_units as i128);
+        Queue {
+            slots_ahead: ahead(debt),
+            booked_beyond_bound: ahead(debt - max_debt_units.max(0) as i128),
+        }
+    }
 }
 
 /// A bucket the watch reads. Reading never writes to it.
@@ -329,6 +366,8 @@ pub struct Frame {
     pub rate_in_force_per_min: u32,
     /// Tokens now (negative: debt).
     pub tokens: f64,
+    /// The debited slots still ahead.
+    pub queue: Queue,
     /// The counts since the bucket was made.
     pub totals: Counts,
     /// The last minute's decisions, waits and upstream answers.
@@ -356,6 +395,11 @@ pub fn render(frame: &Frame, description: &str) -> String {
         frame.rate_in_force_per_min
     );
     let _ = writeln!(text, "tokens            {:.2}", frame.tokens);
+    let _ = writeln!(
+        text,
+        "queue             {} slots ahead ({} booked beyond the wait bound)",
+        frame.queue.slots_ahead, frame.queue.booked_beyond_bound
+    );
     let m = &frame.last_minute;
     let seconds = m.window_ms as f64 / 1000.0;
     let _ = match m.complete {
@@ -471,6 +515,7 @@ pub fn run(
             config: reading_now.config,
             rate_in_force_per_min: reading_now.rate_in_force_per_min,
             tokens: reading_now.tokens,
+            queue: reading_now.queue,
             totals: reading_now.counts,
             last_minute: history.last_minute().expect("a sample was just pushed"),
             admissions_per_minute: history.admissions_per_minute(),
@@ -519,6 +564,61 @@ mod tests {
             admissions,
             ..Counts::default()
         }
+    }
+
+    /// The watch tests' `bookings` bucket (rate 60/min: 60 units a ms, a
+    /// token of 60000 units a second; wait bound 2000 ms, so a floor of
+    /// 120000 units; burst 1) after its four debits at t0: admissions
+    /// with slots t0, t0+1000, t0+2000 and a booking with slot t0+3000,
+    /// a level of 60000 − 4·60000 = −180000 units at t0. Counted by hand:
+    /// the slots later than each moment, and of them those more than
+    /// 2000 ms later.
+    #[test]
+    fn the_queue_is_the_slots_still_ahead_and_the_bookings_past_the_bound() {
+        let floor = 120_000;
+        let level_at = |ms: i64| -180_000 + 60 * ms;
+        // (ms after t0, slots ahead, of them past the bound).
+        let table = [
+            // t0+1000, +2000, +3000 ahead; +3000 beyond t0+2000.
+            (0, 3, 1),
+            // The same three; +3000 beyond t0+2500.
+            (500, 3, 1),
+            // Still three; +3000 is 2001 ms away.
+            (999, 3, 1),
+            // t0+1000 is now, not ahead; +3000 is exactly the bound away.
+            (1000, 2, 0),
+            // Only t0+3000.
+            (2500, 1, 0),
+            // The line is empty, whatever the level.
+            (3000, 0, 0),
+            (3001, 0, 0),
+            (60_000, 0, 0),
+        ];
+        for (ms, slots_ahead, booked_beyond_bound) in table {
+            let expected = Queue {
+                slots_ahead,
+                booked_beyond_bound,
+            };
+            assert_eq!(Queue::at(level_at(ms), floor), expected, "t0+{ms}");
+        }
+        // A bucket with no floor (pacing off, or a zero bound): every
+        // slot ahead is past the bound.
+        assert_eq!(
+            Queue::at(-1, 0),
+            Queue {
+                slots_ahead: 1,
+                booked_beyond_bound: 1
+            }
+        );
+        // The extremes do not overflow.
+        assert_eq!(
+            Queue::at(i64::MIN, i64::MAX),
+            Queue {
+                slots_ahead: (1u64 << 63).div_ceil(60_000),
+                booked_beyond_bound: 1
+            }
+        );
+        assert_eq!(Queue::at(i64::MAX, 0), Queue::default());
     }
 
     /// Ten immediate admissions and waits of 1000, 2000, 3000 and 4000 ms

@@ -26,7 +26,7 @@ use pacer_core::{
     UNITS_PER_TOKEN,
 };
 
-use super::{Bucket, BucketConfig, Counts, Reading};
+use super::{Bucket, BucketConfig, Counts, Queue, Reading};
 
 /// Where bare names live.
 const SHM_DIR: &str = "/dev/shm";
@@ -208,10 +208,12 @@ impl Bucket for SharedBucket {
         // mark, so a watch on another clock would only see the level late.
         let now_ms = pacer::shm::clock_ms();
         let in_force = self.params.in_force(&control, now_ms);
+        let level_units = in_force.level_at(&state, now_ms);
         Ok(Reading {
             config: self.config.clone(),
             rate_in_force_per_min: self.params.rate_in_force(&control, now_ms),
-            tokens: in_force.level_at(&state, now_ms) as f64 / UNITS_PER_TOKEN as f64,
+            tokens: level_units as f64 / UNITS_PER_TOKEN as f64,
+            queue: Queue::at(level_units, in_force.max_debt_units()),
             counts: Counts::from_snapshot(&CounterSnapshot::from_words(&counters)),
         })
     }
