@@ -61,4 +61,12 @@ python3 tests/fleet/fault.py \
     --client "node=node tests/fleet/fault.mjs $fault_args" \
     --client "python=target/python-venv/bin/python tests/fleet/fault_client.py $fault_args" \
     --client "go=$go_client fault $fault_args"
+# A real Redis Cluster (tests/fleet/cluster_check.py: 3 primaries and 3
+# replicas): buckets on every shard, a slot moved and a primary failed over
+# under traffic, and pacer replay and watch through a cluster connection.
+cluster_hammer="$pacer hammer --cluster --redis {url} --key {key} --calls {calls} --every-ms {every} $config"
+python3 tests/fleet/cluster_check.py --module "$module" --pacer "$pacer" \
+    --client "cli-module=$cluster_hammer --door module" \
+    --client "cli-function=$cluster_hammer --door function" \
+    --client "cli-script=$cluster_hammer --door script"
 echo "test-fleet: ok"

@@ -8,6 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use crate::redis_target::{error_text, Connection, Target};
 use pacer_core::{
     Booking, BookingDecision, Config, ConfigError, Decision, Pacer, Redemption, Ticket,
 };
@@ -296,7 +297,7 @@ fn test_clock_script_and_sha() -> &'static (String, String) {
 /// A bucket in Redis, driven with the trace's clock (`AT`): the server
 /// must have been started for tests (docs/redis.md).
 pub struct RedisEngine {
-    con: redis::Connection,
+    con: Connection,
     kind: RedisKind,
     /// The script's SHA1 (`EVALSHA`) or the function's name (`FCALL`).
     entry: String,
@@ -332,7 +333,7 @@ const SPENT: &str = "ERR pacer: ticket already released";
 /// Sends `COMMAND LOAD source` (`SCRIPT` or `FUNCTION`); the server must
 /// answer with `expected` (the script's SHA1, the library's name).
 fn load(
-    con: &mut redis::Connection,
+    con: &mut dyn redis::ConnectionLike,
     command: &str,
     source: &str,
     expected: &str,
@@ -349,10 +350,7 @@ fn load(
 }
 
 fn redis_error(e: redis::RedisError) -> String {
-    match (e.code(), e.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        _ => e.to_string(),
-    }
+    error_text(&e)
 }
 
 fn int(value: &redis::Value) -> Result<u64, String> {
@@ -385,13 +383,8 @@ impl RedisEngine {
     /// Connects to `url`, loads the script (`Script`) or the library
     /// (`Function`) unless the server has it, and
     /// creates a bucket at a fresh key at `t`.
-    pub fn new(url: &str, kind: RedisKind, config: &Config, t: u64) -> Result<Self, String> {
-        let client = redis::Client::open(url).map_err(redis_error)?;
-        let con = client
-            .get_connection_with_timeout(Duration::from_secs(5))
-            .map_err(redis_error)?;
-        con.set_read_timeout(Some(Duration::from_secs(30)))
-            .map_err(redis_error)?;
+    pub fn new(url: &Target, kind: RedisKind, config: &Config, t: u64) -> Result<Self, String> {
+        let con = url.connect(Duration::from_secs(30))?;
         let mut engine = RedisEngine {
             con,
             kind,
@@ -411,10 +404,10 @@ impl RedisEngine {
             let exists: Vec<bool> = redis::cmd("SCRIPT")
                 .arg("EXISTS")
                 .arg(sha)
-                .query(&mut engine.con)
+                .query(&mut *engine.con)
                 .map_err(redis_error)?;
             if exists != [true] {
-                load(&mut engine.con, "SCRIPT", source, sha)?;
+                load(&mut *engine.con, "SCRIPT", source, sha)?;
             }
             engine.entry = sha.clone();
         }
@@ -424,16 +417,16 @@ impl RedisEngine {
                 .arg("LIST")
                 .arg("LIBRARYNAME")
                 .arg(name)
-                .query(&mut engine.con)
+                .query(&mut *engine.con)
                 .map_err(redis_error)?;
             if matches!(&listed, redis::Value::Array(libraries) if libraries.is_empty()) {
-                load(&mut engine.con, "FUNCTION", library, name)?;
+                load(&mut *engine.con, "FUNCTION", library, name)?;
             }
             engine.entry = name.clone();
         }
         let serial: u64 = redis::cmd("INCR")
             .arg("pacer:replay:keys")
-            .query(&mut engine.con)
+            .query(&mut *engine.con)
             .map_err(redis_error)?;
         engine.key = format!("pacer:replay:{}:{serial}", std::process::id());
         let args: Vec<String> = engine.config.to_vec();
@@ -486,7 +479,7 @@ impl RedisEngine {
         self.stashed_info = None;
         if !self.read_back || op == "info" {
             return cmd
-                .query::<redis::Value>(&mut self.con)
+                .query::<redis::Value>(&mut *self.con)
                 .map_err(redis_error);
         }
         let info = self.command("info", &[], t);
@@ -496,7 +489,7 @@ impl RedisEngine {
             .add_command(cmd)
             .add_command(info)
             .ignore_errors()
-            .query(&mut self.con)
+            .query(&mut *self.con)
             .map_err(redis_error)?;
         self.stashed_info = Some((t, info));
         match reply {

@@ -12,6 +12,7 @@ use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::engine::SCRIPT;
+use crate::redis_target::{error_text, no_script, Target};
 
 /// How the hammer reaches the bucket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,8 +28,8 @@ pub enum Door {
 /// One hammer run.
 #[derive(Clone, Debug)]
 pub struct Hammer {
-    /// Redis URL.
-    pub url: String,
+    /// The Redis server or cluster.
+    pub target: Target,
     /// The bucket's key.
     pub key: String,
     /// rate_per_min, burst, idle_timeout_ms, max_retries, release_policy.
@@ -46,13 +47,6 @@ fn wall_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-fn error_text(e: &redis::RedisError) -> String {
-    match (e.code(), e.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        _ => e.to_string(),
-    }
 }
 
 /// Runs `call` `calls` times with `pause` between two calls: the first call
@@ -76,22 +70,22 @@ impl Hammer {
     /// Runs the calls, one JSON line each on `out`:
     /// `{"client":"cli","send_ms":…,"reply_ms":…,"answer":"admitted","wait_ms":…}`
     /// or `… "answer":"refused","retry_after_s":…}`. An error reply or a
-    /// lost connection ends the run with the error.
+    /// lost connection ends the run with the error (on a cluster, after
+    /// the redirects and retries the cluster connection makes); a
+    /// `NOSCRIPT` loads the script again and retries once.
     pub fn run(&self, out: &mut impl Write) -> Result<(), String> {
-        let client = redis::Client::open(self.url.as_str()).map_err(|e| error_text(&e))?;
-        let mut con = client
-            .get_connection_with_timeout(Duration::from_secs(5))
-            .map_err(|e| error_text(&e))?;
-        con.set_read_timeout(Some(Duration::from_secs(10)))
-            .map_err(|e| error_text(&e))?;
-        let sha = if self.door == Door::Script {
+        let mut con = self.target.connect(Duration::from_secs(10))?;
+        // On a cluster SCRIPT LOAD goes to every primary.
+        let load = |con: &mut dyn redis::ConnectionLike| {
             redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(SCRIPT)
-                .query::<String>(&mut con)
-                .map_err(|e| error_text(&e))?
-        } else {
-            String::new()
+                .query::<String>(con)
+                .map_err(|e| error_text(&e))
+        };
+        let sha = match self.door {
+            Door::Script => load(&mut *con)?,
+            _ => String::new(),
         };
         let every = Duration::from_millis(self.every_ms);
         let call = || -> Result<(), String> {
@@ -116,7 +110,17 @@ impl Hammer {
                 cmd.arg(arg);
             }
             let send_ms = wall_ms();
-            let reply: redis::Value = cmd.query(&mut con).map_err(|e| error_text(&e))?;
+            let reply: redis::Value = match cmd.query(&mut *con) {
+                // The script cache was emptied (a restart, or a replica
+                // promoted by a failover never had it): load it again and
+                // retry once, as the bindings' clients do.
+                Err(e) if self.door == Door::Script && no_script(&e) => {
+                    load(&mut *con)?;
+                    cmd.query(&mut *con)
+                }
+                other => other,
+            }
+            .map_err(|e| error_text(&e))?;
             let reply_ms = wall_ms();
             let redis::Value::Array(items) = reply else {
                 return Err(format!("expected an array, got {reply:?}"));

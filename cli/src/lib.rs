@@ -15,6 +15,7 @@ pub mod hammer;
 pub mod matrix;
 pub mod plot;
 pub mod progress;
+pub mod redis_target;
 pub mod replay;
 pub mod rng;
 pub mod sim;

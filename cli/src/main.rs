@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{error::ErrorKind, Args, Parser, Subcommand, ValueEnum};
 use pacer_cli::engine::RedisKind;
 use pacer_cli::matrix::{self, Fault, MatrixOptions};
+use pacer_cli::redis_target::Target;
 use pacer_cli::sim::{
     self, Arrivals, Design, Load, OnRefusal, SimConfig, UpstreamKind, UpstreamModel, MAX_AGENTS,
     MAX_LIMIT_CHANGES, MAX_MACHINES, MAX_MS, MAX_OFFERED_PER_MIN,
@@ -300,6 +301,9 @@ struct ReplayArgs {
     /// The Redis server for `--engine redis-module|redis-script|redis-function`.
     #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379/")]
     redis: String,
+    /// --redis names a Redis Cluster: seed node URLs separated by commas.
+    #[arg(long)]
+    cluster: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -319,6 +323,9 @@ struct HammerArgs {
     /// The Redis server.
     #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379/")]
     redis: String,
+    /// --redis names a Redis Cluster: seed node URLs separated by commas.
+    #[arg(long)]
+    cluster: bool,
     /// The bucket's key.
     #[arg(long)]
     key: String,
@@ -372,6 +379,9 @@ struct WatchArgs {
     /// The fleet bucket's key.
     #[arg(long, requires = "redis")]
     key: Option<String>,
+    /// --redis names a Redis Cluster: seed node URLs separated by commas.
+    #[arg(long, requires = "redis")]
+    cluster: bool,
     /// How to read the fleet bucket: the first the server answers
     /// (PACER.INFO, FCALL_RO pacer_ro, EVALSHA_RO of the script), or one.
     #[arg(long, value_enum, default_value = "auto", requires = "redis")]
@@ -900,11 +910,11 @@ fn run_matrix(args: MatrixArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn redis_target(args: &ReplayArgs, kind: RedisKind) -> replay::Target {
-    replay::Target::Redis {
-        url: args.redis.clone(),
+fn redis_target(args: &ReplayArgs, kind: RedisKind) -> Result<replay::Target, Failure> {
+    Ok(replay::Target::Redis {
+        url: Target::parse(&args.redis, args.cluster)?,
         kind,
-    }
+    })
 }
 
 fn run_replay(args: ReplayArgs) -> Result<(), Failure> {
@@ -912,9 +922,9 @@ fn run_replay(args: ReplayArgs) -> Result<(), Failure> {
     let output = std::io::LineWriter::new(stdout.lock());
     let target = match args.engine {
         EngineArg::Core => replay::Target::Core,
-        EngineArg::RedisModule => redis_target(&args, RedisKind::Module),
-        EngineArg::RedisScript => redis_target(&args, RedisKind::Script),
-        EngineArg::RedisFunction => redis_target(&args, RedisKind::Function),
+        EngineArg::RedisModule => redis_target(&args, RedisKind::Module)?,
+        EngineArg::RedisScript => redis_target(&args, RedisKind::Script)?,
+        EngineArg::RedisFunction => redis_target(&args, RedisKind::Function)?,
     };
     let result = match &args.file {
         Some(path) if path.as_os_str() != "-" => {
@@ -960,7 +970,7 @@ fn run_explain(args: ExplainArgs) -> Result<(), Failure> {
 
 fn run_hammer(args: HammerArgs) -> Result<(), Failure> {
     let hammer = pacer_cli::hammer::Hammer {
-        url: args.redis,
+        target: Target::parse(&args.redis, args.cluster)?,
         key: args.key,
         config: [
             args.rate_per_min.to_string(),
@@ -999,7 +1009,11 @@ fn run_watch(args: WatchArgs) -> Result<(), Failure> {
                     WatchDoorArg::Script => fleet::Door::Script,
                 };
                 (
-                    Box::new(fleet::RedisBucket::connect(url, key, door)?),
+                    Box::new(fleet::RedisBucket::connect(
+                        &Target::parse(url, args.cluster)?,
+                        key,
+                        door,
+                    )?),
                     key.clone(),
                 )
             }

@@ -76,10 +76,11 @@ impl From<Answer> for OutLine {
 pub enum Target {
     /// The core in this process.
     Core,
-    /// A Redis server (started for tests) at `url`, module or script.
+    /// A Redis server or cluster (started for tests) at `url`, module or
+    /// script.
     Redis {
-        /// `redis://host:port/`.
-        url: String,
+        /// One server's `redis://host:port/`, or a cluster's seed nodes.
+        url: crate::redis_target::Target,
         /// Which engine.
         kind: RedisKind,
     },

@@ -234,7 +234,7 @@ fn module_and_script_agree_with_the_core_on_random_traces() {
         _ => vec![RedisKind::Module, RedisKind::Script, RedisKind::Function],
     };
     let server = common::Server::with_module();
-    let url = server.url();
+    let url = pacer_cli::redis_target::Target::Server(server.url());
     let (mut steps, mut agreed, mut backward, mut booked, mut released, mut strict) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut redeemed, mut spent_again, mut released_after) = (0u64, 0u64, 0u64);

@@ -10,6 +10,7 @@
 mod common;
 
 use pacer_cli::engine::RedisKind;
+use pacer_cli::redis_target::Target as RedisTarget;
 use pacer_cli::replay::{run_on, Target};
 use serde_json::Value;
 
@@ -70,7 +71,7 @@ fn every_scenario_vector_replays_as_expected_on_every_redis_engine() {
     let (mut lines, mut beyond) = (0, 0);
     for kind in [RedisKind::Module, RedisKind::Script, RedisKind::Function] {
         let target = Target::Redis {
-            url: server.url(),
+            url: RedisTarget::Server(server.url()),
             kind,
         };
         for scenario in &scenarios {
@@ -134,7 +135,7 @@ fn a_booking_redeemed_twice_fails_the_same_way_on_every_engine() {
     let mut targets = vec![Target::Core];
     for kind in [RedisKind::Module, RedisKind::Script, RedisKind::Function] {
         targets.push(Target::Redis {
-            url: server.url(),
+            url: RedisTarget::Server(server.url()),
             kind,
         });
     }

@@ -18,6 +18,7 @@ use pacer_core::{CounterSnapshot, UNITS_PER_TOKEN, WAIT_BOUNDS_MS};
 
 use super::{Bucket, BucketConfig, Counts, Queue, Reading};
 use crate::engine::SCRIPT;
+use crate::redis_target::{error_text as one_line, no_script, Connection, Target};
 
 /// How the watch reaches the bucket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,8 +48,8 @@ enum Found {
 
 /// A Redis bucket, read-only.
 pub struct RedisBucket {
-    con: redis::Connection,
-    url: String,
+    con: Connection,
+    url: Target,
     key: String,
     door: Found,
     sha: String,
@@ -64,15 +65,6 @@ impl std::fmt::Debug for RedisBucket {
     }
 }
 
-/// A Redis error as one line: `CODE detail`, or the client's text.
-fn one_line(e: &redis::RedisError) -> String {
-    let text = match (e.code(), e.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        _ => e.to_string(),
-    };
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 /// The server does not have this command (an older Redis, no module).
 fn unknown_command(e: &redis::RedisError) -> bool {
     one_line(e).to_ascii_lowercase().contains("unknown command")
@@ -86,33 +78,22 @@ fn no_function(e: &redis::RedisError) -> bool {
             .contains("function not found")
 }
 
-/// `EVALSHA_RO` names a script the server has not cached.
-fn no_script(e: &redis::RedisError) -> bool {
-    e.code() == Some("NOSCRIPT") || one_line(e).starts_with("NOSCRIPT")
-}
-
 impl RedisBucket {
     /// Connects to `url` and reads `key` once through `door` (finding it,
     /// with [`Door::Auto`]): an unreachable server, a missing key, a key
     /// of another type or one that holds no bucket is an error, and
     /// nothing is written.
-    pub fn connect(url: &str, key: &str, door: Door) -> Result<RedisBucket, String> {
+    pub fn connect(url: &Target, key: &str, door: Door) -> Result<RedisBucket, String> {
         if key.is_empty() {
             return Err("--key needs a key, got an empty one".into());
         }
-        let client =
-            redis::Client::open(url).map_err(|e| format!("cannot use {url}: {}", one_line(&e)))?;
-        let con = client
-            .get_connection_with_timeout(Duration::from_secs(5))
-            .map_err(|e| format!("cannot reach Redis at {url}: {}", one_line(&e)))?;
-        con.set_read_timeout(Some(Duration::from_secs(10)))
-            .map_err(|e| format!("cannot reach Redis at {url}: {}", one_line(&e)))?;
+        let con = url.connect(Duration::from_secs(10))?;
         let sha = sha1_smol::Sha1::from(SCRIPT.as_bytes())
             .digest()
             .to_string();
         let mut bucket = RedisBucket {
             con,
-            url: url.to_string(),
+            url: url.clone(),
             key: key.to_string(),
             door: Found::Module,
             sha,
@@ -147,14 +128,14 @@ impl RedisBucket {
         let reply = match self.door {
             Found::Module => redis::cmd("PACER.INFO")
                 .arg(&self.key)
-                .query(&mut self.con)
+                .query(&mut *self.con)
                 .map_err(|e| self.classify(e, unknown_command)),
             Found::Function => redis::cmd("FCALL_RO")
                 .arg("pacer_ro")
                 .arg(1)
                 .arg(&self.key)
                 .arg("info")
-                .query(&mut self.con)
+                .query(&mut *self.con)
                 .map_err(|e| self.classify(e, no_function)),
             Found::Script { ro } => self.script_info(ro),
         }?;
@@ -181,7 +162,7 @@ impl RedisBucket {
             true => ("EVALSHA_RO", "EVAL_RO"),
             false => ("EVALSHA", "EVAL"),
         };
-        let call = |con: &mut redis::Connection, command: &str, script: &str| {
+        let call = |con: &mut dyn redis::ConnectionLike, command: &str, script: &str| {
             redis::cmd(command)
                 .arg(script)
                 .arg(1)
@@ -189,8 +170,8 @@ impl RedisBucket {
                 .arg("info")
                 .query::<redis::Value>(con)
         };
-        let reply = match call(&mut self.con, by_sha, &self.sha) {
-            Err(e) if no_script(&e) => call(&mut self.con, by_text, SCRIPT),
+        let reply = match call(&mut *self.con, by_sha, &self.sha) {
+            Err(e) if no_script(&e) => call(&mut *self.con, by_text, SCRIPT),
             other => other,
         };
         match reply {
