@@ -416,6 +416,25 @@ export interface RedisClientLike {
   off(event: 'ready' | 'error', listener: (...args: any[]) => void): unknown;
 }
 
+/** The parts of a node-redis cluster client a RedisPacer uses (`createCluster()` from `redis`):
+ * commands on the bucket's key go by its routing (it follows MOVED and ASK); the keyless ones
+ * (`MODULE LIST`, `FUNCTION LIST`, `SCRIPT LOAD`) go to each of `masters` by `nodeClient()`. */
+export interface RedisClusterLike {
+  sendCommand(firstKey: string | Buffer | undefined, isReadonly: boolean | undefined,
+    args: ReadonlyArray<string | Buffer>): Promise<unknown>;
+  readonly masters: ReadonlyArray<unknown>;
+  nodeClient(node: any): Promise<{ sendCommand(args: ReadonlyArray<string | Buffer>): Promise<unknown> }>;
+  connect(): Promise<unknown>;
+  readonly isOpen: boolean;
+  readonly isReady: boolean;
+  on(event: 'connect' | 'node-ready' | 'error', listener: (...args: any[]) => void): unknown;
+  off(event: 'connect' | 'node-ready' | 'error', listener: (...args: any[]) => void): unknown;
+}
+
+/** Seed nodes of a Redis Cluster: redis:// URLs, or node-redis client options
+ * (`{ url }`, `{ socket: { host, port } }`) as `createCluster({ rootNodes })` takes them. */
+export type RedisRootNode = string | { url?: string; socket?: object; [option: string]: unknown };
+
 /** A ticket the server issued: its string and the key of its bucket. */
 export declare class RedisTicket {
   constructor(key: string, text: string);
@@ -480,8 +499,12 @@ export type RedisAdmitOutcome = RedisAdmission | RedisRefusal;
 export interface RedisPacerOptions {
   /** A redis:// URL: the pacer makes its own client and closes it on close(). */
   url?: string;
-  /** Or a node-redis client of yours (close() leaves it open). */
-  client?: RedisClientLike;
+  /** Or a node-redis client or cluster client (`createCluster()`) of yours (close() leaves it
+   * open). On a cluster, the engine is asked of every primary and the script loaded on each. */
+  client?: RedisClientLike | RedisClusterLike;
+  /** Or seed nodes of a Redis Cluster: the pacer makes its own cluster client,
+   * `createCluster({ rootNodes })`, and closes it on close(). */
+  rootNodes?: ReadonlyArray<RedisRootNode>;
   /** The bucket's key; every process of the fleet uses the same key and configuration. */
   key: string;
   ratePerMinute?: number;

@@ -166,6 +166,18 @@ function text(value) {
   return Buffer.isBuffer(value) ? value.toString('utf8') : String(value);
 }
 
+/** Whether `client` is a node-redis cluster client (`createCluster()`):
+ * it routes each command by a key (`sendCommand(firstKey, isReadonly,
+ * args)`) and reaches each primary by `nodeClient(master)`. */
+function isClusterClient(client) {
+  return typeof client.nodeClient === 'function' && 'masters' in client;
+}
+
+/** The error of a cluster client that knows no primary yet (an outage). */
+function noPrimaries() {
+  return new Error('the Redis cluster client knows no primary');
+}
+
 // ---------------------------------------------------------------- tickets and bookings
 
 /**
@@ -353,6 +365,11 @@ const CONNECT_TOKEN = Symbol('pacer.redisConnect');
 class RedisPacer {
   #client;
   #ownClient;
+  /** Whether #client is a cluster client: keyed commands go by its routing
+   * (it follows MOVED and ASK), keyless ones to every primary. */
+  #cluster = false;
+  /** A connect() of the pacer's own cluster client in flight. */
+  #connecting = null;
   #key;
   /** The local Pacer of the same configuration: checks it, gives mode and
    * bound, and answers when the mode is `disabled`. */
@@ -400,12 +417,18 @@ class RedisPacer {
 
   constructor(token, options) {
     if (token !== CONNECT_TOKEN) throw new TypeError('pacer: use RedisPacer.connect(options)');
-    const { url, client } = options;
-    if ((url === undefined) === (client === undefined)) {
-      throw new TypeError('pacer: give exactly one of url (a redis:// URL) and client (a node-redis client)');
+    const { url, client, rootNodes } = options;
+    if ([url, client, rootNodes].filter((given) => given !== undefined).length !== 1) {
+      throw new TypeError('pacer: give exactly one of url (a redis:// URL), client (a node-redis client or '
+        + 'cluster client) and rootNodes (seed nodes of a Redis Cluster)');
     }
     if (url !== undefined && typeof url !== 'string') {
       throw new TypeError(`pacer: url must be a string, got ${describe(url)}`);
+    }
+    if (rootNodes !== undefined && (!Array.isArray(rootNodes) || rootNodes.length === 0
+      || !rootNodes.every((n) => (typeof n === 'string' && n !== '') || (typeof n === 'object' && n !== null)))) {
+      throw new TypeError('pacer: rootNodes must be a non-empty array of redis:// URLs or node-redis client '
+        + `options, got ${describe(rootNodes)}`);
     }
     if (client !== undefined && (typeof client !== 'object' || client === null
       || typeof client.sendCommand !== 'function')) {
@@ -453,35 +476,59 @@ class RedisPacer {
     if (client !== undefined) {
       this.#client = client;
       this.#ownClient = false;
+      this.#cluster = isClusterClient(client);
     } else {
-      let createClient;
+      let redis;
       try {
-        ({ createClient } = require('redis'));
+        redis = require('redis');
       } catch (error) {
-        throw new Error('pacer: RedisPacer with a url needs the node-redis package: npm install redis',
-          { cause: error });
+        throw new Error(`pacer: RedisPacer with ${url === undefined ? 'rootNodes' : 'a url'} needs the node-redis `
+          + 'package: npm install redis', { cause: error });
       }
-      this.#client = createClient({
-        url,
-        // While it reconnects a call fails at once (the policy answers)
-        // instead of waiting in node-redis's offline queue.
+      // While it reconnects a call fails at once (the policy answers)
+      // instead of waiting in node-redis's offline queue.
+      const connection = {
         disableOfflineQueue: true,
         socket: {
           connectTimeout: this.#timeoutMs,
           reconnectStrategy: (retries) => Math.min(50 * 2 ** Math.min(retries, 10), 500),
         },
-      });
+      };
+      if (url !== undefined) {
+        this.#client = redis.createClient({ url, ...connection });
+      } else {
+        // Every node's connection (the seeds' and the ones discovered) is
+        // made from `defaults`.
+        this.#client = redis.createCluster({
+          rootNodes: rootNodes.map((n) => (typeof n === 'string' ? { url: n } : n)),
+          defaults: connection,
+        });
+        this.#cluster = true;
+      }
       this.#ownClient = true;
       // Errors reach the calls that meet them; the event needs a listener.
       this.#client.on('error', () => {});
     }
-    if (typeof this.#client.on === 'function') this.#client.on('ready', this.#onReady);
+    if (typeof this.#client.on === 'function') {
+      for (const event of this.#readyEvents()) this.#client.on(event, this.#onReady);
+    }
+  }
+
+  /** The events after which the engine is asked again: a client's 'ready'
+   * (a new connection may reach another server); a cluster client's
+   * 'connect' (its topology found) and 'node-ready' (a connection to a
+   * node made, a primary promoted by a failover among them). */
+  #readyEvents() {
+    return this.#cluster ? ['connect', 'node-ready'] : ['ready'];
   }
 
   /**
    * Makes a RedisPacer. `options`: `url` (a redis:// URL; the pacer makes
-   * and owns its node-redis client) or `client` (a node-redis client of
-   * yours, which close() leaves open); `key`, the bucket's key; the
+   * and owns its node-redis client), `rootNodes` (seed nodes of a Redis
+   * Cluster, redis:// URLs or node-redis client options: the pacer makes and
+   * owns a cluster client, `createCluster({ rootNodes })`) or `client` (a
+   * node-redis client or cluster client of yours, which close() leaves
+   * open); `key`, the bucket's key; the
    * configuration as `new Pacer()` takes it (`ratePerMinute`, `burst`,
    * `idleTimeoutMs`, `maxRetries`, `releasePolicy`, `adaptive`: sent as
    * `ADAPT floor ceiling`); `engine` ('auto',
@@ -504,7 +551,10 @@ class RedisPacer {
     // A disabled configuration never asks Redis: a client made for it stays
     // unconnected.
     if (this.#configPacer.mode === 'disabled') return;
-    if (!this.#client.isOpen) this.#client.connect().catch(() => {});
+    if (!this.#client.isOpen) {
+      if (this.#cluster) this.#connecting = this.#client.connect().finally(() => { this.#connecting = null; });
+      else this.#client.connect().catch(() => {});
+    }
     try {
       await this.#whenReady(monotonicNow() + this.#timeoutMs);
     } catch {
@@ -517,12 +567,20 @@ class RedisPacer {
   #whenReady(deadline) {
     const client = this.#client;
     if (client.isReady) return Promise.resolve();
+    // The pacer's own cluster client connects (finds the cluster's nodes)
+    // when a call needs it: at connect(), and again after a connect that
+    // failed (a cluster client closes itself then).
+    if (this.#cluster && this.#ownClient && !client.isOpen && this.#connecting === null && !this.#closed) {
+      this.#connecting = client.connect().finally(() => { this.#connecting = null; });
+    }
+    if (this.#connecting !== null) return beforeDeadline(this.#connecting, deadline);
     if (!client.isOpen) return Promise.reject(new Error('the Redis client is closed'));
+    const readyEvent = this.#cluster ? 'connect' : 'ready';
     if (this.#readyWait === null) {
       let onReady;
       let onError;
       this.#stopReadyWait = () => {
-        client.off('ready', onReady);
+        client.off(readyEvent, onReady);
         client.off('error', onError);
         this.#readyWait = null;
         this.#stopReadyWait = null;
@@ -536,7 +594,7 @@ class RedisPacer {
           this.#stopReadyWait();
           reject(error ?? new Error('Redis connection error'));
         };
-        client.on('ready', onReady);
+        client.on(readyEvent, onReady);
         client.on('error', onError);
       });
     }
@@ -643,10 +701,38 @@ class RedisPacer {
   /** Connects if needed, then sends `op` by the engine in use; all of it
    * before the call's `deadline` (#redis ends it there). */
   async #send(key, op, args, deadline, call) {
-    const send = (command) => {
+    const client = this.#client;
+    const live = () => {
       if (call.expired) throw new RedisTimeout(this.#timeoutMs);
-      return this.#client.sendCommand(command);
     };
+    // `send(command)`: a command on the bucket's key (on a cluster, to the
+    // primary that owns its slot, as the cluster client routes it and
+    // follows MOVED and ASK); `send.everyPrimary(command, ask)`: a keyless
+    // command, `ask(send)` on each primary (one server: the server), the
+    // replies in an array.
+    const send = this.#cluster
+      ? (command) => {
+        live();
+        return client.sendCommand(key, false, command);
+      }
+      : (command) => {
+        live();
+        return client.sendCommand(command);
+      };
+    send.everyPrimary = this.#cluster
+      ? (ask) => {
+        const { masters } = client;
+        if (!Array.isArray(masters) || masters.length === 0) throw noPrimaries();
+        return Promise.all(masters.map(async (master) => {
+          live();
+          const node = await client.nodeClient(master);
+          return ask((command) => {
+            live();
+            return node.sendCommand(command);
+          });
+        }));
+      }
+      : async (ask) => [await ask(send)];
     await this.#whenReady(deadline);
     try {
       return await this.#sendByEngine(send, key, op, args);
@@ -677,28 +763,38 @@ class RedisPacer {
     return send(['EVALSHA', sha, '1', key, op, ...args]);
   }
 
+  /** SCRIPT LOAD on every primary (on a cluster, so that EVALSHA finds
+   * the script whichever primary owns the key). */
   async #loadScript(send, source, sha) {
-    const loaded = text(await send(['SCRIPT', 'LOAD', source]));
-    if (loaded !== sha) throw unexpected(loaded);
+    const loaded = await send.everyPrimary((sendTo) => sendTo(['SCRIPT', 'LOAD', source]));
+    for (const reply of loaded) {
+      if (text(reply) !== sha) throw unexpected(reply);
+    }
     this.#scriptLoaded = true;
   }
 
-  /** The engine `engine: 'auto'` finds (docs/fleet-clients.md). A server
-   * that refuses MODULE LIST or FUNCTION LIST has neither. */
+  /** The engine `engine: 'auto'` finds (docs/fleet-clients.md), asking
+   * every primary of a cluster: the module only when every primary has it,
+   * else the function only when every primary has it, else the script. A
+   * server that refuses MODULE LIST or FUNCTION LIST has neither. */
   async #detect(send) {
     if (this.#engineOption !== 'auto') return this.#engineOption;
-    const ask = async (command) => {
+    const ask = (command) => async (sendTo) => {
       try {
-        return await send(command);
+        return await sendTo(command);
       } catch (error) {
         if (isErrorReply(error) && failureClass(error) !== 'outage') return [];
         throw error;
       }
     };
-    const modules = await ask(['MODULE', 'LIST']);
-    if (Array.isArray(modules) && modules.some((m) => text(field(m, 'name') ?? '') === 'pacer')) return 'module';
-    const libraries = await ask(['FUNCTION', 'LIST', 'LIBRARYNAME', 'pacer']);
-    if (Array.isArray(libraries) && libraries.some((l) => text(field(l, 'library_name') ?? '') === 'pacer')) {
+    const modules = await send.everyPrimary(ask(['MODULE', 'LIST']));
+    if (modules.every((reply) => Array.isArray(reply)
+      && reply.some((m) => text(field(m, 'name') ?? '') === 'pacer'))) {
+      return 'module';
+    }
+    const libraries = await send.everyPrimary(ask(['FUNCTION', 'LIST', 'LIBRARYNAME', 'pacer']));
+    if (libraries.every((reply) => Array.isArray(reply)
+      && reply.some((l) => text(field(l, 'library_name') ?? '') === 'pacer'))) {
       return 'function';
     }
     return 'script';
@@ -1094,7 +1190,9 @@ class RedisPacer {
     }
     await Promise.all(pending);
     this.#stopReadyWait?.();
-    if (typeof this.#client.off === 'function') this.#client.off('ready', this.#onReady);
+    if (typeof this.#client.off === 'function') {
+      for (const event of this.#readyEvents()) this.#client.off(event, this.#onReady);
+    }
     if (this.#ownClient) {
       try {
         this.#client.destroy();

@@ -5,7 +5,7 @@ import {
   type Booking, type BookingDecision, type PacerClosedError, Ticket, type SharedPacer,
   RedisPacer, RedisTicket, type RedisAdmitOutcome, type RedisInfo, type Outcome, type AdaptiveOptions,
 } from 'connpacer';
-import { createClient } from 'redis';
+import { createClient, createCluster } from 'redis';
 import { Registry } from 'prom-client';
 import { registerMetrics, unregisterMetrics, METRIC_NAMES } from 'connpacer/metrics';
 import { WAIT_BOUNDS_MS, type Counters, type RedisCounters } from 'connpacer';
@@ -133,6 +133,15 @@ async function fleet(signal: AbortSignal): Promise<number> {
   if (b.kind === 'booked') await pacer.redeem(b.booking);
   const info: RedisInfo | null = await pacer.info();
   void new RedisTicket('pacer:openai', '0.1.60000.0.0000000000000000');
+  // A Redis Cluster: a cluster client of node-redis's, or seed nodes.
+  const cluster = createCluster({ rootNodes: [{ url: 'redis://127.0.0.1:7000' }] });
+  await cluster.connect();
+  const sharded = await RedisPacer.connect({ client: cluster, key: 'pacer:openai', ratePerMinute: 60 });
+  const seeded = await RedisPacer.connect({ rootNodes: ['redis://127.0.0.1:7000', { url: 'redis://127.0.0.1:7001' }],
+    key: 'pacer:openai', ratePerMinute: 60, engine: 'script' });
+  await Promise.all([sharded.close(), seeded.close()]);
+  // @ts-expect-error seed nodes are URLs or client options
+  await RedisPacer.connect({ rootNodes: [7000], key: 'k' });
   // @ts-expect-error engines are named
   await RedisPacer.connect({ url: 'redis://127.0.0.1:6379', key: 'k', engine: 'lua' });
   // @ts-expect-error a Redis pacer takes no clock
