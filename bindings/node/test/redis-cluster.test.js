@@ -205,6 +205,31 @@ describe('a cluster whose every node has the module', { skip: moduleSkip }, () =
     await assert.rejects(pacer.reserve(), { code: 'ERR_PACER_CLOSED' });
   });
 
+  test('a booking on each primary is redeemed (not yet) and released on its own key\'s shard', async () => {
+    const keys = [...(await cluster.keysPerPrimary('fleet:booking:', 1)).values()].flat();
+    assert.equal(keys.length, 3);
+    await Promise.all(keys.map(async (key) => {
+      const pacer = await RedisPacer.connect({ client, key, ...SLOW });
+      try {
+        await burstThenSpent(pacer);
+        // The next token is 6 s away: past the 2000 ms bound, within the
+        // 3 retries' horizon: booked; redeemed now, not yet (for 4 s).
+        const booked = await pacer.reserveOrBook(3);
+        assert.equal(booked.kind, 'booked');
+        assert.equal(booked.fallback, undefined);
+        assert.equal(booked.booking.ticket.key, key);
+        const notYet = await pacer.redeem(booked.booking);
+        assert.equal(notYet.kind, 'booked');
+        assert.equal(notYet.fallback, undefined);
+        assert.equal(await pacer.release(booked.booking.ticket), true);
+        const info = await cluster.info(key);
+        assert.deepEqual([info.admitted, info.booked, info.released], [2, 1, 1], `the counts of ${key}`);
+      } finally {
+        await pacer.close();
+      }
+    }));
+  });
+
   test('a slot moved to another primary between calls, and one call in the MIGRATING/IMPORTING window: '
     + 'MOVED and ASK followed, the counts continue', async () => {
     const key = 'fleet:moving';
