@@ -63,10 +63,13 @@ python3 tests/fleet/fault.py \
     --client "go=$go_client fault $fault_args"
 # A real Redis Cluster (tests/fleet/cluster_check.py: 3 primaries and 3
 # replicas): buckets on every shard, a slot moved and a primary failed over
-# under traffic, and pacer replay and watch through a cluster connection.
+# under traffic, and pacer replay and watch through a cluster connection;
+# the CLI by every door, the Node binding's RedisPacer on its own cluster
+# client (rootNodes) by the module.
 cluster_hammer="$pacer hammer --cluster --redis {url} --key {key} --calls {calls} --every-ms {every} $config"
 python3 tests/fleet/cluster_check.py --module "$module" --pacer "$pacer" \
     --client "cli-module=$cluster_hammer --door module" \
     --client "cli-function=$cluster_hammer --door function" \
-    --client "cli-script=$cluster_hammer --door script"
+    --client "cli-script=$cluster_hammer --door script" \
+    --client "node-module=$node_hammer"
 echo "test-fleet: ok"

@@ -1,5 +1,8 @@
-// The Node binding's RedisPacer as a fleet client for tests/fleet/check.py:
+// The Node binding's RedisPacer as a fleet client for tests/fleet/check.py
+// and tests/fleet/cluster_check.py:
 //   node tests/fleet/hammer.mjs URL KEY CALLS EVERY_MS RATE BURST IDLE RETRIES
+// URL: one server, or a Redis Cluster's seed nodes separated by commas
+// (rootNodes; a call may then take up to 4 s, a failover's wait among it).
 // One JSON line per reserve (wall-clock ms). Any fallback answer is an
 // error here: the check is about the server's decisions.
 import { createRequire } from 'node:module';
@@ -9,8 +12,9 @@ const require = createRequire(import.meta.url);
 const { RedisPacer } = require('../../bindings/node');
 
 const [url, key, calls, every, rate, burst, idle, retries] = process.argv.slice(2);
+const cluster = url.includes(',');
 const pacer = await RedisPacer.connect({
-  url,
+  ...(cluster ? { rootNodes: url.split(',') } : { url }),
   key,
   ratePerMinute: Number(rate),
   burst: Number(burst),
@@ -19,7 +23,7 @@ const pacer = await RedisPacer.connect({
   releasePolicy: 'refund',
   engine: 'module',
   onFailure: 'closed',
-  timeoutMs: 1000,
+  timeoutMs: cluster ? 4000 : 1000,
 });
 try {
   for (let i = 0; i < Number(calls); i++) {
