@@ -585,7 +585,10 @@ describe('the drop-in module on a fleet bucket (PACER_REDIS_URL)', () => {
 // it). A throttle in the hold (before the origin, too) changes nothing; an
 // opening in it is counted at the origin's minute (window 0) and changes
 // nothing else.
-const ADAPTIVE = { ...CONFIG, adaptive: { floorPerMinute: 10 } };
+// The longest deadline the bound allows (2000 ms, not the default 1000):
+// these tests check the server's answers, which a loaded machine must not
+// turn into the policy's.
+const ADAPTIVE = { ...CONFIG, timeoutMs: 2000, adaptive: { floorPerMinute: 10 } };
 
 describe('adaptive pacing (SPEC §14)', () => {
   /** Canned answers: an admission to RESERVE and BOOK, 59 to OBSERVE. */
