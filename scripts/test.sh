@@ -51,11 +51,12 @@ bash scripts/test-fleet.sh
 step "Fuzzing the C ABI, bounded: regressions, then about a minute of cargo-fuzz under ASan"
 bash scripts/test-fuzz.sh
 
-step "Benchmark code, not timed: criterion test mode, report generator, bench/{node,python,go} --smoke, bench-redis.sh and bench-clients.sh --smoke"
+step "Benchmark code, not timed: criterion test mode, report generator, bench/{node,python,go} --smoke, bench-redis.sh, bench-clients.sh and bench-redis-cluster.py --smoke"
 bash scripts/test-bench.sh
 # The Markdown goes to stdout; its answer checks and "smoke ok" to stderr.
 bash scripts/bench-redis.sh --smoke >/dev/null
 bash scripts/bench-clients.sh --smoke >/dev/null
+python3 scripts/bench-redis-cluster.py --smoke >/dev/null
 
 step "loom model of the lock-free state"
 bash scripts/check-loom.sh
