@@ -307,7 +307,7 @@ def test_the_asyncio_pacer_constructs_without_warnings() -> None:
 
 
 def test_settings_are_checked() -> None:
-    with pytest.raises(TypeError, match="exactly one of url= and client="):
+    with pytest.raises(TypeError, match="exactly one of url=, client= and startup_nodes="):
         RedisPacer(key="k")
     with pytest.raises(ValueError, match="engine"):
         RedisPacer(url="redis://127.0.0.1:1", key="k", engine="lua")  # type: ignore[arg-type]

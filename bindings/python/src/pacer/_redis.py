@@ -16,7 +16,7 @@ import functools
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
@@ -49,6 +49,8 @@ from ._settings import NoticeRegistry, _check_registry, hint_cap_s, logger
 if TYPE_CHECKING:
     import redis
     import redis.asyncio
+    import redis.asyncio.cluster
+    import redis.cluster
 
 Engine = Literal["auto", "module", "function", "script"]
 FailurePolicy = Literal["local", "open", "closed"]
@@ -80,6 +82,15 @@ FailureClass = Literal["outage", "engine", "pacer"]
 #: A call of the core sans I/O (``_FleetCore._create_call`` ...): yields
 #: ``(op, args)`` asks, is sent their replies, returns the call's answer.
 _Call = Generator[tuple[str, tuple[Any, ...]], Any, Any]
+
+
+class _OnPrimaries(tuple):  # type: ignore[type-arg]
+    """A keyless command (``MODULE LIST``, ``FUNCTION LIST``, ``SCRIPT
+    LOAD``) that a pacer on a Redis Cluster sends to every primary, one
+    after the other: its reply is the list of theirs, in that order; the
+    first error raises."""
+
+    __slots__ = ()
 
 
 def script_text() -> bytes:
@@ -350,9 +361,33 @@ def _failure_class(error: BaseException) -> FailureClass | None:
         return _reply_class(text)
     if isinstance(error, (rex.ConnectionError, rex.TimeoutError, TimeoutError, asyncio.TimeoutError, OSError)):
         return "outage"
+    # A cluster client's own: no node of the cluster reached, a slot no
+    # primary serves, the redirections of one command past their number.
+    if isinstance(error, _cluster_outages(rex)) or _unreachable(rex, error):
+        return "outage"
     if isinstance(error, rex.InvalidResponse):
         return "pacer"
     return None
+
+
+def _cluster_outages(rex: Any) -> tuple[type[BaseException], ...]:
+    """The errors of redis-py's cluster clients that are outages: no node of
+    the cluster reached (``RedisClusterUnreachableError``, redis-py 8.2;
+    before it, a ``RedisClusterException`` raised from the connection's
+    error: ``_unreachable``), a slot no primary serves now, one command's
+    redirections past their number (``ClusterError``: a slot moving back
+    and forth)."""
+    names = ("RedisClusterUnreachableError", "SlotNotCoveredError", "ClusterError")
+    return tuple(kind for kind in (getattr(rex, name, None) for name in names) if isinstance(kind, type))
+
+
+def _unreachable(rex: Any, error: BaseException) -> bool:
+    """A cluster client's error raised from a connection refused, lost or
+    timed out (no seed answered), not from credentials refused."""
+    cause = error.__cause__
+    refused = tuple(getattr(rex, name) for name in ("AuthenticationError", "AuthorizationError") if hasattr(rex, name))
+    return (isinstance(error, rex.RedisClusterException)
+            and isinstance(cause, (rex.ConnectionError, rex.TimeoutError, OSError)) and not isinstance(cause, refused))
 
 
 def _address(client: Any) -> str:
@@ -557,6 +592,8 @@ class _FleetCore(_PacerView):
         self._adapt_args: tuple[str, ...] = () if config.adaptive_floor_per_min == 0 else (
             "ADAPT", str(config.adaptive_floor_per_min), str(config.adaptive_ceiling_per_min))
         self._engine: str | None = None
+        # A Redis Cluster: keyless commands go to every primary (_keyless).
+        self._cluster = False
         self._script = script_text()
         self._sha: str | None = None
         self._fallback_pacer = None
@@ -688,7 +725,7 @@ class _FleetCore(_PacerView):
             if self._engine is None:
                 self._engine = yield from self._detect()
             if self._engine == "script" and self._sha is None:
-                self._sha = _text((yield ("SCRIPT", "LOAD", self._script)))
+                self._sha = self._loaded((yield self._keyless("SCRIPT", "LOAD", self._script)))
             try:
                 return (yield self._command(self._engine, op, args))
             except Exception as error:  # noqa: BLE001 - an engine gone is retried once, the rest go up
@@ -700,24 +737,46 @@ class _FleetCore(_PacerView):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _detect(self) -> Generator[tuple[Any, ...], Any, str]:
+        """The engine ``auto`` finds: the module when the server lists it,
+        else the function, else the script. On a cluster every primary is
+        asked, and an engine is chosen only when every primary has it."""
         forced = self._forced_engine()
         if forced is not None:
             return forced
-        if _module_listed((yield from self._listing("MODULE", "LIST"))):
+        if (yield from self._listed(_module_listed, "MODULE", "LIST")):
             return "module"
-        if _function_listed((yield from self._listing("FUNCTION", "LIST", "LIBRARYNAME", "pacer"))):
+        if (yield from self._listed(_function_listed, "FUNCTION", "LIST", "LIBRARYNAME", "pacer")):
             return "function"
         return "script"
 
-    @staticmethod
-    def _listing(*command: Any) -> Generator[tuple[Any, ...], Any, Any]:
-        """A listing command's reply; refused (managed services), nothing."""
+    def _keyless(self, *command: Any) -> tuple[Any, ...]:
+        """A keyless command as it is sent: to the server, or, on a
+        cluster, to every primary (``_OnPrimaries``)."""
+        return _OnPrimaries(command) if self._cluster else command
+
+    def _listed(self, listed: Callable[[Any], bool], *command: Any) -> Generator[tuple[Any, ...], Any, bool]:
+        """Whether a listing command's reply names the engine (on a cluster:
+        every primary's reply). A listing refused (managed services), by
+        one primary or all, names nothing; an outage goes up."""
         try:
-            return (yield command)
+            reply = yield self._keyless(*command)
         except Exception as error:  # noqa: BLE001 - an outage goes up
             if _failure_class(error) == "pacer":
-                return []
+                return False
             raise
+        if not self._cluster:
+            return listed(reply)
+        return bool(reply) and all(listed(each) for each in reply)
+
+    def _loaded(self, reply: Any) -> str:
+        """The script's SHA1 from ``SCRIPT LOAD``'s reply (on a cluster, from
+        every primary's: the same text has the same digest)."""
+        if self._cluster:
+            digests = {_text(each) for each in reply}
+            if len(digests) != 1:
+                raise RedisPacerError(f"pacer: unexpected reply to SCRIPT LOAD from the primaries {reply!r}")
+            return digests.pop()
+        return _text(reply)
 
     def _may_ask(self) -> None:
         """Before each ask: a closed pacer raises; within ``retry_after_ms``
@@ -1074,6 +1133,8 @@ def _redis_py() -> Any:
     try:
         import redis
         import redis.asyncio
+        import redis.asyncio.cluster
+        import redis.cluster
     except ImportError as error:
         raise ImportError(
             "pacer: a fleet pacer needs redis-py: pip install 'connpacer[redis]' (or redis>=5)"
@@ -1091,10 +1152,96 @@ def _own_client(module: Any, url: str | None, client: Any, kwargs: dict[str, Any
     if url is not None:
         return module.Redis.from_url(url, **{"protocol": 2, **kwargs})
     if not isinstance(client, module.Redis):
-        raise TypeError(f"pacer: client must be a {module.__name__}.Redis, got {_check.describe(client)}")
+        raise TypeError(f"pacer: client must be a {module.__name__}.Redis or a "
+                        f"{module.__name__}.cluster.RedisCluster, got {_check.describe(client)}")
     pool = client.connection_pool
     return module.Redis(connection_pool=module.ConnectionPool(
         connection_class=pool.connection_class, **{**pool.connection_kwargs, **kwargs}))
+
+
+#: The settings of a given cluster client that the pacer's own copies: the
+#: credentials, TLS, the protocol and the replies' decoding (as ``client=``
+#: does for a ``redis.Redis``), never its timeouts, retries or callbacks.
+_CLUSTER_SETTINGS = frozenset((
+    "username", "password", "credential_provider", "protocol", "client_name", "encoding", "encoding_errors",
+    "decode_responses", "socket_keepalive", "socket_keepalive_options", "connection_class", "ssl", "ssl_keyfile",
+    "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path", "ssl_ca_data", "ssl_check_hostname",
+    "ssl_password", "ssl_min_version", "ssl_ciphers", "ssl_include_verify_flags", "ssl_exclude_verify_flags",
+    "ssl_validate_ocsp", "ssl_validate_ocsp_stapled", "ssl_ocsp_context", "ssl_ocsp_expected_cert",
+))
+
+
+def _startup_nodes(nodes: Any) -> list[tuple[str, int]]:
+    """``startup_nodes`` checked: "host:port" strings or (host, port) pairs,
+    at least one."""
+    if isinstance(nodes, (str, bytes)) or not isinstance(nodes, (list, tuple)) or not nodes:
+        raise TypeError("pacer: startup_nodes must be a non-empty list of 'host:port' strings or (host, port) "
+                        f"pairs, got {_check.describe(nodes)}")
+    seeds = []
+    for node in nodes:
+        if isinstance(node, str) and ":" in node:
+            host, _, port = node.rpartition(":")
+        elif isinstance(node, tuple) and len(node) == 2 and isinstance(node[0], str):
+            host, port = node
+        else:
+            raise TypeError(f"pacer: a startup node must be 'host:port' or (host, port), got {node!r}")
+        try:
+            number = int(port)
+        except (TypeError, ValueError):
+            raise ValueError(f"pacer: a startup node's port must be a whole number, got {node!r}") from None
+        if not host or not 0 < number < 65536:
+            raise ValueError(f"pacer: not a startup node: {node!r}")
+        seeds.append((host.strip("[]"), number))
+    return seeds
+
+
+def _cluster_source(cluster: Any, startup_nodes: Any,
+                    client: Any) -> tuple[list[tuple[str, int]], dict[str, Any]] | None:
+    """The seeds and settings of the pacer's own cluster client (``cluster``
+    is redis.cluster or redis.asyncio.cluster): from ``startup_nodes``, or
+    from a given ``RedisCluster`` (the nodes it knows, else its own seeds,
+    and its settings, ``_CLUSTER_SETTINGS``); None when ``client`` is not a
+    cluster client."""
+    if startup_nodes is not None:
+        return _startup_nodes(startup_nodes), {"protocol": 2}
+    if not isinstance(client, cluster.RedisCluster):
+        return None
+    nodes = client.get_nodes() or list(getattr(client, "startup_nodes", None) or ())
+    if isinstance(nodes, dict):
+        nodes = list(nodes.values())
+    seeds = [(node.host, int(node.port)) for node in nodes]
+    given = getattr(client, "connection_kwargs", None)
+    if given is None:  # the synchronous client keeps them in its nodes manager
+        given = client.nodes_manager.connection_kwargs
+    return seeds, {name: value for name, value in given.items() if name in _CLUSTER_SETTINGS}
+
+
+def _own_cluster(cluster: Any, seeds: list[tuple[str, int]], settings: dict[str, Any],
+                 kwargs: dict[str, Any]) -> Any:
+    """The pacer's own ``RedisCluster`` (of ``cluster``, redis.cluster or
+    redis.asyncio.cluster) on ``seeds``: the given settings, and
+    ``kwargs`` (``_client_kwargs``: its timeouts, and no retries: redis-py
+    follows MOVED and ASK, and a failure is answered by the policy)."""
+    import inspect
+
+    nodes = [cluster.ClusterNode(host, port) for host, port in seeds]
+    given = {**settings, **kwargs}
+    if not given.get("ssl"):
+        given = {name: value for name, value in given.items() if not name.startswith("ssl_")}
+    accepted = inspect.signature(cluster.RedisCluster.__init__).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        # redis.asyncio's names its settings (no connection_class: ssl=True
+        # chooses TLS).
+        given = {name: value for name, value in given.items() if name in accepted}
+        return cluster.RedisCluster(startup_nodes=nodes, **given)
+    # The synchronous one gives its nodes the connection class (``_bounded``,
+    # TLS or not: ``ssl`` is then its choice) only through a connection
+    # pool, which it makes (redis-py 8.1 too) for a cluster given by a URL:
+    # the first seed, the others beside it.
+    given.pop("ssl", None)
+    host, port = seeds[0]
+    url = f"redis://[{host}]:{port}" if ":" in host else f"redis://{host}:{port}"
+    return cluster.RedisCluster(url=url, startup_nodes=nodes[1:], **given)
 
 
 def _client_kwargs(timeout_s: float, *, asyncio_client: bool = False) -> dict[str, Any]:
@@ -1187,10 +1334,15 @@ class _DeadlineSocket:
 
 def _bound_to_calls(pool: Any, deadline: _Deadline, timeout_s: float) -> None:
     """Makes ``pool``'s connections connect and talk within the deadline of
-    the call using them: its connection class (TCP, TLS or Unix socket, as
-    the URL or the client chose), with the connection timeout cut to the
-    time left and the socket a ``_DeadlineSocket``."""
-    base = pool.connection_class
+    the call using them (``_bounded``)."""
+    pool.connection_class = _bounded(pool.connection_class, deadline, timeout_s)
+
+
+def _bounded(base: type, deadline: _Deadline, timeout_s: float) -> type:
+    """``base``, a connection class (TCP, TLS or Unix socket, as the URL or
+    the client chose), whose connections connect and talk within the
+    deadline of the call using them: the connection timeout cut to the time
+    left and the socket a ``_DeadlineSocket``."""
 
     def _connect(connection: Any) -> _DeadlineSocket:
         left = _time_left(deadline)
@@ -1198,12 +1350,17 @@ def _bound_to_calls(pool: Any, deadline: _Deadline, timeout_s: float) -> None:
         return _DeadlineSocket(super(bounded, connection)._connect(), deadline)
 
     bounded = type(base.__name__, (base,), {"_connect": _connect, "__module__": __name__})
-    pool.connection_class = bounded
+    return bounded
 
 
-def _check_source(url: Any, client: Any) -> None:
-    if (url is None) == (client is None):
-        raise TypeError("pacer: pass exactly one of url= and client=")
+def _cluster_address(seeds: list[tuple[str, int]]) -> str:
+    """How notices name a cluster: by its seeds."""
+    return "cluster " + ",".join(f"{host}:{port}" for host, port in seeds)
+
+
+def _check_source(url: Any, client: Any, startup_nodes: Any = None) -> None:
+    if sum(source is not None for source in (url, client, startup_nodes)) != 1:
+        raise TypeError("pacer: pass exactly one of url=, client= and startup_nodes=")
     if url is not None and not isinstance(url, str):
         raise TypeError(f"pacer: url must be a str, got {_check.describe(url)}")
 
@@ -1217,6 +1374,15 @@ class RedisPacer(_FleetCore):
     of an existing ``redis.Redis`` (address, credentials, TLS, protocol) for
     a connection pool of the pacer's own, with the pacer's timeout and no
     retries. Thread-safe.
+
+    On a Redis Cluster: ``startup_nodes=["host:port", ...]`` (or (host,
+    port) pairs) makes the pacer's own ``redis.cluster.RedisCluster``, and
+    ``client=`` takes a ``RedisCluster``'s nodes and settings likewise.
+    redis-py routes the key's commands to the primary that owns its slot
+    and follows ``MOVED`` and ``ASK``; ``MODULE LIST``, ``FUNCTION LIST``
+    and ``SCRIPT LOAD`` go to every primary, and ``auto`` picks an engine
+    only when every primary has it. The cluster client is made (and learns
+    the cluster's slots) on the first call, within its deadline.
     """
 
     def __init__(
@@ -1224,7 +1390,8 @@ class RedisPacer(_FleetCore):
         *,
         key: BucketKey,
         url: str | None = None,
-        client: redis.Redis | None = None,
+        client: redis.Redis | redis.cluster.RedisCluster | None = None,
+        startup_nodes: Sequence[str | tuple[str, int]] | None = None,
         rate_per_minute: int = DEFAULT_RATE_PER_MINUTE,
         burst: int = DEFAULT_BURST,
         idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
@@ -1240,19 +1407,35 @@ class RedisPacer(_FleetCore):
         notice_registry: NoticeRegistry | None = None,
     ) -> None:
         redis_py = _redis_py()
-        _check_source(url, client)
+        _check_source(url, client, startup_nodes)
         self._setup(key=key, rate_per_minute=rate_per_minute, burst=burst, idle_timeout_ms=idle_timeout_ms,
                     max_retries=max_retries, release_policy=release_policy,
                     adaptive_floor_per_min=adaptive_floor_per_min,
                     adaptive_ceiling_per_min=adaptive_ceiling_per_min, engine=engine,
                     on_failure=on_failure, fleet_size=fleet_size, timeout_ms=timeout_ms,
                     retry_after_ms=retry_after_ms, notice_registry=notice_registry)
-        self._client = _own_client(redis_py, url, client, _client_kwargs(self._timeout_ms / 1000))
-        self._address = _address(self._client)
         # One deadline a call (connecting, finding the engine, loading the
         # script, the retry, the reply), not a timeout a read.
         self._deadline = _Deadline()
-        _bound_to_calls(self._client.connection_pool, self._deadline, self._timeout_ms / 1000)
+        kwargs = _client_kwargs(self._timeout_ms / 1000)
+        source = _cluster_source(redis_py.cluster, startup_nodes, client)
+        self._client: Any = None
+        self._make_cluster: Callable[[], Any] | None = None
+        if source is not None:
+            seeds, settings = source
+            # A RedisCluster connects when it is made: the first call makes it.
+            connection = redis_py.connection
+            base = connection.SSLConnection if settings.get("ssl") else settings.get(
+                "connection_class", connection.Connection)
+            settings = {**settings, "connection_class": _bounded(base, self._deadline, self._timeout_ms / 1000)}
+            self._make_cluster = functools.partial(_own_cluster, redis_py.cluster, seeds, settings, kwargs)
+            self._cluster = True
+            self._address = _cluster_address(seeds)
+            self._client_lock = threading.Lock()
+        else:
+            self._client = _own_client(redis_py, url, client, kwargs)
+            self._address = _address(self._client)
+            _bound_to_calls(self._client.connection_pool, self._deadline, self._timeout_ms / 1000)
 
     # ------------------------------------------------------------ I/O
 
@@ -1264,13 +1447,33 @@ class RedisPacer(_FleetCore):
         self._may_ask()
         self._deadline.at = _deadline_clock() + self._timeout_ms / 1000
         try:
-            reply = _drive(self._exchange(*ask), lambda command: self._client.execute_command(*command))
+            reply = _drive(self._exchange(*ask), self._perform)
         except Exception as error:  # noqa: BLE001 - classified
             self._raise_surfaced(error)
         finally:
             self._deadline.at = None
         self._answered()
         return reply
+
+    def _perform(self, command: tuple[Any, ...]) -> Any:
+        """One command of an exchange: to the server, or, on a cluster, to
+        the primary of the key's slot (redis-py finds it) or, for
+        ``_OnPrimaries``, to every primary."""
+        client = self._client
+        if client is None:
+            client = self._made_cluster()
+        if isinstance(command, _OnPrimaries):
+            return [client.execute_command(*command, target_nodes=node) for node in client.get_primaries()]
+        return client.execute_command(*command)
+
+    def _made_cluster(self) -> Any:
+        """The pacer's own RedisCluster, made (connecting to a seed and
+        reading the slots) on the first call that needs it."""
+        assert self._make_cluster is not None
+        with self._client_lock:
+            if self._client is None:
+                self._client = self._make_cluster()
+            return self._client
 
     # ------------------------------------------------------------ decisions
 
@@ -1375,6 +1578,10 @@ class RedisPacer(_FleetCore):
         if self._closed:
             return
         self._closed = True
+        if self._cluster:
+            if self._client is not None:
+                self._client.close()  # the nodes' pools are the pacer's own
+            return
         self._client.close()
         self._client.connection_pool.disconnect()  # the pool is the pacer's own
 
@@ -1396,7 +1603,8 @@ class AsyncRedisPacer(_FleetCore):
         *,
         key: BucketKey,
         url: str | None = None,
-        client: redis.asyncio.Redis | None = None,
+        client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster | None = None,
+        startup_nodes: Sequence[str | tuple[str, int]] | None = None,
         rate_per_minute: int = DEFAULT_RATE_PER_MINUTE,
         burst: int = DEFAULT_BURST,
         idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
@@ -1413,7 +1621,7 @@ class AsyncRedisPacer(_FleetCore):
         notice_registry: NoticeRegistry | None = None,
     ) -> None:
         aioredis = _redis_py().asyncio
-        _check_source(url, client)
+        _check_source(url, client, startup_nodes)
         self._setup(key=key, rate_per_minute=rate_per_minute, burst=burst, idle_timeout_ms=idle_timeout_ms,
                     max_retries=max_retries, release_policy=release_policy,
                     adaptive_floor_per_min=adaptive_floor_per_min,
@@ -1423,8 +1631,16 @@ class AsyncRedisPacer(_FleetCore):
         self._sleep = _check.callable_or("sleep", sleep, asyncio.sleep)
         self._settling: set[asyncio.Future[None]] = set()
         kwargs = _client_kwargs(self._timeout_ms / 1000, asyncio_client=True)
-        self._client = _own_client(aioredis, url, client, kwargs)
-        self._address = _address(self._client)
+        source = _cluster_source(aioredis.cluster, startup_nodes, client)
+        if source is not None:
+            seeds, settings = source
+            # Made now; it connects on the first call (``initialize``).
+            self._client = _own_cluster(aioredis.cluster, seeds, settings, kwargs)
+            self._cluster = True
+            self._address = _cluster_address(seeds)
+        else:
+            self._client = _own_client(aioredis, url, client, kwargs)
+            self._address = _address(self._client)
 
     def _admitted(self, wait_ms: int, path: AdmitPath, regressed: bool, ticket: RedisTicket | None,
                   fallback: Fallback | None) -> RedisAdmitted:
@@ -1436,12 +1652,20 @@ class AsyncRedisPacer(_FleetCore):
         """As ``RedisPacer._ask``; the call as a whole is bounded by the timeout."""
         self._may_ask()
         try:
-            exchange = _adrive(self._exchange(*ask), lambda command: self._client.execute_command(*command))
+            exchange = _adrive(self._exchange(*ask), self._perform)
             reply = await asyncio.wait_for(exchange, self._timeout_ms / 1000)
         except Exception as error:  # noqa: BLE001 - classified
             self._raise_surfaced(error)
         self._answered()
         return reply
+
+    async def _perform(self, command: tuple[Any, ...]) -> Any:
+        """As ``RedisPacer._perform``."""
+        client = self._client
+        if isinstance(command, _OnPrimaries):
+            await client.initialize()  # the primaries known (at once when they are)
+            return [await client.execute_command(*command, target_nodes=node) for node in client.get_primaries()]
+        return await client.execute_command(*command)
 
     # ------------------------------------------------------------ decisions
 
@@ -1549,8 +1773,9 @@ class AsyncRedisPacer(_FleetCore):
             await asyncio.gather(*self._settling, return_exceptions=True)
         self._closed = True
         closer = getattr(self._client, "aclose", None) or self._client.close
-        await closer()
-        await self._client.connection_pool.disconnect()  # the pool is the pacer's own
+        await closer()  # a cluster's: every node's connections, the pacer's own
+        if not self._cluster:
+            await self._client.connection_pool.disconnect()  # the pool is the pacer's own
 
     async def __aenter__(self) -> AsyncRedisPacer:
         return self
