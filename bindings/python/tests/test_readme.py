@@ -6,6 +6,8 @@ from outside comes from the environment it documents:
 - ``REDIS_URL``: a block that reads it gets a real redis-server (free
   loopback port, temporary folder, killed at the end, as in test_redis.py),
   with the module named by ``PACER_REDIS_MODULE`` when that is set;
+- ``REDIS_CLUSTER_NODES``: likewise a real Redis Cluster of six nodes
+  (tests/redis_cluster.py), two of its nodes given as the seeds;
 - ``SHARED_PACER_NAME``: a path in the test's temporary folder, so the
   shared-memory example leaves nothing in /dev/shm;
 - the pacer's own settings (``PACER_RATE_PER_MIN``, ...) are removed, so
@@ -26,11 +28,12 @@ from pathlib import Path
 import pytest
 
 import pacer
+from redis_cluster import REDIS_CLI, RedisCluster
 from redis_server import REDIS_SERVER, RedisServer, module_path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: The ```python blocks of README.md: update when one is added or removed.
-PYTHON_BLOCKS = 6
+PYTHON_BLOCKS = 7
 #: Fence languages allowed: python (run here), sh (instructions), none (output).
 KNOWN_FENCES = {"python", "sh", ""}
 
@@ -75,6 +78,13 @@ def test_the_readme_python_block_runs(index: int, tmp_path: Path) -> None:
                 pytest.skip("redis-server not installed (scripts/redis-deps.sh)")
             server = stack.enter_context(RedisServer(module=module_path()))
             env["REDIS_URL"] = server.url
+        if "REDIS_CLUSTER_NODES" in code:
+            if REDIS_SERVER is None or REDIS_CLI is None:
+                pytest.skip("redis-server or redis-cli not installed (scripts/redis-deps.sh)")
+            if os.environ.get("PACER_CLUSTER_TESTS") == "0":
+                pytest.skip("PACER_CLUSTER_TESTS=0 (scripts/test-python.sh runs it once per redis-py)")
+            cluster = stack.enter_context(RedisCluster(module=module_path()))
+            env["REDIS_CLUSTER_NODES"] = ",".join(cluster.seeds[:2])
         done = subprocess.run([sys.executable, str(program)], cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=30, check=False)
     assert done.returncode == 0, (
