@@ -118,8 +118,13 @@ class RedisCluster:
     def role(self, node: RedisServer) -> str:
         return _text(self.admin(node).execute_command("ROLE")[0])
 
+    @property
+    def live(self) -> list[RedisServer]:
+        """The nodes not killed (``kill_primary``)."""
+        return [node for node in self.nodes if node.process is not None]
+
     def primaries(self) -> list[RedisServer]:
-        return [node for node in self.nodes if self.role(node) == "master"]
+        return [node for node in self.live if self.role(node) == "master"]
 
     def _own_line(self, node: RedisServer) -> list[str]:
         """The node's own line of its ``CLUSTER NODES``."""
@@ -159,7 +164,7 @@ class RedisCluster:
         all 16384 once, and every node's view of who serves each slot is
         theirs."""
         try:
-            for node in self.nodes:
+            for node in self.live:
                 info = _text(self.admin(node).execute_command("CLUSTER", "INFO"))
                 if "cluster_state:ok" not in info:
                     return False
@@ -172,9 +177,11 @@ class RedisCluster:
                     owned[slot] = ident
             if len(owned) != 16384:
                 return False
-            for node in self.nodes:
+            for node in self.live:
                 for line in _text(self.admin(node).execute_command("CLUSTER", "NODES")).splitlines():
                     fields = line.split()
+                    if "fail" in fields[2].split(","):
+                        continue
                     for field in fields[8:]:
                         if field.startswith("["):
                             continue
@@ -268,7 +275,7 @@ class RedisCluster:
 
     def replica_of(self, primary: RedisServer) -> RedisServer:
         ident = self.node_id(primary)
-        for node in self.nodes:
+        for node in self.live:
             fields = self._own_line(node)
             if "slave" in fields[2].split(",") and fields[3] == ident:
                 return node
@@ -299,3 +306,21 @@ class RedisCluster:
         _poll("the old primary a replica, the cluster agreeing",
               lambda: self.role(primary) == "slave" and self._agreed())
         return replica
+
+    def kill_primary(self, primary: RedisServer) -> RedisServer:
+        """SIGKILLs a primary once its replica acknowledged every write
+        (``WAIT 1``): the cluster fails it over on its own, after
+        ``cluster-node-timeout`` and an election. Returns the replica
+        (``wait_promoted``)."""
+        replica = self.replica_of(primary)
+        _poll("the replica acknowledging the primary's writes",
+              lambda: self.admin(primary).execute_command("WAIT", 1, 1000) == 1)
+        client = self._clients.pop(primary.port, None)
+        if client is not None:
+            client.close()
+        primary.kill()
+        return replica
+
+    def wait_promoted(self, replica: RedisServer) -> None:
+        _poll("the replica of a killed primary promoted, the cluster agreeing",
+              lambda: self.role(replica) == "master" and self._agreed())

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -265,6 +266,40 @@ def test_a_primary_failed_over_between_calls_is_followed(d: Driver, module_clust
     after = three_more(d, fleet)
     assert errorstat(cluster, old, "MOVED") - moved == 1
     assert_counted(cluster, key, before + after)
+
+
+def test_a_primary_killed_is_an_outage_until_its_replica_takes_over(module_cluster: RedisCluster) -> None:
+    """The key's primary SIGKILLed (after ``WAIT 1``): the calls are
+    outages the policy answers (the connection refused, then the slot's
+    primary unreachable) until the cluster promotes the replica; then
+    redis-py's refreshed slots send the next call there, and the counts
+    continue: the replica had every admission acknowledged before."""
+    cluster = module_cluster
+    old = cluster.nodes[1]
+    assert cluster.role(old) == "master"
+    key = cluster.keys_per_primary("killed", 1)[old.port][0]
+    fleet = RedisPacer(startup_nodes=cluster.seeds, key=key, on_failure="closed", retry_after_ms=100, **SETTINGS)
+    try:
+        before = [fleet.reserve(), fleet.reserve()]
+        replica = cluster.kill_primary(old)
+        by_policy: list[Any] = []
+        deadline = time.monotonic() + 60
+        while True:
+            answer = fleet.reserve()
+            if answer.fallback is None:
+                break
+            assert isinstance(answer, RedisRefused) and answer.fallback == "closed"
+            by_policy.append(answer)
+            assert time.monotonic() < deadline, "the cluster never answered for the key again"
+            time.sleep(0.05)
+        assert by_policy  # the first call after the kill met it
+        cluster.wait_promoted(replica)
+        assert cluster.owner(key) is replica
+        after = [answer, fleet.reserve()]
+        assert not fleet.in_outage
+        assert_counted(cluster, key, before + after)
+    finally:
+        fleet.close()
 
 
 # ------------------------------------------------------------ e. bad input (mixed engines, no function)
