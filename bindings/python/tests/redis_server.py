@@ -35,6 +35,10 @@ def module_path() -> str | None:
     return path if path and Path(path).is_file() else None
 
 
+class _PortTaken(RuntimeError):
+    """Another process listens on the port chosen for a server."""
+
+
 class RedisServer:
     """One redis-server process; ``start`` again after ``kill`` comes back
     on the same port (with an empty data set and script cache)."""
@@ -53,6 +57,19 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
+        """Starts the server; a port another process took since it was
+        chosen (the server exits, or another server answers there) gets a
+        new free port, twice at most."""
+        for attempt in range(3):
+            try:
+                return self._start_once()
+            except _PortTaken:
+                if attempt == 2:
+                    raise
+                self.port = free_port()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _start_once(self) -> RedisServer:
         command = [
             str(REDIS_SERVER), "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", str(self.folder), "--save", "", "--appendonly", "no",
@@ -75,10 +92,21 @@ class RedisServer:
             assert self.process is not None
             if self.process.poll() is not None:
                 log = (self.folder / "redis.log").read_text(errors="replace") if (self.folder / "redis.log").exists() else ""
+                _running.discard(self)
+                if "Address already in use" in log:
+                    raise _PortTaken(self.port)
                 raise RuntimeError(f"redis-server exited with {self.process.returncode}:\n{log}")
             try:
                 with redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1) as probe:
                     if probe.ping():
+                        # Ours, not another test's server on a port taken
+                        # between choosing and binding: it runs in our folder.
+                        folder = probe.config_get("dir").get("dir", "")
+                        if os.path.realpath(folder) != os.path.realpath(self.folder):
+                            self.process.kill()
+                            self.process.wait()
+                            _running.discard(self)
+                            raise _PortTaken(self.port)
                         return
             except redis.exceptions.RedisError:
                 pass
