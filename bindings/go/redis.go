@@ -61,11 +61,22 @@ const (
 // RedisOptions configures OpenRedis.
 type RedisOptions struct {
 	// Addr is the server: "host:port", or a URL (redis://, rediss://,
-	// unix://) as go-redis's ParseURL reads it. Ignored when Client is set.
+	// unix://) as go-redis's ParseURL reads it. Ignored when Client is set;
+	// not to be given with ClusterAddrs.
 	Addr string
+	// ClusterAddrs are seed nodes of a Redis Cluster, as
+	// redis.ClusterOptions.Addrs takes them ("host:port" each), or one
+	// redis:// or rediss:// URL as go-redis's ParseClusterURL reads it
+	// (more seeds as addr= parameters). OpenRedis makes a
+	// *redis.ClusterClient for them, which routes the key to the primary
+	// owning its slot and follows MOVED and ASK; engine detection and the
+	// script's load ask every primary. Ignored when Client is set.
+	ClusterAddrs []string
 	// Client is a go-redis client to use instead of Addr (a *redis.Client,
 	// *redis.ClusterClient, …). Close leaves it open. Its own timeouts
-	// and retries stay as configured; a call still ends after Timeout.
+	// and retries stay as configured; a call still ends after Timeout. A
+	// *redis.ClusterClient (anything with its ForEachMaster) is a cluster:
+	// engine detection and the script's load ask every primary.
 	Client redis.UniversalClient
 	// Key is the bucket's key (docs/redis.md, "The key").
 	Key string
@@ -100,6 +111,8 @@ type RedisOptions struct {
 type RedisPacer struct {
 	client      redis.UniversalClient
 	ownClient   bool
+	selfBounded bool          // client ends every command by its context's deadline
+	cluster     clusterClient // client, when it is a cluster client; else nil
 	key         string
 	cfg         Config
 	args        []any // the five configuration arguments, as sent
@@ -182,8 +195,11 @@ func OpenRedis(opts RedisOptions) (*RedisPacer, error) {
 	if opts.RetryAfter < 0 {
 		return nil, inputError("RetryAfter", opts.RetryAfter, "must not be negative")
 	}
-	if opts.Client == nil && opts.Addr == "" {
-		return nil, inputError("Addr", opts.Addr, "must name a server when no Client is given")
+	if opts.Client == nil && opts.Addr == "" && len(opts.ClusterAddrs) == 0 {
+		return nil, inputError("Addr", opts.Addr, "must name a server when no Client or ClusterAddrs is given")
+	}
+	if opts.Client == nil && opts.Addr != "" && len(opts.ClusterAddrs) > 0 {
+		return nil, inputError("ClusterAddrs", opts.ClusterAddrs, "must not be given with Addr")
 	}
 
 	// A local pacer of the full configuration gives the mode and the
@@ -255,15 +271,23 @@ func OpenRedis(opts RedisOptions) (*RedisPacer, error) {
 			r.fallbackCfg.AdaptiveCeilingPerMin = max(ceiling/fleet, 1)
 		}
 	}
-	if opts.Client != nil {
+	switch {
+	case opts.Client != nil:
 		r.client = opts.Client
-	} else {
-		client, err := newRedisClient(opts.Addr, r.timeout, r.reconnected)
+	case len(opts.ClusterAddrs) > 0:
+		client, err := newRedisClusterClient(opts.ClusterAddrs, r.timeout)
 		if err != nil {
 			return nil, err
 		}
 		r.client, r.ownClient = client, true
+	default:
+		client, err := newRedisClient(opts.Addr, r.timeout, r.reconnected)
+		if err != nil {
+			return nil, err
+		}
+		r.client, r.ownClient, r.selfBounded = client, true, true
 	}
+	r.cluster, _ = r.client.(clusterClient)
 	r.life, r.endLife = context.WithCancel(context.Background())
 	return r, nil
 }
@@ -336,6 +360,47 @@ func newRedisClient(addr string, timeout time.Duration, onConnect func()) (*redi
 	return redis.NewClient(opt), nil
 }
 
+// newRedisClusterClient is the cluster client OpenRedis makes for the
+// seed nodes addrs (or one cluster URL), its nodes' connections made as
+// newRedisClient makes its own. MaxRedirects stays go-redis's default (3):
+// the redirects of a migration or a failover are followed within it. A
+// new connection does not make auto ask for the engine again (as on a
+// Client of the caller's, a failure or an engine change does): a cluster
+// client connects to nodes at any time (to look up COMMAND, reload the
+// slots, follow a redirect), and each would cost every primary a round
+// of MODULE LIST and FUNCTION LIST.
+func newRedisClusterClient(addrs []string, timeout time.Duration) (*redis.ClusterClient, error) {
+	var opt *redis.ClusterOptions
+	if len(addrs) == 1 && hasURLScheme(addrs[0]) {
+		parsed, err := redis.ParseClusterURL(addrs[0])
+		if err != nil {
+			return nil, inputError("ClusterAddrs", addrs, "must be host:port seeds or one redis cluster URL: "+err.Error())
+		}
+		opt = parsed
+	} else {
+		for _, addr := range addrs {
+			if addr == "" || hasURLScheme(addr) {
+				return nil, inputError("ClusterAddrs", addrs, "must be host:port seeds or one redis cluster URL")
+			}
+		}
+		opt = &redis.ClusterOptions{Addrs: append([]string(nil), addrs...)}
+	}
+	opt.MaxRetries = -1
+	opt.DialerRetries = 1
+	opt.ContextTimeoutEnabled = true
+	opt.DialTimeout = timeout
+	opt.ReadTimeout = timeout
+	opt.WriteTimeout = timeout
+	opt.PoolTimeout = timeout
+	return redis.NewClusterClient(opt), nil
+}
+
+// clusterClient is a cluster client (*redis.ClusterClient): what it has
+// that a client of one server has not, its primaries.
+type clusterClient interface {
+	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
+}
+
 // reconnected is told of each new connection of a client OpenRedis made:
 // auto asks the server for its engine again on the next call (a server
 // that came back may have another).
@@ -370,8 +435,8 @@ func (r *RedisPacer) WaitBoundMs() uint64 { return r.boundMs }
 func (r *RedisPacer) Timeout() time.Duration { return r.timeout }
 
 // Engine is the engine in use: the one forced, or the one auto found ("",
-// before the first call and after a failure or a new connection until the
-// next call asks again).
+// before the first call and after a failure, or a new connection of a
+// client OpenRedis made for Addr, until the next call asks again).
 func (r *RedisPacer) Engine() RedisEngine {
 	if r.engineWant != EngineAuto {
 		return r.engineWant
@@ -671,9 +736,11 @@ func (r *RedisPacer) do(ctx context.Context, args ...any) (any, error) {
 	return reply, err
 }
 
-// bounded runs call (one command on the client) as do describes.
+// bounded runs call (one command on the client) as do describes. A
+// cluster client, even one OpenRedis made, is bounded here too: it may
+// look up COMMAND's table or the slots on its own deadline.
 func (r *RedisPacer) bounded(ctx context.Context, call func() (any, error)) (any, error) {
-	if r.ownClient {
+	if r.selfBounded {
 		return call()
 	}
 	type result struct {
@@ -723,23 +790,77 @@ func (r *RedisPacer) pickEngine(ctx context.Context) (RedisEngine, error) {
 
 // detect asks the server which engine it has. A server that refuses
 // MODULE LIST or FUNCTION LIST (an error reply other than an outage's) is
-// taken to have neither.
+// taken to have neither. On a cluster every primary is asked: the module
+// when every primary has it, else the function when every primary has
+// it, else the script.
 func (r *RedisPacer) detect(ctx context.Context) (RedisEngine, error) {
-	modules, err := r.do(ctx, "MODULE", "LIST")
-	if failed(err) {
-		return "", err
+	if r.cluster == nil {
+		module, function, err := engines(ctx, r.do, false)
+		switch {
+		case err != nil:
+			return "", err
+		case module:
+			return EngineModule, nil
+		case function:
+			return EngineFunction, nil
+		}
+		return EngineScript, nil
 	}
-	if err == nil && listNames(modules, "name", "pacer") {
+	var mu sync.Mutex
+	module, function := true, true
+	_, err := r.bounded(ctx, func() (any, error) {
+		return nil, r.cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			m, f, err := engines(ctx, nodeDo(node), true)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			module, function = module && m, function && f
+			return nil
+		})
+	})
+	switch {
+	case err != nil:
+		return "", err
+	case module:
 		return EngineModule, nil
-	}
-	libraries, err := r.do(ctx, "FUNCTION", "LIST", "LIBRARYNAME", "pacer")
-	if failed(err) {
-		return "", err
-	}
-	if err == nil && listNames(libraries, "library_name", "pacer") {
+	case function:
 		return EngineFunction, nil
 	}
 	return EngineScript, nil
+}
+
+// engines asks one server (do sends it a command) whether it has the
+// module (MODULE LIST names pacer) and the function library (FUNCTION
+// LIST lists it). The library is not asked for when the module is there,
+// unless both is true.
+func engines(ctx context.Context, do func(ctx context.Context, args ...any) (any, error), both bool) (module, function bool, err error) {
+	modules, err := do(ctx, "MODULE", "LIST")
+	if failed(err) {
+		return false, false, err
+	}
+	module = err == nil && listNames(modules, "name", "pacer")
+	if module && !both {
+		return true, false, nil
+	}
+	libraries, err := do(ctx, "FUNCTION", "LIST", "LIBRARYNAME", "pacer")
+	if failed(err) {
+		return false, false, err
+	}
+	return module, err == nil && listNames(libraries, "library_name", "pacer"), nil
+}
+
+// nodeDo sends a command to one node of a cluster (a nil reply is nil,
+// not an error, as do answers it).
+func nodeDo(node *redis.Client) func(ctx context.Context, args ...any) (any, error) {
+	return func(ctx context.Context, args ...any) (any, error) {
+		reply, err := node.Do(ctx, args...).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil, nil
+		}
+		return reply, err
+	}
 }
 
 // failed reports whether err is a failure: not an error reply, or one of
@@ -749,19 +870,46 @@ func failed(err error) bool {
 	return err != nil && (!ok || class == classOutage)
 }
 
-// loadScript sends SCRIPT LOAD of the package's copy of pacer.lua (to
-// every primary, on a cluster client).
+// loadScript sends SCRIPT LOAD of the package's copy of pacer.lua; on a
+// cluster, to every primary, so that EVALSHA finds it whichever primary
+// owns the key.
 func (r *RedisPacer) loadScript(ctx context.Context) error {
-	sha, err := r.bounded(ctx, func() (any, error) { return r.client.ScriptLoad(ctx, pacerScript).Result() })
+	var err error
+	if r.cluster == nil {
+		var sha any
+		sha, err = r.bounded(ctx, func() (any, error) { return r.client.ScriptLoad(ctx, pacerScript).Result() })
+		if err == nil {
+			err = r.checkSHA(sha)
+		}
+	} else {
+		_, err = r.bounded(ctx, func() (any, error) {
+			return nil, r.cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+				sha, err := node.ScriptLoad(ctx, pacerScript).Result()
+				if err != nil {
+					return err
+				}
+				return r.checkSHA(sha)
+			})
+		})
+	}
+	var shaErr *RedisError
+	if errors.As(err, &shaErr) {
+		return err
+	}
 	if err != nil {
 		return classify("script load", err)
-	}
-	if s, ok := sha.(string); !ok || s != r.scriptSHA {
-		return &RedisError{Op: "script load", Reply: "SCRIPT LOAD answered " + describe(sha) + ", not the script's SHA1 " + r.scriptSHA}
 	}
 	r.mu.Lock()
 	r.scriptReady = true
 	r.mu.Unlock()
+	return nil
+}
+
+// checkSHA is nil when sha, SCRIPT LOAD's reply, is the script's SHA1.
+func (r *RedisPacer) checkSHA(sha any) error {
+	if s, ok := sha.(string); !ok || s != r.scriptSHA {
+		return &RedisError{Op: "script load", Reply: "SCRIPT LOAD answered " + describe(sha) + ", not the script's SHA1 " + r.scriptSHA}
+	}
 	return nil
 }
 

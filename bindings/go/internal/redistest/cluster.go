@@ -68,6 +68,7 @@ func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		t.Fatalf("redis-cli is required (bash scripts/redis-deps.sh installs it): %v", err)
 	}
+	began := time.Now()
 	c := &Cluster{t: t, conns: &conns{clients: map[*Server]*redis.Client{}}}
 	t.Cleanup(func() {
 		for _, cl := range c.conns.clients {
@@ -125,6 +126,7 @@ func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 			t.Fatalf("node %d (%s) is not a primary after --cluster create", i, s.Addr())
 		}
 	}
+	t.Logf("cluster of %d nodes up in %v", len(c.Nodes), time.Since(began).Round(10*time.Millisecond))
 	return c
 }
 
