@@ -66,12 +66,13 @@ python3 tests/fleet/fault.py \
 # under traffic, and pacer replay and watch through a cluster connection;
 # the CLI by every door, the Node binding's RedisPacer on its own cluster
 # client (rootNodes) by the module, the Python one's (startup_nodes) by the
-# function.
+# function, the Go one's (ClusterAddrs) by the script.
 cluster_hammer="$pacer hammer --cluster --redis {url} --key {key} --calls {calls} --every-ms {every} $config"
 python3 tests/fleet/cluster_check.py --module "$module" --pacer "$pacer" \
     --client "cli-module=$cluster_hammer --door module" \
     --client "cli-function=$cluster_hammer --door function" \
     --client "cli-script=$cluster_hammer --door script" \
     --client "node-module=$node_hammer" \
-    --client "python-function=$python_hammer"
+    --client "python-function=$python_hammer" \
+    --client "go-script=$go_hammer"
 echo "test-fleet: ok"

@@ -1,6 +1,11 @@
-// The Go binding's RedisPacer as a fleet client for tests/fleet/check.py:
+// The Go binding's RedisPacer as a fleet client for tests/fleet/check.py
+// and tests/fleet/cluster_check.py:
 //
 //	go run . URL KEY CALLS EVERY_MS RATE BURST IDLE RETRIES
+//
+// URL: one server, or a Redis Cluster's seed nodes separated by commas
+// (ClusterAddrs; a call may then take up to 4 s, a failover's wait among
+// it).
 //
 // and, with "fault" first, a client of tests/fleet/fault.py (fault.go).
 //
@@ -40,7 +45,11 @@ func run(args []string) error {
 		return err
 	}
 	calls, every := n[0], n[1]
-	r, err := open(args[0], args[1], n[2:], time.Second, 0)
+	timeout := time.Second
+	if strings.Contains(args[0], ",") {
+		timeout = 4 * time.Second
+	}
+	r, err := open(args[0], args[1], n[2:], timeout, 0)
 	if err != nil {
 		return err
 	}
@@ -88,12 +97,23 @@ func numbers(args []string, usage string) ([]int, error) {
 }
 
 // open is the fleet client of both modes: through the script (EVALSHA),
-// the closed policy, config = RATE BURST IDLE RETRIES.
+// the closed policy, config = RATE BURST IDLE RETRIES; addr is one server
+// or a cluster's seed nodes separated by commas.
 func open(addr, key string, config []int, timeout, retryAfter time.Duration) (*pacer.RedisPacer, error) {
 	rate, burst, idle, retries := config[0], config[1], config[2], config[3]
+	options := pacer.RedisOptions{Addr: addr}
+	if strings.Contains(addr, ",") {
+		// A cluster's seed nodes, as host:port.
+		options = pacer.RedisOptions{}
+		for _, node := range strings.Split(addr, ",") {
+			options.ClusterAddrs = append(options.ClusterAddrs,
+				strings.TrimSuffix(strings.TrimPrefix(node, "redis://"), "/"))
+		}
+	}
 	return pacer.OpenRedis(pacer.RedisOptions{
-		Addr: addr,
-		Key:  key,
+		Addr:         options.Addr,
+		ClusterAddrs: options.ClusterAddrs,
+		Key:          key,
 		Config: pacer.Config{
 			RatePerMinute: rate, Burst: burst, IdleTimeout: time.Duration(idle) * time.Millisecond,
 			MaxRetries: retries, ReleasePolicy: pacer.ReleaseRefund,
