@@ -857,7 +857,9 @@ local POLICY_CODE = { refund = 0, strict = 1 }
 -- table is garbage to collect.
 
 -- The header's 512 bytes for `bucket`: the first block, then the second.
-local function encode_header(bucket)
+-- The header's first block (bytes 0–255): the configuration, the state,
+-- the first counters and the control word.
+local function encode_first_block(bucket)
   local format = HEADER_FORMAT
   if bucket.adaptive_floor_per_min > 0 then
     format = ADAPTIVE_HEADER_FORMAT
@@ -888,7 +890,12 @@ local function encode_header(bucket)
     bucket.limit_per_min,
     bucket.probing,
     bucket.again
-  ) .. string.format(
+  )
+end
+
+-- The header's second block (bytes 256–511): the counts beside those.
+local function encode_second_block(bucket)
+  return string.format(
     MORE_FORMAT,
     bucket.admitted_after_wait,
     bucket.shaped,
@@ -1025,7 +1032,11 @@ local function decode_header(key, raw)
     release_refused = release_refused,
   }
   decode_adaptive(key, string.sub(raw, 200, FIRST_BLOCK_LEN), bucket)
-  decode_more(key, string.sub(raw, FIRST_BLOCK_LEN + 1, HEADER_LEN), bucket)
+  local second = string.sub(raw, FIRST_BLOCK_LEN + 1, HEADER_LEN)
+  decode_more(key, second, bucket)
+  -- Kept while none of its counts changes: store_bucket then writes the
+  -- first block alone.
+  bucket.second_block = second
   return bucket
 end
 
@@ -1123,10 +1134,20 @@ local function copy_bucket(held)
 end
 
 -- Writes `bucket`'s header to `key` and remembers both (the caller does
--- not change `bucket` after this).
+-- not change `bucket` after this). A bucket whose second block is the one
+-- the key holds (`second_block`: none of its counts changed since it was
+-- read, as on a refusal or an admission at once) has its first block
+-- written alone; the key's bytes are the same either way.
 local function store_bucket(key, bucket)
-  local header = encode_header(bucket)
-  write('SETRANGE', key, 0, header)
+  local first, second = encode_first_block(bucket), bucket.second_block
+  if second then
+    write('SETRANGE', key, 0, first)
+  else
+    second = encode_second_block(bucket)
+    write('SETRANGE', key, 0, first .. second)
+    bucket.second_block = second
+  end
+  local header = first .. second
   if written[key] == nil then
     if written_held >= CACHE_LIMIT then
       written, buckets, written_held = {}, {}, 0
@@ -1334,6 +1355,7 @@ end
 -- redemption) is redeemed.
 local function tally_admission(bucket, wait, path)
   if wait > 0 then
+    bucket.second_block = nil
     bucket.admitted_after_wait = count(bucket.admitted_after_wait)
     bucket.wait_ms_total = count_by(bucket.wait_ms_total, wait)
     for i = 1, #WAIT_BOUNDS_MS do
@@ -1345,8 +1367,10 @@ local function tally_admission(bucket, wait, path)
     end
   end
   if path == 'shaped' or path == 'overflow' then
+    bucket.second_block = nil
     bucket.shaped = count(bucket.shaped)
   elseif path == 'booked' then
+    bucket.second_block = nil
     bucket.redeemed = count(bucket.redeemed)
   end
 end
@@ -1407,6 +1431,7 @@ local function admission_command(key, op, argv)
     end
     bucket.window, bucket.opened, bucket.opened_before = 0, 0, 0
     bucket.probing, bucket.again = 0, 0
+    bucket.second_block = nil
     bucket.admitted_after_wait, bucket.shaped, bucket.redeemed = 0, 0, 0
     bucket.upstream_opened, bucket.upstream_throttled, bucket.wait_ms_total = 0, 0, 0
     for i = 1, #WAIT_BUCKET_FIELDS do
@@ -1585,6 +1610,7 @@ local function observe_command(key, argv)
     -- Every observation of an adaptive bucket is counted (a fixed-rate
     -- bucket's writes nothing).
     local field = 'upstream_' .. outcome
+    bucket.second_block = nil
     bucket[field] = count(bucket[field])
     store_bucket(key, bucket)
   end

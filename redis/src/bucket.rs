@@ -344,8 +344,13 @@ pub struct Header {
 /// a hand-edited header can hold one) is written as the field's largest.
 fn put(out: &mut [u8; HEADER_LEN], (at, width): (usize, usize), value: u64) {
     let largest = 10u64.saturating_pow(width as u32) - 1;
-    let text = format!("{:0width$}", value.min(largest));
-    out[at..at + width].copy_from_slice(text.as_bytes());
+    // Digits from the right, zeros to the left: no text made on the way
+    // (every call writes some forty fields).
+    let mut rest = value.min(largest);
+    for digit in out[at..at + width].iter_mut().rev() {
+        *digit = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
 }
 
 fn get(bytes: &[u8], (at, width): (usize, usize)) -> Option<u64> {
