@@ -157,7 +157,23 @@ def main():
         ratios = [c / s for s, c in zip(by["server"], by["cluster"])]
         lines.append(f"| `{' '.join(CASES[case_id]('bench:…'))}` | {spread(by['server'], lambda v: f'{v:,.0f}')} "
                      f"| {spread(by['cluster'], lambda v: f'{v:,.0f}')} | {spread(ratios, lambda v: f'{v:.2f}×')} |")
-    lines += ["", "Median [min, max] over rounds.", END]
+    module_ratio = statistics.median(c / s for s, c in zip(ops["module_admit"]["server"], ops["module_admit"]["cluster"]))
+    verdict = "met" if module_ratio >= 1.6 else "missed"
+    lines += [
+        "",
+        "Median [min, max] over rounds.",
+        "",
+        f"Target: the module's ops/s on 3 primaries at least 1.6× one server's on this machine: "
+        f"{module_ratio:.2f}×, **{verdict}**. What bounds it here (a reading, not a measurement): "
+        f"each primary runs its commands on one thread, and redis-benchmark's own thread needs about "
+        f"a core to keep one server busy, so on {os.cpu_count()} cores the three primaries share what "
+        f"the client leaves of the second core. On paper, past this machine: with the client on other "
+        f"machines and a core for each primary, every call touching one key of one slot, the fleet's "
+        f"ops/s grow with the primaries, N primaries about N times one server's, as long as the "
+        f"buckets are many enough to spread over the slots; one bucket lives on one primary, so a "
+        f"single bucket's calls stay bounded by one server's figure (the module's row above).",
+        END,
+    ]
     section = "\n".join(lines)
     print(section)
     if write:
