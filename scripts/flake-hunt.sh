@@ -2,7 +2,7 @@
 # The flake hunt: runs the suites that touch real clocks, threads or
 # processes ROUNDS times (default 10) while two busy processes load this
 # 2-core machine, counts the failures, and writes docs/flake-hunt.md.
-# Not part of the test command (about 15-25 minutes without loom, plus about
+# Not part of the test command (about 20-30 minutes without loom, plus about
 # 4 minutes a loom round); a failure here is a test that depends on how fast
 # the machine runs, and blocks landing like any red test.
 #
@@ -34,6 +34,9 @@ build go bash -c 'cd bindings/go && go mod download && go vet ./...'
 build python bash scripts/test-python.sh
 build shm bash scripts/test-shm.sh
 build cli cargo test -p pacer-cli --test watch --no-run
+# The fleet's checks once (they build the CLI, the module and the Go fleet
+# hammer), then the cluster check alone each round.
+build fleet bash scripts/test-fleet.sh
 
 busy=()
 stop_busy() { for pid in "${busy[@]}"; do kill "$pid" 2>/dev/null || true; done; }
@@ -43,10 +46,25 @@ for _ in $(seq "$stress"); do
   busy+=("$!")
 done
 
-suites=(c-threads shm python node go cli-watch)
+suites=(c-threads shm python node go cli-watch fleet-cluster)
 [ "$loom_rounds" -gt 0 ] && suites+=(loom)
 declare -A passed failed
 for s in "${suites[@]}"; do passed[$s]=0; failed[$s]=0; done
+
+# tests/fleet/cluster_check.py with the six clients scripts/test-fleet.sh
+# gives it (debug builds, as that script made them).
+fleet_cluster() {
+  local config="--rate-per-min {rate} --burst {burst} --idle-timeout-ms {idle} --max-retries {retries}"
+  local hammer="target/debug/pacer hammer --cluster --redis {url} --key {key} --calls {calls} --every-ms {every} $config"
+  local args="{url} {key} {calls} {every} {rate} {burst} {idle} {retries}"
+  python3 tests/fleet/cluster_check.py --module target/debug/libpacer_redis.so --pacer target/debug/pacer \
+    --client "cli-module=$hammer --door module" \
+    --client "cli-function=$hammer --door function" \
+    --client "cli-script=$hammer --door script" \
+    --client "node-module=node tests/fleet/hammer.mjs $args" \
+    --client "python-function=target/python-venv/bin/python tests/fleet/hammer.py $args" \
+    --client "go-script=target/fleet-hammer-go $args"
+}
 
 run_suite() {
   case "$1" in
@@ -56,6 +74,7 @@ run_suite() {
     node) (cd bindings/node && node --test test/) ;;
     go) (cd bindings/go && go test -race -count=1 ./...) ;;
     cli-watch) cargo test -q -p pacer-cli --test watch ;;
+    fleet-cluster) fleet_cluster ;;
     loom) bash scripts/check-loom.sh ;;
   esac
 }
@@ -102,6 +121,7 @@ for s in "${suites[@]}"; do total_failed=$((total_failed + failed[$s])); done
       node) what='`node --test` in `bindings/node`' ;;
       go) what='`go test -race` in `bindings/go`' ;;
       cli-watch) what='`cli/tests/watch.rs`: `pacer watch` against shared buckets driven by another process and Redis buckets driven by `pacer hammer`' ;;
+      fleet-cluster) what='`tests/fleet/cluster_check.py`: six clients on a Redis Cluster through a slot move and a failover' ;;
       loom) what='`scripts/check-loom.sh` (loom models of the core)' ;;
     esac
     echo "| $s | $what | ${passed[$s]} | ${failed[$s]} |"
