@@ -794,32 +794,26 @@ func (r *RedisPacer) pickEngine(ctx context.Context) (RedisEngine, error) {
 // when every primary has it, else the function when every primary has
 // it, else the script.
 func (r *RedisPacer) detect(ctx context.Context) (RedisEngine, error) {
+	var module, function bool
+	var err error
 	if r.cluster == nil {
-		module, function, err := engines(ctx, r.do, false)
-		switch {
-		case err != nil:
-			return "", err
-		case module:
-			return EngineModule, nil
-		case function:
-			return EngineFunction, nil
-		}
-		return EngineScript, nil
-	}
-	var mu sync.Mutex
-	module, function := true, true
-	_, err := r.bounded(ctx, func() (any, error) {
-		return nil, r.cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			m, f, err := engines(ctx, nodeDo(node), true)
-			if err != nil {
-				return err
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			module, function = module && m, function && f
-			return nil
+		module, function, err = engines(ctx, r.do, false)
+	} else {
+		var mu sync.Mutex
+		module, function = true, true
+		_, err = r.bounded(ctx, func() (any, error) {
+			return nil, r.cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+				m, f, err := engines(ctx, nodeDo(node), true)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				module, function = module && m, function && f
+				return nil
+			})
 		})
-	})
+	}
 	switch {
 	case err != nil:
 		return "", err
