@@ -723,13 +723,27 @@ func (r *RedisPacer) send(ctx context.Context, engine RedisEngine, op string, ar
 	return r.do(ctx, cmd...)
 }
 
+// sentOnce is a command go-redis sends at most once: a client's retries
+// (a *redis.Client's MaxRetries, a cluster client's attempts, which share
+// MaxRedirects with the redirections) would send it again after a
+// connection lost with the command sent, and the server could decide it
+// twice. MOVED and ASK are replies, followed as before.
+type sentOnce struct{ *redis.Cmd }
+
+func (sentOnce) NoRetry() bool { return true }
+
 // do runs one command on the client, and returns when it answers or ctx
 // ends, whichever comes first: a client given in RedisOptions may not
 // follow the context's deadline on its socket, and a call never waits on
 // Redis longer than Timeout. A late reply is dropped (its command may
 // still run in the server). A nil reply is a reply (nil), not an error.
+// The command is sent at most once (sentOnce).
 func (r *RedisPacer) do(ctx context.Context, args ...any) (any, error) {
-	reply, err := r.bounded(ctx, func() (any, error) { return r.client.Do(ctx, args...).Result() })
+	reply, err := r.bounded(ctx, func() (any, error) {
+		cmd := sentOnce{redis.NewCmd(ctx, args...)}
+		_ = r.client.Process(ctx, cmd)
+		return cmd.Result()
+	})
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}

@@ -7,17 +7,20 @@ package pacer_test
 // against the key's counts read on the primary that owns its slot.
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/connpacer/pacer/bindings/go/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -305,6 +308,114 @@ func TestRedisClusterModule(t *testing.T) {
 		out.refused += mid.refused
 		checkCounts(t, c, key, out)
 	})
+}
+
+// lostReply wraps a cluster client's connections: once armed, the first
+// command written that names key reaches the server, and its reply is read
+// and thrown away before the connection is closed: the command ran, its
+// client sees the connection lost (io.EOF).
+type lostReply struct {
+	key   []byte
+	armed atomic.Bool
+	cut   atomic.Int64
+}
+
+type lostReplyConn struct {
+	net.Conn
+	l    *lostReply
+	lose bool
+}
+
+func (l *lostReply) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &lostReplyConn{Conn: conn, l: l}, nil
+}
+
+func (c *lostReplyConn) Write(p []byte) (int, error) {
+	if bytes.Contains(p, c.l.key) && c.l.armed.CompareAndSwap(true, false) {
+		c.lose = true
+		c.l.cut.Add(1)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *lostReplyConn) Read(p []byte) (int, error) {
+	if c.lose {
+		c.lose = false
+		_ = c.Conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, _ = c.Conn.Read(make([]byte, 4096))
+		_ = c.Conn.Close()
+		return 0, io.EOF
+	}
+	return c.Conn.Read(p)
+}
+
+// A reply lost after the command ran: the call is an outage answered by
+// the policy, and the command is not sent again, whatever the client's
+// own retries (go-redis's defaults: 3 per node, and MaxRedirects 3 for
+// the cluster's attempts; 3 for a *redis.Client): the owner counts the
+// one admission that ran. Sent again, it would count two for a call that
+// kept none.
+func TestRedisLostReply(t *testing.T) {
+	module := clusterModule(t)
+	c := redistest.StartCluster(t, redistest.ClusterConfig{Module: module, WithoutModule: -1})
+	single := startRedis(t, module)
+	for _, engine := range []pacer.RedisEngine{pacer.EngineModule, pacer.EngineScript} {
+		t.Run("cluster "+string(engine), func(t *testing.T) {
+			c := c.In(t)
+			key := "pacer:cluster:lost-reply:" + string(engine)
+			cut := &lostReply{key: []byte(key)}
+			cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), Dialer: cut.dial})
+			t.Cleanup(func() { _ = cc.Close() })
+			loseOneReply(t, cc, key, engine, cut, func() map[string]any { return c.Info(key, pacer.PacerScript()) })
+		})
+		t.Run("server "+string(engine), func(t *testing.T) {
+			key := "pacer:lost-reply:" + string(engine)
+			cut := &lostReply{key: []byte(key)}
+			client := redis.NewClient(&redis.Options{Addr: single.Addr(), Dialer: cut.dial})
+			t.Cleanup(func() { _ = client.Close() })
+			loseOneReply(t, client, key, engine, cut, func() map[string]any {
+				reply, err := single.client(t).Do(context.Background(), "PACER.INFO", key).Result()
+				flat, ok := reply.([]any)
+				if err != nil || !ok {
+					t.Fatalf("PACER.INFO %s: %v, %v", key, reply, err)
+				}
+				info := map[string]any{}
+				for i := 0; i+1 < len(flat); i += 2 {
+					info[fmt.Sprint(flat[i])] = flat[i+1]
+				}
+				return info
+			})
+		})
+	}
+}
+
+// loseOneReply: a reserve admitted, then one whose reply is lost; info
+// reads the key's counts on the server.
+func loseOneReply(t *testing.T, client redis.UniversalClient, key string, engine pacer.RedisEngine, cut *lostReply, info func() map[string]any) {
+	t.Helper()
+	r, _ := openRedis(t, pacer.RedisOptions{Client: client, Key: key, Config: fleetConfig(),
+		Engine: engine, OnFailure: pacer.FailClosed})
+	d := mustRedisReserve(t, r)
+	if !d.Admitted || d.Fallback != "" {
+		t.Fatalf("first reserve: %+v, want admitted by the server", d)
+	}
+	cut.armed.Store(true)
+	d = mustRedisReserve(t, r)
+	if n := cut.cut.Load(); n != 1 {
+		t.Fatalf("%d replies were cut, want one", n)
+	}
+	if d.Admitted || d.Fallback != pacer.FailClosed {
+		t.Fatalf("reserve whose reply was lost: %+v, want refused by the closed policy", d)
+	}
+	// Two admissions ran (the first, and the one whose reply was lost);
+	// the client was told of one.
+	if got := infoInt(t, info(), "admitted"); got != 2 {
+		t.Fatalf("%s: the server counts %d admissions, want 2 (a command sent again counts 3)", key, got)
+	}
 }
 
 // moveAndContinue: two admissions, the slot moved to another primary (or
