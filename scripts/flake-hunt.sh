@@ -35,7 +35,7 @@ build python bash scripts/test-python.sh
 build shm bash scripts/test-shm.sh
 build cli cargo test -p pacer-cli --test watch --no-run
 # The fleet's checks once (they build the CLI, the module and the Go fleet
-# hammer), then the cluster check alone each round.
+# hammer), then the cluster checks alone each round.
 build fleet bash scripts/test-fleet.sh
 
 busy=()
@@ -46,7 +46,7 @@ for _ in $(seq "$stress"); do
   busy+=("$!")
 done
 
-suites=(c-threads shm python node go cli-watch fleet-cluster)
+suites=(c-threads shm python node go cli-watch fleet-cluster cluster-fault)
 [ "$loom_rounds" -gt 0 ] && suites+=(loom)
 declare -A passed failed
 for s in "${suites[@]}"; do passed[$s]=0; failed[$s]=0; done
@@ -66,6 +66,15 @@ fleet_cluster() {
     --client "go-script=target/fleet-hammer-go $args"
 }
 
+# tests/fleet/cluster_fault.py with the fault run's three clients.
+cluster_fault() {
+  local args="{url} {key} {until} {quiet_from} {quiet_to} {every} {timeout} {seed} {rate} {burst} {idle} {retries}"
+  python3 tests/fleet/cluster_fault.py --module target/debug/libpacer_redis.so \
+    --client "node=node tests/fleet/fault.mjs $args" \
+    --client "python=target/python-venv/bin/python tests/fleet/fault_client.py $args" \
+    --client "go=target/fleet-hammer-go fault $args"
+}
+
 run_suite() {
   case "$1" in
     c-threads) "$root/target/c-tests/test_threads" ;;
@@ -75,6 +84,7 @@ run_suite() {
     go) (cd bindings/go && go test -race -count=1 ./...) ;;
     cli-watch) cargo test -q -p pacer-cli --test watch ;;
     fleet-cluster) fleet_cluster ;;
+    cluster-fault) cluster_fault ;;
     loom) bash scripts/check-loom.sh ;;
   esac
 }
@@ -122,6 +132,7 @@ for s in "${suites[@]}"; do total_failed=$((total_failed + failed[$s])); done
       go) what='`go test -race` in `bindings/go`' ;;
       cli-watch) what='`cli/tests/watch.rs`: `pacer watch` against shared buckets driven by another process and Redis buckets driven by `pacer hammer`' ;;
       fleet-cluster) what='`tests/fleet/cluster_check.py`: six clients on a Redis Cluster through a slot move and a failover' ;;
+      cluster-fault) what='`tests/fleet/cluster_fault.py`: three clients on a Redis Cluster while the busy primary is paused, then killed' ;;
       loom) what='`scripts/check-loom.sh` (loom models of the core)' ;;
     esac
     echo "| $s | $what | ${passed[$s]} | ${failed[$s]} |"

@@ -75,4 +75,12 @@ python3 tests/fleet/cluster_check.py --module "$module" --pacer "$pacer" \
     --client "node-module=$node_hammer" \
     --client "python-function=$python_hammer" \
     --client "go-script=$go_hammer"
+# The same cluster's faults under traffic (tests/fleet/cluster_fault.py):
+# the busy key's primary paused, then killed with kill -9 until its
+# replica takes over, with the fault run's clients (Node and Python by
+# the module, Go by the script) given the seed nodes.
+python3 tests/fleet/cluster_fault.py --module "$module" \
+    --client "node=node tests/fleet/fault.mjs $fault_args" \
+    --client "python=target/python-venv/bin/python tests/fleet/fault_client.py $fault_args" \
+    --client "go=$go_client fault $fault_args"
 echo "test-fleet: ok"

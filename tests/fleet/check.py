@@ -28,7 +28,6 @@ In a command, {url}, {key}, {calls} and {every} are replaced, and
 
 import argparse
 import json
-import os
 import shlex
 import subprocess
 import sys

@@ -13,6 +13,8 @@ process is stopped, and the directory removed, on exit.
         cluster.cli(port, "PING")
         cluster.move_slot_of("some:key", to_port)
         cluster.fail_over(primary_port)
+        cluster.kill(primary_port)        # SIGKILL; its replica takes over
+        cluster.pause(port) / cluster.resume(port)   # SIGSTOP / SIGCONT
 """
 
 import os
@@ -62,12 +64,13 @@ def key_slot(key):
 
 
 class FleetCluster:
-    def __init__(self, module, nodes=6, replicas=1, function=True, module_args=()):
+    def __init__(self, module, nodes=6, replicas=1, function=True, module_args=(), node_timeout_ms=1000):
         self.module = None if module is None else os.path.abspath(module)
         self.module_args = list(module_args)  # e.g. test-clock
         self.count = nodes
         self.replicas = replicas
         self.function = function
+        self.node_timeout_ms = node_timeout_ms  # a primary silent this long is failed over
         self.ports = []
         self.procs = {}
         self.scratch = None
@@ -101,7 +104,7 @@ class FleetCluster:
                 ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                  "--appendonly", "no", "--dir", here, "--logfile", os.path.join(here, "redis.log"),
                  "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                 "--cluster-port", str(bus), "--cluster-node-timeout", "1000",
+                 "--cluster-port", str(bus), "--cluster-node-timeout", str(self.node_timeout_ms),
                  *([] if self.module is None else ["--loadmodule", self.module, *self.module_args])],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._until(lambda: all(self._answers(p) for p in self.ports), "the nodes to start")
@@ -161,20 +164,28 @@ class FleetCluster:
         return seen
 
     def primaries(self):
-        """The ports of the primaries, as the first node sees them."""
-        return sorted(p for p, (_, flags, _, _) in self.nodes(self.ports[0]).items()
+        """The ports of the primaries, as the first running node sees them."""
+        return sorted(p for p, (_, flags, _, _) in self.nodes(self.live()[0]).items()
                       if "master" in flags and "fail" not in flags)
 
+    def live(self):
+        """The ports of the nodes still running."""
+        return [p for p in self.ports if self.procs[p].poll() is None]
+
     def _agreed(self):
+        """Every running node says the cluster is ok and sees the same
+        primaries and slots; none is still suspected or in a handshake (a
+        killed node is marked failed by all, and owns nothing)."""
         views = []
-        for port in self.ports:
+        live = self.live()
+        for port in live:
             info = self.cli(port, "CLUSTER", "INFO", check=False)
             if "cluster_state:ok" not in info:
                 return False
-            view = {p: (flags - {"fail?"}, sorted(slots))
-                    for p, (_, flags, _, slots) in self.nodes(port).items()}
-            if any("fail?" in flags or "fail" in flags or "handshake" in flags
-                   for _, (_, flags, _, _) in self.nodes(port).items()):
+            seen = self.nodes(port)
+            view = {p: (flags, sorted(slots)) for p, (_, flags, _, slots) in seen.items()}
+            if any("fail?" in flags or "handshake" in flags or ("fail" in flags) == (p in live)
+                   for p, (_, flags, _, _) in seen.items()):
                 return False
             views.append(view)
         covered = sum(high - low + 1 for _, slots in views[0].values() for low, high in slots)
@@ -187,7 +198,7 @@ class FleetCluster:
     def owner(self, key):
         """The port of the primary that owns `key`'s slot."""
         slot = key_slot(key)
-        for port, (_, flags, _, slots) in self.nodes(self.ports[0]).items():
+        for port, (_, flags, _, slots) in self.nodes(self.live()[0]).items():
             if "master" in flags and any(low <= slot <= high for low, high in slots):
                 return port
         raise RuntimeError(f"no primary owns slot {slot}")
@@ -209,7 +220,7 @@ class FleetCluster:
         moved is answered ASK; after them, MOVED."""
         slot = str(key_slot(key))
         source = self.owner(key)
-        ids = {p: v[0] for p, v in self.nodes(self.ports[0]).items()}
+        ids = {p: v[0] for p, v in self.nodes(self.live()[0]).items()}
         self.cli(to_port, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source])
         self.cli(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[to_port])
         while True:
@@ -238,9 +249,29 @@ class FleetCluster:
         self.settle()
         return replica
 
+    def kill(self, primary):
+        """kill -9 of `primary`: the writes its replica had not received
+        are lost. Returns the replica's port, once it has taken over and
+        every other node agrees (the node timeout, then an election)."""
+        replica = self.replica_of(primary)
+        self.procs[primary].kill()
+        self.procs[primary].wait()
+        self._until(lambda: "role:master" in self.cli(replica, "INFO", "replication", check=False),
+                    f"{replica} to take over from the killed {primary}")
+        self.settle()
+        return replica
+
+    def pause(self, port):
+        """SIGSTOP: the node holds its connections and answers nothing."""
+        self.procs[port].send_signal(signal.SIGSTOP)
+
+    def resume(self, port):
+        self.procs[port].send_signal(signal.SIGCONT)
+
     def __exit__(self, *exc):
         for proc in self.procs.values():
             if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
                 proc.send_signal(signal.SIGTERM)
         for proc in self.procs.values():
             try:

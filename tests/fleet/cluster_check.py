@@ -36,7 +36,6 @@ import os
 import shlex
 import subprocess
 import sys
-import threading
 import time
 
 from check import CONFIG, EVERY_MS, window_bound, worst_window

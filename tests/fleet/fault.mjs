@@ -1,6 +1,8 @@
 // The Node binding's RedisPacer as a client of the fault run
 // (tests/fleet/fault.py):
 //   node tests/fleet/fault.mjs URL KEY UNTIL_MS QUIET_FROM_MS QUIET_TO_MS EVERY_MS TIMEOUT_MS SEED RATE BURST IDLE RETRIES
+// URL: one server, or a Redis Cluster's seed nodes separated by commas
+// (rootNodes; tests/fleet/cluster_fault.py).
 // Calls until the wall clock reads UNTIL_MS (none from QUIET_FROM_MS to
 // QUIET_TO_MS), one JSON line per admit(): each call is aborted at a random
 // point in [0, TIMEOUT_MS) or not at all; admissions the server made are
@@ -24,7 +26,8 @@ function random() {
 }
 
 const pacer = await RedisPacer.connect({
-  url, key,
+  ...(url.includes(',') ? { rootNodes: url.split(',') } : { url }),
+  key,
   ratePerMinute: Number(rate), burst: Number(burst), idleTimeoutMs: Number(idle),
   maxRetries: Number(retries), releasePolicy: 'refund',
   engine: 'auto', onFailure: 'closed', timeoutMs: Number(timeoutMs), retryAfterMs: 50,

@@ -195,7 +195,10 @@ def unheld(lines, counters, since_ms=0):
     return int(counters["admitted"]) - int(counters["released"]) - kept(lines, since_ms)
 
 
-def check(lines, windows, counters, reads):
+def call_failures(lines):
+    """Calls that ended in an error, and calls that lasted longer than the
+    timeout (plus the wait granted, or the moment of cancelling) and
+    SLACK_MS."""
     failures = []
     errors = {}
     for line in lines:
@@ -211,6 +214,43 @@ def check(lines, windows, counters, reads):
             limit = max(limit, line["cancel_at_ms"] + SLACK_MS)
         if line["end_ms"] - line["start_ms"] > limit:
             failures.append(f"a call lasted {line['end_ms'] - line['start_ms']} ms (limit {limit}): {line}")
+    return failures
+
+
+def start_clients(specs, fields):
+    """Starts each NAME=COMMAND of `specs`, its placeholders replaced by
+    fields(index), the settings and the run's timeout and pace."""
+    procs = []
+    for index, spec in enumerate(specs):
+        name, command = spec.split("=", 1)
+        values = dict(fields(index), every=EVERY_MS, timeout=TIMEOUT_MS, **CONFIG)
+        words = [w.format(**values) for w in shlex.split(command)]
+        procs.append((name, subprocess.Popen(words, stdout=subprocess.PIPE, text=True)))
+    return procs
+
+
+def collect(procs):
+    """Waits for the clients: (failures, every call's line)."""
+    failures, lines = [], []
+    for name, proc in procs:
+        out = proc.communicate(timeout=120)[0]
+        if proc.returncode != 0:
+            failures.append(f"{name}: exited {proc.returncode}")
+        lines += [json.loads(line) for line in out.splitlines() if line.strip()]
+    return failures, lines
+
+
+def finish(label, failures, seed):
+    for failure in failures:
+        print(f"{label}: FAIL {failure}", file=sys.stderr)
+    if failures:
+        print(f"{label}: rerun with --seed {seed}", file=sys.stderr)
+        sys.exit(1)
+    print(f"{label}: ok", file=sys.stderr)
+
+
+def check(lines, windows, counters, reads):
+    failures = call_failures(lines)
     refused = sum(1 for line in lines if line["outcome"] == "refused" and line.get("by") == "server")
     # A call answered by the server is accounted for; one cancelled or
     # answered by the policy near a cutting fault may have left a debit.
@@ -276,36 +316,21 @@ def main():
             library = "#!lua name=pacer\n" + f.read()
         begin_ms = wall_ms() + 500
         until = begin_ms + int(RUN_S * 1000)
-        procs = []
-        for index, spec in enumerate(args.client):
-            name, command = spec.split("=", 1)
-            quiet_from, quiet_to = (begin_ms + int(q * 1000) for q in QUIET_S)
-            words = [w.format(url=f"redis://127.0.0.1:{proxy.port}/", key=key, until=until,
-                              quiet_from=quiet_from, quiet_to=quiet_to, every=EVERY_MS,
-                              timeout=TIMEOUT_MS, seed=seed + index, **CONFIG) for w in shlex.split(command)]
-            procs.append((name, subprocess.Popen(words, stdout=subprocess.PIPE, text=True)))
+        quiet_from, quiet_to = (begin_ms + int(q * 1000) for q in QUIET_S)
+        procs = start_clients(args.client, lambda index: dict(
+            url=f"redis://127.0.0.1:{proxy.port}/", key=key, until=until, quiet_from=quiet_from,
+            quiet_to=quiet_to, seed=seed + index))
         windows, reads = [], []
         try:
             play(server, proxy, library, begin_ms, windows, key, reads)
         finally:
-            outputs = [(name, proc.communicate(timeout=120)[0], proc.returncode) for name, proc in procs]
-        failures = []
-        lines = []
-        for name, out, code in outputs:
-            if code != 0:
-                failures.append(f"{name}: exited {code}")
-            lines += [json.loads(line) for line in out.splitlines() if line.strip()]
+            failures, lines = collect(procs)
         counters = info(server, key)
     if args.lines:
         with open(args.lines, "w") as f:
             json.dump({"windows": windows, "reads": reads, "counters": counters, "lines": lines}, f)
     failures += check(lines, windows, counters, reads)
-    for failure in failures:
-        print(f"fault run: FAIL {failure}", file=sys.stderr)
-    if failures:
-        print(f"fault run: rerun with --seed {seed}", file=sys.stderr)
-        sys.exit(1)
-    print("fault run: ok", file=sys.stderr)
+    finish("fault run", failures, seed)
 
 
 if __name__ == "__main__":

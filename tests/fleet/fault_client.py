@@ -3,6 +3,9 @@
 
     python fault_client.py URL KEY UNTIL_MS QUIET_FROM_MS QUIET_TO_MS EVERY_MS TIMEOUT_MS SEED RATE BURST IDLE RETRIES
 
+URL: one server, or a Redis Cluster's seed nodes separated by commas
+(startup_nodes; tests/fleet/cluster_fault.py).
+
 Calls until the wall clock reads UNTIL_MS (none from QUIET_FROM_MS to
 QUIET_TO_MS), one JSON line per admit(): each call is cancelled
 (task.cancel()) at a random point in [0, TIMEOUT_MS) or not at all;
@@ -25,7 +28,9 @@ def wall_ms():
 
 async def main(url, key, until, quiet_from, quiet_to, every, timeout_ms, seed, rate, burst, idle, retries):
     rng = random.Random(seed)
-    pacer = AsyncRedisPacer(url=url, key=key, rate_per_minute=rate, burst=burst, idle_timeout_ms=idle,
+    where = ({"startup_nodes": [node.removeprefix("redis://").rstrip("/") for node in url.split(",")]}
+             if "," in url else {"url": url})
+    pacer = AsyncRedisPacer(**where, key=key, rate_per_minute=rate, burst=burst, idle_timeout_ms=idle,
                             max_retries=retries, release_policy="refund", engine="auto",
                             on_failure="closed", timeout_ms=timeout_ms, retry_after_ms=50)
     try:

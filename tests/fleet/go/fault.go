@@ -6,10 +6,11 @@ package main
 //	go run . fault URL KEY UNTIL_MS QUIET_FROM_MS QUIET_TO_MS EVERY_MS TIMEOUT_MS SEED RATE BURST IDLE RETRIES
 //
 // Calls until the wall clock reads UNTIL_MS (none from QUIET_FROM_MS to
-// QUIET_TO_MS), one JSON line per Admit, through the script (EVALSHA):
-// each call's context is cancelled at a random point in [0, TIMEOUT_MS)
-// or not at all; admissions the server made are kept, so the server's
-// counters account for every answer.
+// QUIET_TO_MS), one JSON line per Admit, through the script (EVALSHA).
+// URL is one server or a Redis Cluster's seed nodes separated by commas
+// (tests/fleet/cluster_fault.py). Each call's context is cancelled at a
+// random point in [0, TIMEOUT_MS) or not at all; admissions the server
+// made are kept, so the server's counters account for every answer.
 
 import (
 	"context"
