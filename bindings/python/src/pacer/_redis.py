@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import functools
+import os
+import select
 import socket
 import threading
 import time
@@ -91,6 +93,29 @@ class _OnPrimaries(tuple):  # type: ignore[type-arg]
     first error raises."""
 
     __slots__ = ()
+
+
+class _OpCommand(tuple):  # type: ignore[type-arg]
+    """A command of the engine in use (``PACER.<OP>``, ``FCALL`` or
+    ``EVALSHA``) on the pacer's key, as opposed to the keyless commands
+    that find the engine or load the script. Its reply goes to the pacer
+    as the server sent it (redis-py keeps no reply callback for these
+    commands), so a pacer may send it on a connection it holds
+    (``_HeldConnection``)."""
+
+    __slots__ = ()
+
+
+class _RepeatedCommand(_OpCommand):
+    """An ``_OpCommand`` whose arguments are the same at every call of its
+    op (every op but release and redeem, whose ticket changes): its bytes
+    on the wire are packed once and kept."""
+
+    __slots__ = ()
+
+
+#: The ops whose arguments carry a ticket (an ``_OpCommand`` packed each call).
+_TICKET_OPS = frozenset(("release", "redeem"))
 
 
 def script_text() -> bytes:
@@ -666,12 +691,15 @@ class _FleetCore(_PacerView):
 
     # ------------------------------------------------------------ commands
 
-    def _command(self, engine: str, op: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    def _command(self, engine: str, op: str, args: tuple[Any, ...]) -> _OpCommand:
+        """The engine's command for ``op``: a ``_RepeatedCommand`` unless
+        its arguments carry a ticket (release, redeem)."""
+        kind = _OpCommand if op in _TICKET_OPS else _RepeatedCommand
         if engine == "module":
-            return (f"PACER.{op.upper()}", self._key, *args)
+            return kind((f"PACER.{op.upper()}", self._key, *args))
         if engine == "function":
-            return ("FCALL", "pacer", 1, self._key, op, *args)
-        return ("EVALSHA", self._sha, 1, self._key, op, *args)
+            return kind(("FCALL", "pacer", 1, self._key, op, *args))
+        return kind(("EVALSHA", self._sha, 1, self._key, op, *args))
 
     def _configured(self, *extra: str) -> tuple[str, ...]:
         """The configuration arguments of create, reserve and book: the
@@ -1353,6 +1381,152 @@ def _bounded(base: type, deadline: _Deadline, timeout_s: float) -> type:
     return bounded
 
 
+#: What ``_HeldConnection.exchange`` returns when the held connection is
+#: not free (another thread's call is on it, or the pacer closed it).
+_BUSY = object()
+#: The packed commands a held connection keeps at most (ops of one engine,
+#: book's retries_left; an engine change or a script reload adds others).
+_PACKED_KEPT = 64
+
+
+def _pack(encode: Callable[[Any], bytes], command: tuple[Any, ...]) -> bytes:
+    """``command`` in the protocol's request form: an array of bulk
+    strings, each argument as ``encode`` (the pool's encoder) gives it."""
+    parts = [b"*%d\r\n" % len(command)]
+    for argument in command:
+        data = encode(argument)
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+class _HeldConnection:
+    """A connection that a ``RedisPacer`` over a plain client takes from
+    the client's pool and keeps, for its engine's commands
+    (``_OpCommand``): each is written packed (once, for a
+    ``_RepeatedCommand``) and its reply read on it directly, without the
+    client's work for each command (the pool's lock and check, packing, the
+    reply callbacks, the connection given back).
+
+    One thread at a time uses it (a lock tried without waiting): a call
+    that finds it busy goes through the client. Between calls it is checked
+    as the pool checks the connections it gives: readable (the server
+    closed it, or sent what was not asked), it is connected again before
+    the command. A send or a read that fails other than by an error reply
+    (a lost connection, a timeout, an interruption) leaves its reply
+    unread: the connection is disconnected and given back to the pool, and
+    the next call takes another. In a child process the parent's
+    connection is left alone."""
+
+    __slots__ = ("_pool", "_encode", "_error_reply", "_get", "_lock", "_connection", "_pid", "_socket", "_poll",
+                 "_packed", "_closed")
+
+    def __init__(self, redis_py: Any, pool: Any) -> None:
+        import inspect
+
+        self._pool = pool
+        self._encode = pool.get_encoder().encode
+        self._error_reply = redis_py.exceptions.ResponseError
+        # redis-py before 5.1 wants a command name for a pooled connection.
+        named = inspect.signature(pool.get_connection).parameters.get("command_name")
+        needs_name = named is not None and named.default is inspect.Parameter.empty
+        self._get = functools.partial(pool.get_connection, "PING") if needs_name else pool.get_connection
+        self._lock = threading.Lock()
+        self._connection: Any = None
+        self._pid = 0
+        self._socket: Any = None
+        self._poll: Any = None
+        self._packed: dict[tuple[Any, ...], list[bytes]] = {}
+        self._closed = False
+
+    @classmethod
+    def for_client(cls, redis_py: Any, client: Any) -> _HeldConnection | None:
+        """The held connection of ``client`` when it is a plain ``redis.Redis``
+        (not a subclass, not a single-connection client) over a plain
+        ``ConnectionPool`` without client-side caching, speaking RESP2 over
+        TCP or a Unix socket (not TLS); None for anything else, whose
+        commands all go through the client."""
+        pool = getattr(client, "connection_pool", None)
+        if type(client) is not redis_py.Redis or type(pool) is not redis_py.ConnectionPool:
+            return None
+        if getattr(client, "connection", None) is not None or getattr(pool, "cache", None) is not None:
+            return None
+        if pool.connection_kwargs.get("protocol", 2) not in (None, 2, "2"):
+            return None
+        if issubclass(pool.connection_class, redis_py.connection.SSLConnection):
+            return None
+        return cls(redis_py, pool)
+
+    def exchange(self, command: _OpCommand) -> Any:
+        """The server's reply to ``command``, sent on the held connection
+        (an error reply raised as redis-py raises it); ``_BUSY`` when the
+        connection is not free."""
+        if not self._lock.acquire(False):
+            return _BUSY
+        try:
+            if self._closed:
+                return _BUSY
+            connection = self._ready()
+            try:
+                connection.send_packed_command(self._wire(command))
+                return connection.read_response()
+            except self._error_reply:
+                raise  # read whole: the connection is ready for the next command
+            except BaseException:
+                self._drop()
+                raise
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        """Gives the connection back to the pool; the pacer sends no more on it."""
+        with self._lock:
+            self._closed = True
+            connection, self._connection = self._connection, None
+            if connection is not None and self._pid == os.getpid():
+                self._pool.release(connection)
+
+    def _ready(self) -> Any:
+        """The held connection, taken from the pool when there is none (or
+        it is the parent process's), connected again when it is readable."""
+        connection = self._connection
+        if connection is None or self._pid != os.getpid():
+            self._connection = None
+            connection = self._get()  # connected and checked by the pool
+            self._connection, self._pid = connection, os.getpid()
+            return connection
+        sock = connection._sock
+        if sock is None:
+            return connection  # disconnected: sending connects it
+        if sock is not self._socket:
+            self._poll = select.poll()
+            self._poll.register(sock.fileno(), select.POLLIN)
+            self._socket = sock
+        if self._poll.poll(0):
+            connection.disconnect()
+        return connection
+
+    def _drop(self) -> None:
+        """A call failed on the held connection: disconnected and given back."""
+        connection, self._connection = self._connection, None
+        self._socket = self._poll = None
+        if connection is None:
+            return
+        connection.disconnect()
+        if self._pid == os.getpid():
+            self._pool.release(connection)
+
+    def _wire(self, command: _OpCommand) -> list[bytes]:
+        """``command`` packed for ``send_packed_command``."""
+        if type(command) is not _RepeatedCommand:
+            return [_pack(self._encode, command)]
+        packed = self._packed.get(command)
+        if packed is None:
+            if len(self._packed) >= _PACKED_KEPT:
+                self._packed.clear()
+            packed = self._packed[command] = [_pack(self._encode, command)]
+        return packed
+
+
 def _cluster_address(seeds: list[tuple[str, int]]) -> str:
     """How notices name a cluster: by its seeds."""
     return "cluster " + ",".join(f"{host}:{port}" for host, port in seeds)
@@ -1421,6 +1595,9 @@ class RedisPacer(_FleetCore):
         source = _cluster_source(redis_py.cluster, startup_nodes, client)
         self._client: Any = None
         self._make_cluster: Callable[[], Any] | None = None
+        # The engine's commands on a plain client go on a connection the
+        # pacer holds (``_HeldConnection``).
+        self._held: _HeldConnection | None = None
         if source is not None:
             seeds, settings = source
             # A RedisCluster connects when it is made: the first call makes it.
@@ -1436,6 +1613,7 @@ class RedisPacer(_FleetCore):
             self._client = _own_client(redis_py, url, client, kwargs)
             self._address = _address(self._client)
             _bound_to_calls(self._client.connection_pool, self._deadline, self._timeout_ms / 1000)
+            self._held = _HeldConnection.for_client(redis_py, self._client)
 
     # ------------------------------------------------------------ I/O
 
@@ -1456,9 +1634,15 @@ class RedisPacer(_FleetCore):
         return reply
 
     def _perform(self, command: tuple[Any, ...]) -> Any:
-        """One command of an exchange: to the server, or, on a cluster, to
-        the primary of the key's slot (redis-py finds it) or, for
+        """One command of an exchange: to the server (the engine's commands
+        on the held connection when it is free), or, on a cluster, to the
+        primary of the key's slot (redis-py finds it) or, for
         ``_OnPrimaries``, to every primary."""
+        held = self._held
+        if held is not None and isinstance(command, _OpCommand):
+            reply = held.exchange(command)
+            if reply is not _BUSY:
+                return reply
         client = self._client
         if client is None:
             client = self._made_cluster()
@@ -1582,6 +1766,8 @@ class RedisPacer(_FleetCore):
             if self._client is not None:
                 self._client.close()  # the nodes' pools are the pacer's own
             return
+        if self._held is not None:
+            self._held.close()
         self._client.close()
         self._client.connection_pool.disconnect()  # the pool is the pacer's own
 
