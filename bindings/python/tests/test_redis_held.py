@@ -1,6 +1,7 @@
-"""RedisPacer's held connection (``_redis._HeldConnection``): once the
-engine is known, a pacer over a plain client sends its engine's commands
-on one connection it holds, not through redis-py's ``execute_command``.
+"""The fleet pacers' held connection (``_redis._HeldConnection``,
+``_AsyncHeldConnection``): once the engine is known, a RedisPacer or an
+AsyncRedisPacer over a plain client sends its engine's commands on one
+connection it holds, not through redis-py's ``execute_command``.
 
 What is asserted comes from the server (its ``INFO commandstats`` calls
 of the engine's command, ``INFO stats`` connections, the bucket's
@@ -8,12 +9,14 @@ counters) or is counted by hand from the calls the test makes, never
 from the code under test: that the engine's commands skip the client,
 that each reaches the server once and is answered with its own reply,
 and that a fault on the held connection (the server closing it, killed,
-the script flushed, the function deleted, threads contending) is met as
-through the client: the same answers, the same fallbacks, no connection
-left behind."""
+the script flushed, the function deleted, threads or tasks contending, a
+timeout) is met as through the client: the same answers, the same
+fallbacks, no connection left behind. Each test runs with both classes
+(``d``, test_redis.py's Driver) unless it says otherwise."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +26,7 @@ import pytest
 
 from pacer import AdmitPath, RedisAdmitted, RedisPacer, RedisRefused
 from redis_server import REDIS_SERVER, RedisServer, module_path
+from test_redis import Driver, d  # noqa: F401 - d: the fixture, sync and async
 
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server not installed (scripts/redis-deps.sh)")
 
@@ -85,7 +89,7 @@ def connected(server: RedisServer) -> int:
         return int(admin.info("clients")["connected_clients"])
 
 
-def client_commands(fleet: RedisPacer) -> list[tuple[Any, ...]]:
+def client_commands(fleet: Any) -> list[tuple[Any, ...]]:
     """The commands that go through the pacer's redis-py client from now
     on (each as ``execute_command`` is given it), filled as they are sent."""
     sent: list[tuple[Any, ...]] = []
@@ -105,131 +109,139 @@ def names(sent: list[tuple[Any, ...]]) -> list[str]:
 
 
 def test_the_engine_commands_skip_the_client_once_the_engine_is_known(
-        engine_server: tuple[str, RedisServer]) -> None:
+        d: Driver, engine_server: tuple[str, RedisServer]) -> None:
     """After the first call (which finds the engine through the client),
     four reserves, a release and info go on the held connection: none
     through the client, each run once by the server, on the connection
     the first call made. The answers are the burst, two waits, a refusal
     (SPEC §3 for CONFIG), and the server counts what the answers say."""
     engine, server = engine_server
-    with RedisPacer(url=server.url, key=fresh_key("skip"), **SLOW_OK) as fleet:
-        first = fleet.reserve()
-        assert isinstance(first, RedisAdmitted) and first.wait_ms == 0 and first.fallback is None
-        assert fleet.engine == engine
-        sent = client_commands(fleet)
-        runs, made = engine_calls(server, engine), connections_made(server)
-        second, third, fourth, fifth = (fleet.reserve() for _ in range(4))
-        assert isinstance(second, RedisAdmitted) and (second.wait_ms, second.path) == (0, AdmitPath.PACED)
-        assert isinstance(third, RedisAdmitted) and 0 < third.wait_ms <= 1000
-        assert isinstance(fourth, RedisAdmitted) and third.wait_ms < fourth.wait_ms <= BOUND_MS
-        assert isinstance(fifth, RedisRefused) and fifth.required_wait_ms > BOUND_MS and fifth.retry_after_s == 2
-        assert all(o.fallback is None for o in (second, third, fourth, fifth))
-        assert fleet.release(third.ticket) is True
-        info = fleet.info()
-        assert (info["admitted"], info["refused"], info["released"]) == (4, 1, 1)
-        assert sent == []
-        # 4 reserves, 1 release, 1 info; the two admin clients above and
-        # below are the only connections made meanwhile.
-        assert engine_calls(server, engine) - runs == 6
-        assert connections_made(server) - made == 2
-        counters = fleet.counters()
-        assert (counters.admitted, counters.refused, counters.released, counters.fallbacks) == (4, 1, 1, 0)
+    fleet = d.pacer(url=server.url, key=fresh_key("skip"), **SLOW_OK)
+    first = d(fleet.reserve())
+    assert isinstance(first, RedisAdmitted) and first.wait_ms == 0 and first.fallback is None
+    assert fleet.engine == engine
+    sent = client_commands(fleet)
+    runs, made = engine_calls(server, engine), connections_made(server)
+    second, third, fourth, fifth = (d(fleet.reserve()) for _ in range(4))
+    assert isinstance(second, RedisAdmitted) and (second.wait_ms, second.path) == (0, AdmitPath.PACED)
+    assert isinstance(third, RedisAdmitted) and 0 < third.wait_ms <= 1000
+    assert isinstance(fourth, RedisAdmitted) and third.wait_ms < fourth.wait_ms <= BOUND_MS
+    assert isinstance(fifth, RedisRefused) and fifth.required_wait_ms > BOUND_MS and fifth.retry_after_s == 2
+    assert all(o.fallback is None for o in (second, third, fourth, fifth))
+    assert d(fleet.release(third.ticket)) is True
+    info = d(fleet.info())
+    assert (info["admitted"], info["refused"], info["released"]) == (4, 1, 1)
+    assert sent == []
+    # 4 reserves, 1 release, 1 info; the two admin clients above and
+    # below are the only connections made meanwhile.
+    assert engine_calls(server, engine) - runs == 6
+    assert connections_made(server) - made == 2
+    counters = fleet.counters()
+    assert (counters.admitted, counters.refused, counters.released, counters.fallbacks) == (4, 1, 1, 0)
 
 
-def test_a_connection_the_server_closed_between_calls_is_connected_again() -> None:
+def test_a_connection_the_server_closed_between_calls_is_connected_again(d: Driver) -> None:
     """CLIENT KILL closes the held connection between two calls: the next
     call connects again and the server answers it (no outage), as a
     connection the pool checks would."""
     with RedisServer(module=module_path()) as server:
-        with RedisPacer(url=server.url, key=fresh_key("killed"), on_failure="closed", **SLOW_OK) as fleet:
-            assert fleet.reserve().fallback is None
-            with server.client() as admin:
-                assert admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") == 1
-            made = connections_made(server)
-            outcome = fleet.reserve()
-            assert isinstance(outcome, RedisAdmitted) and outcome.fallback is None
-            assert not fleet.in_outage
-            assert connections_made(server) - made == 2  # the pacer's new connection and the admin below
-            assert fleet.info()["admitted"] == 2
+        fleet = d.pacer(url=server.url, key=fresh_key("killed"), on_failure="closed", **SLOW_OK)
+        assert d(fleet.reserve()).fallback is None
+        with server.client() as admin:
+            assert admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") == 1
+        time.sleep(0.05)  # the close has reached the client's side
+        made = connections_made(server)
+        outcome = d(fleet.reserve())
+        assert isinstance(outcome, RedisAdmitted) and outcome.fallback is None
+        assert not fleet.in_outage
+        assert connections_made(server) - made == 2  # the pacer's new connection and the admin below
+        assert d(fleet.info())["admitted"] == 2
+        d(fleet.close())
 
 
-def test_a_killed_server_is_an_outage_and_the_held_connection_is_given_back() -> None:
+def test_a_killed_server_is_an_outage_and_the_held_connection_is_given_back(d: Driver) -> None:
     """The server killed: the call on the held connection fails and the
     policy answers (as through the client); restarted, the next call goes
     on a new connection and the server counts it. Closed, the pacer leaves
     no connection open."""
     with RedisServer(module=module_path()) as server:
-        fleet = RedisPacer(url=server.url, key=fresh_key("restart"), retry_after_ms=0, **SLOW_OK)
-        assert fleet.reserve().fallback is None
+        fleet = d.pacer(url=server.url, key=fresh_key("restart"), retry_after_ms=0, **SLOW_OK)
+        assert d(fleet.reserve()).fallback is None
         sent = client_commands(fleet)
         server.kill()
-        down = fleet.reserve()
+        down = d(fleet.reserve())
         assert isinstance(down, RedisAdmitted) and down.fallback == "local" and fleet.in_outage
         server.start()
-        outcome = fleet.reserve()
+        outcome = d(fleet.reserve())
         assert isinstance(outcome, RedisAdmitted) and outcome.fallback is None and outcome.wait_ms == 0
         assert not fleet.in_outage
         # engine auto was asked again after the failure (through the client),
         # then the reserve went on the held connection.
         expected = ["MODULE LIST"] if server.module else ["MODULE LIST", "FUNCTION LIST", "SCRIPT LOAD"]
         assert names(sent) == expected
-        assert fleet.info()["admitted"] == 1  # a new server: its bucket counts the one call
+        assert d(fleet.info())["admitted"] == 1  # a new server: its bucket counts the one call
         assert connected(server) == 2  # the pacer's one connection and the asking client
-        fleet.close()
+        d(fleet.close())
+        time.sleep(0.05)  # the server has seen the close
         assert connected(server) == 1
 
 
-def test_noscript_on_the_held_connection_loads_the_script_and_retries_there() -> None:
+def test_noscript_on_the_held_connection_loads_the_script_and_retries_there(d: Driver) -> None:
     """SCRIPT FLUSH between calls: EVALSHA on the held connection answers
     NOSCRIPT; auto asks which engine there is and loads the script through
     the client, and EVALSHA is sent again on the held connection: the
     server ran it twice, answered once."""
     with RedisServer() as server:
-        with RedisPacer(url=server.url, key=fresh_key("noscript"), **SLOW_OK) as fleet:
-            assert fleet.reserve().fallback is None and fleet.engine == "script"
-            with server.client() as admin:
-                admin.execute_command("SCRIPT", "FLUSH")
-            sent = client_commands(fleet)
-            runs = engine_calls(server, "script")
-            outcome = fleet.reserve()
-            assert isinstance(outcome, RedisAdmitted) and outcome.fallback is None and not fleet.in_outage
-            assert names(sent) == ["MODULE LIST", "FUNCTION LIST", "SCRIPT LOAD"]
-            assert engine_calls(server, "script") - runs == 2
-            assert fleet.info()["admitted"] == 2
+        fleet = d.pacer(url=server.url, key=fresh_key("noscript"), **SLOW_OK)
+        assert d(fleet.reserve()).fallback is None and fleet.engine == "script"
+        with server.client() as admin:
+            admin.execute_command("SCRIPT", "FLUSH")
+        sent = client_commands(fleet)
+        runs = engine_calls(server, "script")
+        outcome = d(fleet.reserve())
+        assert isinstance(outcome, RedisAdmitted) and outcome.fallback is None and not fleet.in_outage
+        assert names(sent) == ["MODULE LIST", "FUNCTION LIST", "SCRIPT LOAD"]
+        assert engine_calls(server, "script") - runs == 2
+        assert d(fleet.info())["admitted"] == 2
+        d(fleet.close())
 
 
-def test_a_function_deleted_under_the_held_connection_is_found_again() -> None:
+def test_a_function_deleted_under_the_held_connection_is_found_again(d: Driver) -> None:
     """FUNCTION DELETE between calls: FCALL on the held connection answers
     "Function not found"; auto asks which engine there is (through the
     client), loads the script, and EVALSHA goes on the held connection."""
     with RedisServer() as server:
         with server.client() as admin:
             admin.execute_command("FUNCTION", "LOAD", _library())
-        with RedisPacer(url=server.url, key=fresh_key("deleted"), **SLOW_OK) as fleet:
-            assert fleet.reserve().fallback is None and fleet.engine == "function"
-            with server.client() as admin:
-                admin.execute_command("FUNCTION", "DELETE", "pacer")
-            sent = client_commands(fleet)
-            fcalls = engine_calls(server, "function")
-            outcome = fleet.reserve()
-            assert isinstance(outcome, RedisAdmitted) and outcome.fallback is None and not fleet.in_outage
-            assert fleet.engine == "script"
-            assert names(sent) == ["MODULE LIST", "FUNCTION LIST", "SCRIPT LOAD"]
-            assert engine_calls(server, "function") - fcalls == 1
-            assert engine_calls(server, "script") == 1
-            # The script's bucket is the function's (the same key and layout).
-            assert fleet.info()["admitted"] == 2
+        fleet = d.pacer(url=server.url, key=fresh_key("deleted"), **SLOW_OK)
+        assert d(fleet.reserve()).fallback is None and fleet.engine == "function"
+        with server.client() as admin:
+            admin.execute_command("FUNCTION", "DELETE", "pacer")
+        sent = client_commands(fleet)
+        fcalls = engine_calls(server, "function")
+        outcome = d(fleet.reserve())
+        assert isinstance(outcome, RedisAdmitted) and outcome.fallback is None and not fleet.in_outage
+        assert fleet.engine == "script"
+        assert names(sent) == ["MODULE LIST", "FUNCTION LIST", "SCRIPT LOAD"]
+        assert engine_calls(server, "function") - fcalls == 1
+        assert engine_calls(server, "script") == 1
+        # The script's bucket is the function's (the same key and layout).
+        assert d(fleet.info())["admitted"] == 2
+        d(fleet.close())
+
+
+#: A bucket that admits every call at once (the write path, a ticket each).
+OPEN: dict[str, Any] = {"rate_per_minute": 600, "burst": 1_000_000, "idle_timeout_ms": 120_000, "max_retries": 5}
 
 
 def test_threads_share_the_pacer_and_every_call_is_sent_once() -> None:
-    """Four threads, 150 reserves each: a call that finds the held
-    connection busy goes through the client. Every reserve is run once by
-    the server and admitted there, and the pacer made at most one
+    """RedisPacer from four threads, 150 reserves each: a call that finds
+    the held connection busy goes through the client. Every reserve is run
+    once by the server and admitted there, and the pacer made at most one
     connection per thread."""
     with RedisServer(module=module_path()) as server:
         engine = "module" if server.module else "script"
-        settings = {"rate_per_minute": 600, "burst": 1_000_000, "idle_timeout_ms": 120_000, "max_retries": 5}
-        with RedisPacer(url=server.url, key=fresh_key("threads"), on_failure="closed", **settings) as fleet:
+        with RedisPacer(url=server.url, key=fresh_key("threads"), on_failure="closed", **OPEN) as fleet:
             assert fleet.reserve().fallback is None
             sent = client_commands(fleet)
             runs, made = engine_calls(server, engine), connections_made(server)
@@ -258,44 +270,77 @@ def test_threads_share_the_pacer_and_every_call_is_sent_once() -> None:
             assert len(sent) < 600  # some calls went on the held connection
 
 
-def test_a_client_that_is_not_plain_keeps_every_command_on_the_client() -> None:
+def test_tasks_share_the_asyncio_pacer_and_every_call_is_sent_once() -> None:
+    """AsyncRedisPacer from eight tasks, 50 reserves each: a call that
+    finds the held connection busy goes through the client. Every reserve
+    is run once by the server and admitted there."""
+    from pacer import AsyncRedisPacer
+
+    with RedisServer(module=module_path()) as server:
+        engine = "module" if server.module else "script"
+
+        async def run() -> tuple[list[Any], list[tuple[Any, ...]], int]:
+            async with AsyncRedisPacer(url=server.url, key=fresh_key("tasks"), on_failure="closed",
+                                       **OPEN) as fleet:
+                assert (await fleet.reserve()).fallback is None
+                sent = client_commands(fleet)
+
+                async def work() -> list[Any]:
+                    return [await fleet.reserve() for _ in range(50)]
+
+                runs = engine_calls(server, engine)
+                answers = [o for each in await asyncio.gather(*(work() for _ in range(8))) for o in each]
+                return answers, sent, engine_calls(server, engine) - runs
+
+        answers, sent, runs = asyncio.run(run())
+        assert len(answers) == 400 and runs == 400
+        assert all(isinstance(o, RedisAdmitted) and o.wait_ms == 0 and o.fallback is None for o in answers)
+        assert len({o.ticket.text for o in answers}) == 400
+        assert 0 < len(sent) < 400  # some calls went on the held connection, some found it busy
+
+
+def test_a_client_that_is_not_plain_keeps_every_command_on_the_client(d: Driver) -> None:
     """A client speaking RESP3 (its connections may carry pushes): every
     command goes through redis-py's execute_command, as before."""
     import redis
+    import redis.asyncio
 
     with RedisServer(module=module_path()) as server:
-        given = redis.Redis(port=server.port, protocol=3)
-        with RedisPacer(client=given, key=fresh_key("resp3"), **SLOW_OK) as fleet:
-            assert fleet.reserve().fallback is None
-            sent = client_commands(fleet)
-            runs = engine_calls(server, fleet.engine or "")
-            for _ in range(3):
-                assert fleet.reserve().fallback is None
-            assert len(sent) == 3
-            assert engine_calls(server, fleet.engine or "") - runs == 3
-        given.close()
+        module = redis.asyncio if d.flavor == "async" else redis
+        given = module.Redis(port=server.port, protocol=3)
+        fleet = d.pacer(client=given, key=fresh_key("resp3"), **SLOW_OK)
+        assert d(fleet.reserve()).fallback is None
+        sent = client_commands(fleet)
+        runs = engine_calls(server, fleet.engine or "")
+        for _ in range(3):
+            assert d(fleet.reserve()).fallback is None
+        assert len(sent) == 3
+        assert engine_calls(server, fleet.engine or "") - runs == 3
+        d(fleet.close())
+        d(given.aclose() if d.flavor == "async" else given.close())
 
 
-def test_a_timed_out_call_leaves_no_reply_for_the_next() -> None:
+def test_a_timed_out_call_leaves_no_reply_for_the_next(d: Driver) -> None:
     """A reserve times out while the server is paused: its reply, sent
     when the pause ends, must never be read as the next call's. The next
     reserve and info get their own replies: info's counts are a dict with
     the bucket's fields, and they count the two reserves the server ran
     (the timed-out one ran when the pause ended) or one (it never ran)."""
     with RedisServer(module=module_path()) as server:
-        with RedisPacer(url=server.url, key=fresh_key("late"), timeout_ms=200, retry_after_ms=0,
-                        on_failure="closed", **CONFIG) as fleet:
-            assert fleet.reserve().fallback is None
-            with server.client() as admin:
-                admin.execute_command("CLIENT", "PAUSE", 600, "ALL")
-                late = fleet.reserve()
-                assert isinstance(late, RedisRefused) and late.fallback == "closed"
-                admin.ping()  # answered when the pause is over
-            time.sleep(0.05)  # the late reply has arrived where it was going
-            outcome = fleet.reserve()
-            assert isinstance(outcome, RedisAdmitted) and outcome.fallback is None
-            info = fleet.info()
-            assert info["rate_per_min"] == 60 and info["refused"] == 0
-            assert info["admitted"] in (2, 3)
-            counters = fleet.counters()
-            assert (counters.admitted, counters.refused, counters.fallbacks) == (2, 1, 1)
+        fleet = d.pacer(url=server.url, key=fresh_key("late"), timeout_ms=200, retry_after_ms=0,
+                        on_failure="closed", **CONFIG)
+        assert d(fleet.reserve()).fallback is None
+        with server.client() as admin:
+            admin.execute_command("CLIENT", "PAUSE", 600, "ALL")
+            late = d(fleet.reserve())
+            assert isinstance(late, RedisRefused) and late.fallback == "closed"
+            admin.ping()  # answered when the pause is over
+        time.sleep(0.05)  # the late reply has arrived where it was going
+        outcome = d(fleet.reserve())
+        assert isinstance(outcome, RedisAdmitted) and outcome.fallback is None
+        info = d(fleet.info())
+        assert info["rate_per_min"] == 60 and info["refused"] == 0
+        assert info["admitted"] in (2, 3)
+        counters = fleet.counters()
+        assert (counters.admitted, counters.refused, counters.fallbacks) == (2, 1, 1)
+        d(fleet.close())

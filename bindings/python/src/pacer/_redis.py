@@ -1399,7 +1399,61 @@ def _pack(encode: Callable[[Any], bytes], command: tuple[Any, ...]) -> bytes:
     return b"".join(parts)
 
 
-class _HeldConnection:
+class _Held:
+    """What a fleet pacer's held connection keeps, sync or asyncio
+    (``_HeldConnection``, ``_AsyncHeldConnection``): the client's pool, its
+    encoder, the commands packed once, and the connection once taken."""
+
+    __slots__ = ("_pool", "_encode", "_error_reply", "_get", "_connection", "_packed", "_closed")
+
+    def __init__(self, redis_py: Any, pool: Any) -> None:
+        import inspect
+
+        self._pool = pool
+        self._encode = pool.get_encoder().encode
+        self._error_reply = redis_py.exceptions.ResponseError
+        # redis-py before 5.1 wants a command name for a pooled connection.
+        named = inspect.signature(pool.get_connection).parameters.get("command_name")
+        needs_name = named is not None and named.default is inspect.Parameter.empty
+        self._get = functools.partial(pool.get_connection, "PING") if needs_name else pool.get_connection
+        self._connection: Any = None
+        self._packed: dict[tuple[Any, ...], list[bytes]] = {}
+        self._closed = False
+
+    @classmethod
+    def for_client(cls, module: Any, client: Any) -> Any:
+        """A held connection of ``client`` (``module`` is redis or
+        redis.asyncio) when it is a plain ``Redis`` (not a subclass, not a
+        single-connection client) over a plain ``ConnectionPool`` without
+        client-side caching, speaking RESP2 over TCP or a Unix socket (not
+        TLS); None for anything else, whose commands all go through the
+        client."""
+        import redis
+
+        pool = getattr(client, "connection_pool", None)
+        if type(client) is not module.Redis or type(pool) is not module.ConnectionPool:
+            return None
+        if getattr(client, "connection", None) is not None or getattr(pool, "cache", None) is not None:
+            return None
+        if pool.connection_kwargs.get("protocol", 2) not in (None, 2, "2"):
+            return None
+        if issubclass(pool.connection_class, module.connection.SSLConnection):
+            return None
+        return cls(redis, pool)
+
+    def _wire(self, command: _OpCommand) -> list[bytes]:
+        """``command`` packed for ``send_packed_command``."""
+        if type(command) is not _RepeatedCommand:
+            return [_pack(self._encode, command)]
+        packed = self._packed.get(command)
+        if packed is None:
+            if len(self._packed) >= _PACKED_KEPT:
+                self._packed.clear()
+            packed = self._packed[command] = [_pack(self._encode, command)]
+        return packed
+
+
+class _HeldConnection(_Held):
     """A connection that a ``RedisPacer`` over a plain client takes from
     the client's pool and keeps, for its engine's commands
     (``_OpCommand``): each is written packed (once, for a
@@ -1417,44 +1471,14 @@ class _HeldConnection:
     the next call takes another. In a child process the parent's
     connection is left alone."""
 
-    __slots__ = ("_pool", "_encode", "_error_reply", "_get", "_lock", "_connection", "_pid", "_socket", "_poll",
-                 "_packed", "_closed")
+    __slots__ = ("_lock", "_pid", "_socket", "_poll")
 
     def __init__(self, redis_py: Any, pool: Any) -> None:
-        import inspect
-
-        self._pool = pool
-        self._encode = pool.get_encoder().encode
-        self._error_reply = redis_py.exceptions.ResponseError
-        # redis-py before 5.1 wants a command name for a pooled connection.
-        named = inspect.signature(pool.get_connection).parameters.get("command_name")
-        needs_name = named is not None and named.default is inspect.Parameter.empty
-        self._get = functools.partial(pool.get_connection, "PING") if needs_name else pool.get_connection
+        super().__init__(redis_py, pool)
         self._lock = threading.Lock()
-        self._connection: Any = None
         self._pid = 0
         self._socket: Any = None
         self._poll: Any = None
-        self._packed: dict[tuple[Any, ...], list[bytes]] = {}
-        self._closed = False
-
-    @classmethod
-    def for_client(cls, redis_py: Any, client: Any) -> _HeldConnection | None:
-        """The held connection of ``client`` when it is a plain ``redis.Redis``
-        (not a subclass, not a single-connection client) over a plain
-        ``ConnectionPool`` without client-side caching, speaking RESP2 over
-        TCP or a Unix socket (not TLS); None for anything else, whose
-        commands all go through the client."""
-        pool = getattr(client, "connection_pool", None)
-        if type(client) is not redis_py.Redis or type(pool) is not redis_py.ConnectionPool:
-            return None
-        if getattr(client, "connection", None) is not None or getattr(pool, "cache", None) is not None:
-            return None
-        if pool.connection_kwargs.get("protocol", 2) not in (None, 2, "2"):
-            return None
-        if issubclass(pool.connection_class, redis_py.connection.SSLConnection):
-            return None
-        return cls(redis_py, pool)
 
     def exchange(self, command: _OpCommand) -> Any:
         """The server's reply to ``command``, sent on the held connection
@@ -1515,16 +1539,76 @@ class _HeldConnection:
         if self._pid == os.getpid():
             self._pool.release(connection)
 
-    def _wire(self, command: _OpCommand) -> list[bytes]:
-        """``command`` packed for ``send_packed_command``."""
-        if type(command) is not _RepeatedCommand:
-            return [_pack(self._encode, command)]
-        packed = self._packed.get(command)
-        if packed is None:
-            if len(self._packed) >= _PACKED_KEPT:
-                self._packed.clear()
-            packed = self._packed[command] = [_pack(self._encode, command)]
-        return packed
+
+class _AsyncHeldConnection(_Held):
+    """``_HeldConnection`` for an ``AsyncRedisPacer`` over a plain
+    ``redis.asyncio.Redis``: one call at a time uses it (a call that finds
+    it busy goes through the client); before each command the pool checks
+    it as it checks the connections it gives (``ensure_connection``:
+    connected, nothing unread). A send or a read that fails other than by
+    an error reply, or that is cancelled (the call's timeout, the caller),
+    leaves its reply unread: the connection is set aside at once, never
+    used again, and disconnected and given back to the pool (a cancelled
+    call's before the next call takes another, or at ``close``)."""
+
+    __slots__ = ("_busy", "_failed")
+
+    def __init__(self, redis_py: Any, pool: Any) -> None:
+        super().__init__(redis_py, pool)
+        self._busy = False
+        self._failed: list[Any] = []
+
+    @classmethod
+    def for_client(cls, module: Any, client: Any) -> Any:
+        """As ``_Held.for_client``, for a pool that checks a connection
+        on its own (``ensure_connection``)."""
+        held = super().for_client(module, client)
+        return held if held is not None and hasattr(held._pool, "ensure_connection") else None
+
+    async def exchange(self, command: _OpCommand) -> Any:
+        """As ``_HeldConnection.exchange``."""
+        if self._busy or self._closed:
+            return _BUSY
+        self._busy = True
+        try:
+            await self._give_back_failed()
+            try:
+                connection = self._connection
+                if connection is None:
+                    connection = self._connection = await self._get()  # connected and checked by the pool
+                else:
+                    await self._pool.ensure_connection(connection)
+                await connection.send_packed_command(self._wire(command))
+                return await connection.read_response()
+            except self._error_reply:
+                raise  # read whole: the connection is ready for the next command
+            except BaseException as error:
+                if self._connection is not None:
+                    self._failed.append(self._connection)
+                    self._connection = None
+                if not isinstance(error, asyncio.CancelledError):
+                    await self._give_back_failed()  # a cancelled call awaits nothing more
+                raise
+        finally:
+            self._busy = False
+
+    async def close(self) -> None:
+        """Gives the connections back to the pool (one a call is still on
+        stays with it: the pool disconnects it); the pacer sends no more on
+        them."""
+        self._closed = True
+        if self._connection is not None and not self._busy:
+            self._failed.append(self._connection)
+            self._connection = None
+        await self._give_back_failed()
+
+    async def _give_back_failed(self) -> None:
+        while self._failed:
+            connection = self._failed.pop()
+            try:
+                await connection.disconnect()
+            finally:
+                await self._pool.release(connection)
 
 
 def _cluster_address(seeds: list[tuple[str, int]]) -> str:
@@ -1816,6 +1900,7 @@ class AsyncRedisPacer(_FleetCore):
                     retry_after_ms=retry_after_ms, notice_registry=notice_registry)
         self._sleep = _check.callable_or("sleep", sleep, asyncio.sleep)
         self._settling: set[asyncio.Future[None]] = set()
+        self._held: _AsyncHeldConnection | None = None
         kwargs = _client_kwargs(self._timeout_ms / 1000, asyncio_client=True)
         source = _cluster_source(aioredis.cluster, startup_nodes, client)
         if source is not None:
@@ -1827,6 +1912,7 @@ class AsyncRedisPacer(_FleetCore):
         else:
             self._client = _own_client(aioredis, url, client, kwargs)
             self._address = _address(self._client)
+            self._held = _AsyncHeldConnection.for_client(aioredis, self._client)
 
     def _admitted(self, wait_ms: int, path: AdmitPath, regressed: bool, ticket: RedisTicket | None,
                   fallback: Fallback | None) -> RedisAdmitted:
@@ -1847,6 +1933,11 @@ class AsyncRedisPacer(_FleetCore):
 
     async def _perform(self, command: tuple[Any, ...]) -> Any:
         """As ``RedisPacer._perform``."""
+        held = self._held
+        if held is not None and isinstance(command, _OpCommand):
+            reply = await held.exchange(command)
+            if reply is not _BUSY:
+                return reply
         client = self._client
         if isinstance(command, _OnPrimaries):
             await client.initialize()  # the primaries known (at once when they are)
@@ -1958,6 +2049,8 @@ class AsyncRedisPacer(_FleetCore):
         while self._settling:
             await asyncio.gather(*self._settling, return_exceptions=True)
         self._closed = True
+        if self._held is not None:
+            await self._held.close()
         closer = getattr(self._client, "aclose", None) or self._client.close
         await closer()  # a cluster's: every node's connections, the pacer's own
         if not self._cluster:
