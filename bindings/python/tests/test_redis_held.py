@@ -17,8 +17,10 @@ fallbacks, no connection left behind. Each test runs with both classes
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -344,3 +346,28 @@ def test_a_timed_out_call_leaves_no_reply_for_the_next(d: Driver) -> None:
         counters = fleet.counters()
         assert (counters.admitted, counters.refused, counters.fallbacks) == (2, 1, 1)
         d(fleet.close())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_leaves_the_parents_held_connection_alone() -> None:
+    """RedisPacer (sync) used in a child forked after the parent's calls:
+    the child takes a connection of its own (the parent's socket is shared
+    with it), 20 reserves there, and the parent's next calls get their own
+    replies. The server counts both processes' reserves."""
+    with RedisServer(module=module_path()) as server:
+        with RedisPacer(url=server.url, key=fresh_key("fork"), on_failure="closed", **OPEN) as fleet:
+            assert fleet.reserve().fallback is None
+            made = connections_made(server)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # fork beside threads, on 3.12+
+                child = os.fork()
+            if child == 0:
+                ok = all(fleet.reserve().fallback is None for _ in range(20))
+                os._exit(0 if ok else 1)
+            _, status = os.waitpid(child, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            outcomes = [fleet.reserve() for _ in range(5)]
+            assert all(isinstance(o, RedisAdmitted) and o.fallback is None for o in outcomes)
+            info = fleet.info()
+            assert info["admitted"] == 1 + 20 + 5 and info["rate_per_min"] == 600
+            assert connections_made(server) - made == 2  # the child's own and the admin's
