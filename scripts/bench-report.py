@@ -317,6 +317,11 @@ def main() -> None:
             w("- %s" % note)
         w("")
 
+    # The fleet clients' section is written by scripts/bench-clients.sh
+    # between its markers; carry it over as it stands, before the misses.
+    block = kept(out_path, "<!-- clients:begin -->", "<!-- clients:end -->")
+    if block is not None:
+        lines += [block, ""]
     w("## Targets missed: why, and what it would take")
     w("")
     if not missed:
@@ -339,11 +344,13 @@ def main() -> None:
     w("most. Rerun with more `ROUNDS` (and `WARMUP`/`MEASURE` for criterion) for")
     w("steadier figures.")
     w("")
-    # The Redis section is written by scripts/bench-redis.sh between its
-    # markers; carry it over as it stands.
-    block = kept(out_path, "<!-- redis:begin -->", "<!-- redis:end -->")
-    if block is not None:
-        lines += [block, ""]
+    # The Redis sections are written by scripts/bench-redis.sh and
+    # scripts/bench-redis-cluster.py between their markers; carry them over
+    # as they stand.
+    for name in ("redis", "redis-cluster"):
+        block = kept(out_path, f"<!-- {name}:begin -->", f"<!-- {name}:end -->")
+        if block is not None:
+            lines += [block, ""]
     out_path.write_text("\n".join(lines))
     print("wrote %s" % out_path, file=sys.stderr)
     if missing:

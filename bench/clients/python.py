@@ -1,12 +1,13 @@
-"""The Python binding's RedisPacer.reserve beside redis-py's PING on the
-same connection (bench/clients/run.sh):
+"""The Python binding's RedisPacer.reserve beside redis-py's PING through
+the same client (bench/clients/run.sh):
 
     python bench/clients/python.py URL KEY ENGINE CALLS ROUNDS
 
 One JSON line per round: the mean µs per call of CALLS sequential PINGs and
 of CALLS sequential reserves (the order alternates by round). The PING goes
-through the pacer's own redis-py client: one thread, so one pooled
-connection carries both.
+through the pacer's own redis-py client, on a connection of its pool; the
+reserve on the one connection of that pool the pacer holds for its
+engine's commands (two connections to the same server, one call in flight).
 """
 
 import json
@@ -19,7 +20,7 @@ url, key, engine, calls, rounds = sys.argv[1:]
 n = int(calls)
 pacer = RedisPacer(url=url, key=key, engine=engine, rate_per_minute=600, burst=1_000_000,
                    idle_timeout_ms=120_000, max_retries=5, on_failure="closed")
-client = pacer._client  # the pacer's connection pool (not a public attribute; a bench may reach in)
+client = pacer._client  # the pacer's redis-py client (not a public attribute; a bench may reach in)
 
 
 def pings() -> float:

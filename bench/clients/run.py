@@ -63,7 +63,7 @@ def spread(values, fmt):
 
 
 def section(results, args, meta, server_time):
-    out = [BEGIN, "## Fleet clients: `reserve` beside the same client's `PING`", ""]
+    out = [BEGIN, "## Fleet clients: reserve beside PING", ""]
     if args.smoke:
         out += ["**Smoke run**: a few calls, one round; it checks the harness, and its figures mean nothing.", ""]
     out += [
@@ -73,7 +73,9 @@ def section(results, args, meta, server_time):
         "shared with the server).",
         f"Each client (`bench/clients/`) runs {args.rounds} round(s) on its own key, one call in flight: "
         f"{args.calls} `PING`s through the client library, then {args.calls} `reserve`s through the binding's "
-        "`RedisPacer`, on the same connection (the order alternates by round). Every `reserve` admits at once "
+        "`RedisPacer`, through the same client (on the same connection for Node and Go; Python's `reserve` goes on "
+        "the connection its pacer holds, its `PING` on another of the same pool), the order alternating by round. "
+        "Every `reserve` admits at once "
         "(600/min, burst 10^6: the write path, a ticket made and parsed), and the bucket's counters are read back. "
         "A figure is the mean µs per call of one round; the table gives the median over rounds [min, max], and the "
         "ratio is taken within each round, then the median. Target: `reserve` at most "
