@@ -32,6 +32,9 @@ py="$venv/bin/python"
 # "metrics": prometheus_client, for pacer.metrics.
 "$py" -m pip install --quiet --disable-pip-version-check "./bindings/python[redis,metrics]"
 "$py" -m pytest bindings/python/tests -q -p no:cacheprovider
+# The held connection's tests again on servers without the module (the
+# function and the script, as where a server cannot load it).
+env -u PACER_REDIS_MODULE "$py" -m pytest bindings/python/tests/test_redis_held.py -q -p no:cacheprovider
 # The Redis Cluster tests (tests/test_redis_cluster.py, two clusters of six
 # redis-servers) run once for each redis-py version: here, and again below
 # only under an interpreter whose pinned redis-py differs (3.10's).
