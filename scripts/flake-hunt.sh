@@ -51,29 +51,11 @@ suites=(c-threads shm python node go cli-watch fleet-cluster cluster-fault)
 declare -A passed failed
 for s in "${suites[@]}"; do passed[$s]=0; failed[$s]=0; done
 
-# tests/fleet/cluster_check.py with the six clients scripts/test-fleet.sh
-# gives it (debug builds, as that script made them).
-fleet_cluster() {
-  local config="--rate-per-min {rate} --burst {burst} --idle-timeout-ms {idle} --max-retries {retries}"
-  local hammer="target/debug/pacer hammer --cluster --redis {url} --key {key} --calls {calls} --every-ms {every} $config"
-  local args="{url} {key} {calls} {every} {rate} {burst} {idle} {retries}"
-  python3 tests/fleet/cluster_check.py --module target/debug/libpacer_redis.so --pacer target/debug/pacer \
-    --client "cli-module=$hammer --door module" \
-    --client "cli-function=$hammer --door function" \
-    --client "cli-script=$hammer --door script" \
-    --client "node-module=node tests/fleet/hammer.mjs $args" \
-    --client "python-function=target/python-venv/bin/python tests/fleet/hammer.py $args" \
-    --client "go-script=target/fleet-hammer-go $args"
-}
-
-# tests/fleet/cluster_fault.py with the fault run's three clients.
-cluster_fault() {
-  local args="{url} {key} {until} {quiet_from} {quiet_to} {every} {timeout} {seed} {rate} {burst} {idle} {retries}"
-  python3 tests/fleet/cluster_fault.py --module target/debug/libpacer_redis.so \
-    --client "node=node tests/fleet/fault.mjs $args" \
-    --client "python=target/python-venv/bin/python tests/fleet/fault_client.py $args" \
-    --client "go=target/fleet-hammer-go fault $args"
-}
+# The fleet's cluster checks with the clients scripts/test-fleet.sh gives
+# them (debug builds, as that script made them).
+# shellcheck source=scripts/lib/fleet-clients.sh
+. scripts/lib/fleet-clients.sh
+fleet_clients target/debug/pacer target/fleet-hammer-go
 
 run_suite() {
   case "$1" in
@@ -83,8 +65,9 @@ run_suite() {
     node) (cd bindings/node && node --test test/) ;;
     go) (cd bindings/go && go test -race -count=1 ./...) ;;
     cli-watch) cargo test -q -p pacer-cli --test watch ;;
-    fleet-cluster) fleet_cluster ;;
-    cluster-fault) cluster_fault ;;
+    fleet-cluster) python3 tests/fleet/cluster_check.py --module target/debug/libpacer_redis.so \
+      --pacer target/debug/pacer "${cluster_clients[@]}" ;;
+    cluster-fault) python3 tests/fleet/cluster_fault.py --module target/debug/libpacer_redis.so "${fault_clients[@]}" ;;
     loom) bash scripts/check-loom.sh ;;
   esac
 }

@@ -32,23 +32,12 @@ go_hammer="$target/fleet-hammer-go"
   GOTOOLCHAIN=local CGO_ENABLED=1 CGO_LDFLAGS="-L$target/release ${CGO_LDFLAGS:-}" \
     go build -mod=readonly -o "$go_hammer" .)
 
-config="--rate-per-min {rate} --burst {burst} --idle-timeout-ms {idle} --max-retries {retries}"
-hammer="$pacer hammer --redis {url} --key {key} --calls {calls} --every-ms {every} $config"
-node_hammer="node tests/fleet/hammer.mjs {url} {key} {calls} {every} {rate} {burst} {idle} {retries}"
-python_hammer="target/python-venv/bin/python tests/fleet/hammer.py {url} {key} {calls} {every} {rate} {burst} {idle} {retries}"
-go_client="$go_hammer"
-go_hammer="$go_hammer {url} {key} {calls} {every} {rate} {burst} {idle} {retries}"
+# shellcheck source=scripts/lib/fleet-clients.sh
+. scripts/lib/fleet-clients.sh
+fleet_clients "$pacer" "$go_hammer"
 [ -x target/python-venv/bin/python ] || { echo "test-fleet: run scripts/test-python.sh first (its venv)" >&2; exit 1; }
 [ -d bindings/node/node_modules/redis ] || { echo "test-fleet: run scripts/test-node.sh first (node-redis)" >&2; exit 1; }
-clients=(
-    --client "cli-module=$hammer --door module"
-    --client "cli-function=$hammer --door function"
-    --client "node-module=$node_hammer"
-    --client "python-function=$python_hammer"
-    --client "go-script=$go_hammer"
-)
-
-python3 tests/fleet/check.py --module "$module" "${clients[@]}"
+python3 tests/fleet/check.py --module "$module" "${hammer_clients[@]}"
 
 # The replies of tests/fleet/replies.json, produced again on real servers.
 python3 tests/fleet/capture_replies.py --module "$module"
@@ -56,31 +45,17 @@ python3 tests/fleet/capture_replies.py --module "$module"
 # The fleet under faults (docs/fleet-clients.md, "Under faults"): a
 # replica, a deleted function, a slow link, an emptied script cache, and
 # calls cancelled at random points, on one key from three languages.
-fault_args="{url} {key} {until} {quiet_from} {quiet_to} {every} {timeout} {seed} {rate} {burst} {idle} {retries}"
-python3 tests/fleet/fault.py \
-    --client "node=node tests/fleet/fault.mjs $fault_args" \
-    --client "python=target/python-venv/bin/python tests/fleet/fault_client.py $fault_args" \
-    --client "go=$go_client fault $fault_args"
+python3 tests/fleet/fault.py "${fault_clients[@]}"
 # A real Redis Cluster (tests/fleet/cluster_check.py: 3 primaries and 3
 # replicas): buckets on every shard, a slot moved and a primary failed over
 # under traffic, and pacer replay and watch through a cluster connection;
 # the CLI by every door, the Node binding's RedisPacer on its own cluster
 # client (rootNodes) by the module, the Python one's (startup_nodes) by the
 # function, the Go one's (ClusterAddrs) by the script.
-cluster_hammer="$pacer hammer --cluster --redis {url} --key {key} --calls {calls} --every-ms {every} $config"
-python3 tests/fleet/cluster_check.py --module "$module" --pacer "$pacer" \
-    --client "cli-module=$cluster_hammer --door module" \
-    --client "cli-function=$cluster_hammer --door function" \
-    --client "cli-script=$cluster_hammer --door script" \
-    --client "node-module=$node_hammer" \
-    --client "python-function=$python_hammer" \
-    --client "go-script=$go_hammer"
+python3 tests/fleet/cluster_check.py --module "$module" --pacer "$pacer" "${cluster_clients[@]}"
 # The same cluster's faults under traffic (tests/fleet/cluster_fault.py):
 # the busy key's primary paused, then killed with kill -9 until its
 # replica takes over, with the fault run's clients (Node and Python by
 # the module, Go by the script) given the seed nodes.
-python3 tests/fleet/cluster_fault.py --module "$module" \
-    --client "node=node tests/fleet/fault.mjs $fault_args" \
-    --client "python=target/python-venv/bin/python tests/fleet/fault_client.py $fault_args" \
-    --client "go=$go_client fault $fault_args"
+python3 tests/fleet/cluster_fault.py --module "$module" "${fault_clients[@]}"
 echo "test-fleet: ok"
