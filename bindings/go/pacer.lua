@@ -48,6 +48,7 @@ local PROBE_EVERY_OPENINGS = 80 -- adaptive::PROBE_EVERY_OPENINGS: and at least 
 local QUICK_PROBE = 4 -- adaptive::QUICK_PROBE: the wait's divisor with `again`
 local PROBE_STEP_DEN = 2 -- adaptive::PROBE_STEP_DEN: a probe runs at L + ⌊L/2⌋ + 2
 local RISE_MARGIN = 8 -- adaptive::RISE_MARGIN: a count above L + ⌊L/8⌋ + 1 is a rise
+local SEARCH_NO_WAITS_MS = 60000 -- adaptive::SEARCH_NO_WAITS_MS: a search grants no waits for a minute
 local CUT_DEN = 8 -- adaptive::CUT_DEN: an unexplained throttle cuts 1/CUT_DEN
 local COUNT_CAP = 65535 -- adaptive::COUNT_CAP: the largest count (and minute)
 
@@ -454,12 +455,21 @@ local function rate_at(bucket, lowest, now_ms)
 end
 
 -- Params::in_force: the parameters at the rate in force at now_ms (the
--- planned ones for a fixed-rate bucket, or with pacing disabled).
+-- planned ones for a fixed-rate bucket, or with pacing disabled). In the
+-- first SEARCH_NO_WAITS_MS of a search (adaptive::grants_waits) a refusing
+-- bucket grants no waits: its bound in force and its debt floor are 0 (the
+-- refusal hint stays the planned one).
 local function in_force(params, bucket, now_ms)
   if bucket.adaptive_floor_per_min == 0 or params.mode == 'disabled' then
     return params
   end
-  return at_rate(params, rate_at(bucket, lowest_rate(params, bucket), now_ms))
+  local current = at_rate(params, rate_at(bucket, lowest_rate(params, bucket), now_ms))
+  if current.mode == 'refusing' and bucket.probing ~= 1
+      and now_ms - bucket.origin_ms < SEARCH_NO_WAITS_MS then
+    current.bound_ms = 0
+    current.max_debt_units = 0
+  end
+  return current
 end
 
 -- adaptive::rolled: the bucket's counts moved to the minute of `at` (≥ its
@@ -1519,11 +1529,13 @@ end
 -- and the admission gets a ticket of its own (the booking's seq and debit,
 -- slot 0), counted in admitted; not yet, nothing is written.
 local function redeem_command(key, argv)
-  local ticket, now_ms, bucket, params = ticket_command('redeem', key, argv)
+  local ticket, now_ms, bucket = ticket_command('redeem', key, argv)
   if ticket.slot_ms == 0 then
     fail('not a booking')
   end
-  local answer = redeem(params, ticket.slot_ms, now_ms)
+  -- As the core's Pacer::redeem: the planned bound (a search's bound in
+  -- force is 0; a booking made earlier is kept).
+  local answer = redeem(plan(bucket), ticket.slot_ms, now_ms)
   if answer.kind ~= 'admitted' then
     return { 'notyet', answer.retry_after_s, argv[2] }
   end

@@ -65,7 +65,7 @@ fn drive(scenario: &str, path_or_name: &str) {
             adaptive_ceiling_per_min: 0,
         },
         // Rate 60, burst 1, idle 30000, 3 retries (wait bound 2000 ms,
-        // hint cap 2 s: redis/tests/replay_vectors.rs), adaptive 30..120.
+        // hint cap 2 s: redis/tests/replay_vectors.rs), adaptive 30..60.
         "bookings" => pacer_config {
             rate_per_min: 60,
             burst: 1,
@@ -73,7 +73,7 @@ fn drive(scenario: &str, path_or_name: &str) {
             max_retries: 3,
             release_policy: 0,
             adaptive_floor_per_min: 30,
-            adaptive_ceiling_per_min: 120,
+            adaptive_ceiling_per_min: 60,
         },
         other => panic!("unknown scenario {other}"),
     };
@@ -116,36 +116,39 @@ fn drive(scenario: &str, path_or_name: &str) {
             }
         }
         _ => {
-            // Three at t0: waits 0, 1000, 2000 (bound 2000); the fourth
+            // A minute after the creation, when the search (at its
+            // ceiling, 60/min) grants waits (adaptive::SEARCH_NO_WAITS_MS):
+            // three at t1, waits 0, 1000, 2000 (bound 2000); the fourth
             // would wait 3000: refused.
-            let first = reserve(t0);
+            let t1 = t0 + 60_000;
+            let first = reserve(t1);
             assert_eq!((first.kind, first.wait_ms), (ADMITTED, 0));
             for wait_ms in [1000, 2000] {
-                let d = reserve(t0);
+                let d = reserve(t1);
                 assert_eq!((d.kind, d.wait_ms), (ADMITTED, wait_ms));
             }
-            let refused = reserve(t0);
+            let refused = reserve(t1);
             assert_eq!((refused.kind, refused.required_wait_ms), (REFUSED, 3000));
             // With 3 retries left the same wait is within the horizon
-            // 2000 + 3·2·1000: booked, slot t0 + 3000.
+            // 2000 + 3·2·1000: booked, slot t1 + 3000.
             let mut booking = MaybeUninit::<pacer::pacer::pacer_booking>::zeroed();
             let booked = decision(|out| unsafe {
-                pacer_reserve_or_book(p, t0, 3, out, booking.as_mut_ptr())
+                pacer_reserve_or_book(p, t1, 3, out, booking.as_mut_ptr())
             });
             assert_eq!(booked.kind, BOOKED);
             // SAFETY: a booked decision wrote the booking.
             let mut booking = unsafe { booking.assume_init() };
-            assert_eq!(booking.slot_ms, t0 + 3000);
-            // Presented at t0 + 1000: the slot is 2000 away, within the
+            assert_eq!(booking.slot_ms, t1 + 3000);
+            // Presented at t1 + 1000: the slot is 2000 away, within the
             // bound: admitted after 2000.
-            let redeemed = decision(|out| unsafe { pacer_redeem(p, &mut booking, t0 + 1000, out) });
+            let redeemed = decision(|out| unsafe { pacer_redeem(p, &mut booking, t1 + 1000, out) });
             assert_eq!((redeemed.kind, redeemed.wait_ms), (ADMITTED, 2000));
             // The first admission's ticket given back: refunded (refund
             // policy).
             let mut ticket = first.ticket;
             let mut refunded = false;
             ok(
-                unsafe { pacer_release(p, &mut ticket, t0 + 1000, &mut refunded) },
+                unsafe { pacer_release(p, &mut ticket, t1 + 1000, &mut refunded) },
                 "release",
             );
             assert!(refunded);
@@ -153,7 +156,7 @@ fn drive(scenario: &str, path_or_name: &str) {
             for outcome in [1, 1, 1, 2, 2] {
                 let mut rate = 0;
                 ok(
-                    unsafe { pacer_observe(p, outcome, t0 + 1000, &mut rate) },
+                    unsafe { pacer_observe(p, outcome, t1 + 1000, &mut rate) },
                     "observe",
                 );
             }
@@ -271,12 +274,12 @@ fn a_shared_bucket_reports_the_counts_its_processes_made_and_is_not_written() {
             frame["config"],
             json!({"rate_per_min": 60, "burst": 1, "idle_timeout_ms": 30000, "max_retries": 3,
                    "release_policy": "refund", "adaptive_floor_per_min": 30,
-                   "adaptive_ceiling_per_min": 120})
+                   "adaptive_ceiling_per_min": 60})
         );
         // Between the adaptive bounds, wherever the throttles and the
         // clock have moved it.
         let rate = frame["rate_in_force_per_min"].as_u64().unwrap();
-        assert!((30..=120).contains(&rate), "{rate}");
+        assert!((30..=60).contains(&rate), "{rate}");
         // Less than a minute of samples, and nothing decided meanwhile.
         let minute = &frame["last_minute"];
         assert_eq!(minute["complete"], false);
@@ -356,7 +359,7 @@ fn the_text_display_shows_the_rate_the_tokens_and_the_totals() {
     common::assert_contains_all(
         &run.stdout,
         &[
-            "rate 60/min, burst 1, idle 30000 ms, 3 retries, refund, adaptive 30..120/min",
+            "rate 60/min, burst 1, idle 30000 ms, 3 retries, refund, adaptive 30..60/min",
             "rate in force",
             "tokens",
             "slots ahead (",
@@ -711,7 +714,7 @@ fn prometheus_serves_the_metric_set_of_a_shared_bucket() {
         prometheus_parse::Value::Gauge(v) => v,
         other => panic!("the rate is not a gauge: {other:?}"),
     };
-    assert!((30.0..=120.0).contains(&rate), "{rate}");
+    assert!((30.0..=60.0).contains(&rate), "{rate}");
     assert!(matches!(
         value_of(&scrape, "pacer_tokens", &[bucket]),
         prometheus_parse::Value::Gauge(_)

@@ -64,6 +64,12 @@
 //!   so every connection opened before then would be throttled too: the
 //!   origin becomes `t₀ + 60000` (the counts moved to its minute), and the
 //!   rate reads the lowest until then.
+//! - **No waits in a search's first minute**: for [`SEARCH_NO_WAITS_MS`]
+//!   after a search's origin a refusing pacer's bound in force is 0
+//!   (`Params::in_force`), so what a token does not cover at once is
+//!   refused with the usual hint rather than granted a wait at a rate the
+//!   upstream has not answered. A booking keeps the planned bound when it
+//!   is redeemed.
 //!
 //! The constants' derivation is in docs/design.md ("Adaptive pacing").
 //!
@@ -117,6 +123,14 @@ pub const QUICK_PROBE: u64 = 4;
 /// so that a limit that rose shows in the count within a minute, and fast
 /// enough that one that did not throttles within seconds.
 pub const PROBE_STEP_DEN: u32 = 2;
+
+/// For this long after a search's origin a refusing pacer grants no
+/// waits, ms: its rate is one the upstream has not answered yet, and a wait
+/// granted at it is an opening that no throttle seen later can take back
+/// (from 600/min at the default bound, 48 of them before the first answer
+/// can come back). Once the upstream's window holds a minute of the search
+/// without a throttle, the rate has been answered.
+pub const SEARCH_NO_WAITS_MS: u64 = 60_000;
 
 /// A minute's count above `L + L / RISE_MARGIN + 1` shows the limit rose.
 pub const RISE_MARGIN: u32 = 8;
@@ -366,6 +380,12 @@ impl Range {
         };
         (Some(next), self.rate_at(&next, now_ms))
     }
+}
+
+/// Whether a refusing pacer under `control` grants waits at `now_ms`: not
+/// within [`SEARCH_NO_WAITS_MS`] of a search's origin.
+pub(crate) const fn grants_waits(control: &ControlView, now_ms: u64) -> bool {
+    control.probing || now_ms.saturating_sub(control.origin_ms) >= SEARCH_NO_WAITS_MS
 }
 
 /// The lowest rate the law sets for a pacer with these settings: `floor`,

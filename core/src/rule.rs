@@ -193,9 +193,12 @@ impl Params {
         let (at_ms, clock_regressed, tokens) = self.view(state, now_ms);
         let (wait_ms, units, path) = match self.decide(tokens) {
             Step::Refuse { required_wait_ms } => {
-                debug_assert_eq!(
-                    self.refusal_hint_s as u64,
-                    budget::retry_after_s(required_wait_ms, self.bound_ms as u64)
+                // (A search's bound in force is 0; its refusals keep the
+                // hint of the planned bound.)
+                debug_assert!(
+                    self.bound_ms == 0
+                        || self.refusal_hint_s as u64
+                            == budget::retry_after_s(required_wait_ms, self.bound_ms as u64)
                 );
                 return Transition::read_only(Decision::Refused(Refusal {
                     required_wait_ms,
@@ -565,12 +568,24 @@ impl Params {
 
     /// The parameters in force at `now_ms` under `control` (themselves when
     /// adaptation is off).
+    ///
+    /// In the first minute of a search a refusing pacer grants no waits
+    /// (its bound in force is 0, and with it the debt floor; see
+    /// [`crate::adaptive::SEARCH_NO_WAITS_MS`]). A request a token does not
+    /// cover at once is refused with the usual hint.
     #[inline]
     pub fn in_force(&self, control: &ControlView, now_ms: u64) -> Params {
-        if self.adapts() {
-            self.at_rate(self.range.rate_at(control, now_ms))
-        } else {
-            *self
+        if !self.adapts() {
+            return *self;
+        }
+        let params = self.at_rate(self.range.rate_at(control, now_ms));
+        match params.mode {
+            Mode::Refusing if !crate::adaptive::grants_waits(control, now_ms) => Params {
+                bound_ms: 0,
+                max_debt_units: 0,
+                ..params
+            },
+            _ => params,
         }
     }
 }
@@ -628,6 +643,60 @@ mod tests {
             "a reading behind the mark"
         );
         assert_eq!(p.level_at(&empty, 1_000_000), 600_000, "capped at capacity");
+    }
+
+    /// In a search's first minute a refusing pacer grants no waits; then,
+    /// and probing, it does. At 60/min with the level at 0 the next token is 1000 ms away,
+    /// within the default bound (4833 ms, hint cap 4 s).
+    #[test]
+    fn a_search_grants_no_waits() {
+        let config = Config {
+            rate_per_min: 60,
+            burst: 1,
+            ..Config::DEFAULT
+        };
+        let planned = Params::plan(&config.adaptive(1, 600)).unwrap();
+        let empty = StateView {
+            high_water_ms: 0,
+            tokens_units: 0,
+            seq: 0,
+        };
+        let searching = planned.initial_control(0);
+        let search = planned.in_force(&searching, 0);
+        assert_eq!((search.wait_bound_ms(), search.max_debt_units()), (0, 0));
+        match search.reserve(&empty, 0).answer {
+            Decision::Refused(r) => assert_eq!((r.required_wait_ms, r.retry_after_s), (1000, 4)),
+            other => panic!("searching: {other:?}"),
+        }
+        // A minute into the search (rate 600: the next token in 100 ms)
+        // the waits are back; a millisecond before, not yet.
+        let state = |at: u64| StateView {
+            high_water_ms: at,
+            ..empty
+        };
+        let refused = planned
+            .in_force(&searching, 59_999)
+            .reserve(&state(59_999), 59_999);
+        assert!(matches!(refused.answer, Decision::Refused(r) if r.required_wait_ms == 100));
+        let minute = planned.in_force(&searching, 60_000);
+        assert_eq!(minute.wait_bound_ms(), 4833);
+        match minute.reserve(&state(60_000), 60_000).answer {
+            Decision::Admitted(a) => assert_eq!(a.wait_ms, 100),
+            other => panic!("a minute in: {other:?}"),
+        }
+        let probing = ControlView {
+            probing: true,
+            ..searching
+        };
+        let probe = planned.in_force(&probing, 0);
+        assert_eq!(
+            (probe.wait_bound_ms(), probe.max_debt_units()),
+            (4833, 4833 * 60)
+        );
+        match probe.reserve(&empty, 0).answer {
+            Decision::Admitted(a) => assert_eq!(a.wait_ms, 1000),
+            other => panic!("probing: {other:?}"),
+        }
     }
 
     /// `Params::observe` with adaptation off, or with pacing disabled (a

@@ -286,6 +286,8 @@ fn run(
             Op::Reserve(_) => {
                 let in_force = law.rate(now);
                 bucket.set_rate(in_force as u32, Config::DEFAULT.max_retries);
+                // No waits in a search's first minute.
+                bucket.waits = law.probing || now.saturating_sub(law.origin) >= 60_000;
                 let expected = bucket.reserve(now);
                 let decision = if exclusive {
                     pacer.reserve_mut(now)

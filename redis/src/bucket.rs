@@ -774,7 +774,9 @@ pub fn execute(
                 ticket: Ticket::from_raw(ticket.seq, ticket.debit_units),
                 slot_ms: ticket.slot_ms,
             };
-            match params.redeem(booking, now_ms) {
+            // As the core's `Pacer::redeem`: the planned bound (a search's
+            // bound in force is 0, and a booking made earlier is kept).
+            match planned.redeem(booking, now_ms) {
                 // Admitted: the booking is spent and the admission gets a
                 // ticket of its own (the booking's debit), counted as an
                 // admission.
@@ -1362,24 +1364,31 @@ mod tests {
     #[test]
     fn admissions_and_observations_move_the_second_block_by_hand() {
         // Rate 60 (60 units a ms), burst 2, idle 120000 and 5 retries
-        // (bound ⌊(120000 − 62000)/12⌋ = 4833 ms), adaptive 1–600 so that
-        // OBSERVE writes. At 0: two admissions with no wait, the third
-        // waits 60000/60 = 1000 ms, the fourth 120000/60 = 2000 ms. Then an
+        // (bound ⌊(120000 − 62000)/12⌋ = 4833 ms), adaptive 1–60 so that
+        // OBSERVE writes and the rate stays 60. Created at 0 by an admission
+        // with no wait; a minute later (a search grants no waits in its
+        // first minute: adaptive::SEARCH_NO_WAITS_MS) the level is back at
+        // the burst: two admissions with no wait, the third waits
+        // 60000/60 = 1000 ms, the fourth 120000/60 = 2000 ms. Then an
         // opening and a throttle (a search's throttle: not within a hold).
+        let created = [
+            "60", "2", "120000", "5", "refund", "ADAPT", "1", "60", "AT", "0",
+        ];
         let config = [
-            "60", "2", "120000", "5", "refund", "ADAPT", "1", "600", "AT", "0",
+            "60", "2", "120000", "5", "refund", "ADAPT", "1", "60", "AT", "60000",
         ];
         let reserve: (&str, &[&str]) = ("reserve", &config);
         let calls = [
+            ("reserve", &created[..]),
             reserve,
             reserve,
             reserve,
             reserve,
-            ("observe", &["opened", "AT", "0"][..]),
-            ("observe", &["throttled", "AT", "0"][..]),
+            ("observe", &["opened", "AT", "60000"][..]),
+            ("observe", &["throttled", "AT", "60000"][..]),
         ];
         let (bytes, replies) = run_calls(b"k", Vec::new(), &calls);
-        let waits: Vec<i64> = replies[..4]
+        let waits: Vec<i64> = replies[..5]
             .iter()
             .map(|r| match r {
                 Ok(Reply::Array(items)) => match items[1] {
@@ -1389,11 +1398,11 @@ mod tests {
                 other => panic!("{other:?}"),
             })
             .collect();
-        assert_eq!(waits, [0, 0, 1000, 2000]);
+        assert_eq!(waits, [0, 0, 0, 1000, 2000]);
         let header = Header::decode(&bytes).unwrap();
         // Hand-derived: 2 waited, 3000 ms in all, one in (500, 1000], one
         // in (1000, 2500]; nothing shaped or redeemed; 1 opened, 1 throttled.
-        assert_eq!(header.counters[ADMITTED], 4);
+        assert_eq!(header.counters[ADMITTED], 5);
         assert_eq!(
             header.more,
             [2, 0, 0, 1, 1, 3000, 0, 0, 0, 0, 1, 1, 0, 0],

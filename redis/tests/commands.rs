@@ -1698,31 +1698,41 @@ fn a_format_1_key_is_refused_by_every_engine_and_command() {
 #[test]
 fn the_second_block_counts_by_hand_on_every_engine() {
     let mut doors = Doors::open();
+    // Adaptive 1..60 (OBSERVE writes; the rate stays 60). Created at 0 by
+    // an admission with no wait; a minute later (a search grants no waits
+    // in its first minute) the level is back at the burst of 2: waits 0,
+    // 0, 1000, 2000.
+    let created = [
+        "60", "2", "120000", "5", "refund", "ADAPT", "1", "60", "AT", "0",
+    ];
     let config = [
-        "60", "2", "120000", "5", "refund", "ADAPT", "1", "600", "AT", "0",
+        "60", "2", "120000", "5", "refund", "ADAPT", "1", "60", "AT", "60000",
     ];
     let mut keys = Vec::new();
     for engine in ["module", "script", "function"] {
         let key = format!("counted:{engine}");
-        let waits: Vec<Value> = (0..4)
-            .map(|_| match by(&mut doors, engine, "reserve", &key, &config) {
-                Ok(Value::Array(items)) => items[1].clone(),
-                other => panic!("{engine}: {other:?}"),
+        let waits: Vec<Value> = (0..5)
+            .map(|k| {
+                let args = if k == 0 { &created } else { &config };
+                match by(&mut doors, engine, "reserve", &key, args) {
+                    Ok(Value::Array(items)) => items[1].clone(),
+                    other => panic!("{engine}: {other:?}"),
+                }
             })
             .collect();
         assert_eq!(
             waits,
-            [0, 0, 1000, 2000].map(Value::Int),
+            [0, 0, 0, 1000, 2000].map(Value::Int),
             "{engine}: the waits"
         );
-        observed(&mut doors, engine, &key, "opened", 0);
-        observed(&mut doors, engine, &key, "throttled", 0);
-        let info = info_at(&mut doors, engine, &key, 0);
+        observed(&mut doors, engine, &key, "opened", 60_000);
+        observed(&mut doors, engine, &key, "throttled", 60_000);
+        let info = info_at(&mut doors, engine, &key, 60_000);
         assert_info(
             &info,
             engine,
             &[
-                ("admitted", 4),
+                ("admitted", 5),
                 ("refused", 0),
                 ("admitted_after_wait", 2),
                 ("shaped", 0),

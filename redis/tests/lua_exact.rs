@@ -1187,7 +1187,8 @@ fn tickets_expire_after_65536() {
 
 use pacer_core::adaptive::{
     COUNT_CAP, CUT_DEN, HOLD_MS, PROBE_EVERY_OPENINGS, PROBE_STEP_DEN, PROBE_WAIT_MS, QUICK_PROBE,
-    RESEARCH_DOUBLING_MS, RISE_MARGIN, SEARCH_DOUBLINGS_CAP, SEARCH_DOUBLING_MS, WINDOW_MS,
+    RESEARCH_DOUBLING_MS, RISE_MARGIN, SEARCH_DOUBLINGS_CAP, SEARCH_DOUBLING_MS,
+    SEARCH_NO_WAITS_MS, WINDOW_MS,
 };
 
 /// The script's `local NAME = <digits>` lines, each name once.
@@ -1257,6 +1258,7 @@ fn adaptive_constants_are_the_cores() {
         ("QUICK_PROBE", QUICK_PROBE as i64),
         ("PROBE_STEP_DEN", i64::from(PROBE_STEP_DEN)),
         ("RISE_MARGIN", i64::from(RISE_MARGIN)),
+        ("SEARCH_NO_WAITS_MS", SEARCH_NO_WAITS_MS as i64),
         ("CUT_DEN", i64::from(CUT_DEN)),
         ("COUNT_CAP", i64::from(COUNT_CAP)),
     ] {

@@ -243,6 +243,9 @@ pub struct Model {
     pub max_debt: Q,
     pub bound: i128,
     pub mode: MMode,
+    /// Whether a refusing bucket grants waits (SPEC §14: not while the
+    /// law searches).
+    pub waits: bool,
     pub strict: bool,
     /// Tokens at `hwm` (may be negative).
     pub tokens: Q,
@@ -273,6 +276,7 @@ impl Model {
             max_debt: Q::new(bound * cfg.rate as i128, 60_000),
             bound,
             mode,
+            waits: true,
             strict: cfg.strict,
             tokens: Q::int(burst as i128),
             hwm: now,
@@ -335,7 +339,8 @@ impl Model {
         } else {
             ((Q::ONE - tokens) / self.refill_per_ms()).ceil()
         };
-        if wait <= self.bound {
+        let waits = self.waits || self.mode != MMode::Refusing;
+        if wait == 0 || (waits && wait <= self.bound) {
             self.tokens = tokens - Q::ONE;
             self.hwm = at;
             let id = self.issue(Q::ONE);
@@ -347,9 +352,15 @@ impl Model {
             };
         }
         if self.mode == MMode::Refusing {
+            // The hint of the planned bound: its cap when the wait is
+            // beyond it, which is every refusal but a search's.
             return MOutcome::Refused {
                 required_ms: wait,
-                hint_s: hint_s(wait, self.bound),
+                hint_s: if wait > self.bound {
+                    hint_s(wait, self.bound)
+                } else {
+                    cap_s(self.bound)
+                },
                 regressed,
             };
         }
