@@ -26,6 +26,7 @@ const SEARCH_DOUBLING_MS: i128 = 5_000;
 const RESEARCH_DOUBLING_MS: i128 = 20_000;
 const PROBE_WAIT_MS: i128 = 240_000;
 const PROBE_EVERY_OPENINGS: i128 = 80;
+const SEARCH_NO_WAITS_MS: u64 = 60_000;
 
 /// The law, written from its statement.
 #[derive(Clone, Debug)]
@@ -287,7 +288,7 @@ fn run(
                 let in_force = law.rate(now);
                 bucket.set_rate(in_force as u32, Config::DEFAULT.max_retries);
                 // No waits in a search's first minute.
-                bucket.waits = law.probing || now.saturating_sub(law.origin) >= 60_000;
+                bucket.waits = law.probing || now.saturating_sub(law.origin) >= SEARCH_NO_WAITS_MS;
                 let expected = bucket.reserve(now);
                 let decision = if exclusive {
                     pacer.reserve_mut(now)

@@ -243,8 +243,8 @@ pub struct Model {
     pub max_debt: Q,
     pub bound: i128,
     pub mode: MMode,
-    /// Whether a refusing bucket grants waits (SPEC §14: not while the
-    /// law searches).
+    /// Whether a refusing bucket grants waits (SPEC §14: not in a
+    /// search's first minute).
     pub waits: bool,
     pub strict: bool,
     /// Tokens at `hwm` (may be negative).
