@@ -19,7 +19,7 @@ package pacer_test
 //     60000 (the counts moved to minute 1: the 40 are the count before),
 //     and until then the rate reads the lowest (10, or 40); from 60000 it
 //     is ℓ = 40 itself through the hold and the wait (w = max(240000,
-//     80·60000/40 = 120000)/4 = 60000: the step only from 60000 + 120000).
+//     80·60000/40 = 120000)/12 = 20000: the step only from 60000 + 80000).
 //   - A throttle within 60000 ms of the origin changes nothing (at 1000 and
 //     119999); an opening at 1000 is counted at max(1000, 60000), minute 1.
 //   - 40 more openings at 60000 (minute 1: 41; Δ = 0, no rise), then a
@@ -148,7 +148,7 @@ func TestAdaptiveCountExplainsTheThrottle(t *testing.T) {
 // in the hold (40 stays); one at 120000 (minute 2: minute 0's 40 dropped,
 // minute 1's `more` the count before) makes through = max(1, more). 47 >
 // 46: search again from the rate in force, 40 (Δ = 60000, before the step
-// at 60000 + max(240000, 120000)/4 = 120000), origin 120000, doubling
+// at Δ = 60000 + max(240000, 120000)/12 = 80000), origin 120000, doubling
 // every 20000 ms: 40·(20000 + 5000)/20000 = 50 at 125000, 40·30000/20000 =
 // 60 at 130000 (the ceiling). 46: still probing, ℓ = 40 at both.
 func TestAdaptiveRiseSearchesAgain(t *testing.T) {
@@ -195,7 +195,8 @@ func TestAdaptiveRefillFollowsTheRate(t *testing.T) {
 // max(1, ⌊60/8⌋) = 53 and pauses (origin 0 + 60000): it reads the lowest,
 // 10; an opening at 2⁶⁴ − 1 (long past the hold and the wait: the step,
 // 53 + ⌊53/2⌋ + 2 = 81, clamped to the ceiling) reads 60; a throttle
-// there: R = 60, E = through = 1 < 60, L = 1, clamped to the floor 10.
+// there, at the probe's step: R = 60, E = through = 1 < 60, and L held
+// through the hold and the wait, so L = max(1, 53) = 53, read at once.
 func TestAdaptiveClockEnds(t *testing.T) {
 	p := mustNew(t, adaptiveConfig(&fakeClock{}, 10))
 	const top = ^uint64(0)
@@ -203,13 +204,13 @@ func TestAdaptiveClockEnds(t *testing.T) {
 		outcome pacer.Outcome
 		now     uint64
 		want    int
-	}{{pacer.OutcomeThrottled, 0, 10}, {pacer.OutcomeOpened, top, 60}, {pacer.OutcomeThrottled, top, 10}} {
+	}{{pacer.OutcomeThrottled, 0, 10}, {pacer.OutcomeOpened, top, 60}, {pacer.OutcomeThrottled, top, 53}} {
 		if got := mustObserve(t, p, s.outcome, s.now); got != s.want {
 			t.Fatalf("Observe(%v, %d) = %d, want %d", s.outcome, s.now, got, s.want)
 		}
 	}
-	if got := mustRateInForce(t, p, top); got != 10 {
-		t.Fatalf("RateInForce(2⁶⁴ − 1) = %d, want 10", got)
+	if got := mustRateInForce(t, p, top); got != 53 {
+		t.Fatalf("RateInForce(2⁶⁴ − 1) = %d, want 53", got)
 	}
 }
 

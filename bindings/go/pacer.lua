@@ -45,7 +45,7 @@ local RESEARCH_DOUBLING_MS = 20000 -- adaptive::RESEARCH_DOUBLING_MS: a search a
 local SEARCH_DOUBLINGS_CAP = 10 -- adaptive::SEARCH_DOUBLINGS_CAP: then at the ceiling
 local PROBE_WAIT_MS = 240000 -- adaptive::PROBE_WAIT_MS: at L this long after the hold
 local PROBE_EVERY_OPENINGS = 80 -- adaptive::PROBE_EVERY_OPENINGS: and at least this many openings' time
-local QUICK_PROBE = 4 -- adaptive::QUICK_PROBE: the wait's divisor with `again`
+local QUICK_PROBE = 12 -- adaptive::QUICK_PROBE: the wait's divisor with `again`
 local PROBE_STEP_DEN = 2 -- adaptive::PROBE_STEP_DEN: a probe runs at L + ⌊L/2⌋ + 2
 local RISE_MARGIN = 8 -- adaptive::RISE_MARGIN: a count above L + ⌊L/8⌋ + 1 is a rise
 local SEARCH_NO_WAITS_MS = 60000 -- adaptive::SEARCH_NO_WAITS_MS: a search grants no waits for a minute
@@ -514,6 +514,9 @@ local function observe(params, bucket, outcome, now_ms)
   local probing = bucket.probing == 1
   local held = probing and at - bucket.origin_ms < HOLD_MS
   local limit = bucket.limit_per_min
+  -- At the probe's step (past the hold and the wait).
+  local stepped = probing and at - bucket.origin_ms
+    >= HOLD_MS + probe_wait_ms(min(limit, bucket.adaptive_ceiling_per_min), bucket.again)
   if outcome == 'opened' then
     roll(bucket, at)
     bucket.opened = min(bucket.opened + 1, COUNT_CAP)
@@ -539,6 +542,10 @@ local function observe(params, bucket, outcome, now_ms)
       limit = base - min(max(1, floor_div(base, CUT_DEN)), base)
     elseif not probing then
       limit = min(seen, bucket.adaptive_ceiling_per_min) -- a search's burst
+    elseif seen < rate and stepped then
+      -- L held through the hold and the wait without a throttle: this one
+      -- says the limit is below the step, not below L.
+      limit = max(seen, limit)
     elseif seen < rate then
       limit = seen
     else

@@ -101,8 +101,8 @@ fn without_the_flags_the_report_is_unchanged() {
 /// - From 60 s the rate is L = 20. Throttles before 120 s (the hold) change
 ///   nothing; at 20/min, admissions 3000 ms apart never put more than 20 in
 ///   any 60 s, so none follows it. After a search the probe waits
-///   max(240 s, 80 openings at 20/min = 240 s)/4 = 60 s past the hold: 20 +
-///   10 + 2 = 32 from 180 s, so every sample from 60 s to 175 s reads 20.
+///   max(240 s, 80 openings at 20/min = 240 s)/12 = 20 s past the hold: 20
+///   + 10 + 2 = 32 from 140 s, so every sample from 60 s to 135 s reads 20.
 ///
 /// It throttles less than the fixed rate of 60 on the same load.
 #[test]
@@ -122,15 +122,16 @@ fn adaptation_lowers_the_rate_and_the_throttles() {
         [60, 60, 60],
         "searching at the ceiling: {rates:?}"
     );
-    // Samples 3..=11: 15 s to 55 s, the pause; 12..=35: 60 s to 175 s.
+    // Samples 3..=11: 15 s to 55 s, the pause; 12..=27: 60 s to 135 s.
     assert!(
         rates[3..=11].iter().all(|&r| r == 5),
         "the first throttle ends the search with a pause at the lowest rate until 60 s: {rates:?}"
     );
     assert!(
-        rates[12..=35].iter().all(|&r| r == 20),
-        "then L = 20, held and flat until the probe at 180 s: {rates:?}"
+        rates[12..=27].iter().all(|&r| r == 20),
+        "then L = 20, held and flat until the probe at 140 s: {rates:?}"
     );
+    assert_eq!(rates[28], 32, "the probe's step at 140 s: {rates:?}");
     assert!(rates.iter().all(|r| (5..=60).contains(r)), "{rates:?}");
     assert!(
         a.upstream_throttled.unwrap() < f.upstream_throttled.unwrap() / 2,

@@ -55,8 +55,12 @@
 //!   counted (a caller that does not report openings), `L = B − max(1,
 //!   ⌊B / CUT_DEN⌋)` with `B = min(R, ℓ)` (a probe's throttle says
 //!   nothing of `L` itself); `min(E, ceiling)` when this ends a search (a
-//!   burst can open more than the rate); `E` when `E < R`; else `R −
-//!   max(1, ⌊R / CUT_DEN⌋)` (the count does not explain the throttle: an
+//!   burst can open more than the rate); `max(E, L)` when `E < R` at the
+//!   probe's step (`Δ ≥ HOLD_MS + w`: `L` held through the hold and the
+//!   wait without a throttle, so this one says the limit is below the
+//!   step, not below `L`, while the count may cover part of a minute or
+//!   a minute below `L`); `E` when `E < R` otherwise; else `R − max(1,
+//!   ⌊R / CUT_DEN⌋)` (the count does not explain the throttle: an
 //!   upstream that let a burst through).
 //! - **The pause**: when the throttle ends the first search (not a search
 //!   again) less than a minute after it began, everything the search
@@ -116,8 +120,11 @@ pub const PROBE_WAIT_MS: u64 = 240_000;
 pub const PROBE_EVERY_OPENINGS: u64 = 80;
 
 /// After a search (whose count may have covered less than a minute) the
-/// wait before the first probe is divided by this.
-pub const QUICK_PROBE: u64 = 4;
+/// wait before the first probe is divided by this: at the limits from
+/// 20/min up the first probe comes 20 s after the hold, so an estimate
+/// read from part of a minute is corrected within the first minutes (a
+/// probe's throttle does not lower `L`).
+pub const QUICK_PROBE: u64 = 12;
 
 /// A probe runs at `L + ⌊L / PROBE_STEP_DEN⌋ + 2`: above the rise margin,
 /// so that a limit that rose shows in the count within a minute, and fast
@@ -295,6 +302,14 @@ impl Range {
         // only before the origin, where a change is held or counted).
         let rate = self.rate_at(control, now_ms);
         let held = control.probing && at - control.origin_ms < HOLD_MS;
+        // At the probe's step (past the hold and the wait).
+        let stepped = control.probing
+            && at - control.origin_ms
+                >= HOLD_MS
+                    + probe_wait_ms(
+                        control.limit_per_min.min(self.ceiling) as u64,
+                        control.again,
+                    );
         let counted = rolled(control, at);
         let limit = control.limit_per_min as u32;
         let next = match outcome {
@@ -342,6 +357,11 @@ impl Range {
                         }
                         // A search's burst can open more than its rate.
                         seen if !control.probing => seen.min(self.ceiling as u32),
+                        // A throttle at the probe's step says the limit is
+                        // below the step, not below `L`: `L` held through the
+                        // hold and the wait without one (the count may cover
+                        // part of a minute, or a minute below `L`).
+                        seen if seen < rate && stepped => seen.max(limit),
                         seen if seen < rate => seen,
                         // The count does not explain the throttle (an
                         // upstream that let a burst through): a
@@ -541,12 +561,18 @@ mod tests {
             (WIDE.rate_at(&c, 1_019_999), WIDE.rate_at(&c, 1_020_000)),
             (5, 9)
         );
-        // After a search (again) the wait is a quarter: 240 s / 4 = 60 s
-        // at L = 20, so 32 from 120 s.
+        // After a search (again) the wait is a twelfth: 240 s / 12 = 20 s
+        // at L = 20, so 32 from 80 s; at L = 5, 960 s / 12 = 80 s, so 9
+        // from 140 s.
         let c = probing(20, 0, true);
         assert_eq!(
-            (WIDE.rate_at(&c, 119_999), WIDE.rate_at(&c, 120_000)),
+            (WIDE.rate_at(&c, 79_999), WIDE.rate_at(&c, 80_000)),
             (20, 32)
+        );
+        let c = probing(5, 0, true);
+        assert_eq!(
+            (WIDE.rate_at(&c, 139_999), WIDE.rate_at(&c, 140_000)),
+            (5, 9)
         );
         // Before the origin while probing (the pause after a first
         // search's throttle): the lowest rate.
@@ -619,6 +645,45 @@ mod tests {
     }
 
     #[test]
+    fn a_throttle_at_the_probe_step_keeps_the_limit() {
+        // Probing at L = 40 from 0, not after a search: the wait is
+        // max(240 s, 80 · 60 s / 40 = 120 s) = 240 s, so the step, 40 +
+        // 20 + 2 = 62, runs from 300 s. 30 opened in minute 4 (a load
+        // below L), 5 in minute 5.
+        let counted = || {
+            let mut c = probing(40, 0, false);
+            for _ in 0..30 {
+                step(&mut c, Outcome::Opened, 250_000);
+            }
+            c
+        };
+        // A throttle 1 ms before the step: E = through = 30 < 40: L = 30.
+        let mut c = counted();
+        assert_eq!(WIDE.rate_at(&c, 299_999), 40);
+        assert_eq!(step(&mut c, Outcome::Throttled, 299_999), 30);
+        assert_eq!(c.limit_per_min, 30);
+        // At the step: E = max(5, 30) = 30 < 62, but L held through the
+        // hold and the wait: L stays 40, and the rate is 40 again.
+        let mut c = counted();
+        for _ in 0..5 {
+            step(&mut c, Outcome::Opened, 300_500);
+        }
+        assert_eq!(WIDE.rate_at(&c, 302_000), 62);
+        assert_eq!(step(&mut c, Outcome::Throttled, 302_000), 40);
+        assert_eq!(
+            (c.limit_per_min, c.probing, c.again, c.origin_ms),
+            (40, true, false, 302_000)
+        );
+        // A count above L at the step still sets it: 45 in minute 4 (no
+        // rise, 45 ≤ 40 + 5 + 1 = 46), E = 45 < 62: L = 45.
+        let mut c = probing(40, 0, false);
+        for _ in 0..45 {
+            step(&mut c, Outcome::Opened, 250_000);
+        }
+        assert_eq!(step(&mut c, Outcome::Throttled, 301_000), 45);
+    }
+
+    #[test]
     fn a_throttle_sets_the_limit_from_the_counts() {
         // Ending the first search at 1000: E = max(through 70, recent 70)
         // = 70, above the rate 60 but a search's burst rule keeps it,
@@ -644,22 +709,23 @@ mod tests {
         assert_eq!(rate, 3);
         assert_eq!(narrow.rate_at(&next, 60_000), 60);
         // Probing at L = 40 from 0 (after a search: the wait is max(240 s,
-        // 120 s)/4 = 60 s): at 90 s (minute 1; 20 opened in minute 0, 12
-        // in minute 1), not held, the rate 40; E = through = max(12, 20)
-        // = 20 < 40: L = 20, no longer `again`, origin 90 s.
+        // 120 s)/12 = 20 s, the step from 80 s): at 70 s (minute 1; 20
+        // opened in minute 0, 12 in minute 1), neither held nor at the
+        // step, the rate 40; E = through = max(12, 20) = 20 < 40: L = 20,
+        // no longer `again`, origin 70 s.
         let mut c = probing(40, 0, true);
         c.opened = 20;
         for _ in 0..12 {
             step(&mut c, Outcome::Opened, 61_000);
         }
-        assert_eq!(step(&mut c, Outcome::Throttled, 90_000), 20);
-        assert_eq!((c.limit_per_min, c.again, c.origin_ms), (20, false, 90_000));
+        assert_eq!(step(&mut c, Outcome::Throttled, 70_000), 20);
+        assert_eq!((c.limit_per_min, c.again, c.origin_ms), (20, false, 70_000));
         assert_eq!((c.window, c.opened, c.opened_before), (0, 12, 20));
-        // Held until 149999; at 150000 (minute 2) minute 1's 12 are the
+        // Held until 129999; at 130000 (minute 2) minute 1's 12 are the
         // minute before: E = through = 12 < the rate 20: L = 12.
-        assert_eq!(step(&mut c, Outcome::Throttled, 149_999), 20);
-        assert_eq!(c.origin_ms, 90_000, "held");
-        assert_eq!(step(&mut c, Outcome::Throttled, 150_000), 12);
+        assert_eq!(step(&mut c, Outcome::Throttled, 129_999), 20);
+        assert_eq!(c.origin_ms, 70_000, "held");
+        assert_eq!(step(&mut c, Outcome::Throttled, 130_000), 12);
         // 13 openings in minute 2 within the hold (no rise), then at 210 s
         // (minute 3): through 13 ≥ the rate 12: L = 12 − max(1, 1) = 11.
         for _ in 0..13 {

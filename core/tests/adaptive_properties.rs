@@ -26,6 +26,8 @@ const SEARCH_DOUBLING_MS: i128 = 5_000;
 const RESEARCH_DOUBLING_MS: i128 = 20_000;
 const PROBE_WAIT_MS: i128 = 240_000;
 const PROBE_EVERY_OPENINGS: i128 = 80;
+/// After a search the probe's wait is a twelfth.
+const QUICK_PROBE: i128 = 12;
 const SEARCH_NO_WAITS_MS: u64 = 60_000;
 
 /// The law, written from its statement.
@@ -68,6 +70,14 @@ impl Law {
         }
     }
 
+    /// When the probe's step begins, ms after the origin.
+    fn step_at(&self) -> i128 {
+        let l = self.limit.min(self.ceiling);
+        let wait = (PROBE_WAIT_MS).max(PROBE_EVERY_OPENINGS * 60_000 / l.max(1));
+        let wait = if self.again { wait / QUICK_PROBE } else { wait };
+        HOLD_MS as i128 + wait
+    }
+
     fn rate(&self, now: u64) -> i128 {
         let delta = now.saturating_sub(self.origin) as i128;
         let l = self.limit.min(self.ceiling);
@@ -75,9 +85,7 @@ impl Law {
             return self.lowest;
         }
         let curve = if self.probing {
-            let wait = (PROBE_WAIT_MS).max(PROBE_EVERY_OPENINGS * 60_000 / l.max(1));
-            let wait = if self.again { wait / 4 } else { wait };
-            if delta < HOLD_MS as i128 + wait {
+            if delta < self.step_at() {
                 l
             } else {
                 l + l / 2 + 2
@@ -143,6 +151,7 @@ impl Law {
         if self.probing && at - self.origin < HOLD_MS {
             return rate;
         }
+        let at_step = self.probing && (at - self.origin) as i128 >= self.step_at();
         self.roll(at);
         let (this, before) = (self.count(self.minute), self.count(self.minute - 1));
         let share = (MINUTE_MS - at % MINUTE_MS) as i128;
@@ -164,6 +173,10 @@ impl Law {
             base - (base / 8).max(1).min(base)
         } else if !self.probing {
             seen.min(self.ceiling)
+        } else if seen < rate && at_step {
+            // L held through the hold and the wait: the throttle says the
+            // limit is below the step.
+            seen.max(self.limit)
         } else if seen < rate {
             seen
         } else {
@@ -460,11 +473,11 @@ fn the_documented_sequence() {
     assert_eq!(pacer.observe(Outcome::Throttled, 50_000), 3);
     assert_eq!(pacer.control(), control, "a held throttle writes nothing");
     // The probe: after a search the wait is max(240000, 80·60000/45 =
-    // 106666)/4 = 60000 past the hold, so L until 180000, then 45 + 22 +
+    // 106666)/12 = 20000 past the hold, so L until 140000, then 45 + 22 +
     // 2 = 69.
-    assert_eq!(pacer.rate_in_force(179_999), 45);
-    assert_eq!(pacer.rate_in_force(180_000), 69);
-    // Minute 3 (180 s …): openings every second. The margin is L + ⌊L/8⌋ +
+    assert_eq!(pacer.rate_in_force(139_999), 45);
+    assert_eq!(pacer.rate_in_force(140_000), 69);
+    // Minute 3 (180 s …; none in minute 2): openings every second. The margin is L + ⌊L/8⌋ +
     // 1 = 51: the 51st (at 230 s) keeps the probe, the 52nd (231 s) shows
     // the limit rose: search again from the rate in force, 69, origin
     // 231 s, doubling every 20 s.
@@ -477,15 +490,15 @@ fn the_documented_sequence() {
     // A throttle at 261 s (minute 4) ends this search again (no pause):
     // minute 3's 52 are the minute before; recent = 52·39000/60000 = 33;
     // E = 52, L = 52, `again`: the rate is 52 through the hold, and the
-    // probe comes max(240000, 92307)/4 = 60000 after it: 52 + 26 + 2 = 80
-    // from 381 s.
+    // probe comes max(240000, 92307)/12 = 20000 after it: 52 + 26 + 2 =
+    // 80 from 341 s.
     assert_eq!(pacer.observe(Outcome::Throttled, 261_000), 52);
     assert_eq!(law_of(&pacer), (261_000, 52, true, true));
-    assert_eq!(pacer.rate_in_force(380_999), 52);
-    assert_eq!(pacer.rate_in_force(381_000), 80);
-    // At 400 s (minute 6, two after the counts): nothing counted, so a
-    // step down from min(R, L) = 52: L = 52 − ⌊52/8⌋ = 46. Not after a
-    // search: the wait is 240 s.
+    assert_eq!(pacer.rate_in_force(340_999), 52);
+    assert_eq!(pacer.rate_in_force(341_000), 80);
+    // At 400 s (minute 6, two after the counts; at the step, the rate
+    // 80): nothing counted, so a step down from min(R, L) = 52: L = 52 −
+    // ⌊52/8⌋ = 46. Not after a search: the wait is 240 s.
     assert_eq!(pacer.observe(Outcome::Throttled, 400_000), 46);
     assert_eq!(law_of(&pacer), (400_000, 46, true, false));
     // 10 openings in minute 6, a throttle at 470 s (minute 7, past the
@@ -526,24 +539,39 @@ fn the_documented_sequence() {
 /// SPEC §14's example, as docs/spec.md states it.
 #[test]
 fn the_spec_example() {
-    let pacer = Pacer::new(&Config::DEFAULT.adaptive(1, 600), 0).unwrap();
-    let rates = [0, 2500, 5000, 15_000, 16_249, 16_250].map(|t| pacer.rate_in_force(t));
-    assert_eq!(rates, [60, 90, 120, 480, 599, 600]);
-    for k in 0..12 {
-        pacer.observe(Outcome::Opened, 1000 + k * 1000);
-    }
-    assert_eq!(pacer.observe(Outcome::Throttled, 20_000), 3);
-    assert_eq!(law_of(&pacer), (60_000, 12, true, true));
-    assert_eq!(
-        (pacer.rate_in_force(59_999), pacer.rate_in_force(60_000)),
-        (3, 12)
-    );
-    assert_eq!(pacer.observe(Outcome::Throttled, 30_000), 3);
-    assert_eq!(law_of(&pacer), (60_000, 12, true, true));
-    assert_eq!(
-        (pacer.rate_in_force(219_999), pacer.rate_in_force(220_000)),
-        (12, 20)
-    );
+    let example = || {
+        let pacer = Pacer::new(&Config::DEFAULT.adaptive(1, 600), 0).unwrap();
+        let rates = [0, 2500, 5000, 15_000, 16_249, 16_250].map(|t| pacer.rate_in_force(t));
+        assert_eq!(rates, [60, 90, 120, 480, 599, 600]);
+        for k in 0..12 {
+            pacer.observe(Outcome::Opened, 1000 + k * 1000);
+        }
+        assert_eq!(pacer.observe(Outcome::Throttled, 20_000), 3);
+        assert_eq!(law_of(&pacer), (60_000, 12, true, true));
+        assert_eq!(
+            (pacer.rate_in_force(59_999), pacer.rate_in_force(60_000)),
+            (3, 12)
+        );
+        assert_eq!(pacer.observe(Outcome::Throttled, 30_000), 3);
+        assert_eq!(law_of(&pacer), (60_000, 12, true, true));
+        assert_eq!(
+            (pacer.rate_in_force(153_332), pacer.rate_in_force(153_333)),
+            (12, 20)
+        );
+        // 10 openings in minute 2 (none in minute 1): no rise, 10 ≤ 14.
+        for k in 0..10 {
+            assert_eq!(pacer.observe(Outcome::Opened, 121_000 + k * 1000), 12);
+        }
+        pacer
+    };
+    // At the step (160000): E = 10 < 20, L stays max(10, 12) = 12.
+    let pacer = example();
+    assert_eq!(pacer.observe(Outcome::Throttled, 160_000), 12);
+    assert_eq!(law_of(&pacer), (160_000, 12, true, false));
+    // Before it (150000): E = 10 < 12, L = 10.
+    let pacer = example();
+    assert_eq!(pacer.observe(Outcome::Throttled, 150_000), 10);
+    assert_eq!(law_of(&pacer), (150_000, 10, true, false));
 }
 
 /// Bad clocks: an observation at 0 or at `u64::MAX` neither panics nor

@@ -12,7 +12,7 @@
 //! the hold's end (120000) lowers `L` the same way (53 → 53 − 6 = 47), or
 //! to what the openings counted show got through, never below the lowest
 //! rate. While probing the rate is `ℓ` itself until the step (after the
-//! hold and the wait, 60000 + 240000/4 after the first search's throttle).
+//! hold and the wait, 60000 + 240000/12 after the first search's throttle).
 
 use std::mem::{size_of, MaybeUninit};
 
@@ -159,8 +159,8 @@ fn a_throttle_lowers_the_rate_once_per_hold() {
     // the origin 60000) the lowest, 10; the same instant twice: held (at =
     // max(1000, 60000), Δ = 0), answered 10 at 1000; 1 ms short of the
     // hold's end (119999): held, answered ℓ = 53 (the wait: max(240000,
-    // ⌊80·60000/53⌋ = 90566)/4 = 60000, so the step only from Δ =
-    // 120000). At 120000 (Δ = 60000): R = 53, nothing counted, E = 0:
+    // ⌊80·60000/53⌋ = 90566)/12 = 20000, so the step only from Δ =
+    // 80000). At 120000 (Δ = 60000): R = 53, nothing counted, E = 0:
     // B = min(53, 53) = 53, L = 53 − max(1, ⌊53/8⌋ = 6) = 47, origin
     // 120000, answered ℓ = 47.
     assert_eq!(episode(10, false), [Ok(10), Ok(10), Ok(10), Ok(53), Ok(47)]);
@@ -198,7 +198,7 @@ fn the_openings_counted_set_the_rate() {
     }
     assert_eq!(observe(&p, THROTTLED, 119_999), Ok(30), "held");
     // At 120000 (minute 2, Δ = 60000, before the step at 60000 +
-    // max(240000, 80·60000/30 = 160000)/4 = 120000 after the origin): R =
+    // max(240000, 80·60000/30 = 160000)/12 = 80000 after the origin): R =
     // 30; minute 1's 31 is the count before, through = 31, E = 31 ≥ R =
     // 30: the count does not explain the throttle, L = 30 − max(1,
     // ⌊30/8⌋ = 3) = 27, origin 120000, answered ℓ = 27.

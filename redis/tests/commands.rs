@@ -1042,10 +1042,10 @@ fn expect_observe(
 ///   again only its count written (2 → 3).
 /// - opened at 70000, the origin's minute: 1 now, 45 before.
 /// - the step: the wait is max(240000, ⌊80·60000/45⌋ = 106666) = 240000,
-///   /4 with `again` = 60000; so 45 until Δ = 60000 + 60000 (t = 180000),
+///   /12 with `again` = 20000; so 45 until Δ = 60000 + 20000 (t = 140000),
 ///   then 45 + ⌊45/2⌋ + 2 = 69.
 /// - 52 openings at 180000, …, 180051 (minute 2 of the origin: both
-///   counts dropped): the 52nd makes through = 52 > 45 + ⌊45/8⌋ + 1 = 51,
+///   counts dropped; the rate 69, the step): the 52nd makes through = 52 > 45 + ⌊45/8⌋ + 1 = 51,
 ///   a rise: search again from the rate then, 69, origin 180051, doubling
 ///   every 20 s: 69 at once, ⌊69·30000/20000⌋ = 103 at 190051, 138 at
 ///   200051.
@@ -1054,7 +1054,7 @@ fn expect_observe(
 ///   52 at once.
 /// - throttled at 260051, past the hold, minute 1 of the origin: the 52
 ///   are the minute before, E = through = 52 ≥ the rate 52 (the wait
-///   max(240000, ⌊4800000/52⌋ = 92307)/4 = 60000 is not over): the count
+///   max(240000, ⌊4800000/52⌋ = 92307)/12 = 20000 is not over): the count
 ///   does not explain it: L = 52 − max(1, ⌊52/8⌋) = 46, not `again`.
 /// - the next step: wait max(240000, ⌊4800000/46⌋ = 104347) = 240000
 ///   (not quick): 46 until Δ = 300000 (t = 560051), then 46 + 23 + 2 =
@@ -1100,8 +1100,8 @@ fn observe_follows_the_law_by_hand_on_every_engine() {
         let fields = " 001 600 0000000000060000 00000 00001 00045 00045 1 1    ";
         expect_observe(d, engine, key, ("opened", 70_000), 45, fields);
         // The step.
-        assert_eq!(rate(d, 179_999), Value::Int(45), "{engine}");
-        assert_eq!(rate(d, 180_000), Value::Int(69), "{engine}");
+        assert_eq!(rate(d, 139_999), Value::Int(45), "{engine}");
+        assert_eq!(rate(d, 140_000), Value::Int(69), "{engine}");
         for t in 180_000..180_051 {
             observed(d, engine, key, "opened", t);
         }

@@ -1335,7 +1335,7 @@ impl Law {
     /// The rate in force at `now` (in u128: no product can overflow).
     /// Searching: ℓ·2ⁿ·(D + r)/D, the ceiling from n ≥ 10. Probing: the
     /// lowest before the origin (the pause); ℓ until Δ = 60000 + w, then
-    /// ℓ + ⌊ℓ/2⌋ + 2, with w = max(240000, ⌊80·60000/max(ℓ, 1)⌋), ⌊w/4⌋
+    /// ℓ + ⌊ℓ/2⌋ + 2, with w = max(240000, ⌊80·60000/max(ℓ, 1)⌋), ⌊w/12⌋
     /// with `again`.
     fn rate(&self, w: &Word, now: u64) -> u64 {
         if w.probing && now < w.origin {
@@ -1352,15 +1352,21 @@ impl Law {
                 l * (1 << n) * (d + delta % d) / d
             }
         } else {
-            let spaced = 4_800_000 / l.max(1);
-            let wait = spaced.max(240_000) / if w.again { 4 } else { 1 };
-            if delta < 60_000 + wait {
+            if delta < self.step_at(w) {
                 l
             } else {
                 l + l / 2 + 2
             }
         };
         curve.clamp(u128::from(self.lowest), u128::from(self.ceiling)) as u64
+    }
+
+    /// How long after the origin a probe's step begins: 60000 + w (as in
+    /// `rate`).
+    fn step_at(&self, w: &Word) -> u128 {
+        let l = u128::from(w.limit.min(self.ceiling));
+        let spaced = 4_800_000 / l.max(1);
+        60_000 + spaced.max(240_000) / if w.again { 12 } else { 1 }
     }
 
     /// The upstream's answer at `now`: the word to store (`None`: nothing
@@ -1405,6 +1411,9 @@ impl Law {
                 base - (base / 8).max(1).min(base)
             } else if !w.probing {
                 seen.min(self.ceiling)
+            } else if seen < rate && u128::from(at - w.origin) >= self.step_at(w) {
+                // At the probe's step: L held through the hold and the wait.
+                seen.max(w.limit)
             } else if seen < rate {
                 seen
             } else {
@@ -1526,24 +1535,24 @@ fn adaptive_at_the_clock_edge() {
     // Rate 600 (lowest max(1, 3) = 3) created and throttled at 0: R =
     // 600, B = 600, L = 600 − 75 = 525, `again`; the pause puts the origin
     // at 60000 and the answer at 0 is the lowest, 3. The wait: max(240000,
-    // ⌊4800000/525⌋ = 9142) = 240000, /4 = 60000; the step from Δ =
-    // 60000 + 60000 (t = 180000): 525 + 262 + 2 = 789, the ceiling 600.
+    // ⌊4800000/525⌋ = 9142) = 240000, /12 = 20000; the step from Δ =
+    // 60000 + 20000 (t = 140000): 525 + 262 + 2 = 789, the ceiling 600.
     let top = ["600", "10", "120000", "5", "refund", "ADAPT", "1", "600"];
     lua.run("top", "create", &with_at(&top, "0"));
     assert_eq!(lua.observe("top", "throttled", "0"), vec![Int(3)]);
     assert_eq!(lua.info("top", 59_999, "rate_in_force"), Int(3));
     assert_eq!(lua.info("top", 60_000, "rate_in_force"), Int(525));
-    assert_eq!(lua.info("top", 179_999, "rate_in_force"), Int(525));
-    assert_eq!(lua.info("top", 180_000, "rate_in_force"), Int(600));
+    assert_eq!(lua.info("top", 139_999, "rate_in_force"), Int(525));
+    assert_eq!(lua.info("top", 140_000, "rate_in_force"), Int(600));
     assert_eq!(lua.info("top", MAX_ARG, "rate_in_force"), Int(600));
     // The same at rate 60, ceiling 600: L = 60 − 7 = 53, the wait
-    // max(240000, ⌊4800000/53⌋ = 90566) / 4 = 60000, the step 53 + 26 + 2
-    // = 81.
+    // max(240000, ⌊4800000/53⌋ = 90566) / 12 = 20000, the step 53 + 26 +
+    // 2 = 81 from t = 140000.
     let mid = ["60", "10", "120000", "5", "refund", "ADAPT", "1", "600"];
     lua.run("mid", "create", &with_at(&mid, "0"));
     assert_eq!(lua.observe("mid", "throttled", "0"), vec![Int(3)]);
-    assert_eq!(lua.info("mid", 179_999, "rate_in_force"), Int(53));
-    assert_eq!(lua.info("mid", 180_000, "rate_in_force"), Int(81));
+    assert_eq!(lua.info("mid", 139_999, "rate_in_force"), Int(53));
+    assert_eq!(lua.info("mid", 140_000, "rate_in_force"), Int(81));
     assert_eq!(lua.info("mid", MAX_ARG, "rate_in_force"), Int(81));
 }
 
@@ -1589,8 +1598,8 @@ fn adaptive_lowest_rate_is_the_lowest_that_refuses() {
     assert_eq!(lua.info("k", 30, "mode"), s("refusing"));
     // Three openings at 120000 s (past the hold; the next minute: before
     // = 0, opened 1, 2, 3; 3 ≤ 3 + 0 + 1, no rise), a throttle at 130000:
-    // through = 3 ≥ the rate 3 (ℓ = 3, within the wait ⌊4800000/3⌋/4 =
-    // 400000): the count does not explain it, L = 3 − max(1, ⌊3/8⌋) = 2,
+    // through = 3 ≥ the rate 3 (ℓ = 3, within the wait ⌊4800000/3⌋/12 =
+    // 133333): the count does not explain it, L = 3 − max(1, ⌊3/8⌋) = 2,
     // which the law lifts back to the lowest, 3. No pause (probing).
     for t in ["120000", "120010", "120020"] {
         assert_eq!(lua.observe("k", "opened", t), vec![Int(3)]);

@@ -519,7 +519,8 @@ static void test_foreign_tickets(void) {
  * the creation (0) it pauses: the origin becomes 0 + 60000 and the rate
  * reads the lowest (here the floor: 5 retries at bound 4833 can refuse
  * from 3/min) until then, L (probing: L itself until the hold and the
- * wait, 60000 + max(240000, 80*60000/53)/4 = 120000, are over) from then
+ * wait, 60000 + max(240000, 80*60000/53)/12 = 80000 after the origin,
+ * are over) from then
  * on; a throttle within HOLD_MS of the origin changes nothing; one at the
  * hold's end (120000) sets L to what the openings counted show got
  * through when that is below the rate in force, never below the lowest.

@@ -18,8 +18,8 @@
 //   60000) = 60000 (the counts moved to minute 1: the 40 are the count
 //   before), and until then the rate reads the lowest (10, or 40 with floor
 //   40); from 60000 it is ℓ = 40 through the hold and the wait (w =
-//   max(240000, 80·60000/40 = 120000)/4 = 60000: the step, 40 + 20 + 2, only
-//   from 60000 + 60000 + 60000 = 180000).
+//   max(240000, 80·60000/40 = 120000)/12 = 20000: the step, 40 + 20 + 2, only
+//   from 60000 + 60000 + 20000 = 140000).
 // - A throttle while probing within 60000 ms of the origin changes nothing
 //   (at 1000, observed at max(1000, 60000) = 60000, and at 119999); an
 //   opening at 1000 is counted at 60000, the origin's minute, but cannot show
@@ -85,7 +85,7 @@ test('a throttle ends the search at what got through, pauses; throttles in the h
 // The first search's end as above (L = 40, the pause to 60000, the 40
 // openings of minute 0 the count before minute 1). 20 openings at 60000
 // (minute 1; Δ = 0, in the hold: no rise) read ℓ = 40. A throttle at 120000
-// (minute 2, Δ = 60000: not held, before the step at 180000): R = 40;
+// (minute 2, Δ = 60000: not held, before the step at 140000): R = 40;
 // minute 0's count dropped, minute 1's 20 the count before: E = through =
 // 20 < R = 40, so L = 20.
 test('a throttle the count explains lowers the rate to what got through', () => {
@@ -109,7 +109,7 @@ test('a throttle the count explains lowers the rate to what got through', () => 
 // least 60000 ms after the origin. 47 openings at 90000 (minute 1, Δ =
 // 30000): in the hold, 40 stays. One opening at 120000 (Δ = 60000, minute
 // 2): opened_before = 47, opened = 1, through = 47 > 46: search again from
-// the rate in force, 40 (before the step at 180000), origin 120000, doubling
+// the rate in force, 40 (before the step at 140000), origin 120000, doubling
 // every 20000 ms: 40·2ⁿ·(20000 + r)/20000 is 40 at 120000, 40·25000/20000 =
 // 50 at 125000, 40·30000/20000 = 60 at 130000 (the ceiling), and the ceiling
 // from then on. With 46 at 90000 instead (not above 46) the opening at
@@ -287,9 +287,11 @@ test('clock 0 and 2^53 − 1 are fine', () => {
   assert.equal(pacer.rateInForce(60000), 53);
   assert.equal(pacer.observe('opened', Number.MAX_SAFE_INTEGER), 60);
   assert.equal(pacer.rateInForce(Number.MAX_SAFE_INTEGER), 60);
-  // A throttle there: the one opening counted, E = through = 1 < R = 60:
-  // L = 1, clamped to the lowest, 10.
-  assert.equal(pacer.observe('throttled', Number.MAX_SAFE_INTEGER), 10);
+  // A throttle there, at the probe's step: the one opening counted, E =
+  // through = 1 < R = 60, and L held through the hold and the wait, so L
+  // = max(1, 53) = 53, read at once (probing, Δ = 0).
+  assert.equal(pacer.observe('throttled', Number.MAX_SAFE_INTEGER), 53);
+  assert.equal(pacer.rateInForce(Number.MAX_SAFE_INTEGER), 53);
 });
 
 test('after close() observe and rateInForce throw ERR_PACER_CLOSED; adaptive still answers', () => {

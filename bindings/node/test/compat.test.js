@@ -395,7 +395,7 @@ test('bookRefusals (opt-in): keyed retries redeem their place in line; off, noth
 // 61000) = 61000, minute ⌊61000/60000⌋ = 1, and answers 10 (read at 1000).
 // A throttle at 60999 is within the hold (Δ < 60000): nothing changes, 10
 // (still paused). At 61000 the pause ends: ℓ = 53 (the probe step only at Δ
-// = 60000 + max(240000, ⌊80·60000/53⌋ = 90566)/4 = 120000). A throttle at
+// = 60000 + max(240000, ⌊80·60000/53⌋ = 90566)/12 = 80000). A throttle at
 // 121000 (Δ = 60000: no longer held; minute 2, the count rolls: before =
 // 1, this minute 0): probing, E = through = max(1, 0) = 1 < R = 53, so L =
 // 1, clamped to the lowest: 10.

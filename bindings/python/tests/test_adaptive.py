@@ -16,8 +16,8 @@ floor 10, 40 with floor 40; the default ceiling (0) is the rate, 60.
   (`again`). The pause: the origin becomes max(1000, 0 + 60000) = 60000 (the
   counts moved to minute 1: the 40 are the count before), and until then the
   rate reads the lowest (10, or 40 with floor 40); from 60000 it is ℓ = 40
-  through the hold and the wait (w = max(240000, 80·60000/40 = 120000)/4 =
-  60000: the step only from 60000 + 60000 + 60000 = 180000).
+  through the hold and the wait (w = max(240000, 80·60000/40 = 120000)/12 =
+  20000: the step only from 60000 + 60000 + 20000 = 140000).
 - A throttle within 60000 ms of the origin changes nothing (at 1000, where
   `at` = max(1000, 60000) = 60000, and at 119999); an opening at 1000 is
   counted at max(1000, 60000), the origin's minute.
@@ -76,7 +76,7 @@ def test_a_throttle_the_count_explains(registry: pacer.NoticeRegistry) -> None:
     the 40 openings of minute 0 the count before minute 1). 20 openings at
     60000 (minute 1; Δ = 0, in the hold: no rise) read ℓ = 40. A throttle at
     120000 (minute 2, Δ = 60000: not held, before the step at 60000 + 60000
-    + max(240000, 80·60000/40)/4 = 180000): R = 40; minute 0's count dropped,
+    + max(240000, 80·60000/40)/12 = 140000): R = 40; minute 0's count dropped,
     minute 1's 20 the count before: E = through = 20 < R = 40, so L = 20;
     with floor 25, 25."""
     for floor, last in ((10, 20), (25, 25)):
@@ -97,7 +97,7 @@ def test_a_count_above_the_limit_after_the_hold_searches_again(registry: pacer.N
     Δ = 30000: in the hold, 40 stays); one at 120000 (minute 2, Δ = 60000:
     minute 0's 40 dropped, minute 1's `more` the count before) makes through
     = max(1, more). 47 > 46: search again from the rate in force, 40 (before
-    the step at 180000), origin 120000, doubling every 20000 ms:
+    the step at 140000), origin 120000, doubling every 20000 ms:
     40·(20000 + 5000)/20000 = 50 at 125000 (Δ = 5000), 40·(20000 +
     10000)/20000 = 60 at 130000 (Δ = 10000), the ceiling. 46: still probing,
     ℓ = 40 at both (Δ = 65000 and 70000, before the step)."""
@@ -132,7 +132,7 @@ def test_observe_defaults_to_the_pacers_clock(registry: pacer.NoticeRegistry) ->
     min(R, L) = 60, L = 60 − max(1, ⌊60/8⌋) = 53, probing (`again`), paused
     until max(1000, 1000 + 60000) = 61000: the lowest, 10, before it, 53
     from it. At 121000 (Δ = 60000, not held; the step only from 61000 +
-    60000 + max(240000, ⌊4800000/53⌋ = 90566)/4 = 181000, so R = 53),
+    60000 + max(240000, ⌊4800000/53⌋ = 90566)/12 = 141000, so R = 53),
     nothing counted again: B = min(53, 53) = 53, L = 53 − max(1, ⌊53/8⌋ =
     6) = 47."""
     clock = FakeClock(1000)
@@ -150,8 +150,9 @@ def test_clock_0_and_the_largest_clock(registry: pacer.NoticeRegistry) -> None:
     """A throttle at 0 with nothing counted: L = 60 − max(1, ⌊60/8⌋) = 53,
     paused (origin 0 + 60000): the lowest, 10. An opening at 2⁶⁴ − 1 (long
     past the hold and the wait: the step, 53 + ⌊53/2⌋ + 2 = 81, clamped to
-    the ceiling; through 1 ≤ 53 + 6 + 1, no rise) reads 60; a throttle then:
-    R = 60, E = through = 1 < 60, L = 1, clamped to the floor 10."""
+    the ceiling; through 1 ≤ 53 + 6 + 1, no rise) reads 60; a throttle then,
+    at the probe's step: R = 60, E = through = 1 < 60, and L held through
+    the hold and the wait, so L = max(1, 53) = 53, read at once."""
     p = adaptive(registry)
     assert p.observe("throttled", 0) == 10
     assert p.rate_in_force(59999) == 10
@@ -159,7 +160,8 @@ def test_clock_0_and_the_largest_clock(registry: pacer.NoticeRegistry) -> None:
     top = 2**64 - 1
     assert p.observe("opened", top) == 60
     assert p.rate_in_force(top) == 60
-    assert p.observe("throttled", top) == 10
+    assert p.observe("throttled", top) == 53
+    assert p.rate_in_force(top) == 53
 
 
 @pytest.mark.parametrize("ceiling", [0, 90])
@@ -287,7 +289,7 @@ def test_from_env_takes_the_adaptive_settings(registry: pacer.NoticeRegistry) ->
     assert p.observe("throttled", 1000) == 40
     assert p.observe("throttled", 60999) == 53  # Δ = 999: a hold; ℓ = 53
     assert p.observe("throttled", 119999) == 53  # Δ = 59999: still held
-    # Δ = 60000 (the step only from 180000: R = 53), nothing counted: B =
+    # Δ = 60000 (the step only from 140000: R = 53), nothing counted: B =
     # min(53, 53) = 53, L = 53 − max(1, ⌊53/8⌋) = 47, in [40, 60].
     assert p.observe("throttled", 120000) == 47
     # Origin 120000, not `again`: the wait is max(240000, ⌊4800000/47⌋ =
