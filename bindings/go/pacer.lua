@@ -416,6 +416,12 @@ local function probe_wait_ms(limit, again)
   return wait
 end
 
+-- Range::step_from_ms: while probing, how long after the origin the step
+-- begins: the hold and the wait at ℓ = min(L, ceiling).
+local function step_from_ms(bucket)
+  return HOLD_MS + probe_wait_ms(min(bucket.limit_per_min, bucket.adaptive_ceiling_per_min), bucket.again)
+end
+
 -- Range::rate_at: clamp(curve, lowest, ceiling) at now_ms. Searching (a
 -- reading before the origin reads the origin): ℓ·2ⁿ·(D + r)/D, D the
 -- doubling period (RESEARCH_DOUBLING_MS with `again`), n = ⌊Δ/D⌋,
@@ -446,7 +452,7 @@ local function rate_at(bucket, lowest, now_ms)
       local within = elapsed - doublings * period
       curve = floor_div(limit * 2 ^ doublings * (period + within), period)
     end
-  elseif elapsed < HOLD_MS + probe_wait_ms(limit, bucket.again) then
+  elseif elapsed < step_from_ms(bucket) then
     curve = limit
   else
     curve = limit + floor_div(limit, PROBE_STEP_DEN) + 2
@@ -515,8 +521,7 @@ local function observe(params, bucket, outcome, now_ms)
   local held = probing and at - bucket.origin_ms < HOLD_MS
   local limit = bucket.limit_per_min
   -- At the probe's step (past the hold and the wait).
-  local stepped = probing and at - bucket.origin_ms
-    >= HOLD_MS + probe_wait_ms(min(limit, bucket.adaptive_ceiling_per_min), bucket.again)
+  local stepped = probing and at - bucket.origin_ms >= step_from_ms(bucket)
   if outcome == 'opened' then
     roll(bucket, at)
     bucket.opened = min(bucket.opened + 1, COUNT_CAP)

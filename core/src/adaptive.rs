@@ -277,12 +277,19 @@ impl Range {
             } else {
                 (limit << doublings) * (period + elapsed % period) / period
             }
-        } else if elapsed < HOLD_MS + probe_wait_ms(limit, control.again) {
+        } else if elapsed < self.step_from_ms(control) {
             limit
         } else {
             limit + limit / PROBE_STEP_DEN as u64 + 2
         };
         curve.clamp(self.lowest as u64, ceiling) as u32
+    }
+
+    /// While probing, how long after the origin the step begins, ms: the
+    /// hold and the wait at `ℓ = min(L, ceiling)`.
+    fn step_from_ms(&self, control: &ControlView) -> u64 {
+        let limit = control.limit_per_min.min(self.ceiling) as u64;
+        HOLD_MS + probe_wait_ms(limit, control.again)
     }
 
     /// The control word after `outcome` at `now_ms`, when it changes, and
@@ -303,13 +310,7 @@ impl Range {
         let rate = self.rate_at(control, now_ms);
         let held = control.probing && at - control.origin_ms < HOLD_MS;
         // At the probe's step (past the hold and the wait).
-        let stepped = control.probing
-            && at - control.origin_ms
-                >= HOLD_MS
-                    + probe_wait_ms(
-                        control.limit_per_min.min(self.ceiling) as u64,
-                        control.again,
-                    );
+        let stepped = control.probing && at - control.origin_ms >= self.step_from_ms(control);
         let counted = rolled(control, at);
         let limit = control.limit_per_min as u32;
         let next = match outcome {
