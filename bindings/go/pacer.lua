@@ -46,7 +46,9 @@ local SEARCH_DOUBLINGS_CAP = 10 -- adaptive::SEARCH_DOUBLINGS_CAP: then at the c
 local PROBE_WAIT_MS = 240000 -- adaptive::PROBE_WAIT_MS: at L this long after the hold
 local PROBE_EVERY_OPENINGS = 80 -- adaptive::PROBE_EVERY_OPENINGS: and at least this many openings' time
 local QUICK_PROBE = 12 -- adaptive::QUICK_PROBE: the wait's divisor with `again`
-local PROBE_STEP_DEN = 2 -- adaptive::PROBE_STEP_DEN: a probe runs at L + ⌊L/2⌋ + 2
+local PROBE_STEP_DEN = 2 -- adaptive::PROBE_STEP_DEN: after a search a probe runs at L + ⌊L/2⌋ + 2
+local NARROW_STEP_DEN = 4 -- adaptive::NARROW_STEP_DEN: after a probe's throttle, a step of ⌊L/4⌋
+local NARROW_STEP_MIN = 80 -- adaptive::NARROW_STEP_MIN: but at least min(⌊L/2⌋, 80)
 local RISE_MARGIN = 8 -- adaptive::RISE_MARGIN: a count above L + ⌊L/8⌋ + 1 is a rise
 local SEARCH_NO_WAITS_MS = 60000 -- adaptive::SEARCH_NO_WAITS_MS: a search grants no waits for a minute
 local CUT_DEN = 8 -- adaptive::CUT_DEN: an unexplained throttle cuts 1/CUT_DEN
@@ -416,6 +418,18 @@ local function probe_wait_ms(limit, again)
   return wait
 end
 
+-- adaptive::probe_step: the probe's step above ℓ (before the + 2):
+-- ⌊ℓ/PROBE_STEP_DEN⌋ with `again` (after a search); after a probe's
+-- throttle ⌊ℓ/NARROW_STEP_DEN⌋, but at least min(⌊ℓ/PROBE_STEP_DEN⌋,
+-- NARROW_STEP_MIN).
+local function probe_step(limit, again)
+  local wide = floor_div(limit, PROBE_STEP_DEN)
+  if again == 1 then
+    return wide
+  end
+  return max(floor_div(limit, NARROW_STEP_DEN), min(wide, NARROW_STEP_MIN))
+end
+
 -- Range::step_from_ms: while probing, how long after the origin the step
 -- begins: the hold and the wait at ℓ = min(L, ceiling).
 local function step_from_ms(bucket)
@@ -427,7 +441,7 @@ end
 -- doubling period (RESEARCH_DOUBLING_MS with `again`), n = ⌊Δ/D⌋,
 -- r = Δ mod D, the ceiling from n ≥ SEARCH_DOUBLINGS_CAP. Probing: the
 -- lowest before the origin (the pause), ℓ until HOLD_MS + the wait, then
--- ℓ + ⌊ℓ/PROBE_STEP_DEN⌋ + 2.
+-- ℓ + probe_step(ℓ, again) + 2.
 local function rate_at(bucket, lowest, now_ms)
   local probing = bucket.probing == 1
   if probing and now_ms < bucket.origin_ms then
@@ -455,7 +469,7 @@ local function rate_at(bucket, lowest, now_ms)
   elseif elapsed < step_from_ms(bucket) then
     curve = limit
   else
-    curve = limit + floor_div(limit, PROBE_STEP_DEN) + 2
+    curve = limit + probe_step(limit, bucket.again) + 2
   end
   return min(max(curve, lowest), ceiling)
 end

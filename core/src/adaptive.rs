@@ -20,10 +20,13 @@
 //!   the ceiling from `n ≥ 10`. With the default ceiling (the configured
 //!   rate) the rate never rises.
 //! - **Probing** (after a throttle): before `t₀`, the lowest rate (the
-//!   pause below); then `curve = ℓ` until `Δ = HOLD_MS + w`, and `ℓ +
-//!   ⌊ℓ / PROBE_STEP_DEN⌋ + 2` from then on, where the wait `w =
-//!   max(PROBE_WAIT_MS, PROBE_EVERY_OPENINGS · 60000 / ℓ)`, divided by
-//!   [`QUICK_PROBE`] with `again`. The probe is a step, not a slope: above
+//!   pause below); then `curve = ℓ` until `Δ = HOLD_MS + w`, and
+//!   `ℓ + s + 2` from then on, where the wait `w = max(PROBE_WAIT_MS,
+//!   PROBE_EVERY_OPENINGS · 60000 / ℓ)`, divided by [`QUICK_PROBE`] with
+//!   `again`, and the step `s = ⌊ℓ / PROBE_STEP_DEN⌋` with `again` (after
+//!   a search), else (after a probe's throttle) the narrower `max(⌊ℓ /
+//!   NARROW_STEP_DEN⌋, min(⌊ℓ / PROBE_STEP_DEN⌋, NARROW_STEP_MIN))`.
+//!   The probe is a step, not a slope: above
 //!   the rise margin below, so a limit that rose shows in the count within
 //!   a minute, and far enough above `L` that an upstream still at `L`
 //!   throttles within seconds rather than after a minute above it; the
@@ -126,10 +129,24 @@ pub const PROBE_EVERY_OPENINGS: u64 = 80;
 /// probe's throttle does not lower `L`).
 pub const QUICK_PROBE: u64 = 12;
 
-/// A probe runs at `L + ⌊L / PROBE_STEP_DEN⌋ + 2`: above the rise margin,
-/// so that a limit that rose shows in the count within a minute, and fast
-/// enough that one that did not throttles within seconds.
+/// After a search a probe runs at `L + ⌊L / PROBE_STEP_DEN⌋ + 2`: above
+/// the rise margin, so that a limit that rose shows in the count within a
+/// minute, and fast enough that one that did not throttles within seconds.
 pub const PROBE_STEP_DEN: u32 = 2;
+
+/// After a probe's throttle (`L` held through a hold and a wait, or read
+/// from a whole minute's count) the step is `⌊L / NARROW_STEP_DEN⌋`, no
+/// narrower than `min(⌊L / PROBE_STEP_DEN⌋, NARROW_STEP_MIN)`: the limit
+/// lies near `L` or between `L` and the step refused, and an upstream that
+/// throttles on its rate (a token bucket) refuses a wide step within
+/// seconds every time, its count reading `L`, so `L` would never climb.
+pub const NARROW_STEP_DEN: u32 = 4;
+
+/// The narrow step's least size, per minute (unless `⌊L /
+/// PROBE_STEP_DEN⌋` is smaller): 80/min above an upstream still at `L`
+/// empties a burst of 10 in 7.5 s, so a step that did not find more room
+/// ends within seconds.
+pub const NARROW_STEP_MIN: u64 = 80;
 
 /// For this long after a search's origin a refusing pacer grants no
 /// waits, ms: its rate is one the upstream has not answered yet, and a wait
@@ -154,6 +171,7 @@ const LIMIT_MASK: u16 = (1 << 14) - 1;
 
 // The probe rises past the rise margin, so a limit that rose shows.
 const _: () = assert!(PROBE_STEP_DEN < RISE_MARGIN);
+const _: () = assert!(NARROW_STEP_DEN < RISE_MARGIN);
 const _: () = assert!(1 << SEARCH_DOUBLINGS_CAP > 600);
 
 /// What the upstream answered to a new connection (the argument of
@@ -280,7 +298,7 @@ impl Range {
         } else if elapsed < self.step_from_ms(control) {
             limit
         } else {
-            limit + limit / PROBE_STEP_DEN as u64 + 2
+            limit + probe_step(limit, control.again) + 2
         };
         curve.clamp(self.lowest as u64, ceiling) as u32
     }
@@ -449,6 +467,28 @@ const fn probe_wait_ms(limit: u64, again: bool) -> u64 {
     }
 }
 
+/// The probe's step above `ℓ = limit` (before the `+ 2`): `⌊ℓ /
+/// PROBE_STEP_DEN⌋` after a search (`again`); after a probe's throttle
+/// `⌊ℓ / NARROW_STEP_DEN⌋`, but at least `min(⌊ℓ / PROBE_STEP_DEN⌋,
+/// NARROW_STEP_MIN)`.
+const fn probe_step(limit: u64, again: bool) -> u64 {
+    let wide = limit / PROBE_STEP_DEN as u64;
+    if again {
+        return wide;
+    }
+    let narrow = limit / NARROW_STEP_DEN as u64;
+    let least = if wide < NARROW_STEP_MIN {
+        wide
+    } else {
+        NARROW_STEP_MIN
+    };
+    if narrow > least {
+        narrow
+    } else {
+        least
+    }
+}
+
 /// `control` with its counts moved to the minute of `at` (≥ its origin):
 /// the count becomes the one before when that minute is the next one, and
 /// is dropped when it is later.
@@ -550,11 +590,32 @@ mod tests {
             (20, 20, 20, 32)
         );
         assert_eq!(at(u64::MAX), 32, "and stays there until a throttle");
-        // L = 200: 80 openings take 24 s, so the wait is 240 s; 200 +
-        // 100 + 2 = 302 from 300 s.
+        // L = 200: 80 openings take 24 s, so the wait is 240 s. After a
+        // probe's throttle the step is narrow: max(200/4, min(200/2, 80))
+        // = 80, so 200 + 80 + 2 = 282 from 300 s; after a search it is
+        // 200/2: 302 from 60 s + 20 s.
         let c = probing(200, 1000, false);
         let at = |t: u64| WIDE.rate_at(&c, 1000 + t);
-        assert_eq!((at(299_999), at(300_000)), (200, 302));
+        assert_eq!((at(299_999), at(300_000)), (200, 282));
+        let c = probing(200, 1000, true);
+        let at = |t: u64| WIDE.rate_at(&c, 1000 + t);
+        assert_eq!((at(79_999), at(80_000)), (200, 302));
+        // The narrow step at other limits: L = 100, max(25, min(50, 80))
+        // = 50 (as wide); L = 160, max(40, 80) = 80 (as wide); L = 400,
+        // max(100, 80) = 100, so 502 (wide: 400 + 200 + 2, at the ceiling).
+        let stepped = |limit: u16, again: bool| WIDE.rate_at(&probing(limit, 0, again), u64::MAX);
+        assert_eq!(
+            [
+                stepped(100, false),
+                stepped(160, false),
+                stepped(400, false)
+            ],
+            [152, 242, 502]
+        );
+        assert_eq!(
+            [stepped(100, true), stepped(160, true), stepped(400, true)],
+            [152, 242, 600]
+        );
         // L = 5: 80 openings take 16 min (960,000 ms): 5 + 2 + 2 = 9 from
         // 1,020,000.
         let c = probing(5, 0, false);

@@ -29,6 +29,9 @@ const PROBE_EVERY_OPENINGS: i128 = 80;
 /// After a search the probe's wait is a twelfth.
 const QUICK_PROBE: i128 = 12;
 const SEARCH_NO_WAITS_MS: u64 = 60_000;
+/// After a probe's throttle the step is a quarter of `ℓ`, but no narrower
+/// than this (nor than half of `ℓ` when that is narrower), per minute.
+const NARROW_STEP_MIN: i128 = 80;
 
 /// The law, written from its statement.
 #[derive(Clone, Debug)]
@@ -87,8 +90,12 @@ impl Law {
         let curve = if self.probing {
             if delta < self.step_at() {
                 l
-            } else {
+            } else if self.again || l / 2 <= NARROW_STEP_MIN {
+                // After a search, or where half of ℓ is at most 80/min.
                 l + l / 2 + 2
+            } else {
+                // After a probe's throttle: a quarter of ℓ, at least 80.
+                l + (l / 4).max(NARROW_STEP_MIN) + 2
             }
         } else {
             let period = if self.again {
@@ -220,6 +227,9 @@ fn op() -> impl Strategy<Value = Op> {
         4 => step().prop_map(Op::Reserve),
         2 => step().prop_map(Op::Throttle),
         3 => (step(), 1u32..=40).prop_map(|(d, n)| Op::Opened(d, n)),
+        // A minute's count past 160, where the narrow step differs from
+        // the wide one.
+        1 => (step(), 41u32..=200).prop_map(|(d, n)| Op::Opened(d, n)),
         1 => step().prop_map(Op::Probe),
     ]
 }

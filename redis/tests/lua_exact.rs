@@ -1179,16 +1179,17 @@ fn tickets_expire_after_65536() {
 // the law written again here from the core's module doc (the core's
 // constants are read, never its code): with Δ = now − t₀, ℓ = min(L,
 // ceiling), searching, ℓ·2ⁿ·(D + r)/D (n = ⌊Δ/D⌋, r = Δ mod D, D 5 s or
-// with `again` 20 s; the ceiling from n ≥ 10); probing, ⌈31ℓ/32⌉ +
-// ⌊⌊ℓ·d³/10^6⌋·ℓ/S⌋ (d the deciseconds past the hold, capped; S the probe
-// scale, /16 with `again`), at most ℓ + ⌊ℓ/8⌋ + 2; clamped to [lowest,
+// with `again` 20 s; the ceiling from n ≥ 10); probing, the lowest before
+// the origin, ℓ until 60 s plus the wait (max(240 s, 80 openings at ℓ),
+// a twelfth with `again`), then a step: ℓ + ⌊ℓ/2⌋ + 2 with `again`,
+// otherwise ℓ + max(⌊ℓ/4⌋, min(⌊ℓ/2⌋, 80)) + 2; clamped to [lowest,
 // ceiling]. Openings are counted per minute of the clock; a throttle sets
 // L from the counts.
 
 use pacer_core::adaptive::{
-    COUNT_CAP, CUT_DEN, HOLD_MS, PROBE_EVERY_OPENINGS, PROBE_STEP_DEN, PROBE_WAIT_MS, QUICK_PROBE,
-    RESEARCH_DOUBLING_MS, RISE_MARGIN, SEARCH_DOUBLINGS_CAP, SEARCH_DOUBLING_MS,
-    SEARCH_NO_WAITS_MS, WINDOW_MS,
+    COUNT_CAP, CUT_DEN, HOLD_MS, NARROW_STEP_DEN, NARROW_STEP_MIN, PROBE_EVERY_OPENINGS,
+    PROBE_STEP_DEN, PROBE_WAIT_MS, QUICK_PROBE, RESEARCH_DOUBLING_MS, RISE_MARGIN,
+    SEARCH_DOUBLINGS_CAP, SEARCH_DOUBLING_MS, SEARCH_NO_WAITS_MS, WINDOW_MS,
 };
 
 /// The script's `local NAME = <digits>` lines, each name once.
@@ -1257,6 +1258,8 @@ fn adaptive_constants_are_the_cores() {
         ("PROBE_EVERY_OPENINGS", PROBE_EVERY_OPENINGS as i64),
         ("QUICK_PROBE", QUICK_PROBE as i64),
         ("PROBE_STEP_DEN", i64::from(PROBE_STEP_DEN)),
+        ("NARROW_STEP_DEN", i64::from(NARROW_STEP_DEN)),
+        ("NARROW_STEP_MIN", NARROW_STEP_MIN as i64),
         ("RISE_MARGIN", i64::from(RISE_MARGIN)),
         ("SEARCH_NO_WAITS_MS", SEARCH_NO_WAITS_MS as i64),
         ("CUT_DEN", i64::from(CUT_DEN)),
@@ -1354,8 +1357,12 @@ impl Law {
         } else {
             if delta < self.step_at(w) {
                 l
-            } else {
+            } else if w.again {
                 l + l / 2 + 2
+            } else {
+                // After a probe's throttle: a quarter of ℓ, at least 80
+                // (or half of ℓ where that is less).
+                l + (l / 4).max((l / 2).min(80)) + 2
             }
         };
         curve.clamp(u128::from(self.lowest), u128::from(self.ceiling)) as u64
