@@ -616,6 +616,10 @@ mod tests {
             [stepped(100, true), stepped(160, true), stepped(400, true)],
             [152, 242, 600]
         );
+        // The first limit where they differ: at 161 both steps are 80
+        // (243); at 162 the narrow one is 80 (244), the wide one 81 (245).
+        assert_eq!([stepped(161, false), stepped(161, true)], [243, 243]);
+        assert_eq!([stepped(162, false), stepped(162, true)], [244, 245]);
         // L = 5: 80 openings take 16 min (960,000 ms): 5 + 2 + 2 = 9 from
         // 1,020,000.
         let c = probing(5, 0, false);
