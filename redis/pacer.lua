@@ -51,7 +51,7 @@ local NARROW_STEP_DEN = 4 -- adaptive::NARROW_STEP_DEN: after a probe's throttle
 local NARROW_STEP_MIN = 80 -- adaptive::NARROW_STEP_MIN: but at least min(⌊L/2⌋, 80)
 local RISE_MARGIN = 8 -- adaptive::RISE_MARGIN: a count above L + ⌊L/8⌋ + 1 is a rise
 local SEARCH_NO_WAITS_MS = 60000 -- adaptive::SEARCH_NO_WAITS_MS: a search grants no waits for a minute
-local CUT_DEN = 8 -- adaptive::CUT_DEN: an unexplained throttle cuts 1/CUT_DEN
+local CUT_DEN = 16 -- adaptive::CUT_DEN: an unexplained throttle cuts 1/16
 local COUNT_CAP = 65535 -- adaptive::COUNT_CAP: the largest count (and minute)
 
 -- The wait histogram's upper bounds, ms: pacer_core::WAIT_BOUNDS_MS

@@ -24,10 +24,10 @@ package pacer_test
 //     119999); an opening at 1000 is counted at max(1000, 60000), minute 1.
 //   - 40 more openings at 60000 (minute 1: 41; Δ = 0, no rise), then a
 //     throttle at 120000 (minute 2, not held): the 41 are the count before,
-//     E = through = 41 ≥ R = 40: L = 40 − max(1, ⌊40/8⌋) = 35 (40 with
+//     E = through = 41 ≥ R = 40: L = 40 − max(1, ⌊40/16⌋) = 38 (40 with
 //     floor 40).
 //   - A throttle with nothing counted: B = min(R, ℓ) = 60, L = 60 −
-//     max(1, ⌊60/8⌋) = 53, read from the pause's end.
+//     max(1, ⌊60/16⌋) = 57, read from the pause's end.
 
 import (
 	"errors"
@@ -70,8 +70,8 @@ func TestAdaptiveObserveSequence(t *testing.T) {
 	for _, tc := range []struct {
 		floor int
 		low   int // the lowest rate, read in the pause: the floor
-		last  int // L = 35, or the floor 40
-	}{{10, 10, 35}, {40, 40, 40}} {
+		last  int // L = 40 − ⌊40/16⌋ = 38, or the floor 40
+	}{{10, 10, 38}, {40, 40, 40}} {
 		p := mustNew(t, adaptiveConfig(&fakeClock{}, tc.floor))
 		if got := mustRateInForce(t, p, 0); got != 60 {
 			t.Fatalf("floor %d: rate in force at creation = %d, want 60", tc.floor, got)
@@ -94,7 +94,7 @@ func TestAdaptiveObserveSequence(t *testing.T) {
 			want    int
 		}{
 			{"59999 ms after the origin: in the hold", pacer.OutcomeThrottled, 119999, 40},
-			{"60000 ms after: E = 41 ≥ R, L = R − ⌊R/8⌋", pacer.OutcomeThrottled, 120000, tc.last},
+			{"60000 ms after: E = 41 ≥ R, L = R − ⌊R/16⌋", pacer.OutcomeThrottled, 120000, tc.last},
 		}
 		for _, s := range steps {
 			if got := mustObserve(t, p, s.outcome, s.now); got != s.want {
@@ -192,11 +192,11 @@ func TestAdaptiveRefillFollowsTheRate(t *testing.T) {
 }
 
 // The clock's ends: a throttle at 0 with nothing counted sets L = 60 −
-// max(1, ⌊60/8⌋) = 53 and pauses (origin 0 + 60000): it reads the lowest,
+// max(1, ⌊60/16⌋) = 57 and pauses (origin 0 + 60000): it reads the lowest,
 // 10; an opening at 2⁶⁴ − 1 (long past the hold and the wait: the step,
-// 53 + ⌊53/2⌋ + 2 = 81, clamped to the ceiling) reads 60; a throttle
+// 57 + ⌊57/2⌋ + 2 = 87, clamped to the ceiling) reads 60; a throttle
 // there, at the probe's step: R = 60, E = through = 1 < 60, and L held
-// through the hold and the wait, so L = max(1, 53) = 53, read at once.
+// through the hold and the wait, so L = max(1, 57) = 57, read at once.
 func TestAdaptiveClockEnds(t *testing.T) {
 	p := mustNew(t, adaptiveConfig(&fakeClock{}, 10))
 	const top = ^uint64(0)
@@ -204,13 +204,13 @@ func TestAdaptiveClockEnds(t *testing.T) {
 		outcome pacer.Outcome
 		now     uint64
 		want    int
-	}{{pacer.OutcomeThrottled, 0, 10}, {pacer.OutcomeOpened, top, 60}, {pacer.OutcomeThrottled, top, 53}} {
+	}{{pacer.OutcomeThrottled, 0, 10}, {pacer.OutcomeOpened, top, 60}, {pacer.OutcomeThrottled, top, 57}} {
 		if got := mustObserve(t, p, s.outcome, s.now); got != s.want {
 			t.Fatalf("Observe(%v, %d) = %d, want %d", s.outcome, s.now, got, s.want)
 		}
 	}
-	if got := mustRateInForce(t, p, top); got != 53 {
-		t.Fatalf("RateInForce(2⁶⁴ − 1) = %d, want 53", got)
+	if got := mustRateInForce(t, p, top); got != 57 {
+		t.Fatalf("RateInForce(2⁶⁴ − 1) = %d, want 57", got)
 	}
 }
 
@@ -240,7 +240,7 @@ func TestAdaptiveOff(t *testing.T) {
 
 // An outcome other than the two is ErrInvalidInput and changes nothing:
 // the first real throttle afterwards still ends the search with nothing
-// counted (L = 60 − max(1, ⌊60/8⌋) = 53, read from the pause's end, 60000;
+// counted (L = 60 − max(1, ⌊60/16⌋) = 57, read from the pause's end, 60000;
 // the throttle itself, in the pause, answers the lowest, 10).
 func TestAdaptiveBadOutcome(t *testing.T) {
 	p := mustNew(t, adaptiveConfig(&fakeClock{}, 10))
@@ -260,8 +260,8 @@ func TestAdaptiveBadOutcome(t *testing.T) {
 	if got := mustObserve(t, p, pacer.OutcomeThrottled, 1000); got != 10 {
 		t.Fatalf("first throttle after bad outcomes = %d, want 10", got)
 	}
-	if got := mustRateInForce(t, p, 60000); got != 53 {
-		t.Fatalf("after the pause = %d, want 53", got)
+	if got := mustRateInForce(t, p, 60000); got != 57 {
+		t.Fatalf("after the pause = %d, want 57", got)
 	}
 	if pacer.OutcomeOpened.String() != "opened" || pacer.OutcomeThrottled.String() != "throttled" {
 		t.Fatalf("%q %q", pacer.OutcomeOpened, pacer.OutcomeThrottled)

@@ -567,7 +567,7 @@ func (p *Pacer) await(ctx context.Context, start uint64, d *Decision) (Admission
 // connections per minute. OutcomeOpened is counted (per minute of the
 // clock). OutcomeThrottled (the upstream's own rate limit) sets the rate to
 // what got through (L: the count, at most the ceiling, when it ends the
-// search or is below the rate in force; else the rate in force less 1/8),
+// search or is below the rate in force; else the rate in force less 1/16),
 // unless a throttle less than a minute before already did: then it changes
 // nothing. Before the first throttle the rate doubles every 5 s up to the
 // ceiling (the first throttle pauses at the lowest rate until a minute

@@ -8,7 +8,7 @@ package pacer_test
 // refuse; with floor 10 the rate in force is clamped to [10, 60]. A new
 // bucket searches from L = 60, at the default ceiling 60 at any instant; a
 // throttle with nothing counted ends the search with L = 60 − max(1,
-// ⌊60/8⌋) = 53, and, ending the first search less than a minute after the
+// ⌊60/16⌋) = 57, and, ending the first search less than a minute after the
 // creation t₀, pauses: the origin becomes t₀ + 60000 and the rate reads the
 // lowest, 10, until then (every answer here, read at the server's clock,
 // is in the pause); a throttle or an opening in the hold after the origin
@@ -177,8 +177,8 @@ func TestRedisAdaptiveOffAsksNothing(t *testing.T) {
 // While Redis fails, local reports to its fallback pacer, adaptive at
 // ⌊rate/N⌋ between ⌊floor/N⌋ and ⌊ceiling/N⌋: with N = 2, 30 between 5
 // and 30 (the lowest rate that can refuse, 10, above the floor 5). A
-// throttle with nothing counted ends its search (L = 30 − max(1, ⌊30/8⌋) =
-// 27) less than a minute after the fallback pacer began: the pause, which
+// throttle with nothing counted ends its search (L = 30 − max(1, ⌊30/16⌋) =
+// 29) less than a minute after the fallback pacer began: the pause, which
 // reads the lowest, 10; one in the hold changes nothing, and the opening
 // answers 10 too; open and closed learn nothing and answer the configured
 // rate. RateInForce needs Redis, as Info.

@@ -10,7 +10,7 @@ import (
 // shared clock runs, but the test runs well within the law's 60000 ms hold
 // (core/src/adaptive.rs): before the first throttle the default ceiling
 // holds the search at 60; a throttle with nothing counted ends the search
-// with L = 60 − max(1, ⌊60/8⌋) = 53, and as it ends the first search
+// with L = 60 − max(1, ⌊60/16⌋) = 57, and as it ends the first search
 // within a minute of the file's creation it pauses: the origin becomes the
 // creation + 60000 and, until then, every handle reads the lowest rate,
 // max(floor 10, 3) = 10 (every answer here, read at the caller's clock, is

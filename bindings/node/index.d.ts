@@ -236,7 +236,7 @@ export declare class Pacer {
   /** Reports what the upstream answered to a new connection (SPEC §14): an
    * opening is counted (per minute of the clock); a throttle sets the rate
    * in force to what got through (L the count when it ends the search or is
-   * below the rate in force, else the rate in force less 1/8), unless one
+   * below the rate in force, else the rate in force less 1/16), unless one
    * less than a minute before did: then it changes nothing. Before the first
    * throttle the rate doubles every 5 s up to the ceiling (and the first
    * throttle pauses at the lowest rate until a minute after the start);

@@ -160,8 +160,14 @@ pub const SEARCH_NO_WAITS_MS: u64 = 60_000;
 pub const RISE_MARGIN: u32 = 8;
 
 /// When the count does not explain a throttle the rate drops by
-/// `1/CUT_DEN` of itself (at least 1).
-pub const CUT_DEN: u32 = 8;
+/// `1/CUT_DEN` of itself (at least 1). A count that did not explain a
+/// throttle was at least the rate `R`, and the next minute's count can read
+/// as much again: the cut leaves that within the rise margin, `R ≤ L + ⌊L /
+/// RISE_MARGIN⌋ + 1` for `L = R − max(1, ⌊R / CUT_DEN⌋)`, so it is not
+/// taken for a risen limit (with `RISE_MARGIN` 8 that needs `CUT_DEN` of
+/// at least 9 at every rate up to 600; at 8 a count of 600 after a cut
+/// from 600 read as a rise).
+pub const CUT_DEN: u32 = 16;
 /// The largest count a window keeps.
 pub const COUNT_CAP: u16 = u16::MAX;
 
@@ -173,6 +179,27 @@ const LIMIT_MASK: u16 = (1 << 14) - 1;
 const _: () = assert!(PROBE_STEP_DEN < RISE_MARGIN);
 const _: () = assert!(NARROW_STEP_DEN < RISE_MARGIN);
 const _: () = assert!(1 << SEARCH_DOUBLINGS_CAP > 600);
+// A cut leaves the count that did not explain it within the rise margin.
+const _: () = assert!(cut_within_margin());
+
+/// Whether, at every rate `R` up to the largest, the cut's `L = R − max(1,
+/// ⌊R / CUT_DEN⌋)` keeps `R ≤ L + ⌊L / RISE_MARGIN⌋ + 1`.
+const fn cut_within_margin() -> bool {
+    let mut rate = 1;
+    while rate <= crate::budget::MAX_RATE_PER_MIN {
+        let cut = if rate / CUT_DEN > 1 {
+            rate / CUT_DEN
+        } else {
+            1
+        };
+        let limit = rate - cut;
+        if rate > limit + limit / RISE_MARGIN + 1 {
+            return false;
+        }
+        rate += 1;
+    }
+    true
+}
 
 /// What the upstream answered to a new connection (the argument of
 /// [`Pacer::observe`](crate::Pacer::observe)).
@@ -793,13 +820,13 @@ mod tests {
         assert_eq!(c.origin_ms, 70_000, "held");
         assert_eq!(step(&mut c, Outcome::Throttled, 130_000), 12);
         // 13 openings in minute 2 within the hold (no rise), then at 210 s
-        // (minute 3): through 13 ≥ the rate 12: L = 12 − max(1, 1) = 11.
+        // (minute 3): through 13 ≥ the rate 12: L = 12 − max(1, 0) = 11.
         for _ in 0..13 {
             step(&mut c, Outcome::Opened, 151_000);
         }
         assert!(c.probing);
         assert_eq!(step(&mut c, Outcome::Throttled, 210_000), 11);
-        // Below 8/min the cut is still 1: L = 5, 6 openings within the
+        // Below 32/min the cut is 1: L = 5, 6 openings within the
         // hold, at 60000 (minute 1) E = through 6 ≥ 5: L = 5 − max(1, 0)
         // = 4.
         let mut small = probing(5, 0, false);
@@ -809,9 +836,21 @@ mod tests {
         assert_eq!(step(&mut small, Outcome::Throttled, 60_000), 4);
         // Nothing counted at 400 s (minute 6): a step down from min(R, L)
         // = 11 (the rate is still L: the wait at 11/min is 80 openings'
-        // 436 s), L = 11 − max(1, ⌊11/8⌋) = 10.
+        // 436 s), L = 11 − max(1, ⌊11/16⌋) = 10.
         assert_eq!(step(&mut c, Outcome::Throttled, 400_000), 10);
         assert_eq!(c.limit_per_min, 10);
+        // At 160/min the cut is ⌊160/16⌋ = 10: probing at L = 160 from 0,
+        // 170 opened in minute 1, a throttle at 100 s (past the hold,
+        // before the step at 300 s): E = through 170 ≥ the rate 160: L =
+        // 150, origin 100 s. Nothing counted at 400 s (minute 6; the wait
+        // at 150/min is 240 s, so the step, 150 + 75 + 2 = 227, is in force
+        // from 400 s): from min(227, 150), 150 − ⌊150/16⌋ = 141.
+        let mut c = probing(160, 0, false);
+        for _ in 0..170 {
+            step(&mut c, Outcome::Opened, 61_000);
+        }
+        assert_eq!(step(&mut c, Outcome::Throttled, 100_000), 150);
+        assert_eq!(step(&mut c, Outcome::Throttled, 400_000), 141);
         // While probing, the count of the last 60 s is not used: at 45 s
         // into minute 1 with 20 in minute 0 and 10 in minute 1, recent
         // would be 10 + 5 = 15, through is 20: at L = 30 (rate 30), L =
@@ -881,6 +920,20 @@ mod tests {
         assert_eq!((c.probing, c.again, c.limit_per_min), (false, true, 16));
         assert_eq!((c.origin_ms, c.window, c.opened), (60_000, 0, 20));
         assert_eq!(WIDE.rate_at(&c, 80_000), 32);
+        // A cut leaves the count that did not explain it within the
+        // margin: at L = 600, 600 opened in minute 1 (600 ≤ 600 + 75 + 1)
+        // and a throttle at 100 s: L = 600 − ⌊600/16⌋ = 563, margin 563 +
+        // 70 + 1 = 634. Past the hold, 600 more in minute 3 do not search
+        // again.
+        let mut c = probing(600, 0, false);
+        for _ in 0..600 {
+            step(&mut c, Outcome::Opened, 61_000);
+        }
+        assert_eq!(step(&mut c, Outcome::Throttled, 100_000), 563);
+        for _ in 0..600 {
+            step(&mut c, Outcome::Opened, 180_000);
+        }
+        assert_eq!((c.probing, c.limit_per_min, c.opened), (true, 563, 600));
         // Within the hold the count rises without a search.
         let mut c = probing(16, 0, false);
         for _ in 0..40 {

@@ -478,7 +478,7 @@ fn counters_lose_no_increment() {
 /// - searching from L = 60 the curve is above 60 after the origin, so the
 ///   rate in force is the ceiling, 60;
 /// - a throttle that ends this first search with nothing counted sets L
-///   to 60 − max(1, ⌊60/8⌋) = 53; within a minute of the creation it
+///   to 60 − max(1, ⌊60/16⌋) = 57; within a minute of the creation it
 ///   pauses: the origin moves to 60000 and the rate reads the lowest, 10,
 ///   until then;
 /// - a throttle that ends it with `n` openings counted in minute 0 sets
@@ -506,7 +506,7 @@ fn concurrent_openings_are_both_counted() {
 /// openings first, E = 2 ends the search with L = 2; one before and one
 /// after, L = 1, and the one after reads the pause's origin 60000 (minute
 /// 1, where the first one is now the minute before); the throttle first,
-/// nothing counted, L = 53, and both openings are counted at 60000. Each
+/// nothing counted, L = 57, and both openings are counted at 60000. Each
 /// reads the lowest, 10 (the pause), every order leaves the origin at
 /// 60000, and the two openings are counted once each.
 #[test]
@@ -525,7 +525,7 @@ fn a_throttle_races_openings() {
             (60_000, true, true, 10)
         );
         match (control.limit_per_min, control.opened, control.opened_before) {
-            (2, 0, 2) | (1, 1, 1) | (53, 2, 0) => {}
+            (2, 0, 2) | (1, 1, 1) | (57, 2, 0) => {}
             other => panic!("not a sequential outcome: {other:?}"),
         }
     });
@@ -533,11 +533,11 @@ fn a_throttle_races_openings() {
 
 /// Two throttles race: whatever the order, the control word ends as one of
 /// the two sequential outcomes. A throttle at 1000 then one at 70000: the
-/// first ends the search (nothing counted, L = 53) and pauses until 60000
-/// (it reads 10), the second is within the hold (it reads 53). The one at
-/// 70000 first ends the search with no pause (a minute has passed; 53),
+/// first ends the search (nothing counted, L = 57) and pauses until 60000
+/// (it reads 10), the second is within the hold (it reads 57). The one at
+/// 70000 first ends the search with no pause (a minute has passed; 57),
 /// and the one at 1000 then is held, reading the lowest before the origin
-/// (10). Either way L = 53 and the rate at 70000 is 53; the origin is
+/// (10). Either way L = 57 and the rate at 70000 is 57; the origin is
 /// 60000 or 70000.
 #[test]
 fn racing_throttles_apply_in_some_order() {
@@ -550,7 +550,7 @@ fn racing_throttles_apply_in_some_order() {
         let control = pacer.control();
         assert_eq!(
             (early, late, after, control.limit_per_min),
-            (10, 53, 53, 53)
+            (10, 57, 57, 57)
         );
         assert!(
             control.origin_ms == 60_000 || control.origin_ms == 70_000,

@@ -177,7 +177,7 @@ impl Law {
         };
         self.limit = if seen == 0 {
             let base = rate.min(self.limit);
-            base - (base / 8).max(1).min(base)
+            base - (base / 16).max(1).min(base)
         } else if !self.probing {
             seen.min(self.ceiling)
         } else if seen < rate && at_step {
@@ -187,7 +187,7 @@ impl Law {
         } else if seen < rate {
             seen
         } else {
-            rate - (rate / 8).max(1)
+            rate - (rate / 16).max(1)
         };
         self.again = !self.probing;
         self.probing = true;
@@ -508,16 +508,16 @@ fn the_documented_sequence() {
     assert_eq!(pacer.rate_in_force(341_000), 80);
     // At 400 s (minute 6, two after the counts; at the step, the rate
     // 80): nothing counted, so a step down from min(R, L) = 52: L = 52 −
-    // ⌊52/8⌋ = 46. Not after a search: the wait is 240 s.
-    assert_eq!(pacer.observe(Outcome::Throttled, 400_000), 46);
-    assert_eq!(law_of(&pacer), (400_000, 46, true, false));
+    // ⌊52/16⌋ = 49. Not after a search: the wait is 240 s.
+    assert_eq!(pacer.observe(Outcome::Throttled, 400_000), 49);
+    assert_eq!(law_of(&pacer), (400_000, 49, true, false));
     // 10 openings in minute 6, a throttle at 470 s (minute 7, past the
-    // hold; the rate 46): E = through = 10 < 46: L = 10.
-    assert_eq!(opened(10, 400_100, 100), 46);
+    // hold; the rate 49): E = through = 10 < 49: L = 10.
+    assert_eq!(opened(10, 400_100, 100), 49);
     assert_eq!(pacer.observe(Outcome::Throttled, 470_000), 10);
     // 12 openings in minute 9 (past the hold; the margin 10 + 1 + 1 = 12
     // is not passed), a throttle at 610 s (minute 10): E = 12 ≥ the rate
-    // 10: the count does not explain it, L = 10 − max(1, ⌊10/8⌋) = 9.
+    // 10: the count does not explain it, L = 10 − max(1, ⌊10/16⌋) = 9.
     assert_eq!(opened(12, 541_000, 1000), 10);
     assert_eq!(pacer.observe(Outcome::Throttled, 610_000), 9);
     // 2 openings, a throttle at 680 s: E = 2 < 9, L = 2, raised to the
@@ -536,14 +536,14 @@ fn the_documented_sequence() {
     )
     .unwrap();
     assert!(matches!(one.reserve(1000), Decision::Admitted(a) if a.wait_ms == 0));
-    // Nothing counted: L = 60 − ⌊60/8⌋ = 53, and the first search's
+    // Nothing counted: L = 60 − ⌊60/16⌋ = 57, and the first search's
     // pause: the lowest, 10, until 60000.
     assert_eq!(one.observe(Outcome::Throttled, 1000), 10);
-    assert_eq!(one.rate_in_force(60_000), 53);
-    // At 60000 the token is back (burst 1), and the next takes ⌈60000/53⌉
-    // = 1133 ms.
+    assert_eq!(one.rate_in_force(60_000), 57);
+    // At 60000 the token is back (burst 1), and the next takes ⌈60000/57⌉
+    // = 1053 ms.
     assert!(matches!(one.reserve(60_000), Decision::Admitted(a) if a.wait_ms == 0));
-    assert!(matches!(one.reserve(60_000), Decision::Admitted(a) if a.wait_ms == 1133));
+    assert!(matches!(one.reserve(60_000), Decision::Admitted(a) if a.wait_ms == 1053));
 }
 
 /// SPEC §14's example, as docs/spec.md states it.

@@ -839,7 +839,7 @@ pub unsafe extern "C" fn pacer_get_info(
 /// (SPEC §14; `outcome` a pacer_outcome value): PACER_OUTCOME_OPENED is
 /// counted in its minute (past the hold, a count above the limit learned
 /// starts a search again); PACER_OUTCOME_THROTTLED ends a search at what
-/// the counts show got through, or lowers the probe's limit to it (by 1/8
+/// the counts show got through, or lowers the probe's limit to it (by 1/16
 /// when the counts do not explain the throttle), at most once a minute,
 /// never below the lowest rate; a throttle within the hold changes
 /// nothing.

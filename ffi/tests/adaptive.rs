@@ -3,13 +3,13 @@
 //! their status. Every expected rate is worked out by hand next to its
 //! check from the law in core/src/adaptive.rs. At rate 60 with the default
 //! ceiling (60) the search reads 60 until the first throttle; a throttle
-//! with nothing counted sets `L = B − max(1, ⌊B/8⌋)`, `B = min(R, ℓ)`
-//! (60 → 60 − 7 = 53); as it ends the first search less than a minute
+//! with nothing counted sets `L = B − max(1, ⌊B/16⌋)`, `B = min(R, ℓ)`
+//! (60 → 60 − 3 = 57); as it ends the first search less than a minute
 //! after creation (at 0) it pauses: the origin becomes 0 + 60000, and the
 //! rate reads the lowest until then (the floor here: the budget's 5
 //! retries at bound 4833 can refuse from 3/min), `L` from 60000. A
 //! throttle within the 60 s hold after the origin changes nothing; one at
-//! the hold's end (120000) lowers `L` the same way (53 → 53 − 6 = 47), or
+//! the hold's end (120000) lowers `L` the same way (57 → 57 − 3 = 54), or
 //! to what the openings counted show got through, never below the lowest
 //! rate. While probing the rate is `ℓ` itself until the step (after the
 //! hold and the wait, 60000 + 240000/12 after the first search's throttle).
@@ -42,8 +42,8 @@ fn first() -> u32 {
 }
 
 /// What the first throttle sets, nothing counted: B = min(60, 60) = 60,
-/// L = 60 − max(1, ⌊60/8⌋) = 60 − 7 = 53, read from the pause's end.
-const L1: u32 = 53;
+/// L = 60 − max(1, ⌊60/16⌋) = 60 − 3 = 57, read from the pause's end.
+const L1: u32 = 57;
 
 /// The pause's length after creation, ms: the origin becomes t₀ + 60000.
 const PAUSE_MS: u64 = 60_000;
@@ -138,7 +138,7 @@ fn episode(floor: u32, opened: bool) -> [Result<u32, pacer_status>; 5] {
     let t = 1000;
     let origin = PAUSE_MS; // max(1000, 0 + 60000)
     let first = observe(&p, THROTTLED, t);
-    // The pause: the lowest rate until the origin, then L = 53 (probing,
+    // The pause: the lowest rate until the origin, then L = 57 (probing,
     // Δ = 0 < the hold: ℓ itself).
     assert_eq!(rate_in_force(&p, origin - 1), floor);
     assert_eq!(rate_in_force(&p, origin), L1);
@@ -155,15 +155,15 @@ fn episode(floor: u32, opened: bool) -> [Result<u32, pacer_status>; 5] {
 
 #[test]
 fn a_throttle_lowers_the_rate_once_per_hold() {
-    // Nothing counted: 60 → L = 53, the pause: the answer at 1000 (before
+    // Nothing counted: 60 → L = 57, the pause: the answer at 1000 (before
     // the origin 60000) the lowest, 10; the same instant twice: held (at =
     // max(1000, 60000), Δ = 0), answered 10 at 1000; 1 ms short of the
-    // hold's end (119999): held, answered ℓ = 53 (the wait: max(240000,
-    // ⌊80·60000/53⌋ = 90566)/12 = 20000, so the step only from Δ =
-    // 80000). At 120000 (Δ = 60000): R = 53, nothing counted, E = 0:
-    // B = min(53, 53) = 53, L = 53 − max(1, ⌊53/8⌋ = 6) = 47, origin
-    // 120000, answered ℓ = 47.
-    assert_eq!(episode(10, false), [Ok(10), Ok(10), Ok(10), Ok(53), Ok(47)]);
+    // hold's end (119999): held, answered ℓ = 57 (the wait: max(240000,
+    // ⌊80·60000/57⌋ = 84210)/12 = 20000, so the step only from Δ =
+    // 80000). At 120000 (Δ = 60000): R = 57, nothing counted, E = 0:
+    // B = min(57, 57) = 57, L = 57 − max(1, ⌊57/16⌋ = 3) = 54, origin
+    // 120000, answered ℓ = 54.
+    assert_eq!(episode(10, false), [Ok(10), Ok(10), Ok(10), Ok(57), Ok(54)]);
 }
 
 #[test]
@@ -171,10 +171,10 @@ fn the_lowest_rate_stops_a_decrease() {
     // The pause answers the lowest (the floor, 10 or 40) at 1000. One
     // opening at 1000, counted at at = max(1000, 60000) (minute 1): at
     // 120000 (minute 2) it is the count before, through = max(0, 1) = 1,
-    // E = through = 1 (probing) < R = 53: L = 1, raised to the lowest
+    // E = through = 1 (probing) < R = 57: L = 1, raised to the lowest
     // rate, the floor (10 or 40).
-    assert_eq!(episode(10, true), [Ok(10), Ok(10), Ok(10), Ok(53), Ok(10)]);
-    assert_eq!(episode(40, true), [Ok(40), Ok(40), Ok(40), Ok(53), Ok(40)]);
+    assert_eq!(episode(10, true), [Ok(10), Ok(10), Ok(10), Ok(57), Ok(10)]);
+    assert_eq!(episode(40, true), [Ok(40), Ok(40), Ok(40), Ok(57), Ok(40)]);
 }
 
 #[test]
@@ -201,9 +201,9 @@ fn the_openings_counted_set_the_rate() {
     // max(240000, 80·60000/30 = 160000)/12 = 80000 after the origin): R =
     // 30; minute 1's 31 is the count before, through = 31, E = 31 ≥ R =
     // 30: the count does not explain the throttle, L = 30 − max(1,
-    // ⌊30/8⌋ = 3) = 27, origin 120000, answered ℓ = 27.
-    assert_eq!(observe(&p, THROTTLED, 120_000), Ok(27));
-    assert_eq!(rate_in_force(&p, 120_000), 27);
+    // ⌊30/16⌋ = 1) = 29, origin 120000, answered ℓ = 29.
+    assert_eq!(observe(&p, THROTTLED, 120_000), Ok(29));
+    assert_eq!(rate_in_force(&p, 120_000), 29);
 }
 
 #[test]
@@ -373,13 +373,13 @@ fn a_throttle_through_one_handle_slows_the_other() {
     // The throttle happens at a's clock reading (≥ t0, well within a
     // minute of the creation c ≤ t0): it ends the first search, so the
     // pause moves the origin to c + 60000 > t0 and both read the lowest
-    // (10) before it, and L1 = 53 at t0 + 60000 (Δ = t0 − c < the hold,
+    // (10) before it, and L1 = 57 at t0 + 60000 (Δ = t0 − c < the hold,
     // so ℓ itself).
     assert_eq!(a.pacer().observe(Outcome::Throttled, clock_ms()), first());
     assert_eq!(b.pacer().rate_in_force(t0), first());
     assert_eq!(b.pacer().rate_in_force(t0 + PAUSE_MS), L1);
     // One episode for the machine: b's throttle, within the hold after
-    // the origin, changes nothing (rather than lowering L again to 47);
+    // the origin, changes nothing (rather than lowering L again to 54);
     // a's opening, within the hold too, is counted and changes no rate.
     assert_eq!(b.pacer().observe(Outcome::Throttled, clock_ms()), first());
     assert_eq!(a.pacer().observe(Outcome::Opened, t0), first());

@@ -1055,10 +1055,10 @@ fn expect_observe(
 /// - throttled at 260051, past the hold, minute 1 of the origin: the 52
 ///   are the minute before, E = through = 52 ≥ the rate 52 (the wait
 ///   max(240000, ⌊4800000/52⌋ = 92307)/12 = 20000 is not over): the count
-///   does not explain it: L = 52 − max(1, ⌊52/8⌋) = 46, not `again`.
-/// - the next step: wait max(240000, ⌊4800000/46⌋ = 104347) = 240000
-///   (not quick): 46 until Δ = 300000 (t = 560051), then 46 + 23 + 2 =
-///   71.
+///   does not explain it: L = 52 − max(1, ⌊52/16⌋) = 49, not `again`.
+/// - the next step: wait max(240000, ⌊4800000/49⌋ = 97959) = 240000
+///   (not quick): 49 until Δ = 300000 (t = 560051), then 49 + 24 + 2 =
+///   75.
 #[test]
 fn observe_follows_the_law_by_hand_on_every_engine() {
     let mut doors = Doors::open();
@@ -1115,23 +1115,23 @@ fn observe_follows_the_law_by_hand_on_every_engine() {
         let fields = " 001 600 0000000000200051 00000 00052 00000 00052 1 1    ";
         expect_observe(d, engine, key, ("throttled", 200_051), 52, fields);
         // The cut.
-        let fields = " 001 600 0000000000260051 00000 00000 00052 00046 1 0    ";
-        expect_observe(d, engine, key, ("throttled", 260_051), 46, fields);
-        assert_eq!(rate(d, 560_050), Value::Int(46), "{engine}");
-        assert_eq!(rate(d, 560_051), Value::Int(71), "{engine}");
+        let fields = " 001 600 0000000000260051 00000 00000 00052 00049 1 0    ";
+        expect_observe(d, engine, key, ("throttled", 260_051), 49, fields);
+        assert_eq!(rate(d, 560_050), Value::Int(49), "{engine}");
+        assert_eq!(rate(d, 560_051), Value::Int(75), "{engine}");
         let info = info_at(d, engine, key, 260_051);
         assert_info(
             &info,
             engine,
             &[
-                ("rate_in_force", 46),
+                ("rate_in_force", 49),
                 ("adaptive_floor_per_min", 1),
                 ("adaptive_ceiling_per_min", 600),
                 ("origin_ms", 260_051),
                 ("window", 0),
                 ("opened", 0),
                 ("opened_before", 52),
-                ("limit_per_min", 46),
+                ("limit_per_min", 49),
                 ("probing", 1),
                 ("again", 0),
             ],
@@ -1388,11 +1388,11 @@ fn an_edited_adaptive_header_is_not_a_bucket_to_any_engine() {
     let good = bucket_bytes(&mut doors);
     // Floor 10, ceiling 90; the throttle at 5 ends the first search with
     // nothing counted: R = ⌊60·5005/5000⌋ = 60, B = min(60, 60) = 60, L =
-    // 60 − max(1, ⌊60/8⌋) = 53; the pause puts the origin at max(5, 0 +
+    // 60 − max(1, ⌊60/16⌋) = 57; the pause puts the origin at max(5, 0 +
     // 60000) = 60000; probing, again.
     assert_eq!(
         &good[199..256],
-        b" 010 090 0000000000060000 00000 00000 00000 00053 1 1    "
+        b" 010 090 0000000000060000 00000 00000 00000 00057 1 1    "
     );
     let edits: [(&str, usize, &str); 17] = [
         ("floor 0 with the fields there", 200, "000"),

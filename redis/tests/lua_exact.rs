@@ -1415,7 +1415,7 @@ impl Law {
             };
             c.limit = if seen == 0 {
                 let base = rate.min(w.limit);
-                base - (base / 8).max(1).min(base)
+                base - (base / 16).max(1).min(base)
             } else if !w.probing {
                 seen.min(self.ceiling)
             } else if seen < rate && u128::from(at - w.origin) >= self.step_at(w) {
@@ -1424,7 +1424,7 @@ impl Law {
             } else if seen < rate {
                 seen
             } else {
-                rate - (rate / 8).max(1)
+                rate - (rate / 16).max(1)
             };
             c.again = !w.probing;
             c.probing = true;
@@ -1470,7 +1470,7 @@ fn adaptive_tail(floor: u64, ceiling: u64, w: &Word) -> String {
 }
 
 /// Clocks at 2^52 − 1: a bucket created there and throttled at once with
-/// nothing counted (L = B − max(1, ⌊B/8⌋), B = min(R, L)) pauses to an
+/// nothing counted (L = B − max(1, ⌊B/16⌋), B = min(R, L)) pauses to an
 /// origin a minute later, 2^52 + 59999, past the clock's own bound;
 /// buckets created at 0 read at 2^52 − 1: a search long past its tenth
 /// doubling (the ceiling), and probes long past their wait (the step).
@@ -1494,14 +1494,14 @@ fn adaptive_at_the_clock_edge() {
         "010 060 4503599627370495 00000 00000 00000 00060 0 0    "
     );
     // The throttle ends the first search at Δ = 0: R = 60·(5000 + 0)/5000
-    // = 60, nothing counted, B = min(60, 60) = 60, L = 60 − max(1, 7) =
-    // 53. The pause: origin max(2^52 − 1, 2^52 − 1 + 60000) = 2^52 +
+    // = 60, nothing counted, B = min(60, 60) = 60, L = 60 − max(1, 3) =
+    // 57. The pause: origin max(2^52 − 1, 2^52 − 1 + 60000) = 2^52 +
     // 59999 = 4503599627430495 (nothing counted to move). The answer is
     // read at the caller's clock, before the origin: the lowest, 10.
     assert_eq!(lua.observe("edge", "throttled", &max), vec![Int(10)]);
     assert_eq!(
         &lua.header("edge")[200..],
-        "010 060 4503599627430495 00000 00000 00000 00053 1 1    "
+        "010 060 4503599627430495 00000 00000 00000 00057 1 1    "
     );
     assert_eq!(lua.info("edge", MAX_ARG, "rate_in_force"), Int(10));
     assert_eq!(
@@ -1528,39 +1528,39 @@ fn adaptive_at_the_clock_edge() {
     let reply = lua.run("cap", "reserve", &with_at(&wide, &max));
     assert_eq!((&reply[0], &reply[1]), (&s("admitted"), &Int(100)));
     // A throttle there, nothing counted: R = 600 but L = 60, so B =
-    // min(600, 60) = 60 and L = 60 − 7 = 53. No pause: the search began
+    // min(600, 60) = 60 and L = 60 − 3 = 57. No pause: the search began
     // long before, max(2^52 − 1, 0 + 60000) = 2^52 − 1. The probe reads
-    // ℓ = 53 at Δ = 0.
-    assert_eq!(lua.observe("cap", "throttled", &max), vec![Int(53)]);
+    // ℓ = 57 at Δ = 0.
+    assert_eq!(lua.observe("cap", "throttled", &max), vec![Int(57)]);
     // Another throttle at the same instant is within the hold: the law
     // unmoved, only `upstream_throttled` (bytes 324–339) counted, 1 → 2.
     let mut before = lua.value("cap").expect("the bucket");
-    assert_eq!(lua.observe("cap", "throttled", &max), vec![Int(53)]);
+    assert_eq!(lua.observe("cap", "throttled", &max), vec![Int(57)]);
     before[324..340].copy_from_slice(b"0000000000000002");
     assert_eq!(lua.value("cap"), Some(before));
 
     // Rate 600 (lowest max(1, 3) = 3) created and throttled at 0: R =
-    // 600, B = 600, L = 600 − 75 = 525, `again`; the pause puts the origin
+    // 600, B = 600, L = 600 − 37 = 563, `again`; the pause puts the origin
     // at 60000 and the answer at 0 is the lowest, 3. The wait: max(240000,
-    // ⌊4800000/525⌋ = 9142) = 240000, /12 = 20000; the step from Δ =
-    // 60000 + 20000 (t = 140000): 525 + 262 + 2 = 789, the ceiling 600.
+    // ⌊4800000/563⌋ = 8525) = 240000, /12 = 20000; the step from Δ =
+    // 60000 + 20000 (t = 140000): 563 + 281 + 2 = 846, the ceiling 600.
     let top = ["600", "10", "120000", "5", "refund", "ADAPT", "1", "600"];
     lua.run("top", "create", &with_at(&top, "0"));
     assert_eq!(lua.observe("top", "throttled", "0"), vec![Int(3)]);
     assert_eq!(lua.info("top", 59_999, "rate_in_force"), Int(3));
-    assert_eq!(lua.info("top", 60_000, "rate_in_force"), Int(525));
-    assert_eq!(lua.info("top", 139_999, "rate_in_force"), Int(525));
+    assert_eq!(lua.info("top", 60_000, "rate_in_force"), Int(563));
+    assert_eq!(lua.info("top", 139_999, "rate_in_force"), Int(563));
     assert_eq!(lua.info("top", 140_000, "rate_in_force"), Int(600));
     assert_eq!(lua.info("top", MAX_ARG, "rate_in_force"), Int(600));
-    // The same at rate 60, ceiling 600: L = 60 − 7 = 53, the wait
-    // max(240000, ⌊4800000/53⌋ = 90566) / 12 = 20000, the step 53 + 26 +
-    // 2 = 81 from t = 140000.
+    // The same at rate 60, ceiling 600: L = 60 − 3 = 57, the wait
+    // max(240000, ⌊4800000/57⌋ = 84210) / 12 = 20000, the step 57 + 28 +
+    // 2 = 87 from t = 140000.
     let mid = ["60", "10", "120000", "5", "refund", "ADAPT", "1", "600"];
     lua.run("mid", "create", &with_at(&mid, "0"));
     assert_eq!(lua.observe("mid", "throttled", "0"), vec![Int(3)]);
-    assert_eq!(lua.info("mid", 139_999, "rate_in_force"), Int(53));
-    assert_eq!(lua.info("mid", 140_000, "rate_in_force"), Int(81));
-    assert_eq!(lua.info("mid", MAX_ARG, "rate_in_force"), Int(81));
+    assert_eq!(lua.info("mid", 139_999, "rate_in_force"), Int(57));
+    assert_eq!(lua.info("mid", 140_000, "rate_in_force"), Int(87));
+    assert_eq!(lua.info("mid", MAX_ARG, "rate_in_force"), Int(87));
 }
 
 /// floor = ceiling = rate: the rate never moves, whatever is observed.
@@ -1606,7 +1606,7 @@ fn adaptive_lowest_rate_is_the_lowest_that_refuses() {
     // Three openings at 120000 s (past the hold; the next minute: before
     // = 0, opened 1, 2, 3; 3 ≤ 3 + 0 + 1, no rise), a throttle at 130000:
     // through = 3 ≥ the rate 3 (ℓ = 3, within the wait ⌊4800000/3⌋/12 =
-    // 133333): the count does not explain it, L = 3 − max(1, ⌊3/8⌋) = 2,
+    // 133333): the count does not explain it, L = 3 − max(1, ⌊3/16⌋) = 2,
     // which the law lifts back to the lowest, 3. No pause (probing).
     for t in ["120000", "120010", "120020"] {
         assert_eq!(lua.observe("k", "opened", t), vec![Int(3)]);
@@ -1707,7 +1707,7 @@ fn adaptive_law_matches_the_model() {
                 rolls += u64::from(next.window > w.window && next.origin == w.origin);
                 if !opened && w.probing {
                     let rate = law.rate(&w, t);
-                    cuts += u64::from(next.limit == rate - (rate / 8).max(1));
+                    cuts += u64::from(next.limit == rate - (rate / 16).max(1));
                 }
                 unseen += u64::from(!opened && next.opened == 0 && next.before == 0);
                 w = next;

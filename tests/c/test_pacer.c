@@ -514,19 +514,19 @@ static void test_foreign_tickets(void) {
 /* Adaptive pacing (SPEC §14) at rate 60, burst 10, idle 120000, 5
  * retries, refund, created at 0. The law (core/src/adaptive.rs): searching
  * from the rate with the default ceiling (60), the rate reads 60; a
- * throttle with nothing counted sets L = B - max(1, B/8), B = min(R, L)
- * (60 -> 60 - 7 = 53); as it ends the first search within a minute of
+ * throttle with nothing counted sets L = B - max(1, B/16), B = min(R, L)
+ * (60 -> 60 - 3 = 57); as it ends the first search within a minute of
  * the creation (0) it pauses: the origin becomes 0 + 60000 and the rate
  * reads the lowest (here the floor: 5 retries at bound 4833 can refuse
  * from 3/min) until then, L (probing: L itself until the hold and the
- * wait, 60000 + max(240000, 80*60000/53)/12 = 80000 after the origin,
+ * wait, 60000 + max(240000, 80*60000/57)/12 = 80000 after the origin,
  * are over) from then
  * on; a throttle within HOLD_MS of the origin changes nothing; one at the
  * hold's end (120000) sets L to what the openings counted show got
  * through when that is below the rate in force, never below the lowest.
  *
  * One opening at 1000 is counted at max(1000, 60000) (minute 1), so at
- * 120000 (minute 2) through = 1, E = 1 < R = 53, L = 1, raised to the
+ * 120000 (minute 2) through = 1, E = 1 < R = 57, L = 1, raised to the
  * floor (10 or 40). */
 #define PAUSE_END_MS 60000u
 #define HOLD_MS 60000u
@@ -558,11 +558,11 @@ static uint32_t adaptive_episode(uint32_t floor, uint32_t second) {
   CHECK(observed(&p, PACER_OUTCOME_OPENED, 1000) == first, "opened: counted, no change of rate");
   CHECK(pacer_rate_in_force(&p, 1000, &rate) == PACER_STATUS_OK && rate == first, "in force: %u", rate);
   CHECK(pacer_rate_in_force(&p, PAUSE_END_MS - 1, &rate) == PACER_STATUS_OK && rate == first, "paused: %u", rate);
-  /* From the origin: L = 53. */
-  CHECK(pacer_rate_in_force(&p, PAUSE_END_MS, &rate) == PACER_STATUS_OK && rate == 53, "after the pause: %u", rate);
-  CHECK(observed(&p, PACER_OUTCOME_THROTTLED, PAUSE_END_MS + HOLD_MS - 1) == 53, "inside the hold: held");
+  /* From the origin: L = 57. */
+  CHECK(pacer_rate_in_force(&p, PAUSE_END_MS, &rate) == PACER_STATUS_OK && rate == 57, "after the pause: %u", rate);
+  CHECK(observed(&p, PACER_OUTCOME_THROTTLED, PAUSE_END_MS + HOLD_MS - 1) == 57, "inside the hold: held");
   uint32_t got = observed(&p, PACER_OUTCOME_THROTTLED, PAUSE_END_MS + HOLD_MS);
-  CHECK(got == second, "floor %u: second throttle %u, want %u (from 53)", floor, got, second);
+  CHECK(got == second, "floor %u: second throttle %u, want %u (from 57)", floor, got, second);
   CHECK(pacer_rate_in_force(&p, PAUSE_END_MS + HOLD_MS, &rate) == PACER_STATUS_OK && rate == second, "in force: %u",
         rate);
   return first;
@@ -623,9 +623,9 @@ static void test_adaptive(void) {
   CHECK(pacer_rate_in_force(&a, 1000, NULL) == PACER_STATUS_NULL_PARAMETER, "NULL out");
   CHECK(rate == 7, "a failed call wrote its out-parameter");
   /* Nothing changed: the first throttle still ends the search at 60,
-   * answers the lowest (10) in the pause, and L = 60 - 7 = 53 from 60000. */
+   * answers the lowest (10) in the pause, and L = 60 - 3 = 57 from 60000. */
   CHECK(observed(&a, PACER_OUTCOME_THROTTLED, 1000) == 10, "after the failed calls");
-  CHECK(pacer_rate_in_force(&a, PAUSE_END_MS, &rate) == PACER_STATUS_OK && rate == 53, "after the pause: %u", rate);
+  CHECK(pacer_rate_in_force(&a, PAUSE_END_MS, &rate) == PACER_STATUS_OK && rate == 57, "after the pause: %u", rate);
   _Alignas(16) unsigned char raw[PACER_STORAGE_SIZE + 16];
   memcpy(raw + 8, &a, sizeof a);
   CHECK(pacer_observe((const pacer *)(const void *)(raw + 8), PACER_OUTCOME_THROTTLED, 1000, &rate) ==

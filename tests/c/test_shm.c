@@ -713,10 +713,10 @@ static uint64_t u64_in(const unsigned char *file, size_t at) {
  * handle, or by another process, lowers the rate in force every handle
  * reads. ADAPTIVE is rate 60, floor 10, ceiling 60: a first throttle,
  * nothing counted, ends the search at the rate in force, 60, and sets
- * L = 60 - max(1, 60/8) = 53; as it comes within a minute of the file's
+ * L = 60 - max(1, 60/16) = 57; as it comes within a minute of the file's
  * creation it pauses: the origin becomes created + 60000, and every rate
  * read before then is the lowest, the floor 10 (`first` below;
- * tests/c/test_pacer.c checks the values), L = 53 from then on (probing,
+ * tests/c/test_pacer.c checks the values), L = 57 from then on (probing,
  * within the hold: L itself). A throttle within the 60000 ms hold after
  * the origin changes nothing (the same episode) and answers the rate at
  * its clock, 10 in the pause; an opening is counted and changes no rate. (Header fields are little-endian, the words native: this
@@ -758,15 +758,15 @@ static void test_adaptive_shared(void) {
   CHECK(pacer_shared_observe(&a, PACER_OUTCOME_THROTTLED, &first) == PACER_STATUS_OK && first == 10,
         "a throttled: %u", first);
   CHECK(pacer_rate_in_force(pb, t0, &rate) == PACER_STATUS_OK && rate == first, "b reads a's throttle: %u", rate);
-  CHECK(pacer_rate_in_force(pb, created + 60000, &rate) == PACER_STATUS_OK && rate == 53,
+  CHECK(pacer_rate_in_force(pb, created + 60000, &rate) == PACER_STATUS_OK && rate == 57,
         "b reads a's L after the pause: %u", rate);
   CHECK(pacer_shared_rate_in_force(&b, &rate) == PACER_STATUS_OK && rate == first, "b now: %u", rate);
   CHECK(pacer_shared_observe(&b, PACER_OUTCOME_THROTTLED, &rate) == PACER_STATUS_OK && rate == first,
         "b's throttle in the same episode holds %u: %u", first, rate);
   CHECK(pacer_shared_observe(&b, PACER_OUTCOME_OPENED, &rate) == PACER_STATUS_OK && rate == first,
         "opened: %u", rate);
-  CHECK(pacer_rate_in_force(pa, created + 60000, &rate) == PACER_STATUS_OK && rate == 53,
-        "b's throttle held, L still 53: %u", rate);
+  CHECK(pacer_rate_in_force(pa, created + 60000, &rate) == PACER_STATUS_OK && rate == 57,
+        "b's throttle held, L still 57: %u", rate);
   CHECK(read_file(path, after, sizeof after) == FILE_BYTES && memcmp(after + 65552, control_before, 16) != 0,
         "the throttle was not written to the file");
   CHECK(u64_in(after, 65560) == created + 60000, "the origin moved to the pause's end: %" PRIu64 " (created %" PRIu64 ")",
@@ -808,7 +808,7 @@ static void test_adaptive_shared(void) {
   uint64_t created_again = 0;
   CHECK(read_file(path, after, sizeof after) == FILE_BYTES, "read");
   created_again = u64_in(after, 72);
-  CHECK(pacer_rate_in_force(pa, created_again + 60000, &rate) == PACER_STATUS_OK && rate == 53,
+  CHECK(pacer_rate_in_force(pa, created_again + 60000, &rate) == PACER_STATUS_OK && rate == 57,
         "the child's L after the pause: %u", rate);
   pacer_shared_close(&a);
 
@@ -826,7 +826,7 @@ static void test_adaptive_shared(void) {
   CHECK(memcmp(before, after, FILE_BYTES) == 0, "off: only the throttle count changed");
   pacer_shared_close(&a);
   pacer_shared_unlink(path);
-  printf("adaptive: a throttle through one handle (and from another process) lowers the bucket's rate 60 -> %u (the lowest, %u, in the pause)\n", 53, first);
+  printf("adaptive: a throttle through one handle (and from another process) lowers the bucket's rate 60 -> %u (the lowest, %u, in the pause)\n", 57, first);
 }
 
 /* Bytes of the file outside its header and the two shared words (control,

@@ -104,7 +104,7 @@ static uint64_t race(int redeem) {
 /* Adaptive pacing (SPEC §14): rate 60, floor 10, created at 0. Threads
  * report throttles (and some opened connections) at clock readings in
  * 1000 .. 1000 + 58998, all before 60000: whichever throttle comes first
- * ends the search (nothing counted: L = 60 - max(1, 60/8) = 53, the rate
+ * ends the search (nothing counted: L = 60 - max(1, 60/16) = 57, the rate
  * one throttle on a fresh pacer sets, `one_decrease`) and pauses, the
  * origin max(now, 0 + 60000) = 60000; every later throttle is within the
  * hold after it and changes nothing; every answer, read at the caller's
@@ -137,7 +137,7 @@ static int observe_race(void) {
   if (pacer_init(&probe, &c, 0) != PACER_STATUS_OK) return 1;
   uint32_t answer = 0;
   if (pacer_observe(&probe, PACER_OUTCOME_THROTTLED, 1000, &answer) != PACER_STATUS_OK || answer != 10) return 1;
-  if (pacer_rate_in_force(&probe, 60000, &one_decrease) != PACER_STATUS_OK || one_decrease != 53) return 1;
+  if (pacer_rate_in_force(&probe, 60000, &one_decrease) != PACER_STATUS_OK || one_decrease != 57) return 1;
   if (pacer_init(&adaptive_pacer, &c, 0) != PACER_STATUS_OK) return 1;
   pthread_t threads[THREADS];
   for (int i = 0; i < THREADS; i++) pthread_create(&threads[i], NULL, observer, NULL);

@@ -28,10 +28,10 @@
 //   (Δ = 60000, no longer held; the next minute: opened_before = 41, opened
 //   = 0): E = through = 41 (probing: the whole-minute count only). R = ℓ =
 //   40 (before the step). E ≥ R: the count does not explain it, L = 40 −
-//   max(1, ⌊40/8⌋) = 35 (40, the lowest, with floor 40).
+//   max(1, ⌊40/16⌋) = 38 (40, the lowest, with floor 40).
 // - Nothing counted at a throttle (E = 0): B = min(R, L), L = B − max(1,
-//   ⌊B/8⌋). A pacer throttled at 1000 with nothing reported: B = min(60, 60)
-//   = 60, L = 60 − 7 = 53, read from the pause's end, 60000; the throttle
+//   ⌊B/16⌋). A pacer throttled at 1000 with nothing reported: B = min(60, 60)
+//   = 60, L = 60 − 3 = 57, read from the pause's end, 60000; the throttle
 //   itself, in the pause, answers the lowest.
 // - At 30/min (30 openings, then a throttle at 61000, a minute after the
 //   creation: no pause, L = 30) a token (60000 units) refills in 60000/30 =
@@ -71,7 +71,7 @@ test('a throttle ends the search at what got through, pauses; throttles in the h
   assert.deepEqual(opened(pacer, 40, 60000), Array(40).fill(40), 'Δ = 0: in the hold, 41 in the minute');
   assert.equal(pacer.observe('throttled', 119999), 40, 'within the hold: nothing changes');
   assert.equal(pacer.rateInForce(119999), 40);
-  assert.equal(pacer.observe('throttled', 120000), 35, 'E = 41 ≥ R = 40: L = 40 − ⌊40/8⌋');
+  assert.equal(pacer.observe('throttled', 120000), 38, 'E = 41 ≥ R = 40: L = 40 − ⌊40/16⌋');
 
   const floored = adaptivePacer({ floorPerMinute: 40 });
   opened(floored, 40, 1000);
@@ -79,7 +79,7 @@ test('a throttle ends the search at what got through, pauses; throttles in the h
   assert.equal(floored.rateInForce(60000), 40, 'L = 40');
   opened(floored, 41, 60000);
   assert.equal(floored.observe('throttled', 119999), 40);
-  assert.equal(floored.observe('throttled', 120000), 40, 'E = 41 ≥ R = 40: L = 35, clamped to 40');
+  assert.equal(floored.observe('throttled', 120000), 40, 'E = 41 ≥ R = 40: L = 38, clamped to 40');
 });
 
 // The first search's end as above (L = 40, the pause to 60000, the 40
@@ -141,7 +141,7 @@ test('a count above L + L/8 + 1 after the hold searches again; at or below it, o
 // minute 0 and a throttle at 20000 end the search: E = max(3, 3) = 3,
 // L = min(3, 600) = 3, paused until max(20000, 0 + 60000) = 60000 at the
 // lowest, 3, and ℓ = 3 after it. Nothing reported and a throttle at 20000:
-// R = 600, B = min(R, L) = min(600, 60) = 60, L = 60 − max(1, ⌊60/8⌋) = 53,
+// R = 600, B = min(R, L) = min(600, 60) = 60, L = 60 − max(1, ⌊60/16⌋) = 57,
 // read from 60000 (the throttle itself, in the pause, answers 3).
 test('with a ceiling above the rate a new pacer searches upward, doubling every 5 s', () => {
   const pacer = adaptivePacer({ floorPerMinute: 1, ceilingPerMinute: 600 });
@@ -153,8 +153,8 @@ test('with a ceiling above the rate a new pacer searches upward, doubling every 
   assert.equal(pacer.rateInForce(79999), 3);
 
   const blind = adaptivePacer({ floorPerMinute: 1, ceilingPerMinute: 600 });
-  assert.equal(blind.observe('throttled', 20000), 3, 'nothing counted: L = 53, paused at the lowest');
-  assert.equal(blind.rateInForce(60000), 53);
+  assert.equal(blind.observe('throttled', 20000), 3, 'nothing counted: L = 57, paused at the lowest');
+  assert.equal(blind.rateInForce(60000), 57);
 });
 
 test('before any throttle the rate in force is the configured rate, whenever it is read', () => {
@@ -207,12 +207,12 @@ test('observe and rateInForce default to the pacer\'s clock', () => {
   let now = 0;
   const pacer = new Pacer({ ...BASE, now: () => now, adaptive: { floorPerMinute: 10 } });
   now = 1000;
-  // Created at 0; nothing counted: B = min(60, 60), L = 60 − max(1, ⌊60/8⌋)
-  // = 53, paused until max(1000, 0 + 60000) = 60000 at the lowest, 10.
+  // Created at 0; nothing counted: B = min(60, 60), L = 60 − max(1, ⌊60/16⌋)
+  // = 57, paused until max(1000, 0 + 60000) = 60000 at the lowest, 10.
   assert.equal(pacer.observe('throttled'), 10);
   assert.equal(pacer.rateInForce(), 10);
   now = 60000;
-  assert.equal(pacer.rateInForce(), 53);
+  assert.equal(pacer.rateInForce(), 57);
 });
 
 // Each bad `adaptive` with the error it gets and the name that error gives.
@@ -267,31 +267,31 @@ test('a bad outcome or clock is an error that changes nothing', () => {
   throwsNaming(() => pacer.observe('opened', Infinity), RangeError, 'nowMs', 'infinite clock');
   throwsNaming(() => pacer.rateInForce(NaN), RangeError, 'nowMs', 'NaN clock');
   // Still searching, nothing counted: the first real throttle ends the
-  // search at L = 60 − max(1, ⌊60/8⌋) = 53, paused until 60000 at the
+  // search at L = 60 − max(1, ⌊60/16⌋) = 57, paused until 60000 at the
   // lowest, 10.
   assert.equal(pacer.rateInForce(1000), 60);
   assert.equal(pacer.observe('throttled', 1000), 10);
-  assert.equal(pacer.rateInForce(60000), 53);
+  assert.equal(pacer.rateInForce(60000), 57);
 });
 
 // The clock's ends: 0 and the largest safe integer. Created at 0, a throttle
-// at 0 with nothing counted sets L = 60 − max(1, ⌊60/8⌋) = 53 and pauses
+// at 0 with nothing counted sets L = 60 − max(1, ⌊60/16⌋) = 57 and pauses
 // (origin 0 + 60000): it reads the lowest, 10. One opening at 2^53 − 1 (Δ
-// long past the hold and the wait: the step, 53 + ⌊53/2⌋ + 2 = 81, clamped
-// to the ceiling 60), through 1 ≤ 53 + ⌊53/8⌋ + 1: nothing rises, and it
+// long past the hold and the wait: the step, 57 + ⌊57/2⌋ + 2 = 87, clamped
+// to the ceiling 60), through 1 ≤ 57 + ⌊57/8⌋ + 1: nothing rises, and it
 // reads 60.
 test('clock 0 and 2^53 − 1 are fine', () => {
   const pacer = adaptivePacer({ floorPerMinute: 10 });
   assert.equal(pacer.observe('throttled', 0), 10);
   assert.equal(pacer.rateInForce(0), 10);
-  assert.equal(pacer.rateInForce(60000), 53);
+  assert.equal(pacer.rateInForce(60000), 57);
   assert.equal(pacer.observe('opened', Number.MAX_SAFE_INTEGER), 60);
   assert.equal(pacer.rateInForce(Number.MAX_SAFE_INTEGER), 60);
   // A throttle there, at the probe's step: the one opening counted, E =
   // through = 1 < R = 60, and L held through the hold and the wait, so L
-  // = max(1, 53) = 53, read at once (probing, Δ = 0).
-  assert.equal(pacer.observe('throttled', Number.MAX_SAFE_INTEGER), 53);
-  assert.equal(pacer.rateInForce(Number.MAX_SAFE_INTEGER), 53);
+  // = max(1, 57) = 57, read at once (probing, Δ = 0).
+  assert.equal(pacer.observe('throttled', Number.MAX_SAFE_INTEGER), 57);
+  assert.equal(pacer.rateInForce(Number.MAX_SAFE_INTEGER), 57);
 });
 
 test('after close() observe and rateInForce throw ERR_PACER_CLOSED; adaptive still answers', () => {
@@ -338,10 +338,10 @@ test('shared, adaptation off: observe changes nothing and answers the configured
 
 // The shared clock cannot be held still, but a test runs well within a
 // minute of the file's creation (t₀): a throttle with nothing counted ends
-// the first search with L = 60 − max(1, ⌊60/8⌋) = 53 and pauses (origin t₀
+// the first search with L = 60 − max(1, ⌊60/16⌋) = 57 and pauses (origin t₀
 // + 60000), so until then either handle reads the lowest, max(10, 3) = 10;
 // a throttle or an opening then is observed at the origin (Δ = 0, in the
-// hold) and changes nothing. (The 53 after the pause would take a minute to
+// hold) and changes nothing. (The 57 after the pause would take a minute to
 // read; the Pacer tests above read it on a fake clock.)
 test('shared: a throttle through one handle is seen through another, and so is its hold', () => {
   const p = sharedPath('two');
@@ -351,7 +351,7 @@ test('shared: a throttle through one handle is seen through another, and so is i
   try {
     assert.deepEqual(b.adaptive, { floorPerMinute: 10, ceilingPerMinute: 60 });
     assert.equal(b.rateInForce(), 60);
-    assert.equal(a.observe('throttled'), 10, 'L = 53, paused at the lowest');
+    assert.equal(a.observe('throttled'), 10, 'L = 57, paused at the lowest');
     assert.equal(b.rateInForce(), 10, "b reads a's throttle");
     assert.equal(b.observe('throttled'), 10, 'within the hold: nothing changes');
     assert.equal(b.observe('opened'), 10);

@@ -388,16 +388,16 @@ test('bookRefusals (opt-in): keyed retries redeem their place in line; off, noth
 // origin changes nothing (the hold). At 30/min a token refills in
 // 60000/30 = 2000 ms (at 60/min in 1000).
 // A pacer created at 1000 and throttled at once with nothing counted: B =
-// min(R 60, ℓ 60) = 60, L = 60 − max(1, ⌊60/8⌋ = 7) = 53; the throttle ends
+// min(R 60, ℓ 60) = 60, L = 60 − max(1, ⌊60/16⌋ = 3) = 57; the throttle ends
 // the first search within a minute of the creation, so it pauses: origin
 // 1000 + 60000 = 61000, the rate reads the lowest, 10, until then (the
 // throttle itself answers 10). An opening at 1000 is counted at max(1000,
 // 61000) = 61000, minute ⌊61000/60000⌋ = 1, and answers 10 (read at 1000).
 // A throttle at 60999 is within the hold (Δ < 60000): nothing changes, 10
-// (still paused). At 61000 the pause ends: ℓ = 53 (the probe step only at Δ
-// = 60000 + max(240000, ⌊80·60000/53⌋ = 90566)/12 = 80000). A throttle at
+// (still paused). At 61000 the pause ends: ℓ = 57 (the probe step only at Δ
+// = 60000 + max(240000, ⌊80·60000/57⌋ = 84210)/12 = 80000). A throttle at
 // 121000 (Δ = 60000: no longer held; minute 2, the count rolls: before =
-// 1, this minute 0): probing, E = through = max(1, 0) = 1 < R = 53, so L =
+// 1, this minute 0): probing, E = through = max(1, 0) = 1 < R = 57, so L =
 // 1, clamped to the lowest: 10.
 test('adaptive (opt-in): a throttle lowers the rate in force and the next admission waits at it', async () => {
   const time = new FakeTime(0);
@@ -419,13 +419,13 @@ test('adaptive (opt-in): a throttle lowers the rate in force and the next admiss
 
   const clock = new FakeTime(1000);
   const again = pacer(clock, { idleTimeoutMs: 120000, maxRetries: 5, adaptive: { floorPerMinute: 10 } });
-  assert.equal(again.observe('throttled'), 10, 'nothing counted: L = 53, paused at the lowest');
+  assert.equal(again.observe('throttled'), 10, 'nothing counted: L = 57, paused at the lowest');
   assert.equal(again.observe('opened'), 10);
   clock.nowMs = 60999;
   assert.equal(again.observe('throttled'), 10, 'held, and still paused');
   clock.nowMs = 61000;
-  assert.equal(again.rateInForce(), 53, 'the pause ends: ℓ = L = 53');
-  assert.equal(again.observe('throttled'), 53, 'held within a minute of the origin');
+  assert.equal(again.rateInForce(), 57, 'the pause ends: ℓ = L = 57');
+  assert.equal(again.observe('throttled'), 57, 'held within a minute of the origin');
   clock.nowMs = 121000;
   assert.equal(again.observe('throttled'), 10, 'one got through: L = 1, at the floor');
   assert.throws(() => again.observe('throttle'), TypeError);
@@ -487,10 +487,10 @@ test('sharedWsUpgradePacer: adaptive when CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN is se
   const saved = process.env.CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN;
   // Hold the default clock still, then move it a minute on. A throttle with
   // nothing counted right at the creation: B = min(60, 60) = 60, L = 60 −
-  // max(1, ⌊60/8⌋) = 53; it ends the first search within a minute of the
+  // max(1, ⌊60/16⌋) = 57; it ends the first search within a minute of the
   // creation, so it pauses until creation + 60000 at the lowest, max(10, 3)
   // = 10 (3/min the lowest rate that can refuse at the default budget); from
-  // then ℓ = 53 (the hold, then the wait: no step yet).
+  // then ℓ = 57 (the hold, then the wait: no step yet).
   const frozen = performance.now();
   let shift = 0;
   Object.defineProperty(performance, 'now', { value: () => frozen + shift, configurable: true, writable: true });
@@ -501,10 +501,10 @@ test('sharedWsUpgradePacer: adaptive when CLODEX_WS_ADAPTIVE_FLOOR_PER_MIN is se
     resetWsUpgradePacerForTests();
     const adaptive = sharedWsUpgradePacer();
     assert.equal(adaptive.rateInForce(), 60);
-    assert.equal(adaptive.observe('throttled'), 10, 'L = 53, paused at the lowest');
+    assert.equal(adaptive.observe('throttled'), 10, 'L = 57, paused at the lowest');
     assert.equal(adaptive.rateInForce(), 10);
     shift = 60000;
-    assert.equal(adaptive.rateInForce(), 53, 'the pause over');
+    assert.equal(adaptive.rateInForce(), 57, 'the pause over');
     assert.deepEqual(parentNotices, []);
   } finally {
     delete performance.now;

@@ -595,7 +595,7 @@ describe('RedisPacer', () => {
   test('the rate in force is the one the server last reported, asked nothing at a scrape', async () => {
     const registry = new promClient.Registry();
     // Rate 60, floor 10: the bucket's first throttle, nothing counted, ends
-    // the search at L = 60 − max(1, ⌊60/8⌋) = 53 within a minute of the
+    // the search at L = 60 − max(1, ⌊60/16⌋) = 57 within a minute of the
     // bucket's creation: paused, it reads the lowest rate, 10, until then
     // (SPEC §14).
     const fleet = await RedisPacer.connect({ url: server.url, key: freshKey(), ...CONFIG,

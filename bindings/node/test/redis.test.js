@@ -546,7 +546,7 @@ describe('the drop-in module on a fleet bucket (PACER_REDIS_URL)', () => {
       assert.equal((await pacer.admit()).kind, 'admitted');
       // Rate 60, floor 10 (CONFIG's lowest rate that can refuse is
       // ⌈60000/6000⌉ = 10): the bucket's first throttle, nothing counted,
-      // ends the search at L = 60 − max(1, ⌊60/8⌋) = 53, within a minute of
+      // ends the search at L = 60 − max(1, ⌊60/16⌋) = 57, within a minute of
       // the bucket's creation: paused until creation + 60000, the rate reads
       // the lowest, max(10, 10) = 10, until then.
       assert.equal(await pacer.observe('throttled'), 10);
@@ -578,10 +578,10 @@ describe('the drop-in module on a fleet bucket (PACER_REDIS_URL)', () => {
 // 10 the lowest rate that can refuse, so with floor 10 the rate in force is
 // clamped to [10, 60]. Rate 60 with the default ceiling reads 60 while it
 // searches; the first throttle with nothing counted ends the search at
-// L = B − max(1, ⌊B/8⌋) with B = min(R, L) = 60: L = 60 − 7 = 53. It ends
+// L = B − max(1, ⌊B/16⌋) with B = min(R, L) = 60: L = 60 − 3 = 57. It ends
 // the first search within a minute of the bucket's creation, so it pauses:
 // the origin becomes creation + 60000 and until then the rate reads the
-// lowest, 10 (a test runs well within that minute; the 53 shows only after
+// lowest, 10 (a test runs well within that minute; the 57 shows only after
 // it). A throttle in the hold (before the origin, too) changes nothing; an
 // opening in it is counted at the origin's minute (window 0) and changes
 // nothing else.
@@ -671,8 +671,8 @@ describe('adaptive pacing (SPEC §14)', () => {
     const url = `redis://127.0.0.1:${await freePort()}`;
     // fleetSize 2: the fallback paces at 30/min between ⌊10/2⌋ = 5 (raised
     // to the lowest rate that can refuse, 10) and ⌊60/2⌋ = 30; a throttle
-    // with nothing counted ends its search at L = 30 − max(1, ⌊30/8⌋ = 3)
-    // = 27, within a minute of the fallback's creation: paused at the
+    // with nothing counted ends its search at L = 30 − max(1, ⌊30/16⌋ = 1)
+    // = 29, within a minute of the fallback's creation: paused at the
     // lowest, 10, until creation + 60000; one just after, in the hold,
     // changes nothing.
     const local = await RedisPacer.connect({ url, key: freshKey(), ...ADAPTIVE, fleetSize: 2, onNotice: () => {} });
@@ -704,19 +704,19 @@ describe('adaptive pacing (SPEC §14)', () => {
           // and a client without them is another configuration.
           assert.notEqual((await b.reserveOrBook(3)).kind, undefined);
           await assert.rejects(fixed.reserve(), { code: 'ERR_PACER_REDIS' });
-          assert.equal(await a.observe('throttled'), 10, 'L = 53, paused at the lowest');
+          assert.equal(await a.observe('throttled'), 10, 'L = 57, paused at the lowest');
           assert.equal((await b.info()).rateInForce, 10, "b reads a's throttle");
           assert.equal(await b.observe('throttled'), 10, 'within the hold: nothing changes');
           assert.equal(await b.observe('opened'), 10);
           const info = await a.info();
           assert.equal(info.adaptiveFloorPerMin, 10);
           assert.equal(info.adaptiveCeilingPerMin, 60, 'the ceiling left out is the rate');
-          // L = 60 − 7 = 53 (nothing counted), probing, again; the opening
+          // L = 60 − 3 = 57 (nothing counted), probing, again; the opening
           // counted at max(now, origin) = the origin, in its minute (window
           // 0; the search counted nothing, so the one before holds 0); the
           // pause: the origin a minute after the creation, still ahead.
           assert.deepEqual([info.limitPerMin, info.probing, info.again, info.opened, info.openedBefore, info.rateInForce],
-            [53, 1, 1, 1, 0, 10]);
+            [57, 1, 1, 1, 0, 10]);
           assert.equal(info.window, 0);
           assert.ok(info.nowMs - info.originMs >= -60000 && info.nowMs - info.originMs < 0,
             `now − origin ${info.nowMs - info.originMs}`);

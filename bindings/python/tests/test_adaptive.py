@@ -24,9 +24,9 @@ floor 10, 40 with floor 40; the default ceiling (0) is the rate, 60.
 - 40 more openings at 60000 (that minute: 41; Δ = 0, in the hold: no rise),
   then a throttle at 120000 (Δ = 60000: not held; the next minute, so the 41
   are the count before): E = through = 41 ≥ R = 40 (ℓ: before the step):
-  L = 40 − max(1, ⌊40/8⌋) = 35 (40 with floor 40).
+  L = 40 − max(1, ⌊40/16⌋) = 38 (40 with floor 40).
 - A throttle with nothing counted (E = 0): B = min(R, L) = min(60, 60) = 60,
-  L = 60 − max(1, ⌊60/8⌋) = 53, read from the pause's end (60000); the
+  L = 60 − max(1, ⌊60/16⌋) = 57, read from the pause's end (60000); the
   throttle itself, in the pause, answers the lowest."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def opened(p: pacer.Pacer, n: int, at: int) -> list[int]:
     return [p.observe("opened", at) for _ in range(n)]
 
 
-@pytest.mark.parametrize(("floor", "low", "last"), [(10, 10, 35), (40, 40, 40)])
+@pytest.mark.parametrize(("floor", "low", "last"), [(10, 10, 38), (40, 40, 40)])
 def test_the_laws_sequence(registry: pacer.NoticeRegistry, floor: int, low: int, last: int) -> None:
     p = adaptive(registry, adaptive_floor_per_min=floor)
     assert p.rate_in_force(0) == 60
@@ -64,7 +64,7 @@ def test_the_laws_sequence(registry: pacer.NoticeRegistry, floor: int, low: int,
     assert p.rate_in_force(60000) == 40  # the pause's end: ℓ = L = 40
     assert opened(p, 40, 60000) == [40] * 40  # Δ = 0: in the hold, 41 in that minute
     assert p.observe("throttled", 119999) == 40  # Δ = 59999: in the hold
-    # Δ = 60000: E = through = 41 ≥ R = 40: L = 40 − max(1, ⌊40/8⌋) = 35, or
+    # Δ = 60000: E = through = 41 ≥ R = 40: L = 40 − max(1, ⌊40/16⌋) = 38, or
     # the floor 40.
     assert p.observe("throttled", 120000) == last
     assert p.rate_in_force(120000) == last
@@ -129,39 +129,39 @@ def test_the_refill_follows_the_rate_in_force(registry: pacer.NoticeRegistry) ->
 
 def test_observe_defaults_to_the_pacers_clock(registry: pacer.NoticeRegistry) -> None:
     """Created at 1000 (the clock's reading). Nothing counted at 1000: B =
-    min(R, L) = 60, L = 60 − max(1, ⌊60/8⌋) = 53, probing (`again`), paused
-    until max(1000, 1000 + 60000) = 61000: the lowest, 10, before it, 53
+    min(R, L) = 60, L = 60 − max(1, ⌊60/16⌋) = 57, probing (`again`), paused
+    until max(1000, 1000 + 60000) = 61000: the lowest, 10, before it, 57
     from it. At 121000 (Δ = 60000, not held; the step only from 61000 +
-    60000 + max(240000, ⌊4800000/53⌋ = 90566)/12 = 141000, so R = 53),
-    nothing counted again: B = min(53, 53) = 53, L = 53 − max(1, ⌊53/8⌋ =
-    6) = 47."""
+    60000 + max(240000, ⌊4800000/57⌋ = 84210)/12 = 141000, so R = 57),
+    nothing counted again: B = min(57, 57) = 57, L = 57 − max(1, ⌊57/16⌋ =
+    3) = 54."""
     clock = FakeClock(1000)
     p = adaptive(registry, clock=clock)
     assert p.observe("throttled") == 10  # at 1000, in the pause
     clock.ms = 60999
     assert p.observe("throttled") == 10 and p.rate_in_force() == 10  # held, still paused
     clock.ms = 61000
-    assert p.rate_in_force() == 53
+    assert p.rate_in_force() == 57
     clock.ms = 121000
-    assert p.observe("throttled") == 47
+    assert p.observe("throttled") == 54
 
 
 def test_clock_0_and_the_largest_clock(registry: pacer.NoticeRegistry) -> None:
-    """A throttle at 0 with nothing counted: L = 60 − max(1, ⌊60/8⌋) = 53,
+    """A throttle at 0 with nothing counted: L = 60 − max(1, ⌊60/16⌋) = 57,
     paused (origin 0 + 60000): the lowest, 10. An opening at 2⁶⁴ − 1 (long
-    past the hold and the wait: the step, 53 + ⌊53/2⌋ + 2 = 81, clamped to
-    the ceiling; through 1 ≤ 53 + 6 + 1, no rise) reads 60; a throttle then,
+    past the hold and the wait: the step, 57 + ⌊57/2⌋ + 2 = 87, clamped to
+    the ceiling; through 1 ≤ 57 + 7 + 1, no rise) reads 60; a throttle then,
     at the probe's step: R = 60, E = through = 1 < 60, and L held through
-    the hold and the wait, so L = max(1, 53) = 53, read at once."""
+    the hold and the wait, so L = max(1, 57) = 57, read at once."""
     p = adaptive(registry)
     assert p.observe("throttled", 0) == 10
     assert p.rate_in_force(59999) == 10
-    assert p.rate_in_force(60000) == 53
+    assert p.rate_in_force(60000) == 57
     top = 2**64 - 1
     assert p.observe("opened", top) == 60
     assert p.rate_in_force(top) == 60
-    assert p.observe("throttled", top) == 53
-    assert p.rate_in_force(top) == 53
+    assert p.observe("throttled", top) == 57
+    assert p.rate_in_force(top) == 57
 
 
 @pytest.mark.parametrize("ceiling", [0, 90])
@@ -194,7 +194,7 @@ def test_a_search_ends_at_what_got_through(registry: pacer.NoticeRegistry) -> No
     throttle at 20000: E = max(through 3, recent 3) = 3, L = min(3, 600) = 3;
     paused until max(20000, 0 + 60000) = 60000 at the lowest, 3, and ℓ = 3
     after it. Nothing reported: R at 20000 is 60·2⁴ = 960, clamped to 600;
-    B = min(R, L) = min(600, 60) = 60, L = 60 − max(1, ⌊60/8⌋) = 53, read
+    B = min(R, L) = min(600, 60) = 60, L = 60 − max(1, ⌊60/16⌋) = 57, read
     from the pause's end (the throttle itself answers the lowest, 3)."""
     p = adaptive(registry, adaptive_floor_per_min=1, adaptive_ceiling_per_min=600)
     assert opened(p, 3, 0) == [60, 60, 60]
@@ -204,7 +204,7 @@ def test_a_search_ends_at_what_got_through(registry: pacer.NoticeRegistry) -> No
     blind = adaptive(registry, adaptive_floor_per_min=1, adaptive_ceiling_per_min=600)
     assert blind.rate_in_force(20000) == 600
     assert blind.observe("throttled", 20000) == 3
-    assert blind.rate_in_force(60000) == 53
+    assert blind.rate_in_force(60000) == 57
 
 
 BAD_OUTCOMES_TYPE = [None, 1, 2, True, b"throttled", 1.0, ["opened"]]
@@ -216,10 +216,10 @@ def test_an_outcome_of_another_type_is_a_type_error(registry: pacer.NoticeRegist
     p = adaptive(registry)
     with pytest.raises(TypeError, match="outcome"):
         p.observe(outcome, 1000)  # type: ignore[arg-type]
-    # Still searching, nothing counted: L = 60 − max(1, ⌊60/8⌋) = 53, paused
+    # Still searching, nothing counted: L = 60 − max(1, ⌊60/16⌋) = 57, paused
     # until 60000 at the lowest, 10.
     assert p.observe("throttled", 1000) == 10
-    assert p.rate_in_force(60000) == 53
+    assert p.rate_in_force(60000) == 57
 
 
 @pytest.mark.parametrize("outcome", BAD_OUTCOMES_VALUE)
@@ -227,8 +227,8 @@ def test_another_word_is_a_value_error(registry: pacer.NoticeRegistry, outcome: 
     p = adaptive(registry)
     with pytest.raises(ValueError, match="outcome"):
         p.observe(outcome, 1000)
-    assert p.observe("throttled", 1000) == 10  # as above: L = 53, paused at the lowest
-    assert p.rate_in_force(60000) == 53
+    assert p.observe("throttled", 1000) == 10  # as above: L = 57, paused at the lowest
+    assert p.rate_in_force(60000) == 57
 
 
 @pytest.mark.parametrize("now_ms", [-1, 2**64, 1.5, math.nan, math.inf, True, "1000"], ids=repr)
@@ -241,8 +241,8 @@ def test_a_bad_time_changes_nothing(registry: pacer.NoticeRegistry, now_ms: obje
         p.rate_in_force(now_ms)  # type: ignore[arg-type]
     with pytest.raises(error, match="now_ms"):
         p.observe("opened", now_ms)  # type: ignore[arg-type]
-    assert p.observe("throttled", 1000) == 10  # as above: L = 53, paused at the lowest
-    assert p.rate_in_force(60000) == 53
+    assert p.observe("throttled", 1000) == 10  # as above: L = 57, paused at the lowest
+    assert p.rate_in_force(60000) == 57
 
 
 @pytest.mark.parametrize(
@@ -284,18 +284,18 @@ def test_the_edges_are_accepted(registry: pacer.NoticeRegistry) -> None:
 
 def test_from_env_takes_the_adaptive_settings(registry: pacer.NoticeRegistry) -> None:
     p = pacer.Pacer.from_env({}, adaptive_floor_per_min=40, clock=FakeClock(0), notice_registry=registry)
-    # Nothing counted: L = 60 − max(1, ⌊60/8⌋) = 53, paused until 60000 at
+    # Nothing counted: L = 60 − max(1, ⌊60/16⌋) = 57, paused until 60000 at
     # the lowest, max(40, 3) = 40.
     assert p.observe("throttled", 1000) == 40
-    assert p.observe("throttled", 60999) == 53  # Δ = 999: a hold; ℓ = 53
-    assert p.observe("throttled", 119999) == 53  # Δ = 59999: still held
-    # Δ = 60000 (the step only from 140000: R = 53), nothing counted: B =
-    # min(53, 53) = 53, L = 53 − max(1, ⌊53/8⌋) = 47, in [40, 60].
-    assert p.observe("throttled", 120000) == 47
-    # Origin 120000, not `again`: the wait is max(240000, ⌊4800000/47⌋ =
-    # 102127) = 240000, so 47 at Δ = 60000; 10 ≤ 47 + 5 + 1: no rise.
-    assert opened(p, 10, 180000) == [47] * 10
-    # Δ = 60000, not held: E = through = 10 < R = 47: L = 10, below the floor 40.
+    assert p.observe("throttled", 60999) == 57  # Δ = 999: a hold; ℓ = 57
+    assert p.observe("throttled", 119999) == 57  # Δ = 59999: still held
+    # Δ = 60000 (the step only from 140000: R = 57), nothing counted: B =
+    # min(57, 57) = 57, L = 57 − max(1, ⌊57/16⌋) = 54, in [40, 60].
+    assert p.observe("throttled", 120000) == 54
+    # Origin 120000, not `again`: the wait is max(240000, ⌊4800000/54⌋ =
+    # 88888) = 240000, so 54 at Δ = 60000; 10 ≤ 54 + 6 + 1: no rise.
+    assert opened(p, 10, 180000) == [54] * 10
+    # Δ = 60000, not held: E = through = 10 < R = 54: L = 10, below the floor 40.
     assert p.observe("throttled", 180000) == 40
 
 

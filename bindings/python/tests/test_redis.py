@@ -914,8 +914,8 @@ def test_a_redemption_admits_with_the_ticket_the_reply_carries(d: Driver) -> Non
 # hint cap 2 s: schedule 6000 ms) makes ⌈60000/6000⌉ = 10 the lowest rate
 # that can refuse; with floor 10 the rate in force is clamped to [10, 60]. A
 # new bucket searches from L = 60, at the default ceiling 60 at any instant;
-# a throttle with nothing counted ends the search with L = B − max(1, ⌊B/8⌋),
-# B = min(R, L) = min(60, 60) = 60: 60 − max(1, 7) = 53 (probing, `again`),
+# a throttle with nothing counted ends the search with L = B − max(1, ⌊B/16⌋),
+# B = min(R, L) = min(60, 60) = 60: 60 − max(1, 3) = 57 (probing, `again`),
 # and, ending the first search less than a minute after t₀, pauses: the
 # origin becomes t₀ + 60000 and the rate reads the lowest, 10, until then
 # (every answer here is in the pause). A throttle after it is held (`at` =
@@ -946,13 +946,13 @@ def test_a_throttle_one_proxy_reports_slows_the_fleet(d: Driver, each_engine: Re
     assert d(two.observe(pacer.Outcome.THROTTLED)) == 10  # within the hold: nothing changes
     assert d(two.observe("opened")) == 10  # counted at the origin; still the pause at the server's clock
     info = d(two.info())
-    # One decrease, the pause's: L = 53, probing, again, origin t₀ + 60000
+    # One decrease, the pause's: L = 57, probing, again, origin t₀ + 60000
     # still ahead of the server's clock (two's throttle held, not a second
     # decrease from its own instant). The throttle moved the counts (none) to
     # the origin's minute, window 0; the opening, at `at` = the origin, is
     # counted there: opened 1, opened_before 0.
     assert (info["limit_per_min"], info["probing"], info["again"], info["window"], info["opened"],
-            info["opened_before"], info["rate_in_force"]) == (53, 1, 1, 0, 1, 0, 10)
+            info["opened_before"], info["rate_in_force"]) == (57, 1, 1, 0, 1, 0, 10)
     assert info["origin_ms"] == created + 60_000 and info["now_ms"] < info["origin_ms"]
     # The adaptive settings are the bucket's configuration.
     for other in ({}, {"adaptive_floor_per_min": 20}):
@@ -1014,7 +1014,7 @@ def test_observe_while_redis_fails(d: Driver) -> None:
     ⌊floor/N⌋ and ⌊ceiling/N⌋: N = 2 gives 30 between 5 and 30 (the lowest
     rate that can refuse, ⌈60000/6000⌉ = 10, above the floor 5: lowest 10).
     A throttle with nothing counted ends its search (L = 30 − max(1,
-    ⌊30/8⌋) = 27) less than a minute after the fallback pacer began: the
+    ⌊30/16⌋) = 29) less than a minute after the fallback pacer began: the
     pause, which reads the lowest, 10; one in the hold changes nothing, and
     the opening answers 10 too. 20 openings on a fresh one answer 30
     (searching, at its ceiling), and its throttle (L = min(20, 30) = 20, or

@@ -732,7 +732,7 @@ def test_a_library_fault_in_a_shared_call_is_a_shared_pacer_error(shm_path: str,
 # The rate in force lives in the file (SPEC §14). The shared clock runs, but
 # a test runs well within the law's 60000 ms hold: before any throttle the
 # default ceiling keeps the search at 60; a throttle with nothing counted
-# ends the first search with L = 60 − max(1, ⌊60/8⌋) = 53 and, less than a
+# ends the first search with L = 60 − max(1, ⌊60/16⌋) = 57 and, less than a
 # minute after the file's creation t₀, pauses: the origin becomes t₀ +
 # 60000 and until then the rate reads the lowest, max(floor 10, 3) = 10; a
 # throttle or an opening in the hold changes nothing (core/src/adaptive.rs).
@@ -744,16 +744,16 @@ def test_a_throttle_through_one_handle_slows_another(shm_path: str) -> None:
     """The shared clock runs, but the test runs well within a minute of the
     file's creation (t₀): before the first throttle the default ceiling holds
     the search at 60; a throttle with nothing counted ends the first search
-    with L = 60 − max(1, ⌊60/8⌋) = 53 and pauses: the origin becomes
+    with L = 60 − max(1, ⌊60/16⌋) = 57 and pauses: the origin becomes
     max(now, t₀ + 60000) = t₀ + 60000 and until then every handle reads the
     lowest rate, max(floor 10, 3) = 10. A throttle or an opening then is
     observed at the origin (Δ = 0, in the hold): it changes nothing, and the
-    answer, read at the caller's clock, is still the pause's 10. (The 53 from
+    answer, read at the caller's clock, is still the pause's 10. (The 57 from
     t₀ + 60000 on cannot be read without waiting a minute: the Pacer tests
     read it on a fake clock.)"""
     with open_quiet(shm_path, **ADAPTIVE) as one, open_quiet(shm_path, **ADAPTIVE) as two:
         assert two.rate_in_force() == 60
-        assert one.observe("throttled") == 10  # L = 53, paused at the lowest
+        assert one.observe("throttled") == 10  # L = 57, paused at the lowest
         assert two.rate_in_force() == 10
         assert two.observe(pacer.Outcome.THROTTLED) == 10  # within the hold: nothing changes
         assert two.observe("opened") == 10
@@ -779,7 +779,7 @@ def test_a_throttle_through_one_handle_slows_another(shm_path: str) -> None:
 
 def test_another_python_process_sees_the_throttle(shm_path: str) -> None:
     """The child's throttle, with nothing counted, ends the first search
-    within a minute of the file's creation: L = 60 − max(1, ⌊60/8⌋) = 53,
+    within a minute of the file's creation: L = 60 − max(1, ⌊60/16⌋) = 57,
     paused at the lowest, max(floor 10, 3) = 10, which this process reads
     too."""
     child = (

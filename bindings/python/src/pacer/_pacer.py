@@ -878,7 +878,7 @@ class Pacer(fast.Core):
         clock). ``Outcome.THROTTLED`` (``"throttled"``: the upstream's own
         rate limit) sets the rate to what got through (``L``: the count, at
         most the ceiling, when it ends the search or is below the rate in
-        force; else the rate in force less 1/8), unless a throttle less than
+        force; else the rate in force less 1/16), unless a throttle less than
         a minute before already did: then it changes nothing. Before the
         first throttle the rate doubles every 5 s up to the ceiling (the
         first throttle pauses at the lowest rate until a minute after the

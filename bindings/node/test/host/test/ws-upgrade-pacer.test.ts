@@ -300,15 +300,15 @@ function upstream(...statuses: number[]): () => Promise<{ status: number }> {
 // at 1_000_000; the first upgrade comes 60000 ms later, so its throttle ends
 // the first search a minute after the creation: no pause (a throttle sooner
 // would read the lowest, 10, until creation + 60000). With nothing counted,
-// B = min(R, L) = 60 and L = 60 − max(1, ⌊60/8⌋ = 7) = 53, origin
-// 1_060_000, and the rate in force is 53, where a token takes
-// ⌈60000/53⌉ = ⌈1132.08⌉ = 1133 ms to refill, not 1000. A throttle within
+// B = min(R, L) = 60 and L = 60 − max(1, ⌊60/16⌋ = 3) = 57, origin
+// 1_060_000, and the rate in force is 57, where a token takes
+// ⌈60000/57⌉ = ⌈1052.63⌉ = 1053 ms to refill, not 1000. A throttle within
 // 60000 ms of the origin changes nothing (the hold); a 101 is counted (one
-// opening, at 1_061_133, minute ⌊1_061_133/60000⌋ = 17). A throttle at
+// opening, at 1_061_053, minute ⌊1_061_053/60000⌋ = 17). A throttle at
 // 1_120_000 (Δ = 60000, no longer held; minute 18, so the count rolls:
-// before 1, this minute 0): probing, E = through = 1; R = 53 (the step to
-// 53 + 26 + 2 only from Δ = 60000 + max(240000, ⌊80·60000/53⌋ = 90566)/4 =
-// 120000); E = 1 < R, so L = 1, clamped to the floor: 10.
+// before 1, this minute 0): probing, E = through = 1; R = 57 (the step to
+// 57 + 28 + 2 only from Δ = 60000 + max(240000, ⌊80·60000/57⌋ = 84210)/12 =
+// 80000); E = 1 < R, so L = 1, clamped to the floor: 10.
 test('adaptive: the upgrade answers the host classifies reach the pacer; a 429 or 403 lowers the rate in force', async () => {
   const time = new FakeTime();
   const p = new WsUpgradePacer({
@@ -320,20 +320,20 @@ test('adaptive: the upgrade answers the host classifies reach the pacer; a 429 o
   await time.advance(60_000);
   assert.equal(p.rateInForce(), 60, 'still searching');
   assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 429 });
-  assert.equal(p.rateInForce(), 53);
+  assert.equal(p.rateInForce(), 57);
   // The burst's second token: admitted at once; its 429 changes nothing.
   assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 429 });
-  assert.equal(p.rateInForce(), 53);
-  // The bucket is empty: the third waits a token at 53/minute.
+  assert.equal(p.rateInForce(), 57);
+  // The bucket is empty: the third waits a token at 57/minute.
   const third = watch(upgradeUpstream({ pacer: p, upgrade }));
-  await time.advance(1_132);
-  assert.equal(third.value, undefined, 'still waiting after 1132 ms');
+  await time.advance(1_052);
+  assert.equal(third.value, undefined, 'still waiting after 1052 ms');
   await time.advance(1);
   assert.deepEqual(third.value, { outcome: 'upgraded' });
   // 1 ms short of a minute after the throttle (the bucket full again): held.
-  await time.advance(60_000 - 1 - 1_133);
+  await time.advance(60_000 - 1 - 1_053);
   assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 429 });
-  assert.equal(p.rateInForce(), 53);
+  assert.equal(p.rateInForce(), 57);
   await time.advance(1);
   assert.deepEqual(await upgradeUpstream({ pacer: p, upgrade }), { outcome: 'rate-limited', status: 403 });
   assert.equal(p.rateInForce(), 10);
@@ -358,7 +358,7 @@ test('adaptive: the shared pacer turns it on from CLODEX_WS_ADAPTIVE_FLOOR_PER_M
     assert.deepEqual(await upgradeUpstream({ upgrade: upstream(429) }), { outcome: 'rate-limited', status: 429 });
     // The real clock moves on, but well within a minute of the creation:
     // the throttle, nothing counted, ended the first search at L = 60 −
-    // max(1, ⌊60/8⌋) = 53 and paused, so until creation + 60000 the rate in
+    // max(1, ⌊60/16⌋) = 57 and paused, so until creation + 60000 the rate in
     // force reads the lowest, max(10, 3) = 10 (3/min the lowest rate that
     // can refuse at the default budget).
     assert.equal(shared.rateInForce(), 10);
