@@ -675,20 +675,24 @@ var errRetryLater = errors.New("pacer: redis failed recently; not asked again be
 // error reply of the class "engine" (the engine in use is gone: the
 // script cache emptied, the function deleted, the module unloaded) asks
 // the server again which engine it has, loads the script if that is the
-// engine, and retries once; the same class again is a failure. It returns
-// a pacer error as a *RedisError, a failure as the error it is.
+// engine, and retries once; the same class again is a failure. The
+// script's retry is EVAL, which carries the script: on a cluster the
+// script was loaded on every primary the client knows, and a replica
+// promoted a moment ago may not be among them yet (its EVALSHA answered
+// NOSCRIPT again). It returns a pacer error as a *RedisError, a failure as
+// the error it is.
 func (r *RedisPacer) exchange(ctx context.Context, op string, args []any) (any, error) {
 	engine, err := r.pickEngine(ctx)
 	if err != nil {
 		return nil, err
 	}
-	reply, err := r.send(ctx, engine, op, args)
+	reply, err := r.send(ctx, engine, op, args, false)
 	if class, ok := replyClassOf(err); ok && class == classEngine {
 		r.forgetEngine()
 		if engine, err = r.pickEngine(ctx); err != nil {
 			return nil, err
 		}
-		reply, err = r.send(ctx, engine, op, args)
+		reply, err = r.send(ctx, engine, op, args, true)
 	}
 	if err != nil {
 		return nil, classify(op, err)
@@ -705,8 +709,9 @@ func (r *RedisPacer) forgetEngine() {
 	r.mu.Unlock()
 }
 
-// send is one command of engine.
-func (r *RedisPacer) send(ctx context.Context, engine RedisEngine, op string, args []any) (any, error) {
+// send is one command of engine; with carry, the script's is EVAL of the
+// script itself rather than EVALSHA of its SHA1.
+func (r *RedisPacer) send(ctx context.Context, engine RedisEngine, op string, args []any, carry bool) (any, error) {
 	var cmd []any
 	switch engine {
 	case EngineModule:
@@ -717,7 +722,11 @@ func (r *RedisPacer) send(ctx context.Context, engine RedisEngine, op string, ar
 		cmd = append(cmd, "FCALL", "pacer", 1, r.key, op)
 	default:
 		cmd = make([]any, 0, 5+len(args))
-		cmd = append(cmd, "EVALSHA", r.scriptSHA, 1, r.key, op)
+		if carry {
+			cmd = append(cmd, "EVAL", pacerScript, 1, r.key, op)
+		} else {
+			cmd = append(cmd, "EVALSHA", r.scriptSHA, 1, r.key, op)
+		}
 	}
 	cmd = append(cmd, args...)
 	return r.do(ctx, cmd...)

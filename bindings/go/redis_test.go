@@ -286,6 +286,12 @@ func TestRedisNoScriptReloads(t *testing.T) {
 	if len(capture.messages()) != 0 {
 		t.Fatalf("notices: %q", capture.messages())
 	}
+	// Each retry carried the script (EVAL), so a node whose cache is still
+	// empty (a cluster's replica promoted after the reload) runs it too.
+	stats := control.Info(ctx, "commandstats").Val()
+	if !strings.Contains(stats, "cmdstat_eval:calls=2,") {
+		t.Fatalf("EVAL calls in INFO commandstats: want 2 (one per retry):\n%s", stats)
+	}
 }
 
 // A configuration other than the bucket's, and a key of another type,

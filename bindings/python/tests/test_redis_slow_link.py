@@ -124,10 +124,14 @@ def test_a_new_connection_asks_nothing_before_the_call(slow_link: DelayProxy) ->
 
 # ------------------------------------------------------------ cancellation
 
-# Idle 120000 and 5 retries: wait bound 4833 ms (docs/redis.md), so the
-# timeout can be 4000 ms, far above the 300 ms a reply is held here: no call
-# below times out, whatever the machine's speed.
-LONG = {"rate_per_minute": 60, "burst": 2, "idle_timeout_ms": 120000, "max_retries": 5}
+# Idle 300000 and 5 retries: wait bound min(15000, ⌊(300000 − 62000) / 12⌋)
+# = 15000 ms (docs/spec.md §3), so the timeout can be 4000 ms, far above the
+# 300 ms a reply is held here: no call below times out, whatever the
+# machine's speed. At 6/min a token takes 10 s to come back, so the bucket
+# the test empties stays empty (the third admission waits) unless 10 s pass
+# between two of its steps; at 60/min a second of delay on a loaded machine
+# let the third through at once, and the test waited for its sleep forever.
+LONG = {"rate_per_minute": 6, "burst": 2, "idle_timeout_ms": 300000, "max_retries": 5}
 
 
 async def until(condition: Any, what: str) -> None:
@@ -184,7 +188,9 @@ def test_a_cancelled_asyncio_admit_leaks_no_debit(slow_link: DelayProxy) -> None
         kept = [await fleet.admit() for _ in range(2)]
         assert all(k.fallback is None and k.wait_ms == 0 and k.ticket is not None for k in kept)
         waiting = asyncio.ensure_future(fleet.admit())
-        await gate.started.wait()  # the third waits its turn
+        # The third waits its turn (a test that fails rather than hangs if
+        # it does not).
+        await asyncio.wait_for(gate.started.wait(), 10)
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
