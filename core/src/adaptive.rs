@@ -182,23 +182,29 @@ const _: () = assert!(1 << SEARCH_DOUBLINGS_CAP > 600);
 // A cut leaves the count that did not explain it within the rise margin.
 const _: () = assert!(cut_within_margin());
 
-/// Whether, at every rate `R` up to the largest, the cut's `L = R − max(1,
-/// ⌊R / CUT_DEN⌋)` keeps `R ≤ L + ⌊L / RISE_MARGIN⌋ + 1`.
+/// Whether, at every rate `R` up to the largest, the cut's `L = cut(R)`
+/// keeps `R ≤ L + ⌊L / RISE_MARGIN⌋ + 1`.
 const fn cut_within_margin() -> bool {
     let mut rate = 1;
     while rate <= crate::budget::MAX_RATE_PER_MIN {
-        let cut = if rate / CUT_DEN > 1 {
-            rate / CUT_DEN
-        } else {
-            1
-        };
-        let limit = rate - cut;
+        let limit = cut(rate);
         if rate > limit + limit / RISE_MARGIN + 1 {
             return false;
         }
         rate += 1;
     }
     true
+}
+
+/// `rate` less `max(1, ⌊rate / CUT_DEN⌋)`, not below 0: the law's
+/// multiplicative step down.
+const fn cut(rate: u32) -> u32 {
+    let step = if rate / CUT_DEN > 1 {
+        rate / CUT_DEN
+    } else {
+        1
+    };
+    rate.saturating_sub(step)
 }
 
 /// What the upstream answered to a new connection (the argument of
@@ -397,10 +403,7 @@ impl Range {
                         // openings): a multiplicative step down from the
                         // lower of the rate and `L` (a probe's throttle
                         // says nothing of `L` itself).
-                        0 => {
-                            let base = rate.min(control.limit_per_min as u32);
-                            base - (base / CUT_DEN).max(1).min(base)
-                        }
+                        0 => cut(rate.min(control.limit_per_min as u32)),
                         // A search's burst can open more than its rate.
                         seen if !control.probing => seen.min(self.ceiling as u32),
                         // A throttle at the probe's step says the limit is
@@ -412,7 +415,7 @@ impl Range {
                         // The count does not explain the throttle (an
                         // upstream that let a burst through): a
                         // multiplicative step.
-                        _ => rate - (rate / CUT_DEN).max(1),
+                        _ => cut(rate),
                     } as u16,
                     ..counted
                 }
