@@ -741,14 +741,20 @@ class RedisPacer {
       // The engine in use is gone (a restart or failover emptied the script
       // cache, the function was deleted, the module unloaded): ask again
       // which engine, load the script if that is the one, retry once. The
-      // same class again is an outage (#redis).
+      // same class again is an outage (#redis). The script's retry is EVAL
+      // of the script: on a cluster it was loaded on every primary the
+      // client knows, and a replica promoted a moment ago may not be among
+      // them yet (its EVALSHA would answer NOSCRIPT again).
       this.#engine = null;
       this.#scriptLoaded = false;
-      return this.#sendByEngine(send, key, op, args);
+      return this.#sendByEngine(send, key, op, args, true);
     }
   }
 
-  async #sendByEngine(send, key, op, args) {
+  /** `op` by the engine in use (found first when not known); with
+   * `carry`, the script's command is EVAL of the script itself rather than
+   * EVALSHA of its SHA1. */
+  async #sendByEngine(send, key, op, args, carry = false) {
     if (this.#engine === null) this.#engine = await this.#detect(send);
     if (this.#engine === 'module') {
       return send([`PACER.${op.toUpperCase()}`, key, ...args]);
@@ -760,6 +766,7 @@ class RedisPacer {
     if (!this.#scriptLoaded) {
       await this.#loadScript(send, source, sha);
     }
+    if (carry) return send(['EVAL', source, '1', key, op, ...args]);
     return send(['EVALSHA', sha, '1', key, op, ...args]);
   }
 

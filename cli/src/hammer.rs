@@ -72,7 +72,7 @@ impl Hammer {
     /// or `… "answer":"refused","retry_after_s":…}`. An error reply or a
     /// lost connection ends the run with the error (on a cluster, after
     /// the redirects and retries the cluster connection makes); a
-    /// `NOSCRIPT` loads the script again and retries once.
+    /// `NOSCRIPT` loads the script again and retries once, by `EVAL`.
     pub fn run(&self, out: &mut impl Write) -> Result<(), String> {
         let mut con = self.target.connect(Duration::from_secs(10))?;
         // On a cluster SCRIPT LOAD goes to every primary.
@@ -88,7 +88,8 @@ impl Hammer {
             _ => String::new(),
         };
         let every = Duration::from_millis(self.every_ms);
-        let call = || -> Result<(), String> {
+        // With `carry`, the script's command is EVAL of the script itself.
+        let command = |carry: bool| {
             let mut cmd = match self.door {
                 Door::Module => {
                     let mut cmd = redis::cmd("PACER.RESERVE");
@@ -100,6 +101,11 @@ impl Hammer {
                     cmd.arg("pacer").arg(1).arg(&self.key).arg("reserve");
                     cmd
                 }
+                Door::Script if carry => {
+                    let mut cmd = redis::cmd("EVAL");
+                    cmd.arg(SCRIPT).arg(1).arg(&self.key).arg("reserve");
+                    cmd
+                }
                 Door::Script => {
                     let mut cmd = redis::cmd("EVALSHA");
                     cmd.arg(&sha).arg(1).arg(&self.key).arg("reserve");
@@ -109,14 +115,19 @@ impl Hammer {
             for arg in &self.config {
                 cmd.arg(arg);
             }
+            cmd
+        };
+        let call = || -> Result<(), String> {
             let send_ms = wall_ms();
-            let reply: redis::Value = match cmd.query(&mut *con) {
+            let reply: redis::Value = match command(false).query(&mut *con) {
                 // The script cache was emptied (a restart, or a replica
                 // promoted by a failover never had it): load it again and
-                // retry once, as the bindings' clients do.
+                // retry once, as the bindings' clients do, by EVAL of the
+                // script (a replica promoted a moment ago may have missed
+                // the load).
                 Err(e) if self.door == Door::Script && no_script(&e) => {
                     load(&mut *con)?;
-                    cmd.query(&mut *con)
+                    command(true).query(&mut *con)
                 }
                 other => other,
             }

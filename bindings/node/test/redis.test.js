@@ -153,7 +153,7 @@ describe('engine auto-selection and the answers', () => {
     await pacer.close();
   });
 
-  test('NOSCRIPT after SCRIPT FLUSH: loaded again, the call retried', async () => {
+  test('NOSCRIPT after SCRIPT FLUSH: loaded again, the call retried by EVAL', async () => {
     const key = freshKey();
     const pacer = await RedisPacer.connect({ url: plainServer.url, key, ...CONFIG });
     try {
@@ -161,11 +161,19 @@ describe('engine auto-selection and the answers', () => {
       assert.equal(pacer.engine, 'script');
       const admin = await adminOf(plainServer);
       await admin.sendCommand(['SCRIPT', 'FLUSH']);
+      const evalCalls = async () => {
+        const stats = String(await admin.sendCommand(['INFO', 'commandstats']));
+        return Number(/^cmdstat_eval:calls=(\d+),/m.exec(stats)?.[1] ?? 0);
+      };
+      const carried = await evalCalls();
       const d = await pacer.reserve();
       assert.equal(d.kind, 'admitted');
       assert.equal(d.fallback, undefined);
       assert.equal(pacer.outage, false);
       assert.deepEqual(await admin.sendCommand(['SCRIPT', 'EXISTS', SHA]), [1]);
+      // The retry carried the script (EVAL): a node whose cache is still
+      // empty (a cluster's replica promoted after the reload) runs it too.
+      assert.equal(await evalCalls() - carried, 1);
       await admin.close();
       assert.equal((await pacer.info()).admitted, 2);
     } finally {

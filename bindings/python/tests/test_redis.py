@@ -245,12 +245,21 @@ def test_noscript_after_script_flush_loads_again(d: Driver, plain_server: RedisS
     with plain_server.client() as admin:
         admin.execute_command("SCRIPT", "FLUSH")
         assert admin.execute_command("SCRIPT", "EXISTS", _sha()) == [0]
+        carried = _calls(admin, "eval")
     second = d(fleet.reserve())
     assert isinstance(second, RedisAdmitted) and second.wait_ms == 0 and second.fallback is None
     assert not fleet.in_outage
     assert d(fleet.info())["admitted"] == 2
     with plain_server.client() as admin:
         assert admin.execute_command("SCRIPT", "EXISTS", _sha()) == [1]
+        # The retry carried the script (EVAL): a node whose cache is still
+        # empty (a cluster's replica promoted after the reload) runs it too.
+        assert _calls(admin, "eval") - carried == 1
+
+
+def _calls(admin: Any, command: str) -> int:
+    """How many times the server ran ``command`` (INFO commandstats)."""
+    return int(admin.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
 def _sha() -> str:

@@ -97,7 +97,7 @@ class _OnPrimaries(tuple):  # type: ignore[type-arg]
 
 class _OpCommand(tuple):  # type: ignore[type-arg]
     """A command of the engine in use (``PACER.<OP>``, ``FCALL`` or
-    ``EVALSHA``) on the pacer's key, as opposed to the keyless commands
+    ``EVALSHA``, or ``EVAL`` on a retry) on the pacer's key, as opposed to the keyless commands
     that find the engine or load the script. Its reply goes to the pacer
     as the server sent it (redis-py keeps no reply callback for these
     commands), so a pacer may send it on a connection it holds
@@ -691,14 +691,18 @@ class _FleetCore(_PacerView):
 
     # ------------------------------------------------------------ commands
 
-    def _command(self, engine: str, op: str, args: tuple[Any, ...]) -> _OpCommand:
+    def _command(self, engine: str, op: str, args: tuple[Any, ...], carry: bool = False) -> _OpCommand:
         """The engine's command for ``op``: a ``_RepeatedCommand`` unless
-        its arguments carry a ticket (release, redeem)."""
+        its arguments carry a ticket (release, redeem). With ``carry``, the
+        script's is ``EVAL`` of the script itself, not ``EVALSHA`` of its
+        SHA1 (``_exchange``'s retry)."""
         kind = _OpCommand if op in _TICKET_OPS else _RepeatedCommand
         if engine == "module":
             return kind((f"PACER.{op.upper()}", self._key, *args))
         if engine == "function":
             return kind(("FCALL", "pacer", 1, self._key, op, *args))
+        if carry:
+            return _OpCommand(("EVAL", self._script, 1, self._key, op, *args))
         return kind(("EVALSHA", self._sha, 1, self._key, op, *args))
 
     def _configured(self, *extra: str) -> tuple[str, ...]:
@@ -747,15 +751,19 @@ class _FleetCore(_PacerView):
         the script loaded) if not known yet, then the op. A reply saying the
         engine is gone asks which engine there is again (``auto``), loads the
         script again and retries once; gone again, the error goes up (an
-        outage). ``RedisPacer`` and ``AsyncRedisPacer`` run it on their
-        connections (``_drive``, ``_adrive``)."""
+        outage). The script's retry is ``EVAL`` of the script: on a cluster
+        the script was loaded on every primary the client knows, and a
+        replica promoted a moment ago may not be among them yet (its
+        ``EVALSHA`` would answer ``NOSCRIPT`` again). ``RedisPacer`` and
+        ``AsyncRedisPacer`` run it on their connections (``_drive``,
+        ``_adrive``)."""
         for retry in (False, True):
             if self._engine is None:
                 self._engine = yield from self._detect()
             if self._engine == "script" and self._sha is None:
                 self._sha = self._loaded((yield self._keyless("SCRIPT", "LOAD", self._script)))
             try:
-                return (yield self._command(self._engine, op, args))
+                return (yield self._command(self._engine, op, args, carry=retry))
             except Exception as error:  # noqa: BLE001 - an engine gone is retried once, the rest go up
                 if retry or _failure_class(error) != "engine":
                     raise
