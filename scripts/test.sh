@@ -3,7 +3,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step's time is printed when the next begins, and the total at the
+# end (pass or fail): the whole must stay under 30 minutes on two cores.
+step_name=""
+step_start=$SECONDS
+step_time() {
+    if [ -n "$step_name" ]; then
+        printf '(%s: %d s; %d s in all)\n' "$step_name" $((SECONDS - step_start)) "$SECONDS"
+    fi
+}
+step() {
+    step_time
+    step_name=$1
+    step_start=$SECONDS
+    printf '\n== %s\n' "$*"
+}
+trap step_time EXIT
 
 step "Redis engine dependencies: redis-server, libclang-dev (installed when absent)"
 bash scripts/redis-deps.sh
