@@ -97,11 +97,11 @@ class _OnPrimaries(tuple):  # type: ignore[type-arg]
 
 class _OpCommand(tuple):  # type: ignore[type-arg]
     """A command of the engine in use (``PACER.<OP>``, ``FCALL`` or
-    ``EVALSHA``, or ``EVAL`` on a retry) on the pacer's key, as opposed to the keyless commands
-    that find the engine or load the script. Its reply goes to the pacer
-    as the server sent it (redis-py keeps no reply callback for these
-    commands), so a pacer may send it on a connection it holds
-    (``_HeldConnection``)."""
+    ``EVALSHA``, or ``EVAL`` on a retry) on the pacer's key, as opposed to
+    the keyless commands that find the engine or load the script. Its
+    reply goes to the pacer as the server sent it (redis-py keeps no reply
+    callback for these commands), so a pacer may send it on a connection
+    it holds (``_HeldConnection``)."""
 
     __slots__ = ()
 
