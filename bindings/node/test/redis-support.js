@@ -16,6 +16,16 @@ const SHA = crypto.createHash('sha1').update(SCRIPT).digest('hex');
 const CONFIG = { ratePerMinute: 60, burst: 2, idleTimeoutMs: 30000, maxRetries: 3 };
 const HINT_CAP = 2;
 
+// Rate 6, burst 2, idle 300000, retries 5: refusing, wait bound
+// min(15000, ⌊(300000 − 62000) / 12⌋) = 15000 ms, refusal hint at most
+// 15 s (SPEC §3). A token takes 10 s to come back, so on the server's real
+// clock a burst spent at once stays spent: the third call waits (0, 10000]
+// unless 10 s pass after the first, and the fourth needs 20000 ms less what
+// passed, past the bound (refused), unless 5 s pass. For the sequences whose
+// waits and refusal follow from the calls' order alone, at any speed.
+const LONG = { ratePerMinute: 6, burst: 2, idleTimeoutMs: 300000, maxRetries: 5 };
+const LONG_HINT_CAP = 15;
+
 // The module's path comes from scripts/test-node.sh; without it the tests
 // that need the module are skipped, the others run.
 const HAVE_MODULE = Boolean(process.env.PACER_REDIS_MODULE);
@@ -119,6 +129,6 @@ function assertPolicyAnswer(policy, d, Ticket) {
 }
 
 module.exports = {
-  SCRIPT, SHA, CONFIG, HINT_CAP, HAVE_MODULE, moduleSkip, freshKey, delay, adminOf, onServer, loadFunction,
-  serverInfo, noticeLog, recordingClient, assertPolicyAnswer,
+  SCRIPT, SHA, CONFIG, HINT_CAP, LONG, LONG_HINT_CAP, HAVE_MODULE, moduleSkip, freshKey, delay, adminOf,
+  onServer, loadFunction, serverInfo, noticeLog, recordingClient, assertPolicyAnswer,
 };

@@ -13,7 +13,7 @@ const { createClient } = require('redis');
 const { RedisPacer, RedisTicket, RedisBooking, Ticket } = require('..');
 const { RedisServer, freePort } = require('./redis-server.js');
 const {
-  SCRIPT, SHA, CONFIG, HINT_CAP, HAVE_MODULE, moduleSkip, freshKey, delay, adminOf, loadFunction, serverInfo,
+  SCRIPT, SHA, CONFIG, HINT_CAP, LONG, LONG_HINT_CAP, HAVE_MODULE, moduleSkip, freshKey, delay, adminOf, loadFunction, serverInfo,
   noticeLog, recordingClient, assertPolicyAnswer,
 } = require('./redis-support.js');
 
@@ -55,7 +55,8 @@ describe('engine auto-selection and the answers', () => {
     const skip = engine === 'module' && moduleSkip;
     test(`${name}: ${engine}; a burst admits at once, the next calls wait or are refused`, { skip }, async () => {
       const key = freshKey();
-      const pacer = await RedisPacer.connect({ url: server().url, key, ...CONFIG });
+      // LONG: the third waits and the fourth is refused at any speed.
+      const pacer = await RedisPacer.connect({ url: server().url, key, ...LONG });
       try {
         assert.equal(pacer.engine, null);
         const first = await pacer.reserve();
@@ -73,29 +74,24 @@ describe('engine auto-selection and the answers', () => {
         }
         const third = await pacer.reserve();
         assert.equal(third.kind, 'admitted');
-        assert.ok(third.waitMs > 0 && third.waitMs <= 1000, `third waits ${third.waitMs}`);
+        assert.ok(third.waitMs > 0 && third.waitMs <= 10000, `third waits ${third.waitMs}`);
         assert.equal(third.queued, true);
-        // The server's clock moves between calls: within a few more calls one
-        // is refused, its hint within the cap and its need past the bound.
-        let refusal = null;
-        for (let i = 0; i < 4 && refusal === null; i += 1) {
-          const d = await pacer.reserve();
-          if (d.kind === 'refused') refusal = d;
-          else assert.ok(d.waitMs > 0 && d.waitMs <= pacer.waitBoundMs);
-        }
-        assert.ok(refusal !== null, 'no refusal after the burst and the bound were spent');
-        assert.ok(refusal.retryAfterSeconds >= 1 && refusal.retryAfterSeconds <= HINT_CAP);
+        // The fourth is refused, its hint within the cap and its need past
+        // the bound.
+        const refusal = await pacer.reserve();
+        assert.equal(refusal.kind, 'refused');
+        assert.ok(refusal.retryAfterSeconds >= 1 && refusal.retryAfterSeconds <= LONG_HINT_CAP);
         assert.ok(refusal.requiredWaitMs > pacer.waitBoundMs);
         assert.equal(await pacer.release(third.ticket), true);
         assert.equal(await pacer.release(third.ticket), false, 'a spent ticket is not released twice');
         const info = await pacer.info();
         assert.equal(info.engine, engine);
-        assert.equal(info.ratePerMin, 60);
-        assert.equal(info.waitBoundMs, 2000);
+        assert.equal(info.ratePerMin, 6);
+        assert.equal(info.waitBoundMs, 15000);
         assert.equal(info.mode, 'refusing');
         assert.equal(info.released, 1);
-        assert.ok(info.admitted >= 3);
-        assert.ok(info.refused >= 1);
+        assert.equal(info.admitted, 3);
+        assert.equal(info.refused, 1);
         const counters = pacer.counters();
         assert.equal(counters.released, 1);
         assert.equal(counters.refunded, 1);
