@@ -140,6 +140,14 @@ class RedisServer:
         self.close()
 
 
+def command_calls(server: RedisServer, command: str) -> int:
+    """How many times ``server`` ran ``command`` (lower case, as INFO
+    commandstats names it: ``eval``, ``evalsha``, ``script|load``)."""
+    with server.client() as admin:
+        stats = admin.info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
 @atexit.register
 def _kill_all() -> None:
     for server in list(_running):

@@ -42,7 +42,7 @@ from pacer import (
 from pacer import _redis
 
 from conftest import REPO_ROOT
-from redis_server import REDIS_SERVER, RedisServer, free_port, module_path
+from redis_server import REDIS_SERVER, RedisServer, command_calls, free_port, module_path
 
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server not installed (scripts/redis-deps.sh)")
 
@@ -251,21 +251,16 @@ def test_noscript_after_script_flush_loads_again(d: Driver, plain_server: RedisS
     with plain_server.client() as admin:
         admin.execute_command("SCRIPT", "FLUSH")
         assert admin.execute_command("SCRIPT", "EXISTS", _sha()) == [0]
-        carried = _calls(admin, "eval")
+    carried = command_calls(plain_server, "eval")
     second = d(fleet.reserve())
     assert isinstance(second, RedisAdmitted) and second.wait_ms == 0 and second.fallback is None
     assert not fleet.in_outage
     assert d(fleet.info())["admitted"] == 2
     with plain_server.client() as admin:
         assert admin.execute_command("SCRIPT", "EXISTS", _sha()) == [1]
-        # The retry carried the script (EVAL): a node whose cache is still
-        # empty (a cluster's replica promoted after the reload) runs it too.
-        assert _calls(admin, "eval") - carried == 1
-
-
-def _calls(admin: Any, command: str) -> int:
-    """How many times the server ran ``command`` (INFO commandstats)."""
-    return int(admin.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+    # The retry carried the script (EVAL): a node whose cache is still
+    # empty (a cluster's replica promoted after the reload) runs it too.
+    assert command_calls(plain_server, "eval") - carried == 1
 
 
 def _sha() -> str:

@@ -27,8 +27,9 @@ from typing import Any
 import pytest
 
 from pacer import AdmitPath, RedisAdmitted, RedisPacer, RedisRefused
-from redis_server import REDIS_SERVER, RedisServer, module_path
-from test_redis import Driver, d  # noqa: F401 - d: the fixture, sync and async
+from redis_server import REDIS_SERVER, RedisServer, command_calls, module_path
+from test_redis import LONG, LONG_BOUND_MS, LONG_HINT_CAP_S, Driver
+from test_redis import d  # noqa: F401 - the fixture, sync and async
 
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server not installed (scripts/redis-deps.sh)")
 
@@ -36,13 +37,9 @@ CONFIG: dict[str, Any] = {"rate_per_minute": 60, "burst": 2, "idle_timeout_ms": 
 #: The longest timeout CONFIG allows (its wait bound): a loaded machine is slow, not down.
 SLOW_OK: dict[str, Any] = {**CONFIG, "timeout_ms": 2000}
 BOUND_MS = 2000  # SPEC §3 for CONFIG: min(15000, floor((30000 - 14000) / 8))
-#: Rate 6 (a token every 10 s), idle 300000, 5 retries: wait bound
-#: min(15000, floor((300000 - 62000) / 12)) = 15000 ms, hint cap 15 s. A
-#: burst spent at once stays spent: the third call waits unless 10 s pass
-#: after the first, the fourth is refused unless 5 s pass.
-LONG_OK: dict[str, Any] = {"rate_per_minute": 6, "burst": 2, "idle_timeout_ms": 300000, "max_retries": 5,
-                           "timeout_ms": 2000}
-LONG_BOUND_MS = 15000
+#: test_redis.LONG (a token every 10 s: a burst spent at once stays spent)
+#: with the same timeout.
+LONG_OK: dict[str, Any] = {**LONG, "timeout_ms": 2000}
 #: The engine's command as INFO commandstats names it.
 STAT = {"function": "fcall", "script": "evalsha"}
 
@@ -84,13 +81,6 @@ def engine_calls(server: RedisServer, engine: str) -> int:
         stats = admin.info("commandstats")
     return sum(int(v["calls"]) for name, v in stats.items() if name.startswith("cmdstat_pacer."))
 
-
-def command_calls(server: RedisServer, command: str) -> int:
-    """How many times the server ran ``command`` (lower case), by INFO
-    commandstats."""
-    with server.client() as admin:
-        stats = admin.info("commandstats")
-    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
 def connections_made(server: RedisServer) -> int:
@@ -142,7 +132,8 @@ def test_the_engine_commands_skip_the_client_once_the_engine_is_known(
     second, third, fourth = (d(fleet.reserve()) for _ in range(3))
     assert isinstance(second, RedisAdmitted) and (second.wait_ms, second.path) == (0, AdmitPath.PACED)
     assert isinstance(third, RedisAdmitted) and 0 < third.wait_ms <= 10000
-    assert isinstance(fourth, RedisRefused) and fourth.required_wait_ms > LONG_BOUND_MS and fourth.retry_after_s == 15
+    assert isinstance(fourth, RedisRefused) and fourth.required_wait_ms > LONG_BOUND_MS
+    assert fourth.retry_after_s == LONG_HINT_CAP_S
     assert all(o.fallback is None for o in (second, third, fourth))
     assert d(fleet.release(third.ticket)) is True
     info = d(fleet.info())
