@@ -3,10 +3,12 @@
 // three replicas): node-redis's cluster client routes each call by the
 // bucket's key and follows MOVED and ASK; the engine is asked of every
 // primary and the script loaded on each. Every expectation is derived by
-// hand from the configuration (rate 60/min, burst 2, idle 30000, retries 3:
-// wait bound 2000 ms) and each key's counts are read back on the primary
-// that owns it. Nothing here depends on how fast the machine runs: kinds,
-// waits within their bounds and counts are checked, never durations.
+// hand from the configuration (LONG and SLOW below where the server's real
+// clock decides a wait or a refusal; CONFIG, rate 60/min, burst 2, idle
+// 30000, retries 3, where only a burst's calls are asked) and each key's
+// counts are read back on the primary that owns it. Nothing here depends on
+// how fast the machine runs: kinds, waits within their bounds and counts are
+// checked, never durations, and each sequence holds unless seconds pass.
 const { test, before, after, describe } = require('node:test');
 const assert = require('node:assert/strict');
 const diagnostics = require('node:diagnostics_channel');
@@ -15,7 +17,7 @@ const { RedisPacer, RedisTicket } = require('..');
 const { RedisCluster } = require('./redis-cluster.js');
 const { freePort } = require('./redis-server.js');
 const {
-  CONFIG, HINT_CAP, LONG, LONG_HINT_CAP, moduleSkip,
+  CONFIG, LONG, LONG_HINT_CAP, moduleSkip,
 } = require('./redis-support.js');
 
 /** The MOVED and ASK replies node-redis's cluster clients followed while
@@ -69,17 +71,22 @@ async function burstThenRefusal(pacer) {
   const refusal = await pacer.reserve();
   assert.equal(refusal.fallback, undefined);
   assert.equal(refusal.kind, 'refused', `${pacer.key}: the fourth, once the burst and the bound were spent`);
-  assert.ok(refusal.retryAfterSeconds >= 1 && refusal.retryAfterSeconds <= LONG_HINT_CAP);
+  // Its need is past the 15000 ms bound, so ⌈need/1000⌉ is past the cap:
+  // the hint is the cap.
   assert.ok(refusal.requiredWaitMs > pacer.waitBoundMs);
+  assert.equal(refusal.retryAfterSeconds, LONG_HINT_CAP);
   assert.equal(await pacer.release(third.ticket), true);
   return { admitted: 3, admittedAfterWait: 1, refused: 1, released: 1 };
 }
 
-// Rate 10/min, burst 2, idle 30000, retries 3 (refusing, wait bound
-// 2000 ms): a token every 6 s, so once the burst is spent a call needs a
-// wait of more than the bound and is refused for the next 4 s, whatever the
-// machine's speed; a refunded token admits at once.
-const SLOW = { ...CONFIG, ratePerMinute: 10 };
+// Rate 1/min on LONG's budget: burst 2, idle 300000, retries 5, wait bound
+// 15000 ms, hint cap 15 s; refusing, since 5 retries of 15 s span 75000 ms,
+// past the 60000 ms a token takes (SPEC §3). Once the burst is spent a call
+// needs 60000 ms less what passed since the first, past the bound (refused,
+// with the hint cap, 15 s, as ⌈required/1000⌉ ≥ 15) unless 45 s pass, a
+// slot's move or a failover between the calls included; a refunded token
+// admits at once. (At 10/min the margin was 4 s.)
+const SLOW = { ...LONG, ratePerMinute: 1 };
 
 /** Spends a SLOW bucket's burst: two admitted at once. Resolves to them. */
 async function burstThenSpent(pacer) {
@@ -92,12 +99,13 @@ async function burstThenSpent(pacer) {
   return answers;
 }
 
-/** A SLOW bucket's answer once its burst is spent: refused by the server. */
+/** A SLOW bucket's answer once its burst is spent: refused by the server,
+ * a token (60000 ms) less what passed away, with the hint cap. */
 function assertSpent(pacer, d) {
   assert.equal(d.kind, 'refused');
   assert.equal(d.fallback, undefined);
-  assert.ok(d.requiredWaitMs > pacer.waitBoundMs, `required ${d.requiredWaitMs} ms`);
-  assert.ok(d.retryAfterSeconds >= 1 && d.retryAfterSeconds <= HINT_CAP);
+  assert.ok(d.requiredWaitMs > pacer.waitBoundMs && d.requiredWaitMs <= 60000, `required ${d.requiredWaitMs} ms`);
+  assert.equal(d.retryAfterSeconds, LONG_HINT_CAP);
 }
 
 /** The owning primary's counts of `key` equal `expected`. */
@@ -202,15 +210,20 @@ describe('a cluster whose every node has the module', { skip: moduleSkip }, () =
       const pacer = await RedisPacer.connect({ client, key, ...SLOW });
       try {
         await burstThenSpent(pacer);
-        // The next token is 6 s away: past the 2000 ms bound, within the
-        // 3 retries' horizon: booked; redeemed now, not yet (for 4 s).
+        // The next token is 60000 ms less what passed away: past the 15000 ms
+        // bound unless 45 s pass, within the 3 retries' horizon, 15000 +
+        // 3·15000 = 60000 ms: booked, its slot 60000 ms after the first;
+        // redeemed now, not yet. Both hints ⌈(slot − bound − now)/1000⌉,
+        // capped: 15 s unless 30 s pass.
         const booked = await pacer.reserveOrBook(3);
         assert.equal(booked.kind, 'booked');
         assert.equal(booked.fallback, undefined);
         assert.equal(booked.booking.ticket.key, key);
+        assert.equal(booked.retryAfterSeconds, LONG_HINT_CAP);
         const notYet = await pacer.redeem(booked.booking);
         assert.equal(notYet.kind, 'booked');
         assert.equal(notYet.fallback, undefined);
+        assert.equal(notYet.retryAfterSeconds, LONG_HINT_CAP);
         assert.equal(await pacer.release(booked.booking.ticket), true);
         const info = await cluster.info(key);
         assert.deepEqual([info.admitted, info.booked, info.released], [2, 1, 1], `the counts of ${key}`);

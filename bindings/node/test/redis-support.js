@@ -110,8 +110,11 @@ function recordingClient(reply) {
 }
 
 /** The answer each failure policy gives a reserve while Redis fails, with
- * CONFIG (`Ticket`: the local Pacer's ticket class). */
-function assertPolicyAnswer(policy, d, Ticket) {
+ * CONFIG, or with the configuration whose hint cap is `hintCap` (`Ticket`:
+ * the local Pacer's ticket class). No clock decides it: 'closed' refuses
+ * with the configuration's hint cap, and 'local' is asked here only while
+ * its fresh bucket still has a token of its burst. */
+function assertPolicyAnswer(policy, d, Ticket, hintCap = HINT_CAP) {
   assert.equal(d.fallback, policy);
   if (policy === 'open') {
     assert.equal(d.kind, 'admitted');
@@ -120,7 +123,7 @@ function assertPolicyAnswer(policy, d, Ticket) {
     assert.equal(d.ticket, null);
   } else if (policy === 'closed') {
     assert.equal(d.kind, 'refused');
-    assert.equal(d.retryAfterSeconds, HINT_CAP);
+    assert.equal(d.retryAfterSeconds, hintCap);
   } else {
     assert.equal(d.kind, 'admitted');
     assert.equal(d.path, 'paced');
