@@ -348,13 +348,17 @@ def test_a_timed_out_call_leaves_no_reply_for_the_next(d: Driver) -> None:
     when the pause ends, must never be read as the next call's. The next
     reserve and info get their own replies: info's counts are a dict with
     the bucket's fields, and they count the two reserves the server ran
-    (the timed-out one ran when the pause ended) or one (it never ran)."""
+    (the timed-out one ran when the pause ended) or one (it never ran).
+    The pause outlasts the 200 ms timeout by 1800 ms: the call times out
+    within the pause unless the test takes that long to send it (with a
+    600 ms pause, 400 ms of delay on a loaded machine let the server answer
+    it)."""
     with RedisServer(module=module_path()) as server:
         fleet = d.pacer(url=server.url, key=fresh_key("late"), timeout_ms=200, retry_after_ms=0,
                         on_failure="closed", **CONFIG)
         assert d(fleet.reserve()).fallback is None
         with server.client() as admin:
-            admin.execute_command("CLIENT", "PAUSE", 600, "ALL")
+            admin.execute_command("CLIENT", "PAUSE", 2000, "ALL")
             late = d(fleet.reserve())
             assert isinstance(late, RedisRefused) and late.fallback == "closed"
             admin.ping()  # answered when the pause is over
