@@ -106,20 +106,26 @@ func TestRedisAdaptive(t *testing.T) {
 	}
 }
 
-// RESERVE and BOOK carry ADAPT (after BOOK's retries_left): with burst 1,
-// 30 openings reported and then a throttle end the first search (L =
-// min(E, 60), E = max(through, recent) = 30, or 29 should the clock's
-// minute turn among them) less than a minute after the creation: the
-// pause, in which the rate in force is the lowest, 10, answered by the
-// throttle. A reservation right after it would wait 60000/10 = 6000 ms
-// less the few ms since the first debit, beyond the 2000 ms bound:
-// refused, where at 60/min it waits at most 1000 ms.
+// RESERVE and BOOK carry ADAPT (after BOOK's retries_left). The budget is
+// longConfig's (idle 300 s, 5 retries: bound 15000 ms, hint cap 15 s, a
+// schedule of 75000 ms, so ⌈60000/75000⌉ = 1 is the lowest rate that can
+// refuse) at rate 60, burst 1, floor 1: rate in force within [1, 60].
+// After the first reserve, 30 openings reported and then a throttle end
+// the first search (L = min(E, 60), E = max(through, recent) = 30, or 29
+// should the clock's minute turn among them) less than a minute after the
+// creation: the pause, in which the rate in force is the lowest, 1,
+// answered by the throttle. A reservation after it, read at 1/min, would
+// wait 60000 ms less what passed since the first debit, beyond the
+// 15000 ms bound unless 45 s pass: refused, where at 60/min it waits at
+// most 1000 ms.
 func TestRedisAdaptiveRefill(t *testing.T) {
 	for _, engine := range engines {
 		t.Run(string(engine), func(t *testing.T) {
 			s := engineServer(t, engine)
-			cfg := adaptiveFleetConfig(10)
+			cfg := longConfig()
+			cfg.RatePerMinute = 60
 			cfg.Burst = 1
+			cfg.AdaptiveFloorPerMin = 1
 			r, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "refill", Config: cfg})
 			if d := mustRedisReserve(t, r); !d.Admitted || d.WaitMs != 0 {
 				t.Fatalf("first: %+v", d)
@@ -129,11 +135,11 @@ func TestRedisAdaptiveRefill(t *testing.T) {
 					t.Fatalf("opening %d while searching: %d, want 60", i, got)
 				}
 			}
-			if rate := mustRedisObserve(t, r, pacer.OutcomeThrottled); rate != 10 {
-				t.Fatalf("throttle: %d, want 10 (the pause)", rate)
+			if rate := mustRedisObserve(t, r, pacer.OutcomeThrottled); rate != 1 {
+				t.Fatalf("throttle: %d, want 1 (the pause)", rate)
 			}
 			if d := mustRedisReserve(t, r); d.Admitted {
-				t.Fatalf("after the throttle: %+v, want refused (6000 ms at 10/min > the 2000 ms bound)", d)
+				t.Fatalf("after the throttle: %+v, want refused (60000 ms at 1/min > the 15000 ms bound)", d)
 			}
 			// A keyed request books through BOOK … ADAPT on the same bucket.
 			k, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Key: "refill", Config: cfg})

@@ -146,64 +146,42 @@ func checkCounts(t *testing.T, c *redistest.Cluster, key string, want told) {
 	}
 }
 
-// paceKey runs the hand-derived sequence on a fresh key of fleetConfig
-// (rate 60/min, burst 2, idle 30 s, 3 retries: wait bound 2000 ms, one
-// token per 1000 ms) and returns what the client was told:
+// paceKey runs the hand-derived sequence on a fresh key of roomyConfig
+// (rate 5/min, burst 2, idle 300 s, 5 retries: wait bound 15000 ms, hint
+// cap 15 s, one token per 12000 ms) and returns what the client was told,
+// admitted 3, refused 1, released 1, unless 9 s pass between the first
+// call and the fourth (on the server's clock, e ms after the first):
 //
 //	Reserve, Reserve     the burst: admitted at once (the bucket starts full)
-//	Reserve …            each 1000 ms past the one before, less the time
-//	                     the calls took: admitted with 0 < wait <= 2000
-//	                     until the slot is past the bound, then refused
-//	                     (retry-after 1..2 s, required wait > 2000 ms):
-//	                     the 3rd and 4th are admitted at any speed (their
-//	                     waits are at most 1000 and 2000 ms), so at least 4
+//	Reserve              admitted after 12000 − e ms, in (0, 12000]
+//	Reserve              24000 − e ms, past the bound: refused, required
+//	                     wait (15000, 24000], retry-after 15 s (the cap)
 //	Release(the first)   refunded (the refund policy)
 func paceKey(t *testing.T, r *pacer.RedisPacer, engine pacer.RedisEngine) told {
 	t.Helper()
 	ctx := context.Background()
-	var out told
 	var first *pacer.RedisTicket
 	for i := range 2 {
 		d := mustRedisReserve(t, r)
 		if !d.Admitted || d.WaitMs != 0 || d.Fallback != "" || d.Ticket == nil || d.Ticket.Key != r.Key() {
 			t.Fatalf("%s: burst call %d: %+v", r.Key(), i, d)
 		}
-		if first == nil {
-			first = d.Ticket
-		}
-		out.admitted++
+		first = cmpOr(first, d.Ticket)
 	}
 	if got := r.Engine(); got != engine {
 		t.Fatalf("%s: Engine %q, want %q", r.Key(), got, engine)
 	}
-	for out.refused == 0 {
-		if out.admitted > 12 {
-			t.Fatalf("%s: no refusal after %d admissions", r.Key(), out.admitted)
-		}
-		d := mustRedisReserve(t, r)
-		switch {
-		case d.Fallback != "":
-			t.Fatalf("%s: answered by the policy: %+v", r.Key(), d)
-		case d.Admitted:
-			if d.WaitMs == 0 || d.WaitMs > 2000 || d.Path != pacer.PathPaced {
-				t.Fatalf("%s: admission %d past the burst: %+v", r.Key(), out.admitted+1, d)
-			}
-			out.admitted++
-		default:
-			if d.RetryAfterSeconds < 1 || d.RetryAfterSeconds > 2 || d.RequiredWaitMs <= 2000 {
-				t.Fatalf("%s: refusal %+v", r.Key(), d)
-			}
-			out.refused++
-		}
+	if d := mustRedisReserve(t, r); !d.Admitted || d.WaitMs == 0 || d.WaitMs > 12000 || d.Path != pacer.PathPaced || d.Fallback != "" {
+		t.Fatalf("%s: third call: %+v; want admitted after (0, 12000] ms", r.Key(), d)
 	}
-	if out.admitted < 4 {
-		t.Fatalf("%s: refused after %d admissions, want at least 4", r.Key(), out.admitted)
+	if d := mustRedisReserve(t, r); d.Admitted || d.RetryAfterSeconds != 15 || d.RequiredWaitMs <= 15000 ||
+		d.RequiredWaitMs > 24000 || d.Fallback != "" {
+		t.Fatalf("%s: fourth call: %+v; want refused, required (15000, 24000] ms, retry after 15 s", r.Key(), d)
 	}
 	if ok, err := r.Release(ctx, first); !ok || err != nil {
 		t.Fatalf("%s: Release = %v, %v; want refunded", r.Key(), ok, err)
 	}
-	out.released++
-	return out
+	return told{admitted: 3, refused: 1, released: 1}
 }
 
 // paceKeys runs paceKey on each key, half through the shared cluster
@@ -212,7 +190,7 @@ func paceKey(t *testing.T, r *pacer.RedisPacer, engine pacer.RedisEngine) told {
 func paceKeys(t *testing.T, c *redistest.Cluster, cc *redis.ClusterClient, keys []string, force, want pacer.RedisEngine) {
 	t.Helper()
 	for i, key := range keys {
-		opts := pacer.RedisOptions{Key: key, Config: fleetConfig(), Engine: force, OnFailure: pacer.FailClosed}
+		opts := pacer.RedisOptions{Key: key, Config: roomyConfig(), Engine: force, OnFailure: pacer.FailClosed}
 		if i%2 == 0 {
 			opts.Client = cc
 		} else {

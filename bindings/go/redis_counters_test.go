@@ -17,28 +17,30 @@ func mustRedisCounters(t *testing.T, r *pacer.RedisPacer) pacer.RedisCounters {
 	return must(t, r.Counters, "Counters")
 }
 
-// slowConfig (rate 10: a token per 6000 ms; burst 2, lowered to 1 here;
-// bound 2000 ms, hint cap 2 s, 3 retries: horizon 2000 + 3·2000 = 8000
-// ms, refusing since 3·2·1000·10 >= 60000), on the server's clock, the
-// calls less than 4000 ms apart:
+// minuteConfig (rate 1: a token per 60000 ms; burst 2, lowered to 1
+// here; bound 15000 ms, hint cap 15 s, 5 retries: refusing, since
+// 5·15·1000·1 >= 60000; ReserveOrBook(3)'s horizon 15000 + 3·15000 =
+// 60000 ms), on the server's clock, e ms after the first call:
 //
 //	Reserve               admitted at once (the burst)
-//	ReserveOrBook(3)      the slot 6000 − e ms away: past the bound, within the horizon: booked
-//	ReserveOrBook(3)      12000 − e: past the horizon: refused, nothing held
-//	Redeem(booking)       its slot still more than the bound away: not yet (a refusal)
+//	ReserveOrBook(3)      the slot 60000 − e ms away: past the bound, within the horizon: booked
+//	ReserveOrBook(3)      120000 − e: past the horizon: refused, nothing held
+//	Redeem(booking)       its slot 60000 − e away, still past the bound: not yet (a refusal)
 //	Release(booking's)    refunded (refund policy)
 //	Observe(opened)       counted (adaptation off: nothing sent)
 //
-// Admitted 1; refused 3, 1 of them booked; 1 release, refunded; 1 opened.
+// Admitted 1; refused 3, 1 of them booked; 1 release, refunded; 1 opened:
+// each answer as shown unless 45 s pass after the first call.
 //
 // A client of a port nothing listens on, FailLocal (its fallback pacer is
-// slowConfig too, FleetSize 1): Reserve admitted at once by the fallback,
-// Reserve refused by it (6000 ms > 2000), the admission released
+// the same configuration, FleetSize 1, on this process's clock): Reserve
+// admitted at once by the fallback, Reserve refused by it (60000 ms less
+// what passed > 15000 unless 45 s pass), the admission released
 // (refunded): admitted 1, refused 1, 2 fallbacks, 1 release refunded.
 func TestRedisCounters(t *testing.T) {
 	s := startRedis(t, "")
 	ctx := context.Background()
-	cfg := slowConfig()
+	cfg := minuteConfig()
 	cfg.Burst = 1
 	r, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Config: cfg, OnFailure: pacer.FailClosed})
 	if c := mustRedisCounters(t, r); c != (pacer.RedisCounters{}) {

@@ -1,9 +1,12 @@
 package pacer_test
 
 // RedisPacer against real redis-servers (redis_server_test.go). No test
-// asserts how long anything took: the server's clock moves between calls,
-// so only relations that hold at any machine speed are checked, with
-// answers, fallbacks and the server's counters.
+// asserts how long anything took. The server's clock moves between calls,
+// so a test checks relations that hold at any machine speed (answers,
+// fallbacks and the server's counters against what the calls were told),
+// or runs its sequence on a configuration whose tokens come back so slowly
+// that the expected answers hold unless several seconds pass between its
+// calls, and says how many.
 
 import (
 	"bytes"
@@ -25,7 +28,9 @@ import (
 )
 
 // fleetConfig is rate 60, burst 2, idle 30 s, 3 retries: wait bound
-// 2000 ms, refusal hint at most 2 s.
+// 2000 ms, refusal hint at most 2 s. A token comes back every 1000 ms, so
+// what a call after the burst gets depends on how fast the calls came:
+// only relations are checked on it.
 func fleetConfig() pacer.Config {
 	return pacer.Config{RatePerMinute: 60, Burst: 2, IdleTimeout: 30 * time.Second, MaxRetries: 3}
 }
@@ -40,8 +45,31 @@ func longConfig() pacer.Config {
 	return pacer.Config{RatePerMinute: 6, Burst: 2, IdleTimeout: 300 * time.Second, MaxRetries: 5}
 }
 
+// roomyConfig is longConfig's budget (idle 300 s, 5 retries: bound
+// 15000 ms, hint cap 15 s) at rate 5, a token every 12000 ms; refusing,
+// as the retries' schedule of 5 · 15000 = 75000 ms outlasts the wait for
+// one token (SPEC §3). A burst of 2 spent at once stays spent: the third
+// call waits 12000 ms less what passed since the first, (0, 12000],
+// unless 12 s pass; the fourth needs 24000 ms less that, past the bound:
+// refused (required (15000, 24000], hint ⌈required/1000⌉ >= 16, capped
+// at 15), or booked (a horizon of at least 15000 + 15000 ms), unless 9 s
+// pass after the first.
+func roomyConfig() pacer.Config {
+	return pacer.Config{RatePerMinute: 5, Burst: 2, IdleTimeout: 300 * time.Second, MaxRetries: 5}
+}
+
+// minuteConfig is longConfig's budget at rate 1, a token every 60000 ms;
+// still refusing, as the 5 retries' schedule of 5 · 15000 = 75000 ms
+// outlasts the wait for one token (SPEC §3). A burst spent at once stays
+// spent: the next call needs 60000 ms less what passed since the first,
+// past the 15000 ms bound: refused (hint 15, the cap) unless 45 s pass.
+func minuteConfig() pacer.Config {
+	return pacer.Config{RatePerMinute: 1, Burst: 2, IdleTimeout: 300 * time.Second, MaxRetries: 5}
+}
+
 // slowConfig is rate 10, burst 2, idle 30 s, 3 retries: a third request
-// at once is refused (its slot is 6 s away, past the 2000 ms bound).
+// at once is refused (its slot is 6 s away, past the 2000 ms bound)
+// unless 4 s pass after the first.
 func slowConfig() pacer.Config {
 	return pacer.Config{RatePerMinute: 10, Burst: 2, IdleTimeout: 30 * time.Second, MaxRetries: 3}
 }
@@ -136,8 +164,10 @@ func TestRedisEnginesByAuto(t *testing.T) {
 	for _, engine := range engines {
 		t.Run(string(engine), func(t *testing.T) {
 			s := engineServer(t, engine)
-			// longConfig: the third waits and the fourth is refused at any speed.
-			r, capture := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Config: longConfig()})
+			// roomyConfig: the third waits, and the fourth and the booking
+			// after it are refused, unless 9 s pass between the first call
+			// and the booking (seven calls).
+			r, capture := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Config: roomyConfig()})
 			ctx := context.Background()
 			if got := r.Engine(); got != "" {
 				t.Fatalf("Engine before the first call = %q", got)
@@ -158,19 +188,19 @@ func TestRedisEnginesByAuto(t *testing.T) {
 			if got := r.Engine(); got != engine {
 				t.Fatalf("Engine = %q, want %q", got, engine)
 			}
-			// The next one waits for the first refill: 0 < w <= 10000.
+			// The next one waits for the first refill: 0 < w <= 12000.
 			last := mustRedisReserve(t, r)
-			if !last.Admitted || last.WaitMs == 0 || last.WaitMs > 10000 || !last.Queued || last.Path != pacer.PathPaced {
+			if !last.Admitted || last.WaitMs == 0 || last.WaitMs > 12000 || !last.Queued || last.Path != pacer.PathPaced {
 				t.Fatalf("first call past the burst: %+v", last)
 			}
-			// The one after needs more than the bound: refused, its hint
-			// within the cap.
-			if d := mustRedisReserve(t, r); d.Admitted || d.RetryAfterSeconds < 1 || d.RetryAfterSeconds > 15 ||
-				d.RequiredWaitMs <= 15000 || d.Fallback != "" {
+			// The one after needs 24000 ms less what passed, more than the
+			// bound: refused, its hint the cap.
+			if d := mustRedisReserve(t, r); d.Admitted || d.RetryAfterSeconds != 15 ||
+				d.RequiredWaitMs <= 15000 || d.RequiredWaitMs > 24000 || d.Fallback != "" {
 				t.Fatalf("refusal: %+v", d)
 			}
 			before := mustRedisInfo(t, r)
-			if before.Mode != pacer.ModeRefusing || before.WaitBoundMs != 15000 || before.RatePerMinute != 6 ||
+			if before.Mode != pacer.ModeRefusing || before.WaitBoundMs != 15000 || before.RatePerMinute != 5 ||
 				before.Burst != 2 || before.IdleTimeoutMs != 300000 || before.MaxRetries != 5 ||
 				before.ReleasePolicy != pacer.ReleaseRefund || before.CapacityUnits != 2*60000 ||
 				before.Refused != 1 || before.Admitted != 3 || before.Serial != before.Admitted || before.NowMs == 0 {
@@ -184,13 +214,14 @@ func TestRedisEnginesByAuto(t *testing.T) {
 				t.Fatalf("made-up ticket: %v", err)
 			}
 			// A refusal within the horizon (15000 + 3·15000 ms with 3
-			// retries left, SPEC §11) books a place in line.
+			// retries left, SPEC §11) books a place in line, its hint
+			// ⌈(wait − 15000)/1000⌉ with the wait (15000, 24000]: 1 to 9 s.
 			bd, err := r.ReserveOrBook(ctx, 3)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if bd.Admitted || !bd.Booked() || bd.Booking.Value == "" || bd.Booking.SlotMs == 0 ||
-				bd.RetryAfterSeconds < 1 || bd.RetryAfterSeconds > 15 || bd.Fallback != "" {
+				bd.RetryAfterSeconds < 1 || bd.RetryAfterSeconds > 9 || bd.Fallback != "" {
 				t.Fatalf("ReserveOrBook: %+v %+v", bd, bd.Booking)
 			}
 			// A release refunds once; the ticket is spent after.
@@ -343,12 +374,19 @@ func TestRedisPacerErrorsSurface(t *testing.T) {
 
 // Admit cancelled during its wait releases its ticket in the bucket, and
 // so does Close during it; Forget releases a keyed booking.
+//
+// longConfig with burst 1 (a token every 10000 ms, bound 15000 ms): the
+// first Admit takes the token at once; the second waits 10000 ms less
+// what passed since the first, and so does the third (the second's
+// refund put the bucket back where the first left it), unless 10 s pass
+// after the first. An Admit that did not wait would never enter the
+// gate: that fails the test rather than hanging it.
 func TestRedisCancellationReleases(t *testing.T) {
 	for _, engine := range engines {
 		t.Run(string(engine), func(t *testing.T) {
 			s := engineServer(t, engine)
 			ctx := context.Background()
-			cfg := fleetConfig()
+			cfg := longConfig()
 			cfg.Burst = 1
 			gate := newGatedSleep()
 			cfg.Sleep = gate.Sleep
@@ -358,14 +396,22 @@ func TestRedisCancellationReleases(t *testing.T) {
 			if a, err := r.Admit(ctx); err != nil || a.Queued || a.Ticket == nil {
 				t.Fatalf("first Admit: %+v, %v", a, err)
 			}
+			done := make(chan error, 1)
+			waiting := func() {
+				t.Helper()
+				select {
+				case <-gate.entered:
+				case err := <-done:
+					t.Fatalf("Admit ended without waiting: %v", err)
+				}
+			}
 			// Cancelled during the wait.
 			cctx, cancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
 			go func() {
 				_, err := r.Admit(cctx)
 				done <- err
 			}()
-			<-gate.entered
+			waiting()
 			cancel()
 			if err := <-done; !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancelled Admit: %v", err)
@@ -378,7 +424,7 @@ func TestRedisCancellationReleases(t *testing.T) {
 				_, err := r.Admit(ctx)
 				done <- err
 			}()
-			<-gate.entered
+			waiting()
 			_ = r.Close()
 			if err := <-done; !errors.Is(err, pacer.ErrClosed) {
 				t.Fatalf("Admit woken by Close: %v", err)
@@ -566,8 +612,12 @@ var outages = []outage{
 	},
 	{
 		name: "paused",
+		// The pause must outlast every call the test makes during the
+		// outage: a few hundred ms (one 200 ms timeout for each client,
+		// the others answered at once by the policy); 6000 ms leaves more
+		// than 5 s for stalls between them on a loaded machine.
 		begin: func(t *testing.T, s *redisServer) {
-			if err := s.client(t).Do(context.Background(), "CLIENT", "PAUSE", "1500", "ALL").Err(); err != nil {
+			if err := s.client(t).Do(context.Background(), "CLIENT", "PAUSE", "6000", "ALL").Err(); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -634,7 +684,9 @@ func TestRedisFailurePolicies(t *testing.T) {
 					switch policy {
 					case pacer.FailLocal:
 						// The in-process pacer of the same configuration
-						// (FleetSize 1): burst 2, then refused.
+						// (FleetSize 1), on this process's clock: burst 2,
+						// then refused (6000 ms less what passed since the
+						// first, past the 2000 ms bound) unless 4 s pass.
 						if i < 2 && (!d.Admitted || d.WaitMs != 0 || d.Path != pacer.PathPaced || !d.Ticket.Fallback()) {
 							t.Fatalf("local call %d: %+v", i, d)
 						}
@@ -873,17 +925,19 @@ func TestRedisBusyIsAFailure(t *testing.T) {
 }
 
 // A client of the caller's speaking RESP2 finds the same engines and
-// reads the same answers.
+// reads the same answers: on minuteConfig the burst of 2 at once, then a
+// refusal with the hint 15 s unless 45 s pass after the first call.
 func TestRedisRESP2Client(t *testing.T) {
 	for _, engine := range engines {
 		t.Run(string(engine), func(t *testing.T) {
 			s := engineServer(t, engine)
 			c := redis.NewClient(&redis.Options{Addr: s.Addr(), Protocol: 2})
 			t.Cleanup(func() { _ = c.Close() })
-			r, _ := openRedis(t, pacer.RedisOptions{Client: c, Config: slowConfig()})
+			r, _ := openRedis(t, pacer.RedisOptions{Client: c, Config: minuteConfig()})
 			for i := range 3 {
 				d := mustRedisReserve(t, r)
-				if d.Fallback != "" || d.Admitted != (i < 2) || (i < 2 && d.Ticket == nil) {
+				if d.Fallback != "" || d.Admitted != (i < 2) || (i < 2 && d.Ticket == nil) ||
+					(i == 2 && d.RetryAfterSeconds != 15) {
 					t.Fatalf("call %d: %+v", i, d)
 				}
 			}
@@ -902,34 +956,28 @@ func TestRedisRESP2Client(t *testing.T) {
 }
 
 // Info carries the key's second block (key format 2, docs/redis.md "The
-// key"): after fleetConfig's burst of 2 and a third reserve at once, the
-// third waited; its wait, taken from its reply, is the one counted, in the
-// bucket of the first bound at or above it (bounds from WaitBoundsMs, the
-// core's). Nothing is shaped, redeemed or observed on this fixed-rate
-// bucket.
+// key"). On longConfig the burst of 2 is admitted at once and the third
+// waits 10000 ms less what passed since the first: (5000, 10000] unless
+// 5 s pass. So one admission waited, its wait (from its reply) is the
+// total, counted in the histogram's last bucket, index 7 (the bounds are
+// 10, 50, 100, 500, 1000, 2500, 5000 and 10000 ms). Nothing is shaped,
+// redeemed or observed on this fixed-rate bucket.
 func TestRedisInfoCarriesTheSecondBlock(t *testing.T) {
 	eachEngine(t, func(t *testing.T, engine pacer.RedisEngine, s *redisServer) {
-		r, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Config: fleetConfig()})
-		var waited []uint64
-		for range 3 {
-			if d := mustRedisReserve(t, r); d.Admitted && d.WaitMs > 0 {
-				waited = append(waited, d.WaitMs)
+		r, _ := openRedis(t, pacer.RedisOptions{Addr: s.Addr(), Config: longConfig()})
+		for i := range 2 {
+			if d := mustRedisReserve(t, r); !d.Admitted || d.WaitMs != 0 {
+				t.Fatalf("%s: burst call %d: %+v", engine, i, d)
 			}
+		}
+		third := mustRedisReserve(t, r)
+		if !third.Admitted || third.WaitMs <= 5000 || third.WaitMs > 10000 {
+			t.Fatalf("%s: third: %+v, want admitted after (5000, 10000] ms", engine, third)
 		}
 		info := mustRedisInfo(t, r)
-		var want [pacer.WaitBuckets]uint64
-		var total uint64
-		for _, w := range waited {
-			total += w
-			for i, bound := range pacer.WaitBoundsMs() {
-				if w <= bound {
-					want[i]++
-					break
-				}
-			}
-		}
-		if info.AdmittedAfterWait != uint64(len(waited)) || info.WaitMsTotal != total || info.WaitBuckets != want {
-			t.Fatalf("%s: waits %v, info %+v", engine, waited, info)
+		if info.Admitted != 3 || info.Refused != 0 || info.AdmittedAfterWait != 1 || info.WaitMsTotal != third.WaitMs ||
+			info.WaitBuckets != [pacer.WaitBuckets]uint64{7: 1} {
+			t.Fatalf("%s: third waited %d ms, info %+v", engine, third.WaitMs, info)
 		}
 		if info.Shaped != 0 || info.Redeemed != 0 || info.UpstreamOpened != 0 || info.UpstreamThrottled != 0 {
 			t.Fatalf("%s: info %+v", engine, info)
