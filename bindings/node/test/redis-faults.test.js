@@ -11,20 +11,11 @@ const { createClient, ErrorReply } = require('redis');
 const { RedisPacer, Ticket } = require('..');
 const { RedisServer } = require('./redis-server.js');
 const {
-  SHA, CONFIG, HAVE_MODULE, moduleSkip, freshKey, delay, onServer, loadFunction, serverInfo, noticeLog,
+  SHA, CONFIG, HAVE_MODULE, moduleSkip, freshKey, delay, until, onServer, loadFunction, serverInfo, noticeLog,
   recordingClient, assertPolicyAnswer,
 } = require('./redis-support.js');
 
 const SLACK_MS = 1000;
-
-/** Asks `check` until it holds, at most `tries` times 25 ms apart. */
-async function until(what, check, tries = 400) {
-  for (let i = 0; i < tries; i += 1) {
-    if (await check()) return;
-    await delay(25);
-  }
-  throw new Error(`${what}: not so after ${tries} tries`);
-}
 
 /** The server's own count of admissions on `key`, less its releases. */
 async function heldOnServer(server, key) {

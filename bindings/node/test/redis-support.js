@@ -42,6 +42,15 @@ function delay(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+/** Asks `check` until it holds, at most `tries` times 25 ms apart. */
+async function until(what, check, tries = 400) {
+  for (let i = 0; i < tries; i += 1) {
+    if (await check()) return;
+    await delay(25);
+  }
+  throw new Error(`${what}: not so after ${tries} tries`);
+}
+
 async function adminOf(server) {
   const client = createClient({ url: server.url, socket: { reconnectStrategy: false } });
   client.on('error', () => {});
@@ -132,6 +141,6 @@ function assertPolicyAnswer(policy, d, Ticket, hintCap = HINT_CAP) {
 }
 
 module.exports = {
-  SCRIPT, SHA, CONFIG, HINT_CAP, LONG, LONG_HINT_CAP, HAVE_MODULE, moduleSkip, freshKey, delay, adminOf,
-  onServer, loadFunction, serverInfo, noticeLog, recordingClient, assertPolicyAnswer,
+  SCRIPT, SHA, CONFIG, HINT_CAP, LONG, LONG_HINT_CAP, HAVE_MODULE, moduleSkip, freshKey, delay, until,
+  adminOf, onServer, loadFunction, serverInfo, noticeLog, recordingClient, assertPolicyAnswer,
 };

@@ -13,8 +13,8 @@ const { createClient } = require('redis');
 const { RedisPacer, RedisTicket, RedisBooking, Ticket } = require('..');
 const { RedisServer, freePort } = require('./redis-server.js');
 const {
-  SCRIPT, SHA, CONFIG, LONG, LONG_HINT_CAP, HAVE_MODULE, moduleSkip, freshKey, delay, adminOf, loadFunction, serverInfo,
-  noticeLog, recordingClient, assertPolicyAnswer,
+  SCRIPT, SHA, CONFIG, LONG, LONG_HINT_CAP, HAVE_MODULE, moduleSkip, freshKey, delay, until, adminOf, loadFunction,
+  serverInfo, noticeLog, recordingClient, assertPolicyAnswer,
 } = require('./redis-support.js');
 
 const REPOSITORY_SCRIPT = path.join(__dirname, '..', '..', '..', 'redis', 'pacer.lua');
@@ -248,12 +248,8 @@ describe('cancellation releases', () => {
       // aborted while the reply was on its way (a machine slower than
       // 50 ms), when the reply comes: asked until it shows, a bounded number
       // of times.
-      let info;
-      for (let asked = 0; asked < 200; asked += 1) {
-        info = await serverInfo(server, key);
-        if (info.released >= 1) break;
-        await delay(25);
-      }
+      await until('the release shows on the server', async () => (await serverInfo(server, key)).released >= 1, 200);
+      const info = await serverInfo(server, key);
       assert.deepEqual([info.admitted, info.released], [3, 1]);
     } finally {
       await pacer.close();
