@@ -55,7 +55,9 @@ func longConfig() pacer.Config {
 // at 15), or booked (a horizon of at least 15000 + 15000 ms), unless 9 s
 // pass after the first.
 func roomyConfig() pacer.Config {
-	return pacer.Config{RatePerMinute: 5, Burst: 2, IdleTimeout: 300 * time.Second, MaxRetries: 5}
+	cfg := longConfig()
+	cfg.RatePerMinute = 5
+	return cfg
 }
 
 // minuteConfig is longConfig's budget at rate 1, a token every 60000 ms;
@@ -64,7 +66,9 @@ func roomyConfig() pacer.Config {
 // spent: the next call needs 60000 ms less what passed since the first,
 // past the 15000 ms bound: refused (hint 15, the cap) unless 45 s pass.
 func minuteConfig() pacer.Config {
-	return pacer.Config{RatePerMinute: 1, Burst: 2, IdleTimeout: 300 * time.Second, MaxRetries: 5}
+	cfg := longConfig()
+	cfg.RatePerMinute = 1
+	return cfg
 }
 
 // slowConfig is rate 10, burst 2, idle 30 s, 3 retries: a third request
